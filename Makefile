@@ -1,0 +1,40 @@
+# Thin wrapper over CMake/CTest: the README's commands.
+#   make demo   build, then run the main job
+#   make test   build, then run every test (CTest prints the summary)
+#   make asan   address+undefined sanitizer build and its tests
+#   make tsan   thread sanitizer build and its tests
+#   make bench  build the benchmark programs
+#   make minimal  build and test with every optional dependency switched off
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD    ?= build
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?= --output-on-failure
+WERROR   ?= OFF
+
+.PHONY: all build demo test asan tsan bench minimal clean
+
+all: build
+
+build:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DDPT_WERROR=$(WERROR) $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	./$(BUILD)/dpt demo
+
+test: build
+	cd $(BUILD) && ctest $(CTEST_FLAGS) -j $(JOBS)
+
+asan:
+	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPT_SANITIZE=address $(CMAKE_FLAGS)"
+
+tsan:
+	$(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPT_SANITIZE=thread $(CMAKE_FLAGS)"
+
+bench: build
+
+minimal:
+	$(MAKE) test BUILD=build-minimal CMAKE_FLAGS="-DDPT_WITH_BLAS=OFF -DDPT_WITH_MPI=OFF -DDPT_WITH_ZLIB=OFF $(CMAKE_FLAGS)"
+
+clean:
+	rm -rf build build-asan build-tsan build-minimal
