@@ -1,0 +1,245 @@
+/*
+ * bench_gemm — GFLOP/s of each GEMM backend built in, at the shapes dpt
+ * trains, on one thread.
+ *
+ *     bench_gemm [--json] [--repeats N] [--min-ms MS]
+ *
+ * For a dense layer `in -> out` with weights W [out, in] and a batch of B rows,
+ * the three products of a training step are
+ *     fwd  Y  = X · W^T      m = B,   n = out, k = in   (beta = 0)
+ *     dW   dW += dY^T · X    m = out, n = in,  k = B    (beta = 1)
+ *     dX   dX = dY · W       m = B,   n = in,  k = out  (beta = 0)
+ * Each figure is 2*m*n*k flops per call divided by the time per call, the
+ * median of `repeats` timed runs, each run repeating the call until it lasts
+ * at least `min-ms` milliseconds. Plain text by default; --json prints one
+ * JSON object per line (a header object, then one per shape).
+ */
+#include "dpt/gemm.h"
+#include "dpt/stats.h"
+#include "dpt_config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct layer {
+    const char *net;
+    size_t in, out;
+    size_t batches[3]; /* zero-terminated when shorter */
+} layer_t;
+
+/* The MLP on MNIST-sized inputs and the PPO policy/value network. */
+static const layer_t layers[] = {
+    {"mlp", 784, 512, {64, 128, 256}},
+    {"mlp", 512, 512, {64, 128, 256}},
+    {"mlp", 512, 10, {64, 128, 256}},
+    {"ppo", 4, 64, {128, 512, 0}},
+    {"ppo", 64, 64, {128, 512, 0}},
+    {"ppo", 64, 2, {128, 512, 0}},
+};
+
+typedef struct product {
+    const char *name;
+    int ta, tb;
+    size_t m, n, k, lda, ldb, ldc;
+    float beta;
+} product_t;
+
+static product_t make_product(int which, size_t batch, size_t in, size_t out)
+{
+    switch (which) {
+    case 0: return (product_t){"fwd", 0, 1, batch, out, in, in, in, out, 0.0f};
+    case 1: return (product_t){"dW", 1, 0, out, in, batch, out, in, in, 1.0f};
+    default: return (product_t){"dX", 0, 0, batch, in, out, out, in, in, 0.0f};
+    }
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+#define MAX_REPEATS 101
+
+/* Median GFLOP/s of `repeats` runs of at least min_s seconds each. */
+static double measure(dpt_gemm_backend_t backend, const product_t *p, const float *a,
+                      const float *b, float *c, int repeats, double min_s)
+{
+    double flops = 2.0 * (double)p->m * (double)p->n * (double)p->k;
+    /* Warm up (allocates the workspace, faults in pages), then find how
+     * many calls make a run of min_s. */
+    dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb, p->beta, c,
+                p->ldc);
+    long calls = 1;
+    for (;;) {
+        double t0 = dpt_now();
+        for (long i = 0; i < calls; i++)
+            dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb,
+                        p->beta, c, p->ldc);
+        double dt = dpt_now() - t0;
+        if (dt >= min_s)
+            break;
+        long next = dt > 0.0 ? (long)(1.2 * min_s / dt * (double)calls) + 1 : calls * 10;
+        calls = next > calls * 10 ? calls * 10 : next;
+    }
+    double rates[MAX_REPEATS];
+    for (int r = 0; r < repeats; r++) {
+        double t0 = dpt_now();
+        for (long i = 0; i < calls; i++)
+            dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb,
+                        p->beta, c, p->ldc);
+        double dt = dpt_now() - t0;
+        rates[r] = flops * (double)calls / dt * 1e-9;
+    }
+    qsort(rates, (size_t)repeats, sizeof(double), cmp_double);
+    return repeats % 2 ? rates[repeats / 2] : 0.5 * (rates[repeats / 2 - 1] + rates[repeats / 2]);
+}
+
+static float *random_matrix(size_t count, unsigned *seed)
+{
+    float *x = malloc((count ? count : 1) * sizeof(float));
+    if (!x)
+        return NULL;
+    for (size_t i = 0; i < count; i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        x[i] = (float)(*seed >> 8) / 16777216.0f - 0.5f;
+    }
+    return x;
+}
+
+/* Writes s as a JSON string (the describe strings are plain ASCII). */
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            putchar('\\');
+        if ((unsigned char)*s >= 0x20)
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench_gemm [--json] [--repeats N] [--min-ms MS]\n"
+               "  --json        one JSON object per line\n"
+               "  --repeats N   timed runs per figure, median reported (default 7, max %d)\n"
+               "  --min-ms MS   minimum length of one timed run (default 50)\n",
+            MAX_REPEATS);
+}
+
+int main(int argc, char **argv)
+{
+    int json = 0, repeats = 7;
+    double min_ms = 50.0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) {
+            repeats = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--min-ms") == 0 && i + 1 < argc) {
+            min_ms = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (repeats < 1 || repeats > MAX_REPEATS || !(min_ms > 0.0)) {
+        usage(stderr);
+        return 2;
+    }
+
+    /* The command that made the figures, with the one environment variable
+     * that changes them (OpenBLAS' kernel choice). */
+    char command[1024];
+    size_t len = 0;
+    const char *coretype = getenv("OPENBLAS_CORETYPE");
+    command[0] = '\0';
+    if (coretype)
+        len += (size_t)snprintf(command, sizeof command, "OPENBLAS_CORETYPE=%s ", coretype);
+    for (int i = 0; i < argc && len < sizeof command; i++)
+        len += (size_t)snprintf(command + len, sizeof command - len, "%s%s", i ? " " : "", argv[i]);
+
+    dpt_gemm_backend_t backends[DPT_GEMM_BACKEND_COUNT];
+    int nb = 0;
+    for (int be = 0; be < DPT_GEMM_BACKEND_COUNT; be++) {
+        if (be == DPT_GEMM_CBLAS && !DPT_HAVE_CBLAS)
+            continue;
+        backends[nb++] = (dpt_gemm_backend_t)be;
+    }
+
+    if (json) {
+        printf("{\"command\":");
+        json_string(command);
+        printf(",\"repeats\":%d,\"min_ms\":%g,\"default\":\"%s\"", repeats, min_ms,
+               dpt_gemm_backend_name(dpt_gemm_get_backend()));
+        for (int i = 0; i < nb; i++) {
+            printf(",\"%s\":", dpt_gemm_backend_name(backends[i]));
+            json_string(dpt_gemm_describe(backends[i]));
+        }
+        printf("}\n");
+    } else {
+        printf("# %s\n", command);
+        for (int i = 0; i < nb; i++)
+            printf("# %-8s %s\n", dpt_gemm_backend_name(backends[i]),
+                   dpt_gemm_describe(backends[i]));
+        printf("# default backend: %s\n", dpt_gemm_backend_name(dpt_gemm_get_backend()));
+        printf("# GFLOP/s (2*m*n*k per call), median of %d runs of >= %g ms, one thread\n",
+               repeats, min_ms);
+        printf("%-4s %-8s %5s %-3s %5s %5s %5s", "net", "layer", "batch", "op", "m", "n", "k");
+        for (int i = 0; i < nb; i++)
+            printf(" %9s", dpt_gemm_backend_name(backends[i]));
+        if (nb == 2)
+            printf(" %9s", "ratio");
+        printf("\n");
+    }
+    fflush(stdout);
+
+    unsigned seed = 12345u;
+    for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
+        const layer_t *ly = &layers[l];
+        for (size_t bi = 0; bi < 3 && ly->batches[bi]; bi++) {
+            for (int which = 0; which < 3; which++) {
+                product_t p = make_product(which, ly->batches[bi], ly->in, ly->out);
+                float *a = random_matrix((p.ta ? p.k : p.m) * p.lda, &seed);
+                float *b = random_matrix((p.tb ? p.n : p.k) * p.ldb, &seed);
+                float *c = random_matrix(p.m * p.ldc, &seed);
+                if (!a || !b || !c) {
+                    fprintf(stderr, "bench_gemm: out of memory\n");
+                    return 1;
+                }
+                double rate[DPT_GEMM_BACKEND_COUNT];
+                for (int i = 0; i < nb; i++)
+                    rate[i] = measure(backends[i], &p, a, b, c, repeats, min_ms * 1e-3);
+                char name[32];
+                snprintf(name, sizeof name, "%zux%zu", ly->in, ly->out);
+                if (json) {
+                    printf("{\"net\":\"%s\",\"layer\":\"%s\",\"batch\":%zu,\"op\":\"%s\","
+                           "\"m\":%zu,\"n\":%zu,\"k\":%zu",
+                           ly->net, name, ly->batches[bi], p.name, p.m, p.n, p.k);
+                    for (int i = 0; i < nb; i++)
+                        printf(",\"%s\":%.3f", dpt_gemm_backend_name(backends[i]), rate[i]);
+                    printf("}\n");
+                } else {
+                    printf("%-4s %-8s %5zu %-3s %5zu %5zu %5zu", ly->net, name, ly->batches[bi],
+                           p.name, p.m, p.n, p.k);
+                    for (int i = 0; i < nb; i++)
+                        printf(" %9.2f", rate[i]);
+                    if (nb == 2)
+                        printf(" %9.2f", rate[0] / rate[1]);
+                    printf("\n");
+                }
+                fflush(stdout);
+                free(a);
+                free(b);
+                free(c);
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,307 @@
+/*
+ * dpt/comm.h — collective communication: one interface, three backends.
+ *
+ * Every engine exchanges gradients and weights through a dpt_comm_t and never
+ * knows which backend carries it. A communicator has `size` participants
+ * numbered 0..size-1; each participant holds its own handle and calls every
+ * collective with its own buffers, in the same order as all the others (as in
+ * MPI). All buffers are float32 arrays; counts are element counts (size_t).
+ *
+ *   backend   participants                         created with
+ *   threads   P threads of one process             dpt_comm_threads_group_create + _join
+ *   mpi       the processes of an MPI communicator dpt_comm_mpi_create
+ *   hier      T threads in each of R processes     dpt_comm_hier_group_create + _join
+ *
+ * Operations (x_r is participant r's input, P = size, "in place" means the
+ * result overwrites the input):
+ *   allreduce       buf_r <- x_0 + x_1 + ... + x_{P-1}     (SUM, in place)
+ *                   buf_r <- (x_0 + ... + x_{P-1}) / P     (AVG, in place)
+ *   iallreduce/wait the same, started by one call and finished by another
+ *   broadcast       buf_r <- buf_root
+ *   allgather       recv_r[q*count .. (q+1)*count) <- send_q   for every q
+ *   reduce_scatter  recv_r <- block r of (send_0 + ... + send_{P-1}) (or / P)
+ *   barrier         returns once every participant has entered it
+ * Blocks: a vector of `count` elements is split into P contiguous blocks; the
+ * first count % P blocks have count / P + 1 elements, the others count / P
+ * (dpt_comm_block_offset / dpt_comm_block_size compute them).
+ *
+ * Determinism: the sums are formed in a fixed order, so for a given backend
+ * and layout (size, threads per process) the same inputs give bitwise the
+ * same outputs on every participant and in every run. The threads backend
+ * adds in rank order, ((x_0 + x_1) + x_2) + ...; the MPI backend follows the
+ * MPI library's (fixed for a given size and count) order; hier adds the
+ * threads of a process in thread order and then the processes in MPI's order.
+ * AVG divides the sum by P (a true division, not a multiplication by 1/P).
+ *
+ * Errors: every function returns 0 or a negative DPT_E... code and leaves a
+ * message naming the rank and the operation in dpt_last_error(). Argument
+ * errors (NULL buffer with count > 0, bad root, unknown op) are DPT_EINVAL
+ * and are detected before any communication, so they leave the communicator
+ * usable only if every participant made the same mistake; any other failure
+ * (timeout, mismatched calls, MPI error) leaves the communicator failed:
+ * later calls on any participant return an error instead of hanging.
+ *
+ * Buffers are borrowed for the duration of a call (for iallreduce, until
+ * dpt_comm_wait returns); they must not be read or written by the caller
+ * meanwhile, and, if a call fails, they must stay valid until every
+ * participant has returned from that call (within the timeout).
+ */
+#ifndef DPT_COMM_H
+#define DPT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- reduction operations and backends --------------------------------- */
+
+/* X-macro: symbol, value, name. */
+#define DPT_REDUCE_OP_LIST(X)         \
+    X(DPT_REDUCE_SUM, 0, "sum")       \
+    X(DPT_REDUCE_AVG, 1, "avg")
+
+typedef enum dpt_reduce_op {
+#define DPT__REDUCE_OP_ENUM(sym, val, name) sym = (val),
+    DPT_REDUCE_OP_LIST(DPT__REDUCE_OP_ENUM)
+#undef DPT__REDUCE_OP_ENUM
+    DPT_REDUCE_OP_COUNT
+} dpt_reduce_op_t;
+
+#define DPT_COMM_BACKEND_LIST(X)        \
+    X(DPT_COMM_THREADS, 0, "threads")   \
+    X(DPT_COMM_MPI,     1, "mpi")       \
+    X(DPT_COMM_HIER,    2, "hier")
+
+typedef enum dpt_comm_backend {
+#define DPT__COMM_BACKEND_ENUM(sym, val, name) sym = (val),
+    DPT_COMM_BACKEND_LIST(DPT__COMM_BACKEND_ENUM)
+#undef DPT__COMM_BACKEND_ENUM
+    DPT_COMM_BACKEND_COUNT
+} dpt_comm_backend_t;
+
+/* "sum", "avg"; "?" for an unknown value. */
+const char *dpt_reduce_op_name(dpt_reduce_op_t op);
+/* Parses "sum"/"avg" into *op. Returns 0 or DPT_EINVAL (message lists the
+ * valid names). */
+int dpt_reduce_op_parse(const char *name, dpt_reduce_op_t *op);
+/* "threads", "mpi", "hier"; "?" for an unknown value. */
+const char *dpt_comm_backend_name(dpt_comm_backend_t backend);
+/* Parses a backend name into *backend. Returns 0 or DPT_EINVAL. */
+int dpt_comm_backend_parse(const char *name, dpt_comm_backend_t *backend);
+/* 1 if this build has the backend (mpi and hier need MPI), else 0. */
+int dpt_comm_backend_available(dpt_comm_backend_t backend);
+
+/* ---- blocks ------------------------------------------------------------- */
+
+/* Number of elements of block `rank` when `count` elements are split over
+ * `size` participants: count / size, plus one for the first count % size
+ * blocks. 0 if size <= 0 or rank is out of range. */
+size_t dpt_comm_block_size(size_t count, int size, int rank);
+/* Offset of block `rank` (sum of the sizes of blocks 0..rank-1); for
+ * rank == size it is `count`. 0 if size <= 0 or rank is out of range. */
+size_t dpt_comm_block_offset(size_t count, int size, int rank);
+
+/* ---- communicators ------------------------------------------------------ */
+
+/* A participant's handle. Opaque; created by a backend constructor below and
+ * released with dpt_comm_destroy(). A handle is used by one thread at a time
+ * (the participant's); different participants' handles are used
+ * concurrently. */
+typedef struct dpt_comm dpt_comm_t;
+
+/* This participant's rank in [0, size). */
+int dpt_comm_rank(const dpt_comm_t *comm);
+/* Number of participants. */
+int dpt_comm_size(const dpt_comm_t *comm);
+/* Which backend carries this communicator. */
+dpt_comm_backend_t dpt_comm_backend(const dpt_comm_t *comm);
+
+/* Sum (or average) `count` floats over all participants, in place: on return
+ * every participant's `buf` holds the same result, bitwise. buf may be NULL
+ * only if count is 0. Returns 0; DPT_EINVAL (NULL buffer, unknown op);
+ * DPT_ESTATE (an iallreduce on this handle is not yet waited for);
+ * DPT_ETIMEDOUT (threads/hier: a participant did not arrive within the
+ * timeout; the message lists the missing ranks); DPT_ECOMM (mismatched calls,
+ * MPI failure, or the communicator failed earlier). */
+int dpt_comm_allreduce(dpt_comm_t *comm, float *buf, size_t count, dpt_reduce_op_t op);
+
+/* A started non-blocking allreduce. Caller's storage; the fields are
+ * private. */
+typedef struct dpt_comm_request {
+    dpt_comm_t *comm_; /* the communicator, NULL when not active */
+    uint64_t id_;      /* serial number of the operation on comm_ */
+} dpt_comm_request_t;
+
+/* Starts an allreduce of `buf` and returns at once: the result is in `buf`
+ * when dpt_comm_wait(req) returns 0. Meanwhile the caller may compute but
+ * must not touch `buf` nor call another collective on this handle (one
+ * outstanding request per handle; DPT_ESTATE otherwise). Threads backend:
+ * the start publishes the buffer and arrives, the wait does the reduction, so
+ * the time other participants take to arrive overlaps with the caller's
+ * work. MPI: MPI_Iallreduce. hier: the whole operation runs in the wait.
+ * Returns the same codes as dpt_comm_allreduce; on failure *req is left
+ * inactive and there is nothing to wait for. */
+int dpt_comm_iallreduce(dpt_comm_t *comm, float *buf, size_t count, dpt_reduce_op_t op,
+                        dpt_comm_request_t *req);
+
+/* Finishes the request started by dpt_comm_iallreduce and makes it inactive.
+ * Waiting for an inactive request returns 0 at once. Returns the codes of
+ * dpt_comm_allreduce. */
+int dpt_comm_wait(dpt_comm_request_t *req);
+
+/* Copies `count` floats from the root's `buf` into every other
+ * participant's `buf`. Returns 0, DPT_EINVAL (NULL buffer, root outside
+ * [0, size)), or the failures of dpt_comm_allreduce. */
+int dpt_comm_broadcast(dpt_comm_t *comm, float *buf, size_t count, int root);
+
+/* Gathers `count` floats from every participant into every participant's
+ * `recv` (count * size floats, in rank order). `send` may be exactly
+ * recv + rank * count (in place); other overlaps are not allowed. */
+int dpt_comm_allgather(dpt_comm_t *comm, const float *send, size_t count, float *recv);
+
+/* Reduces the `count` floats of every participant's `send` and leaves block
+ * `rank` of the result (dpt_comm_block_size(count, size, rank) floats,
+ * possibly 0) in `recv`. `recv` must not overlap `send`; it may be NULL when
+ * its block is empty. */
+int dpt_comm_reduce_scatter(dpt_comm_t *comm, const float *send, size_t count, float *recv,
+                            dpt_reduce_op_t op);
+
+/* Returns once every participant has called it. */
+int dpt_comm_barrier(dpt_comm_t *comm);
+
+/* A 64-bit fingerprint (FNV-1a over the bit patterns) of `count` floats;
+ * equal buffers give equal fingerprints, -0.0 and 0.0 differ. */
+uint64_t dpt_comm_fingerprint(const float *buf, size_t count);
+
+/* Collective consistency check (the "replicated" mode's divergence check):
+ * compares the fingerprints of every participant's `buf`. Returns 0 when all
+ * are bitwise equal, DPT_ECOMM naming the first rank whose data differs from
+ * rank 0's otherwise, or a communication failure. */
+int dpt_comm_check_equal(dpt_comm_t *comm, const float *buf, size_t count);
+
+/* Releases a handle (NULL is a no-op). For threads and hier, destroy every
+ * handle before destroying its group; a handle must not be in a call. */
+void dpt_comm_destroy(dpt_comm_t *comm);
+
+/* ---- threads backend ---------------------------------------------------- */
+
+/* Shared state of P participant threads in one process. */
+typedef struct dpt_comm_threads_group dpt_comm_threads_group_t;
+
+typedef struct dpt_comm_threads_options {
+    /* A participant that waits longer than this for the others fails with
+     * DPT_ETIMEDOUT (and the group becomes failed). > 0; default 300. */
+    double timeout_s;
+    /* How long a waiter spins (with a pause instruction) before it blocks on
+     * a condition variable. < 0 means automatic: 50 us when P <= online CPUs,
+     * 2 us when the participants outnumber the CPUs. */
+    double spin_us;
+    /* Allreduces of at most this many bytes use the small-message path
+     * (private copy + one barrier); larger ones use reduce-scatter/allgather
+     * over the participants' buffers. Default 32 KiB. Memory cost:
+     * 2 * small_bytes per participant, allocated and touched at create. */
+    size_t small_bytes;
+} dpt_comm_threads_options_t;
+
+/* Fills *opt with the defaults. */
+void dpt_comm_threads_options_init(dpt_comm_threads_options_t *opt);
+
+/* Creates a group of `size` (>= 1) participants; opt may be NULL (defaults).
+ * *group is owned by the caller and released with
+ * dpt_comm_threads_group_destroy(). Returns 0, DPT_EINVAL (size < 1, bad
+ * option), DPT_ENOMEM or DPT_ETHREAD. */
+int dpt_comm_threads_group_create(dpt_comm_threads_group_t **group, int size,
+                                  const dpt_comm_threads_options_t *opt);
+
+/* Makes the handle of participant `rank` (each rank once; any thread may do
+ * it, e.g. the one that creates the workers). *comm is owned by the caller,
+ * valid until dpt_comm_destroy(), and borrows the group. Returns 0,
+ * DPT_EINVAL (rank out of range) or DPT_ESTATE (rank already joined). */
+int dpt_comm_threads_join(dpt_comm_threads_group_t *group, int rank, dpt_comm_t **comm);
+
+/* Frees the group (NULL is a no-op). Every handle must be destroyed first. */
+void dpt_comm_threads_group_destroy(dpt_comm_threads_group_t *group);
+
+/* ---- MPI backend -------------------------------------------------------- */
+
+/* Thread support to ask of MPI (MPI_THREAD_FUNNELED, _SERIALIZED,
+ * _MULTIPLE). The mpi backend needs FUNNELED when only the thread that
+ * initialized MPI communicates; hier needs FUNNELED if thread 0 of its group
+ * is that thread, SERIALIZED otherwise. */
+typedef enum dpt_comm_mpi_thread {
+    DPT_COMM_MPI_FUNNELED = 1,
+    DPT_COMM_MPI_SERIALIZED = 2,
+    DPT_COMM_MPI_MULTIPLE = 3
+} dpt_comm_mpi_thread_t;
+
+/* Initializes MPI (MPI_Init_thread) unless it already is; argc/argv may be
+ * NULL. Returns 0, DPT_ENOTSUP (no MPI in this build, or the MPI library
+ * provides less thread support than `required`) or DPT_ECOMM. */
+int dpt_comm_mpi_init(int *argc, char ***argv, dpt_comm_mpi_thread_t required);
+/* Finalizes MPI if dpt_comm_mpi_init initialized it and it is not yet
+ * finalized (destroy every mpi/hier communicator first). Returns 0 or
+ * DPT_ECOMM; without MPI, 0. */
+int dpt_comm_mpi_finalize(void);
+/* 1 if MPI is initialized and not finalized, else 0. */
+int dpt_comm_mpi_initialized(void);
+
+typedef struct dpt_comm_mpi_options {
+    /* Pointer to the MPI_Comm to use (borrowed, duplicated at create); NULL
+     * means MPI_COMM_WORLD. A void pointer so that this header does not need
+     * mpi.h. */
+    const void *mpi_comm;
+    /* Debug check: before each collective, the ranks allgather a fingerprint
+     * (operation, count, root) and a mismatch fails with DPT_ECOMM naming
+     * both sides instead of deadlocking. Costs one small allgather per
+     * call. Default 0. */
+    int check;
+} dpt_comm_mpi_options_t;
+
+/* Fills *opt with the defaults. */
+void dpt_comm_mpi_options_init(dpt_comm_mpi_options_t *opt);
+
+/* Creates this process's handle on an MPI communicator (collective over it:
+ * every process must call it). MPI must be initialized (dpt_comm_mpi_init or
+ * the application's MPI_Init*). rank/size are the MPI ones. Returns 0,
+ * DPT_ENOTSUP (built without MPI), DPT_ESTATE (MPI not initialized),
+ * DPT_ENOMEM or DPT_ECOMM. */
+int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt);
+
+/* ---- hierarchical backend ----------------------------------------------- */
+
+/* T threads in each of R MPI processes: rank = process_rank * T + thread,
+ * size = R * T. Collectives reduce inside the process (threads backend
+ * machinery), then thread 0 of each process (the only thread that calls MPI)
+ * runs the MPI collective across processes, and the result is copied back to
+ * the process's threads. */
+typedef struct dpt_comm_hier_group dpt_comm_hier_group_t;
+
+typedef struct dpt_comm_hier_options {
+    dpt_comm_threads_options_t threads; /* inside the process */
+    dpt_comm_mpi_options_t mpi;         /* across processes */
+} dpt_comm_hier_options_t;
+
+/* Fills *opt with the defaults of both parts. */
+void dpt_comm_hier_options_init(dpt_comm_hier_options_t *opt);
+
+/* Creates this process's group of `threads_per_process` (>= 1, the same in
+ * every process) participants. Collective over the MPI communicator; must be
+ * called by the thread that will be thread 0 or with SERIALIZED support.
+ * Returns 0, DPT_EINVAL, DPT_ENOTSUP (no MPI), DPT_ESTATE (MPI not
+ * initialized), DPT_ENOMEM or DPT_ECOMM (e.g. processes disagree on T). */
+int dpt_comm_hier_group_create(dpt_comm_hier_group_t **group, int threads_per_process,
+                               const dpt_comm_hier_options_t *opt);
+/* Handle of thread `thread` in [0, T) of this process. Returns 0, DPT_EINVAL
+ * or DPT_ESTATE (already joined). */
+int dpt_comm_hier_join(dpt_comm_hier_group_t *group, int thread, dpt_comm_t **comm);
+/* Frees the group (NULL is a no-op); every handle must be destroyed first.
+ * Frees its MPI communicator (called by the thread that may call MPI). */
+void dpt_comm_hier_group_destroy(dpt_comm_hier_group_t *group);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPT_COMM_H */

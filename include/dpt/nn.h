@@ -1,0 +1,269 @@
+/*
+ * dpt/nn.h — layers, losses, action distributions and models.
+ *
+ * Conventions (as in llm.c): batches are row-major, one sample per row.
+ * Forward functions write their outputs; backward functions ACCUMULATE
+ * (+=) into every gradient they produce, so the caller zeroes gradients
+ * once per step and several passes can add up. Parameters are never owned
+ * by a layer or model: they live in a caller's arena (dpt/arena.h) whose
+ * layout is the model's variable table, so towers can share one copy (ps,
+ * async) or own replicas (replicated) of the same layout.
+ *
+ * Shapes: B = rows in the batch, I = input features, O = output features,
+ * C = classes, K = discrete actions, D = action dimensions.
+ */
+#ifndef DPT_NN_H
+#define DPT_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpt/arena.h"
+#include "dpt/rng.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Layers                                                                    */
+
+/* Layer kinds: symbol, config name. */
+#define DPT_LAYER_LIST(X)            \
+    X(DPT_LAYER_LINEAR, "linear")    \
+    X(DPT_LAYER_RELU, "relu")        \
+    X(DPT_LAYER_TANH, "tanh")
+
+typedef enum dpt_layer_kind {
+#define DPT__LAYER_ENUM(sym, name) sym,
+    DPT_LAYER_LIST(DPT__LAYER_ENUM)
+#undef DPT__LAYER_ENUM
+    DPT_LAYER_COUNT
+} dpt_layer_kind_t;
+
+/* Weight initialisations of a linear layer: symbol, config name.
+ *  default     W ~ U(-1/sqrt(I), 1/sqrt(I)), b likewise (PyTorch's nn.Linear)
+ *  uniform     W ~ U(-gain, gain), b = 0
+ *  normal      W ~ N(0, gain^2), b = 0
+ *  orthogonal  W = gain * (a random orthogonal matrix: orthonormal rows if
+ *              O <= I, else orthonormal columns), b = 0 (PPO's usual init) */
+#define DPT_INIT_LIST(X)                    \
+    X(DPT_INIT_DEFAULT, "default")          \
+    X(DPT_INIT_UNIFORM, "uniform")          \
+    X(DPT_INIT_NORMAL, "normal")            \
+    X(DPT_INIT_ORTHOGONAL, "orthogonal")
+
+typedef enum dpt_init {
+#define DPT__INIT_ENUM(sym, name) sym,
+    DPT_INIT_LIST(DPT__INIT_ENUM)
+#undef DPT__INIT_ENUM
+    DPT_INIT_COUNT
+} dpt_init_t;
+
+/* One layer of a sequential stack.
+ *  linear:  y = x W^T + b with W [O, I] ("<prefix><i>.weight") and b [O]
+ *           ("<prefix><i>.bias"), i = the layer's position (as PyTorch's
+ *           nn.Sequential names them).
+ *  relu:    y = max(x, 0);   dx += dy * (y > 0)
+ *  tanh:    y = tanh(x);     dx += dy * (1 - y^2) */
+typedef struct dpt_layer_spec {
+    dpt_layer_kind_t kind;
+    size_t out;       /* linear: O; ignored by activations */
+    dpt_init_t init;  /* linear: initialisation */
+    float gain;       /* linear: gain/bound/std of the init (unused by default) */
+} dpt_layer_spec_t;
+
+/* Name of a layer kind / init ("linear", "orthogonal"); "unknown" otherwise. */
+const char *dpt_layer_kind_name(dpt_layer_kind_t kind);
+const char *dpt_init_name(dpt_init_t init);
+/* Parses a name back; DPT_EINVAL with a message when unknown. */
+int dpt_layer_kind_parse(const char *name, dpt_layer_kind_t *kind);
+int dpt_init_parse(const char *name, dpt_init_t *init);
+
+/* ------------------------------------------------------------------------ */
+/* Sequential stacks                                                         */
+
+typedef struct dpt_seq dpt_seq_t;
+
+/* Creates a sequential stack of `nlayers` layers on inputs of `in_dim`
+ * features, for batches of at most `max_batch` rows (activation buffers are
+ * sized and touched here; nothing is allocated later). Its parameters are
+ * appended to `table` (caller owns it; it may already hold other variables,
+ * e.g. an actor and a critic in one arena) with names prefixed by `prefix`
+ * (may be "" or NULL). Errors: DPT_EINVAL (no layers, zero sizes, linear
+ * with out == 0, bad kind/init, name clash), DPT_EOVERFLOW, DPT_ENOMEM. */
+int dpt_seq_create(dpt_seq_t **seq, size_t in_dim, const dpt_layer_spec_t *layers,
+                   size_t nlayers, size_t max_batch, dpt_vartable_t *table, const char *prefix);
+/* Frees the stack (not the table). NULL is a no-op. */
+void dpt_seq_destroy(dpt_seq_t *seq);
+
+size_t dpt_seq_in_dim(const dpt_seq_t *seq);
+size_t dpt_seq_out_dim(const dpt_seq_t *seq);
+size_t dpt_seq_max_batch(const dpt_seq_t *seq);
+
+/* Initialises this stack's variables inside `params` (an arena with the
+ * table's layout) from `rng`, layer by layer in order. */
+void dpt_seq_init_params(const dpt_seq_t *seq, float *params, dpt_rng_t *rng);
+
+/* Forward pass of x [B, I] (borrowed; must stay valid until the matching
+ * backward). *y points to the output [B, O], owned by the stack and valid
+ * until the next forward. Errors: DPT_EINVAL (B == 0 or B > max_batch),
+ * DPT_ENUMERIC (x contains NaN/inf; the message names row and column). */
+int dpt_seq_forward(dpt_seq_t *seq, const float *params, const float *x, size_t batch,
+                    const float **y);
+/* Backward pass for the last forward: accumulates parameter gradients into
+ * `grads` (same layout as params) and, when dx is not NULL, input gradients
+ * into dx [B, I]. dy [B, O] is the gradient of the loss w.r.t. the output.
+ * Errors: DPT_ESTATE when no forward preceded it. */
+int dpt_seq_backward(dpt_seq_t *seq, const float *params, float *grads, const float *dy,
+                     float *dx);
+
+/* ------------------------------------------------------------------------ */
+/* Losses. Each returns the mean loss over the batch in *loss (double) and,
+ * when the gradient pointer is not NULL, ACCUMULATES dL/d(input) into it.  */
+
+/* Softmax cross-entropy over integer labels:
+ *   L = -(1/B) sum_b log softmax(z_b)[y_b],  dz_b += (softmax(z_b) - onehot(y_b)) / B
+ * logits [B, C], labels [B] in [0, C). *correct (may be NULL) receives the
+ * number of rows whose arg-max equals the label. Errors: DPT_EINVAL (label out
+ * of range: the message names the row and value; B or C == 0), DPT_ENUMERIC
+ * (non-finite logits). */
+int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t batch,
+                          size_t classes, float *dlogits, double *loss, size_t *correct);
+
+/* Mean squared error over all elements:
+ *   L = 1/(B D) sum (y - t)^2,  dy += 2 (y - t) / (B D)
+ * y and t [B, D]. Errors: DPT_EINVAL (zero sizes), DPT_ENUMERIC. */
+int dpt_loss_mse(const float *y, const float *target, size_t batch, size_t dim, float *dy,
+                 double *loss);
+
+/* ------------------------------------------------------------------------ */
+/* Action distributions (for policy-gradient losses)                        */
+
+/* Categorical over K logits per row: p = softmax(z).
+ *   logp(a)  = z_a - logsumexp(z)
+ *   H        = -sum_k p_k log p_k
+ *   d logp(a)/dz_k = 1[k == a] - p_k
+ *   dH/dz_k        = -p_k (log p_k + H)
+ * logp and entropy [B] may each be NULL. Errors: DPT_EINVAL (action out of
+ * range, zero sizes), DPT_ENUMERIC (non-finite logits). */
+int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int32_t *actions,
+                         float *logp, float *entropy);
+/* Accumulates into dlogits [B, K]: dlogp[b] * d logp/dz + dentropy[b] * dH/dz.
+ * dlogp or dentropy may be NULL (treated as zero). Actions must be valid
+ * (checked by dpt_categorical_logp). */
+void dpt_categorical_backward(const float *logits, size_t batch, size_t k,
+                              const int32_t *actions, const float *dlogp, const float *dentropy,
+                              float *dlogits);
+/* Samples actions [B] from softmax(z) with `rng` and writes their logp [B]
+ * (logp may be NULL). Errors: DPT_ENUMERIC. */
+int dpt_categorical_sample(const float *logits, size_t batch, size_t k, dpt_rng_t *rng,
+                           int32_t *actions, float *logp);
+/* Arg-max actions [B] (deterministic evaluation). */
+void dpt_categorical_argmax(const float *logits, size_t batch, size_t k, int32_t *actions);
+
+/* Diagonal Gaussian with mean [B, D] and state-independent log_std [D]:
+ *   logp(a) = sum_d -(a_d - mu_d)^2 / (2 s_d^2) - log s_d - log(2 pi)/2
+ *   H       = sum_d log s_d + (1 + log(2 pi))/2
+ *   d logp/d mu_d      = (a_d - mu_d) / s_d^2
+ *   d logp/d log s_d   = (a_d - mu_d)^2 / s_d^2 - 1
+ *   dH/d log s_d       = 1
+ * logp and entropy [B] may be NULL. Errors: DPT_EINVAL, DPT_ENUMERIC. */
+int dpt_gaussian_logp(const float *mean, const float *log_std, size_t batch, size_t dim,
+                      const float *actions, float *logp, float *entropy);
+/* Accumulates into dmean [B, D] and dlog_std [D] (either may be NULL):
+ * dlogp[b] * d logp/d(.) + dentropy[b] * dH/d(.). */
+void dpt_gaussian_backward(const float *mean, const float *log_std, size_t batch, size_t dim,
+                           const float *actions, const float *dlogp, const float *dentropy,
+                           float *dmean, float *dlog_std);
+/* Samples actions [B, D] = mean + exp(log_std) * N(0, 1) and their logp [B]
+ * (may be NULL). */
+void dpt_gaussian_sample(const float *mean, const float *log_std, size_t batch, size_t dim,
+                         dpt_rng_t *rng, float *actions, float *logp);
+
+/* ------------------------------------------------------------------------ */
+/* Models: what the training engines (towers, trainers) call                */
+
+/* A batch for supervised models. Every pointer is borrowed. */
+typedef struct dpt_batch {
+    size_t rows;
+    const float *x;          /* [rows, x_dim] inputs */
+    size_t x_dim;
+    const int32_t *labels;   /* [rows] class labels, or NULL */
+    const float *y;          /* [rows, y_dim] regression targets, or NULL */
+    size_t y_dim;
+} dpt_batch_t;
+
+/* What one loss_grad call reports. `loss` is the mean over the rows. */
+typedef struct dpt_loss_out {
+    double loss;
+    double correct;  /* rows classified correctly (classifiers), else 0 */
+    size_t rows;
+} dpt_loss_out_t;
+
+/*
+ * A trainable model, built in or user-defined. The engines call:
+ *   loss_grad(ctx, params, grads, batch, out): computes the mean loss of the
+ *     batch under `params` and ACCUMULATES its gradient into `grads` (same
+ *     layout as params: the table `vars`). Returns 0 or a DPT_E... code with
+ *     dpt_error() message; it must not modify params.
+ *   replicate(ctx, &copy) (optional): makes an independent context with the
+ *     same parameter layout for another thread (its own scratch buffers);
+ *     release(copy) frees it. Without replicate, loss_grad must be safe to
+ *     call from several threads at once with the same ctx.
+ * max_batch (0 = unlimited) is the most rows one loss_grad call accepts.
+ */
+typedef struct dpt_model {
+    const dpt_vartable_t *vars;  /* parameter layout (borrowed) */
+    void *ctx;                   /* user data (borrowed) */
+    size_t max_batch;
+    int (*loss_grad)(void *ctx, const float *params, float *grads, const dpt_batch_t *batch,
+                     dpt_loss_out_t *out);
+    int (*replicate)(void *ctx, void **copy);
+    void (*release)(void *copy);
+} dpt_model_t;
+
+/* Loss heads of the built-in MLP: symbol, config name. */
+#define DPT_LOSS_LIST(X)                        \
+    X(DPT_LOSS_SOFTMAX_XENT, "softmax_xent")    \
+    X(DPT_LOSS_MSE, "mse")
+
+typedef enum dpt_loss_kind {
+#define DPT__LOSS_ENUM(sym, name) sym,
+    DPT_LOSS_LIST(DPT__LOSS_ENUM)
+#undef DPT__LOSS_ENUM
+    DPT_LOSS_COUNT
+} dpt_loss_kind_t;
+
+/* "softmax_xent" / "mse"; "unknown" otherwise. */
+const char *dpt_loss_kind_name(dpt_loss_kind_t loss);
+
+/* The built-in MLP: a sequential stack plus a loss head, with its own
+ * variable table. */
+typedef struct dpt_mlp dpt_mlp_t;
+
+int dpt_mlp_create(dpt_mlp_t **mlp, size_t in_dim, const dpt_layer_spec_t *layers,
+                   size_t nlayers, dpt_loss_kind_t loss, size_t max_batch);
+void dpt_mlp_destroy(dpt_mlp_t *mlp);
+/* The parameter layout (owned by the MLP). */
+const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *mlp);
+void dpt_mlp_init_params(const dpt_mlp_t *mlp, float *params, dpt_rng_t *rng);
+/* Forward + loss + backward on batch->rows rows (<= max_batch); gradients
+ * accumulate into grads. Checks: x_dim equals the input size; labels present
+ * for softmax_xent, y with y_dim == output size for mse. */
+int dpt_mlp_loss_grad(dpt_mlp_t *mlp, const float *params, float *grads,
+                      const dpt_batch_t *batch, dpt_loss_out_t *out);
+/* Loss and accuracy over any number of rows (processed in chunks of
+ * max_batch), without gradients. out->loss is the mean over all rows. */
+int dpt_mlp_evaluate(dpt_mlp_t *mlp, const float *params, const dpt_batch_t *batch,
+                     dpt_loss_out_t *out);
+/* Forward only for up to max_batch rows; *y is [rows, O], owned by the MLP. */
+int dpt_mlp_predict(dpt_mlp_t *mlp, const float *params, const float *x, size_t rows,
+                    const float **y);
+/* The MLP as a dpt_model_t (replicate creates a second MLP of the same shape). */
+dpt_model_t dpt_mlp_model(dpt_mlp_t *mlp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPT_NN_H */

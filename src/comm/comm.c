@@ -1,0 +1,311 @@
+/*
+ * Collectives: the backend-independent part.
+ *
+ * Every public call checks its arguments here, with messages naming the rank
+ * and the operation, and then dispatches through the backend's ops table.
+ * The backends therefore never see a NULL buffer with a non-zero count, an
+ * out-of-range root or op, or a call made while an iallreduce is pending.
+ */
+#include "comm/comm_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpt/status.h"
+
+/* ---- names -------------------------------------------------------------- */
+
+const char *dpt_reduce_op_name(dpt_reduce_op_t op)
+{
+    switch (op) {
+#define DPT__OP_NAME(sym, val, name) case sym: return name;
+        DPT_REDUCE_OP_LIST(DPT__OP_NAME)
+#undef DPT__OP_NAME
+    default: return "?";
+    }
+}
+
+int dpt_reduce_op_parse(const char *name, dpt_reduce_op_t *op)
+{
+    if (name == NULL || op == NULL)
+        return dpt_error(DPT_EINVAL, "reduce op: NULL argument");
+#define DPT__OP_PARSE(sym, val, str)  \
+    if (strcmp(name, str) == 0) {     \
+        *op = sym;                    \
+        return 0;                     \
+    }
+    DPT_REDUCE_OP_LIST(DPT__OP_PARSE)
+#undef DPT__OP_PARSE
+    return dpt_error(DPT_EINVAL, "unknown reduce op '%s' (valid: sum, avg)", name);
+}
+
+const char *dpt_comm_backend_name(dpt_comm_backend_t backend)
+{
+    switch (backend) {
+#define DPT__BE_NAME(sym, val, name) case sym: return name;
+        DPT_COMM_BACKEND_LIST(DPT__BE_NAME)
+#undef DPT__BE_NAME
+    default: return "?";
+    }
+}
+
+int dpt_comm_backend_parse(const char *name, dpt_comm_backend_t *backend)
+{
+    if (name == NULL || backend == NULL)
+        return dpt_error(DPT_EINVAL, "comm backend: NULL argument");
+#define DPT__BE_PARSE(sym, val, str)  \
+    if (strcmp(name, str) == 0) {     \
+        *backend = sym;               \
+        return 0;                     \
+    }
+    DPT_COMM_BACKEND_LIST(DPT__BE_PARSE)
+#undef DPT__BE_PARSE
+    return dpt_error(DPT_EINVAL, "unknown comm backend '%s' (valid: threads, mpi, hier)", name);
+}
+
+const char *dpt__comm_call_name(int call)
+{
+    switch (call) {
+#define DPT__CALL_NAME(sym, val, name) case sym: return name;
+        DPT__COMM_CALL_LIST(DPT__CALL_NAME)
+#undef DPT__CALL_NAME
+    default: return "?";
+    }
+}
+
+void dpt__comm_fp_describe(const dpt__comm_fp_t *fp, char *out, size_t n)
+{
+    const char *name = dpt__comm_call_name(fp->call);
+    switch (fp->call) {
+    case DPT__CALL_ALLREDUCE:
+    case DPT__CALL_IALLREDUCE:
+    case DPT__CALL_REDUCE_SCATTER:
+        snprintf(out, n, "%s(count=%zu, op=%s)", name, fp->count,
+                 dpt_reduce_op_name((dpt_reduce_op_t)fp->op));
+        break;
+    case DPT__CALL_BROADCAST:
+        snprintf(out, n, "%s(count=%zu, root=%d)", name, fp->count, fp->root);
+        break;
+    case DPT__CALL_BARRIER:
+        snprintf(out, n, "%s()", name);
+        break;
+    default:
+        snprintf(out, n, "%s(count=%zu)", name, fp->count);
+        break;
+    }
+}
+
+int dpt__comm_fp_equal(const dpt__comm_fp_t *a, const dpt__comm_fp_t *b)
+{
+    return a->call == b->call && a->op == b->op && a->root == b->root && a->count == b->count;
+}
+
+/* ---- blocks ------------------------------------------------------------- */
+
+size_t dpt_comm_block_size(size_t count, int size, int rank)
+{
+    if (size <= 0 || rank < 0 || rank >= size)
+        return 0;
+    size_t p = (size_t)size, r = (size_t)rank;
+    return count / p + (r < count % p ? 1u : 0u);
+}
+
+size_t dpt_comm_block_offset(size_t count, int size, int rank)
+{
+    if (size <= 0 || rank < 0 || rank > size)
+        return 0;
+    size_t p = (size_t)size, r = (size_t)rank, rem = count % p;
+    return r * (count / p) + (r < rem ? r : rem);
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+int dpt_comm_rank(const dpt_comm_t *comm)
+{
+    return comm ? comm->rank : -1;
+}
+
+int dpt_comm_size(const dpt_comm_t *comm)
+{
+    return comm ? comm->size : 0;
+}
+
+dpt_comm_backend_t dpt_comm_backend(const dpt_comm_t *comm)
+{
+    return comm ? comm->ops->backend : DPT_COMM_BACKEND_COUNT;
+}
+
+/* Checks shared by every call: handle, no pending request. */
+static int check_comm(dpt_comm_t *comm, const char *what)
+{
+    if (comm == NULL)
+        return dpt_error(DPT_EINVAL, "comm: %s on a NULL communicator", what);
+    if (comm->pending_id != 0)
+        return dpt_error(DPT_ESTATE,
+                         "comm rank %d: %s called while iallreduce #%llu is not yet waited for",
+                         comm->rank, what, (unsigned long long)comm->pending_id);
+    return 0;
+}
+
+static int check_buf(const dpt_comm_t *comm, const char *what, const char *arg, const void *p,
+                     size_t count)
+{
+    if (p == NULL && count > 0)
+        return dpt_error(DPT_EINVAL, "comm rank %d: %s: %s is NULL with count %zu", comm->rank,
+                         what, arg, count);
+    return 0;
+}
+
+static int check_op(const dpt_comm_t *comm, const char *what, dpt_reduce_op_t op)
+{
+    if ((int)op < 0 || op >= DPT_REDUCE_OP_COUNT)
+        return dpt_error(DPT_EINVAL, "comm rank %d: %s: unknown reduce op %d", comm->rank, what,
+                         (int)op);
+    return 0;
+}
+
+int dpt_comm_allreduce(dpt_comm_t *comm, float *buf, size_t count, dpt_reduce_op_t op)
+{
+    int rc;
+    if ((rc = check_comm(comm, "allreduce")) < 0 ||
+        (rc = check_buf(comm, "allreduce", "buf", buf, count)) < 0 ||
+        (rc = check_op(comm, "allreduce", op)) < 0)
+        return rc;
+    return comm->ops->allreduce(comm, buf, count, op);
+}
+
+int dpt_comm_iallreduce(dpt_comm_t *comm, float *buf, size_t count, dpt_reduce_op_t op,
+                        dpt_comm_request_t *req)
+{
+    int rc;
+    if (req == NULL)
+        return dpt_error(DPT_EINVAL, "comm: iallreduce with a NULL request");
+    req->comm_ = NULL;
+    req->id_ = 0;
+    if ((rc = check_comm(comm, "iallreduce")) < 0 ||
+        (rc = check_buf(comm, "iallreduce", "buf", buf, count)) < 0 ||
+        (rc = check_op(comm, "iallreduce", op)) < 0)
+        return rc;
+    rc = comm->ops->iallreduce(comm, buf, count, op);
+    if (rc < 0)
+        return rc;
+    comm->pending_id = ++comm->next_id;
+    req->comm_ = comm;
+    req->id_ = comm->pending_id;
+    return 0;
+}
+
+int dpt_comm_wait(dpt_comm_request_t *req)
+{
+    if (req == NULL)
+        return dpt_error(DPT_EINVAL, "comm: wait on a NULL request");
+    dpt_comm_t *comm = req->comm_;
+    if (comm == NULL)
+        return 0;
+    if (comm->pending_id != req->id_)
+        return dpt_error(DPT_ESTATE, "comm rank %d: wait on request #%llu, which is not pending",
+                         comm->rank, (unsigned long long)req->id_);
+    comm->pending_id = 0;
+    req->comm_ = NULL;
+    return comm->ops->wait(comm);
+}
+
+int dpt_comm_broadcast(dpt_comm_t *comm, float *buf, size_t count, int root)
+{
+    int rc;
+    if ((rc = check_comm(comm, "broadcast")) < 0 ||
+        (rc = check_buf(comm, "broadcast", "buf", buf, count)) < 0)
+        return rc;
+    if (root < 0 || root >= comm->size)
+        return dpt_error(DPT_EINVAL, "comm rank %d: broadcast: root %d is not in [0, %d)",
+                         comm->rank, root, comm->size);
+    return comm->ops->broadcast(comm, buf, count, root);
+}
+
+int dpt_comm_allgather(dpt_comm_t *comm, const float *send, size_t count, float *recv)
+{
+    int rc;
+    if ((rc = check_comm(comm, "allgather")) < 0 ||
+        (rc = check_buf(comm, "allgather", "send", send, count)) < 0 ||
+        (rc = check_buf(comm, "allgather", "recv", recv, count)) < 0)
+        return rc;
+    if (count > 0 && count > SIZE_MAX / sizeof(float) / (size_t)comm->size)
+        return dpt_error(DPT_EOVERFLOW, "comm rank %d: allgather: count %zu times size %d overflows",
+                         comm->rank, count, comm->size);
+    return comm->ops->allgather(comm, send, count, recv);
+}
+
+int dpt_comm_reduce_scatter(dpt_comm_t *comm, const float *send, size_t count, float *recv,
+                            dpt_reduce_op_t op)
+{
+    int rc;
+    if ((rc = check_comm(comm, "reduce_scatter")) < 0 ||
+        (rc = check_buf(comm, "reduce_scatter", "send", send, count)) < 0 ||
+        (rc = check_buf(comm, "reduce_scatter", "recv", recv,
+                        dpt_comm_block_size(count, comm->size, comm->rank))) < 0 ||
+        (rc = check_op(comm, "reduce_scatter", op)) < 0)
+        return rc;
+    return comm->ops->reduce_scatter(comm, send, count, recv, op);
+}
+
+int dpt_comm_barrier(dpt_comm_t *comm)
+{
+    int rc;
+    if ((rc = check_comm(comm, "barrier")) < 0)
+        return rc;
+    return comm->ops->barrier(comm);
+}
+
+void dpt_comm_destroy(dpt_comm_t *comm)
+{
+    if (comm != NULL)
+        comm->ops->destroy(comm);
+}
+
+/* ---- consistency check ------------------------------------------------- */
+
+uint64_t dpt_comm_fingerprint(const float *buf, size_t count)
+{
+    uint64_t h = 14695981039346656037ull; /* FNV-1a offset basis */
+    for (size_t i = 0; i < count; i++) {
+        uint32_t bits;
+        memcpy(&bits, &buf[i], sizeof bits);
+        for (int k = 0; k < 4; k++) {
+            h ^= (bits >> (8 * k)) & 0xffu;
+            h *= 1099511628211ull; /* FNV prime */
+        }
+    }
+    return h;
+}
+
+int dpt_comm_check_equal(dpt_comm_t *comm, const float *buf, size_t count)
+{
+    int rc;
+    if ((rc = check_comm(comm, "check_equal")) < 0 ||
+        (rc = check_buf(comm, "check_equal", "buf", buf, count)) < 0)
+        return rc;
+    /* The 64-bit fingerprint travels as four 16-bit pieces, each exactly
+     * representable in a float. */
+    uint64_t h = dpt_comm_fingerprint(buf, count);
+    float mine[4];
+    for (int k = 0; k < 4; k++)
+        mine[k] = (float)((h >> (16 * k)) & 0xffffu);
+    float *all = malloc(sizeof(float) * 4 * (size_t)comm->size);
+    if (all == NULL)
+        return dpt_error(DPT_ENOMEM, "comm rank %d: check_equal: out of memory", comm->rank);
+    rc = dpt_comm_allgather(comm, mine, 4, all);
+    if (rc == 0) {
+        for (int q = 1; q < comm->size; q++) {
+            if (memcmp(all, all + 4 * q, sizeof(float) * 4) != 0) {
+                rc = dpt_error(DPT_ECOMM,
+                               "comm rank %d: check_equal: rank %d's %zu values differ from "
+                               "rank 0's",
+                               comm->rank, q, count);
+                break;
+            }
+        }
+    }
+    free(all);
+    return rc;
+}

@@ -1,0 +1,136 @@
+/*
+ * comm_internal.h — what the collective backends share (not installed).
+ *
+ * A dpt_comm_t starts with `struct dpt_comm`; each backend embeds it as the
+ * first member of its own handle and dispatches through a const ops table.
+ * comm.c validates arguments before calling the backend, so the ops may
+ * assume: buffers non-NULL where count > 0, root and op in range, no request
+ * outstanding (except for `wait`), and size >= 1.
+ *
+ * The threads machinery (dpt__tgroup, below) is shared by the threads and
+ * hier backends.
+ */
+#ifndef DPT_COMM_INTERNAL_H
+#define DPT_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpt/comm.h"
+
+/* The collective calls, for messages and fingerprints. */
+#define DPT__COMM_CALL_LIST(X)                     \
+    X(DPT__CALL_ALLREDUCE, 1, "allreduce")         \
+    X(DPT__CALL_IALLREDUCE, 2, "iallreduce")       \
+    X(DPT__CALL_BROADCAST, 3, "broadcast")         \
+    X(DPT__CALL_ALLGATHER, 4, "allgather")         \
+    X(DPT__CALL_REDUCE_SCATTER, 5, "reduce_scatter") \
+    X(DPT__CALL_BARRIER, 6, "barrier")
+
+typedef enum dpt__comm_call {
+#define DPT__CALL_ENUM(sym, val, name) sym = (val),
+    DPT__COMM_CALL_LIST(DPT__CALL_ENUM)
+#undef DPT__CALL_ENUM
+} dpt__comm_call_t;
+
+const char *dpt__comm_call_name(int call);
+
+/* What a participant is about to do; compared across participants to detect
+ * mismatched calls (threads always, MPI with the debug check). */
+typedef struct dpt__comm_fp {
+    int call;     /* dpt__comm_call_t */
+    int op;       /* dpt_reduce_op_t, or -1 */
+    int root;     /* broadcast root, or -1 */
+    size_t count; /* element count (per rank for allgather) */
+} dpt__comm_fp_t;
+
+/* Writes e.g. "broadcast(count=12, root=0)" into out. */
+void dpt__comm_fp_describe(const dpt__comm_fp_t *fp, char *out, size_t n);
+int dpt__comm_fp_equal(const dpt__comm_fp_t *a, const dpt__comm_fp_t *b);
+
+typedef struct dpt__comm_ops {
+    dpt_comm_backend_t backend;
+    int (*allreduce)(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t op);
+    int (*iallreduce)(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t op);
+    int (*wait)(dpt_comm_t *c);
+    int (*broadcast)(dpt_comm_t *c, float *buf, size_t count, int root);
+    int (*allgather)(dpt_comm_t *c, const float *send, size_t count, float *recv);
+    int (*reduce_scatter)(dpt_comm_t *c, const float *send, size_t count, float *recv,
+                          dpt_reduce_op_t op);
+    int (*barrier)(dpt_comm_t *c);
+    void (*destroy)(dpt_comm_t *c);
+} dpt__comm_ops_t;
+
+struct dpt_comm {
+    const dpt__comm_ops_t *ops;
+    int rank;
+    int size;
+    uint64_t next_id;    /* serial number given to the next iallreduce */
+    uint64_t pending_id; /* the outstanding iallreduce, 0 if none */
+};
+
+/* ---- reduction kernels (comm_threads.c) ---------------------------------- */
+
+/* For i in [0, len): s = ((src[0][i] + src[1][i]) + ...) + src[nsrc-1][i]
+ * (then s / div if div != 0), stored into dst[k][i] for every k < ndst.
+ * A dst may be one of the srcs (same index), never partially overlap one.
+ * Results are bitwise independent of how the range is split. */
+void dpt__reduce_push(float *const *dst, int ndst, const float *const *src, int nsrc, size_t len,
+                      float div);
+
+/* ---- threads machinery (comm_threads.c) ---------------------------------- */
+
+/* What a participant publishes for one operation (see comm_threads.c). */
+typedef struct dpt__tpub {
+    dpt__comm_fp_t fp;
+    const float *src; /* input or private copy */
+    float *dst;       /* output buffer */
+} dpt__tpub_t;
+
+typedef struct dpt__tgroup dpt__tgroup_t;
+
+/* One participant's view: its rank and the last barrier epoch it reached. */
+typedef struct dpt__tpart {
+    dpt__tgroup_t *g;
+    int rank;
+    uint64_t epoch;
+    const float **srcs; /* scratch pointer arrays, size entries each */
+    float **dsts;
+} dpt__tpart_t;
+
+int dpt__tgroup_create(dpt__tgroup_t **g, int size, const dpt_comm_threads_options_t *opt);
+void dpt__tgroup_destroy(dpt__tgroup_t *g);
+int dpt__tgroup_size(const dpt__tgroup_t *g);
+/* Claims `rank` and initializes *p (allocates its pointer arrays). */
+int dpt__tpart_init(dpt__tpart_t *p, dpt__tgroup_t *g, int rank);
+void dpt__tpart_deinit(dpt__tpart_t *p);
+
+/* The entry for the next epoch, to fill before dpt__tpart_arrive(). */
+dpt__tpub_t *dpt__tpart_next_pub(dpt__tpart_t *p);
+/* Rank q's entry for the current epoch (valid after a successful wait, until
+ * this participant's next arrive). */
+const dpt__tpub_t *dpt__tpart_peer(const dpt__tpart_t *p, int q);
+/* Fails at once if the group failed. */
+int dpt__tpart_check(const dpt__tpart_t *p, const char *what);
+/* Advances the epoch and tells the others (never blocks). */
+void dpt__tpart_arrive(dpt__tpart_t *p);
+/* Waits until every participant reached this participant's epoch, or fails
+ * (timeout: DPT_ETIMEDOUT; group failed: its code). `what` names the
+ * operation in messages. */
+int dpt__tpart_wait(dpt__tpart_t *p, const char *what);
+/* arrive + wait */
+int dpt__tpart_barrier(dpt__tpart_t *p, const char *what);
+/* After the first wait of an operation: compares every participant's
+ * fingerprint with this one's; a mismatch fails the group (DPT_ECOMM). */
+int dpt__tpart_match(dpt__tpart_t *p);
+/* Marks the group failed with `code` (first failure wins), wakes everyone
+ * and returns the code with the message recorded for this thread. */
+int dpt__tpart_fail(dpt__tpart_t *p, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#endif /* DPT_COMM_INTERNAL_H */

@@ -1,0 +1,239 @@
+/* Arenas, aligned allocation and the variable table. */
+#include "dpt/arena.h"
+#include "dpt/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Above this size an allocation asks for transparent huge pages: a fresh
+ * 4 KiB page costs ~10 us to touch on these VMs, a 2 MiB page far less. */
+#define DPT_HUGE_THRESHOLD ((size_t)2 << 20)
+
+int dpt_mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > ((size_t)-1) / a)
+        return DPT_EOVERFLOW;
+    *out = a * b;
+    return DPT_OK;
+}
+
+void *dpt_alloc_aligned(size_t bytes)
+{
+    if (bytes == 0 || bytes > ((size_t)-1) - DPT_ARENA_ALIGN)
+        return NULL;
+    size_t align = bytes >= DPT_HUGE_THRESHOLD ? DPT_HUGE_THRESHOLD : DPT_ARENA_ALIGN;
+    size_t rounded = (bytes + align - 1) / align * align;
+    void *p = NULL;
+    if (posix_memalign(&p, align, rounded) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    if (rounded >= DPT_HUGE_THRESHOLD)
+        (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint; failure is harmless */
+#endif
+    /* memset both zeroes and pre-touches every page. */
+    memset(p, 0, rounded);
+    return p;
+}
+
+void dpt_free_aligned(void *p)
+{
+    free(p);
+}
+
+int dpt_arena_init(dpt_arena_t *a, size_t count)
+{
+    a->data = NULL;
+    a->count = 0;
+    if (count == 0)
+        return DPT_OK;
+    size_t bytes;
+    if (dpt_mul_size(count, sizeof(float), &bytes) != 0)
+        return dpt_error(DPT_EOVERFLOW, "arena: %zu floats overflow the address space", count);
+    a->data = dpt_alloc_aligned(bytes);
+    if (!a->data)
+        return dpt_error(DPT_ENOMEM, "arena: cannot allocate %zu floats (%zu bytes)", count,
+                         bytes);
+    a->count = count;
+    return DPT_OK;
+}
+
+void dpt_arena_deinit(dpt_arena_t *a)
+{
+    if (!a)
+        return;
+    dpt_free_aligned(a->data);
+    a->data = NULL;
+    a->count = 0;
+}
+
+void dpt_vartable_init(dpt_vartable_t *t)
+{
+    memset(t, 0, sizeof *t);
+}
+
+void dpt_vartable_deinit(dpt_vartable_t *t)
+{
+    if (!t)
+        return;
+    free(t->vars);
+    memset(t, 0, sizeof *t);
+}
+
+int dpt_vartable_add(dpt_vartable_t *t, const char *name, int ndim, const size_t *shape,
+                     size_t *offset)
+{
+    if (!name || name[0] == '\0')
+        return dpt_error(DPT_EINVAL, "variable table: empty variable name");
+    if (strlen(name) >= DPT_VAR_NAME_MAX)
+        return dpt_error(DPT_EINVAL, "variable table: name \"%.40s...\" is longer than %d bytes",
+                         name, DPT_VAR_NAME_MAX - 1);
+    if (ndim < 1 || ndim > DPT_VAR_MAX_DIMS)
+        return dpt_error(DPT_EINVAL, "variable \"%s\": %d dimensions (allowed 1..%d)", name,
+                         ndim, DPT_VAR_MAX_DIMS);
+    if (dpt_vartable_find(t, name))
+        return dpt_error(DPT_EINVAL, "variable \"%s\" is already in the table", name);
+    size_t count = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 0)
+            return dpt_error(DPT_EINVAL, "variable \"%s\": dimension %d is 0", name, d);
+        if (dpt_mul_size(count, shape[d], &count) != 0)
+            return dpt_error(DPT_EOVERFLOW, "variable \"%s\": shape overflows size_t", name);
+    }
+    size_t off = (t->total + DPT_VAR_ALIGN_FLOATS - 1) / DPT_VAR_ALIGN_FLOATS *
+                 DPT_VAR_ALIGN_FLOATS;
+    if (off < t->total || off > ((size_t)-1) - count - DPT_VAR_ALIGN_FLOATS)
+        return dpt_error(DPT_EOVERFLOW, "variable \"%s\": table size overflows size_t", name);
+    if (t->nvars == t->cap) {
+        size_t ncap = t->cap ? 2 * t->cap : 8;
+        dpt_var_t *nv = realloc(t->vars, ncap * sizeof *nv);
+        if (!nv)
+            return dpt_error(DPT_ENOMEM, "variable table: cannot grow to %zu entries", ncap);
+        t->vars = nv;
+        t->cap = ncap;
+    }
+    dpt_var_t *v = &t->vars[t->nvars++];
+    memset(v, 0, sizeof *v);
+    strcpy(v->name, name);
+    v->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        v->shape[d] = shape[d];
+    v->offset = off;
+    v->count = count;
+    /* The total is padded too, so consecutive tables could be concatenated
+     * and every arena ends on an aligned boundary. */
+    t->total = (off + count + DPT_VAR_ALIGN_FLOATS - 1) / DPT_VAR_ALIGN_FLOATS *
+               DPT_VAR_ALIGN_FLOATS;
+    if (offset)
+        *offset = off;
+    return DPT_OK;
+}
+
+const dpt_var_t *dpt_vartable_find(const dpt_vartable_t *t, const char *name)
+{
+    for (size_t i = 0; i < t->nvars; i++)
+        if (strcmp(t->vars[i].name, name) == 0)
+            return &t->vars[i];
+    return NULL;
+}
+
+int dpt_vartable_copy(dpt_vartable_t *dst, const dpt_vartable_t *src)
+{
+    dpt_vartable_deinit(dst);
+    if (src->nvars == 0)
+        return DPT_OK;
+    dst->vars = malloc(src->nvars * sizeof *dst->vars);
+    if (!dst->vars)
+        return dpt_error(DPT_ENOMEM, "variable table: cannot copy %zu entries", src->nvars);
+    memcpy(dst->vars, src->vars, src->nvars * sizeof *dst->vars);
+    dst->nvars = dst->cap = src->nvars;
+    dst->total = src->total;
+    return DPT_OK;
+}
+
+int dpt_vartable_equal(const dpt_vartable_t *a, const dpt_vartable_t *b)
+{
+    if (a->nvars != b->nvars || a->total != b->total)
+        return 0;
+    for (size_t i = 0; i < a->nvars; i++) {
+        const dpt_var_t *x = &a->vars[i], *y = &b->vars[i];
+        if (strcmp(x->name, y->name) != 0 || x->ndim != y->ndim || x->offset != y->offset ||
+            x->count != y->count)
+            return 0;
+        for (int d = 0; d < x->ndim; d++)
+            if (x->shape[d] != y->shape[d])
+                return 0;
+    }
+    return 1;
+}
+
+void dpt_vec_zero(float *x, size_t n)
+{
+    if (n)
+        memset(x, 0, n * sizeof *x);
+}
+
+void dpt_vec_copy(float *dst, const float *src, size_t n)
+{
+    if (n && dst != src)
+        memmove(dst, src, n * sizeof *dst);
+}
+
+void dpt_vec_scale(float *x, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+void dpt_vec_axpy(float *y, const float *x, size_t n, float a)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+double dpt_vec_sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+double dpt_vec_dot(const float *x, const float *y, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)y[i];
+    return s;
+}
+
+size_t dpt_vec_first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
+}
+
+int dpt_vec_all_finite(const float *x, size_t n)
+{
+    /* Sum of x*0 is NaN iff some x is NaN or infinite; the loop vectorises,
+     * unlike a branch per element, and finite inputs are the common case. */
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        acc += x[i] * 0.0f;
+    return acc == 0.0f;
+}
+
+uint64_t dpt_vec_checksum(const float *x, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const unsigned char *p = (const unsigned char *)x;
+    for (size_t i = 0; i < n * sizeof(float); i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}

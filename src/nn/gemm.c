@@ -1,0 +1,697 @@
+/*
+ * Single-precision GEMM: dpt's own packed kernel and the CBLAS backend.
+ *
+ * The portable kernel follows the GotoBLAS/BLIS layering, written for dpt:
+ *
+ *     for jc over N in steps of NC          columns of C and op(B)
+ *       for pc over K in steps of KC        one rank-KC update of C
+ *         pack op(B)[pc:pc+KC, jc:jc+NC]  -> bbuf, NR-column panels
+ *         for ic over M in steps of MC
+ *           pack op(A)[ic:ic+MC, pc:pc+KC] -> abuf, MR-row panels
+ *           for jr over NC in steps of NR   one B panel stays in L1
+ *             for ir over MC in steps of MR
+ *               micro-kernel: an MR x NR tile of C, accumulated in registers
+ *
+ * Every operand is addressed through a row stride and a column stride, so the
+ * four transpose combinations are only different strides, and C^T = op(B)^T
+ * op(A)^T is the same problem with A and B swapped. That swap is used when N
+ * is narrower than the micro-tile (the 10- and 2-wide output layers), where a
+ * tile of NR columns would be mostly padding.
+ *
+ * Packing pads partial panels with zeros, so the micro-kernel always runs a
+ * full tile and only its store handles edges. The panels live in one buffer
+ * per thread (allocated on the thread's first call, freed when it exits);
+ * when that allocation fails, a plain loop without packing computes the
+ * result instead.
+ *
+ * Determinism: each element of C is summed over k in increasing order, in
+ * KC-long chunks accumulated into C one after the other. The blocking depends
+ * only on the shape and on the kernel picked once per process, never on
+ * pointers, alignment or the calling thread, so equal inputs give bitwise
+ * equal outputs.
+ */
+#include "dpt/gemm.h"
+#include "dpt/status.h"
+#include "dpt_config.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if DPT_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define DPT__GEMM_X86 1
+#include <immintrin.h>
+#else
+#define DPT__GEMM_X86 0
+#endif
+
+/* The backend dpt_gemm() uses until dpt_gemm_set_backend() changes it.
+ * Measured with bench_gemm on the development machine (AMD EPYC, AVX2 exposed,
+ * no AVX-512; docs/GEMM.md has the table): at every shape dpt trains the
+ * portable kernel is within a few percent of OpenBLAS or faster, and it is
+ * much faster on the narrow layers (N = 2, 4, 10) and on the small PPO
+ * products, where OpenBLAS' per-call overhead dominates. It is also the only
+ * backend whose numerics do not depend on which OpenBLAS build and core type
+ * (OPENBLAS_CORETYPE) the machine has. */
+#define DPT__GEMM_DEFAULT_BACKEND DPT_GEMM_PORTABLE
+
+/* ---- blocking ------------------------------------------------------------ */
+
+/* KC x NR floats of B (16 KiB for NR = 16) stay in L1 while the micro-kernel
+ * walks down the MC x KC block of A (96 KiB, in L2). NC covers the widest
+ * layer dpt trains (784) in one block. MC and NC are multiples of every
+ * kernel's MR and NR, so only the last panel of a matrix is partial. */
+#define DPT__GEMM_KC 256
+#define DPT__GEMM_MC 96
+#define DPT__GEMM_NC 1024
+#define DPT__GEMM_ABUF_FLOATS ((size_t)DPT__GEMM_MC * DPT__GEMM_KC)
+#define DPT__GEMM_BBUF_FLOATS ((size_t)DPT__GEMM_KC * DPT__GEMM_NC)
+
+static size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* A micro-kernel: acc = sum over p < k of a[p*MR + i] * b[p*NR + j] for the
+ * full MR x NR tile, then for i < m, j < n:
+ *     c[i*rsc + j*csc] = alpha * acc[i][j] + beta * c[...]
+ * with c not read when beta == 0. `b` is aligned to 64 bytes. */
+typedef void (*dpt__ukernel_fn)(size_t k, const float *restrict a, const float *restrict b,
+                                float *restrict c, size_t rsc, size_t csc, float alpha,
+                                float beta, size_t m, size_t n);
+
+/* Writes an m x n corner of a computed tile `t` (row stride ldt) into C. Used
+ * for partial tiles and for a C with non-unit column stride (the swapped
+ * problem). */
+static void store_tile(const float *t, size_t ldt, float *c, size_t rsc, size_t csc, float alpha,
+                       float beta, size_t m, size_t n)
+{
+    for (size_t i = 0; i < m; i++) {
+        for (size_t j = 0; j < n; j++) {
+            float *cp = c + i * rsc + j * csc;
+            float v = alpha * t[i * ldt + j];
+            *cp = beta == 0.0f ? v : v + beta * *cp;
+        }
+    }
+}
+
+/* ---- the plain C micro-kernel (any CPU) ---------------------------------- */
+
+#define DPT__C_MR 4
+#define DPT__C_NR 8
+
+static void ukernel_c(size_t k, const float *restrict a, const float *restrict b, float *restrict c,
+                      size_t rsc, size_t csc, float alpha, float beta, size_t m, size_t n)
+{
+    float acc[DPT__C_MR][DPT__C_NR];
+    memset(acc, 0, sizeof acc);
+    for (size_t p = 0; p < k; p++) {
+        for (size_t i = 0; i < DPT__C_MR; i++) {
+            float ai = a[p * DPT__C_MR + i];
+            for (size_t j = 0; j < DPT__C_NR; j++)
+                acc[i][j] += ai * b[p * DPT__C_NR + j];
+        }
+    }
+    store_tile(&acc[0][0], DPT__C_NR, c, rsc, csc, alpha, beta, m, n);
+}
+
+#if DPT__GEMM_X86
+
+/* The vector kernels keep the accumulators in named variables: an array of
+ * vectors indexed in the store loops would be kept in memory by GCC, with a
+ * store per FMA. After the k loop the tile goes through an aligned buffer
+ * `t`, which costs a few dozen moves per tile against MR*NR/W*k FMAs. */
+
+/* Adds the full tile t (MR x NR, row stride nr) into C with unit column
+ * stride, w floats at a time: the fast path of the vector kernels. */
+#define DPT__TILE_UPDATE(VEC, LOAD, LOADU, STOREU, SET1, MUL, FMADD, w, mr, nr)     \
+    do {                                                                           \
+        VEC va_ = SET1(alpha), vb_ = SET1(beta);                                   \
+        for (size_t i_ = 0; i_ < (mr); i_++) {                                     \
+            for (size_t j_ = 0; j_ < (nr); j_ += (w)) {                            \
+                float *cp_ = c + i_ * rsc + j_;                                    \
+                VEC r_ = MUL(va_, LOAD(t + i_ * (nr) + j_));                       \
+                if (beta != 0.0f)                                                  \
+                    r_ = FMADD(vb_, LOADU(cp_), r_);                               \
+                STOREU(cp_, r_);                                                   \
+            }                                                                      \
+        }                                                                          \
+    } while (0)
+
+/* ---- AVX2 + FMA: 6 x 16 tile --------------------------------------------- */
+
+/* 12 accumulators, two B vectors and one broadcast A value use 15 of the 16
+ * ymm registers; 12 independent FMA chains hide the FMA latency on two
+ * pipes. */
+#define DPT__AVX2_MR 6
+#define DPT__AVX2_NR 16
+
+#define DPT__AVX2_ROW(i, r0, r1)                         \
+    do {                                                 \
+        __m256 ai_ = _mm256_broadcast_ss(a + (i));       \
+        r0 = _mm256_fmadd_ps(ai_, b0, r0);               \
+        r1 = _mm256_fmadd_ps(ai_, b1, r1);               \
+    } while (0)
+
+__attribute__((target("avx2,fma")))
+static void ukernel_avx2(size_t k, const float *restrict a, const float *restrict b,
+                         float *restrict c, size_t rsc, size_t csc, float alpha, float beta,
+                         size_t m, size_t n)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (size_t p = 0; p < k; p++) {
+        __m256 b0 = _mm256_load_ps(b);
+        __m256 b1 = _mm256_load_ps(b + 8);
+        DPT__AVX2_ROW(0, c00, c01);
+        DPT__AVX2_ROW(1, c10, c11);
+        DPT__AVX2_ROW(2, c20, c21);
+        DPT__AVX2_ROW(3, c30, c31);
+        DPT__AVX2_ROW(4, c40, c41);
+        DPT__AVX2_ROW(5, c50, c51);
+        a += DPT__AVX2_MR;
+        b += DPT__AVX2_NR;
+    }
+    _Alignas(32) float t[DPT__AVX2_MR * DPT__AVX2_NR];
+    _mm256_store_ps(t + 0, c00);
+    _mm256_store_ps(t + 8, c01);
+    _mm256_store_ps(t + 16, c10);
+    _mm256_store_ps(t + 24, c11);
+    _mm256_store_ps(t + 32, c20);
+    _mm256_store_ps(t + 40, c21);
+    _mm256_store_ps(t + 48, c30);
+    _mm256_store_ps(t + 56, c31);
+    _mm256_store_ps(t + 64, c40);
+    _mm256_store_ps(t + 72, c41);
+    _mm256_store_ps(t + 80, c50);
+    _mm256_store_ps(t + 88, c51);
+    if (m == DPT__AVX2_MR && n == DPT__AVX2_NR && csc == 1)
+        DPT__TILE_UPDATE(__m256, _mm256_load_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+                         _mm256_set1_ps, _mm256_mul_ps, _mm256_fmadd_ps, 8, DPT__AVX2_MR,
+                         DPT__AVX2_NR);
+    else
+        store_tile(t, DPT__AVX2_NR, c, rsc, csc, alpha, beta, m, n);
+}
+
+/* ---- AVX-512F: 8 x 32 tile ----------------------------------------------- */
+
+/* The same scheme on zmm registers: 16 accumulators + 2 B vectors + 1
+ * broadcast out of 32. */
+#define DPT__AVX512_MR 8
+#define DPT__AVX512_NR 32
+
+#define DPT__AVX512_ROW(i, r0, r1)                       \
+    do {                                                 \
+        __m512 ai_ = _mm512_set1_ps(a[i]);               \
+        r0 = _mm512_fmadd_ps(ai_, b0, r0);               \
+        r1 = _mm512_fmadd_ps(ai_, b1, r1);               \
+    } while (0)
+
+__attribute__((target("avx512f")))
+static void ukernel_avx512(size_t k, const float *restrict a, const float *restrict b,
+                           float *restrict c, size_t rsc, size_t csc, float alpha, float beta,
+                           size_t m, size_t n)
+{
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    for (size_t p = 0; p < k; p++) {
+        __m512 b0 = _mm512_load_ps(b);
+        __m512 b1 = _mm512_load_ps(b + 16);
+        DPT__AVX512_ROW(0, c00, c01);
+        DPT__AVX512_ROW(1, c10, c11);
+        DPT__AVX512_ROW(2, c20, c21);
+        DPT__AVX512_ROW(3, c30, c31);
+        DPT__AVX512_ROW(4, c40, c41);
+        DPT__AVX512_ROW(5, c50, c51);
+        DPT__AVX512_ROW(6, c60, c61);
+        DPT__AVX512_ROW(7, c70, c71);
+        a += DPT__AVX512_MR;
+        b += DPT__AVX512_NR;
+    }
+    _Alignas(64) float t[DPT__AVX512_MR * DPT__AVX512_NR];
+    _mm512_store_ps(t + 0, c00);
+    _mm512_store_ps(t + 16, c01);
+    _mm512_store_ps(t + 32, c10);
+    _mm512_store_ps(t + 48, c11);
+    _mm512_store_ps(t + 64, c20);
+    _mm512_store_ps(t + 80, c21);
+    _mm512_store_ps(t + 96, c30);
+    _mm512_store_ps(t + 112, c31);
+    _mm512_store_ps(t + 128, c40);
+    _mm512_store_ps(t + 144, c41);
+    _mm512_store_ps(t + 160, c50);
+    _mm512_store_ps(t + 176, c51);
+    _mm512_store_ps(t + 192, c60);
+    _mm512_store_ps(t + 208, c61);
+    _mm512_store_ps(t + 224, c70);
+    _mm512_store_ps(t + 240, c71);
+    if (m == DPT__AVX512_MR && n == DPT__AVX512_NR && csc == 1)
+        DPT__TILE_UPDATE(__m512, _mm512_load_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+                         _mm512_set1_ps, _mm512_mul_ps, _mm512_fmadd_ps, 16, DPT__AVX512_MR,
+                         DPT__AVX512_NR);
+    else
+        store_tile(t, DPT__AVX512_NR, c, rsc, csc, alpha, beta, m, n);
+}
+
+#endif /* DPT__GEMM_X86 */
+
+/* ---- kernel table and run-time dispatch ---------------------------------- */
+
+static int cpu_any(void)
+{
+    return 1;
+}
+
+#if DPT__GEMM_X86
+/* __builtin_cpu_supports also checks (through XGETBV) that the OS saves the
+ * vector registers, so a hypervisor hiding AVX-512 is respected. */
+static int cpu_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static int cpu_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+#endif
+
+typedef struct dpt__gemm_kernel {
+    const char *name;     /* accepted by dpt__gemm_set_kernel() */
+    const char *describe; /* returned by dpt_gemm_describe() */
+    size_t mr, nr;        /* micro-tile */
+    dpt__ukernel_fn fn;
+    int (*supported)(void);
+} dpt__gemm_kernel_t;
+
+/* Ordered from narrowest to widest: the dispatcher takes the last one the CPU
+ * supports. */
+static const dpt__gemm_kernel_t kernels[] = {
+    {"c", "portable (plain C, 4x8 tiles)", DPT__C_MR, DPT__C_NR, ukernel_c, cpu_any},
+#if DPT__GEMM_X86
+    {"avx2", "portable (avx2+fma, 6x16 tiles)", DPT__AVX2_MR, DPT__AVX2_NR, ukernel_avx2,
+     cpu_avx2},
+    {"avx512f", "portable (avx512f, 8x32 tiles)", DPT__AVX512_MR, DPT__AVX512_NR, ukernel_avx512,
+     cpu_avx512},
+#endif
+};
+#define DPT__NKERNELS (sizeof kernels / sizeof kernels[0])
+
+/* Index one past the table: the unpacked loop (tests select it to exercise the
+ * out-of-memory path). */
+#define DPT__KERNEL_UNPACKED ((int)DPT__NKERNELS)
+
+static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
+static atomic_int kernel_index;
+
+static void kernel_select(void)
+{
+    int best = 0;
+    for (size_t i = 0; i < DPT__NKERNELS; i++) {
+        if (kernels[i].supported())
+            best = (int)i;
+    }
+    atomic_store(&kernel_index, best);
+}
+
+static int kernel_current(void)
+{
+    pthread_once(&kernel_once, kernel_select);
+    return atomic_load_explicit(&kernel_index, memory_order_relaxed);
+}
+
+/* Test hook, deliberately not in the public header (tests/test_gemm.c
+ * declares it): selects the portable kernel by name ("c", "avx2", "avx512f",
+ * or "unpacked" for the no-workspace loop), or the one the dispatcher would
+ * pick for NULL. Returns 0, DPT_ENOTSUP when the CPU lacks the instructions
+ * or this build does not have the kernel, DPT_EINVAL for other names. */
+int dpt__gemm_set_kernel(const char *name);
+
+int dpt__gemm_set_kernel(const char *name)
+{
+    pthread_once(&kernel_once, kernel_select);
+    if (name == NULL) {
+        kernel_select();
+        return DPT_OK;
+    }
+    if (strcmp(name, "unpacked") == 0) {
+        atomic_store(&kernel_index, DPT__KERNEL_UNPACKED);
+        return DPT_OK;
+    }
+    for (size_t i = 0; i < DPT__NKERNELS; i++) {
+        if (strcmp(name, kernels[i].name) != 0)
+            continue;
+        if (!kernels[i].supported())
+            return dpt_error(DPT_ENOTSUP, "gemm: this CPU cannot run the %s kernel", name);
+        atomic_store(&kernel_index, (int)i);
+        return DPT_OK;
+    }
+#if DPT__GEMM_X86
+    return dpt_error(DPT_EINVAL, "gemm: unknown kernel \"%s\"", name);
+#else
+    if (strcmp(name, "avx2") == 0 || strcmp(name, "avx512f") == 0)
+        return dpt_error(DPT_ENOTSUP, "gemm: the %s kernel is built on x86 only", name);
+    return dpt_error(DPT_EINVAL, "gemm: unknown kernel \"%s\"", name);
+#endif
+}
+
+/* ---- per-thread packing workspace ----------------------------------------- */
+
+/* One block per thread holds abuf then bbuf. It is kept across calls (a
+ * training step calls GEMM many times, and first touches of fresh pages are
+ * expensive on these machines) and freed by the key's destructor when the
+ * thread exits. */
+static pthread_once_t workspace_once = PTHREAD_ONCE_INIT;
+static pthread_key_t workspace_key;
+static int workspace_key_ok;
+
+static void workspace_key_create(void)
+{
+    workspace_key_ok = pthread_key_create(&workspace_key, free) == 0;
+}
+
+/* Returns the calling thread's workspace or NULL when it cannot be had. */
+static float *workspace_get(void)
+{
+    pthread_once(&workspace_once, workspace_key_create);
+    if (!workspace_key_ok)
+        return NULL;
+    float *ws = pthread_getspecific(workspace_key);
+    if (ws)
+        return ws;
+    void *p = NULL;
+    size_t bytes = (DPT__GEMM_ABUF_FLOATS + DPT__GEMM_BBUF_FLOATS) * sizeof(float);
+    if (posix_memalign(&p, 64, bytes) != 0)
+        return NULL;
+    if (pthread_setspecific(workspace_key, p) != 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* ---- packing --------------------------------------------------------------- */
+
+/* Copies op(A)[0:mc, 0:kc] (element (i, p) at a[i*rsa + p*csa]) into MR-row
+ * panels: panel q holds, for each p, the MR values of rows q*MR.. in a row,
+ * zeros past row mc. The loop order follows whichever stride is 1. */
+static void pack_a(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa, size_t csa,
+                   float *restrict dst)
+{
+    for (size_t i0 = 0; i0 < mc; i0 += mr) {
+        size_t rows = min_size(mr, mc - i0);
+        const float *src = a + i0 * rsa;
+        if (csa == 1) {
+            for (size_t i = 0; i < rows; i++)
+                for (size_t p = 0; p < kc; p++)
+                    dst[p * mr + i] = src[i * rsa + p];
+        } else {
+            for (size_t p = 0; p < kc; p++)
+                for (size_t i = 0; i < rows; i++)
+                    dst[p * mr + i] = src[i * rsa + p * csa];
+        }
+        for (size_t p = 0; rows < mr && p < kc; p++)
+            for (size_t i = rows; i < mr; i++)
+                dst[p * mr + i] = 0.0f;
+        dst += mr * kc;
+    }
+}
+
+/* Copies op(B)[0:kc, 0:nc] (element (p, j) at b[p*rsb + j*csb]) into NR-column
+ * panels: panel q holds, for each p, the NR values of columns q*NR.., zeros
+ * past column nc. */
+static void pack_b(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
+                   float *restrict dst)
+{
+    for (size_t j0 = 0; j0 < nc; j0 += nr) {
+        size_t cols = min_size(nr, nc - j0);
+        const float *src = b + j0 * csb;
+        if (csb == 1) {
+            for (size_t p = 0; p < kc; p++)
+                memcpy(dst + p * nr, src + p * rsb, cols * sizeof(float));
+        } else {
+            for (size_t j = 0; j < cols; j++)
+                for (size_t p = 0; p < kc; p++)
+                    dst[p * nr + j] = src[j * csb + p * rsb];
+        }
+        for (size_t p = 0; cols < nr && p < kc; p++)
+            for (size_t j = cols; j < nr; j++)
+                dst[p * nr + j] = 0.0f;
+        dst += nr * kc;
+    }
+}
+
+/* ---- drivers ------------------------------------------------------------- */
+
+/* Operand strides: element (i, j) of a matrix X is x[i*rs + j*cs]. */
+typedef struct dpt__gemm_args {
+    size_t m, n, k;
+    float alpha, beta;
+    const float *a;
+    size_t rsa, csa;
+    const float *b;
+    size_t rsb, csb;
+    float *c;
+    size_t rsc, csc;
+} dpt__gemm_args_t;
+
+/* The fallback without workspace: one dot product per element, in the same
+ * increasing-k order as the packed kernel (but without its KC chunking, so the
+ * last bits can differ from it). */
+static void gemm_unpacked(const dpt__gemm_args_t *g)
+{
+    for (size_t i = 0; i < g->m; i++) {
+        for (size_t j = 0; j < g->n; j++) {
+            float s = 0.0f;
+            for (size_t p = 0; p < g->k; p++)
+                s += g->a[i * g->rsa + p * g->csa] * g->b[p * g->rsb + j * g->csb];
+            float *cp = g->c + i * g->rsc + j * g->csc;
+            *cp = g->beta == 0.0f ? g->alpha * s : g->alpha * s + g->beta * *cp;
+        }
+    }
+}
+
+static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g, float *ws)
+{
+    float *abuf = ws;
+    float *bbuf = ws + DPT__GEMM_ABUF_FLOATS;
+    for (size_t jc = 0; jc < g->n; jc += DPT__GEMM_NC) {
+        size_t nc = min_size(DPT__GEMM_NC, g->n - jc);
+        for (size_t pc = 0; pc < g->k; pc += DPT__GEMM_KC) {
+            size_t kc = min_size(DPT__GEMM_KC, g->k - pc);
+            /* The first chunk of k applies the caller's beta; later chunks add
+             * to what the earlier ones stored. */
+            float beta = pc == 0 ? g->beta : 1.0f;
+            pack_b(kr->nr, nc, kc, g->b + pc * g->rsb + jc * g->csb, g->rsb, g->csb, bbuf);
+            for (size_t ic = 0; ic < g->m; ic += DPT__GEMM_MC) {
+                size_t mc = min_size(DPT__GEMM_MC, g->m - ic);
+                pack_a(kr->mr, mc, kc, g->a + ic * g->rsa + pc * g->csa, g->rsa, g->csa, abuf);
+                for (size_t jr = 0; jr < nc; jr += kr->nr) {
+                    size_t n = min_size(kr->nr, nc - jr);
+                    for (size_t ir = 0; ir < mc; ir += kr->mr) {
+                        size_t m = min_size(kr->mr, mc - ir);
+                        float *c = g->c + (ic + ir) * g->rsc + (jc + jr) * g->csc;
+                        kr->fn(kc, abuf + ir * kc, bbuf + jr * kc, c, g->rsc, g->csc, g->alpha,
+                               beta, m, n);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Tiles of `tile` rows needed to cover `len`, times `tile`: the padded size. */
+static size_t padded(size_t len, size_t tile)
+{
+    return (len + tile - 1) / tile * tile;
+}
+
+static void gemm_portable(dpt__gemm_args_t g)
+{
+    int ki = kernel_current();
+    float *ws = ki == DPT__KERNEL_UNPACKED ? NULL : workspace_get();
+    if (ws == NULL) {
+        gemm_unpacked(&g);
+        return;
+    }
+    const dpt__gemm_kernel_t *kr = &kernels[ki];
+    /* Solve C^T = op(B)^T op(A)^T instead when that wastes fewer padded
+     * lanes; ties keep the original problem, whose stores are contiguous. */
+    if (padded(g.n, kr->mr) * padded(g.m, kr->nr) < padded(g.m, kr->mr) * padded(g.n, kr->nr)) {
+        dpt__gemm_args_t t = g;
+        t.m = g.n;
+        t.n = g.m;
+        t.a = g.b;
+        t.rsa = g.csb;
+        t.csa = g.rsb;
+        t.b = g.a;
+        t.rsb = g.csa;
+        t.csb = g.rsa;
+        t.rsc = g.csc;
+        t.csc = g.rsc;
+        g = t;
+    }
+    gemm_packed(kr, &g, ws);
+}
+
+/* C = beta * C, without reading C when beta == 0 (the result when K == 0 or
+ * alpha == 0, where BLAS does not read A or B either). */
+static void scale_c(size_t m, size_t n, float beta, float *c, size_t ldc)
+{
+    for (size_t i = 0; i < m; i++) {
+        float *row = c + i * ldc;
+        if (beta == 0.0f)
+            memset(row, 0, n * sizeof(float));
+        else if (beta != 1.0f)
+            for (size_t j = 0; j < n; j++)
+                row[j] *= beta;
+    }
+}
+
+/* ---- CBLAS backend ------------------------------------------------------- */
+
+#if DPT_HAVE_CBLAS
+static pthread_once_t cblas_once = PTHREAD_ONCE_INIT;
+static char cblas_describe[256];
+
+/* Towers call GEMM from several threads at once; one OpenBLAS thread per call
+ * keeps them from oversubscribing the cores. */
+static void cblas_setup(void)
+{
+#if DPT_HAVE_OPENBLAS_THREADS
+    openblas_set_num_threads(1);
+    snprintf(cblas_describe, sizeof cblas_describe, "cblas (%s, core %s, 1 thread per call)",
+             openblas_get_config(), openblas_get_corename());
+#else
+    snprintf(cblas_describe, sizeof cblas_describe,
+             "cblas (%s, threads as the library is configured)", DPT_BLAS_NAME);
+#endif
+}
+
+/* Returns 0 when CBLAS ran, nonzero when a size does not fit its int
+ * arguments (the caller then uses the portable kernel). */
+static int gemm_cblas(int transa, int transb, size_t m, size_t n, size_t k, float alpha,
+                      const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                      float *c, size_t ldc)
+{
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX ||
+        ldc > INT_MAX)
+        return -1;
+    pthread_once(&cblas_once, cblas_setup);
+    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
+                transb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
+                (int)ldb, beta, c, (int)ldc);
+    return 0;
+}
+#endif
+
+/* ---- public interface ---------------------------------------------------- */
+
+static atomic_int current_backend = DPT__GEMM_DEFAULT_BACKEND;
+
+static int backend_built(dpt_gemm_backend_t backend)
+{
+    return backend == DPT_GEMM_PORTABLE || (backend == DPT_GEMM_CBLAS && DPT_HAVE_CBLAS);
+}
+
+static int backend_check(dpt_gemm_backend_t backend)
+{
+    if ((int)backend < 0 || (int)backend >= (int)DPT_GEMM_BACKEND_COUNT)
+        return dpt_error(DPT_EINVAL, "gemm: unknown backend %d", (int)backend);
+    if (!backend_built(backend))
+        return dpt_error(DPT_ENOTSUP, "gemm: backend %s is not built in (no CBLAS found)",
+                         dpt_gemm_backend_name(backend));
+    return DPT_OK;
+}
+
+dpt_gemm_backend_t dpt_gemm_get_backend(void)
+{
+    return (dpt_gemm_backend_t)atomic_load_explicit(&current_backend, memory_order_relaxed);
+}
+
+int dpt_gemm_set_backend(dpt_gemm_backend_t backend)
+{
+    int rc = backend_check(backend);
+    if (rc < 0)
+        return rc;
+    atomic_store(&current_backend, (int)backend);
+    return DPT_OK;
+}
+
+const char *dpt_gemm_backend_name(dpt_gemm_backend_t backend)
+{
+    switch (backend) {
+#define DPT__GEMM_NAME(sym, name) case sym: return name;
+        DPT_GEMM_BACKEND_LIST(DPT__GEMM_NAME)
+#undef DPT__GEMM_NAME
+    default: return "unknown";
+    }
+}
+
+const char *dpt_gemm_describe(dpt_gemm_backend_t backend)
+{
+    switch (backend) {
+    case DPT_GEMM_PORTABLE: {
+        int ki = kernel_current();
+        return ki == DPT__KERNEL_UNPACKED ? "portable (unpacked loop)" : kernels[ki].describe;
+    }
+    case DPT_GEMM_CBLAS:
+#if DPT_HAVE_CBLAS
+        pthread_once(&cblas_once, cblas_setup);
+        return cblas_describe;
+#else
+        return "cblas (not built in)";
+#endif
+    default: return "unknown";
+    }
+}
+
+int dpt_gemm_ex(dpt_gemm_backend_t backend, int transa, int transb, size_t m, size_t n,
+                size_t k, float alpha, const float *a, size_t lda, const float *b,
+                size_t ldb, float beta, float *c, size_t ldc)
+{
+    int rc = backend_check(backend);
+    if (rc < 0)
+        return rc;
+    assert((transa == 0 || transa == 1) && (transb == 0 || transb == 1));
+    assert(m == 0 || k == 0 || lda >= (transa ? m : k));
+    assert(n == 0 || k == 0 || ldb >= (transb ? k : n));
+    assert(m == 0 || n == 0 || ldc >= n);
+    if (m == 0 || n == 0)
+        return DPT_OK;
+    if (k == 0 || alpha == 0.0f) {
+        scale_c(m, n, beta, c, ldc);
+        return DPT_OK;
+    }
+#if DPT_HAVE_CBLAS
+    if (backend == DPT_GEMM_CBLAS &&
+        gemm_cblas(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0)
+        return DPT_OK;
+#endif
+    dpt__gemm_args_t g = {
+        .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+        .a = a, .rsa = transa ? 1 : lda, .csa = transa ? lda : 1,
+        .b = b, .rsb = transb ? 1 : ldb, .csb = transb ? ldb : 1,
+        .c = c, .rsc = ldc, .csc = 1,
+    };
+    gemm_portable(g);
+    return DPT_OK;
+}
+
+void dpt_gemm(int transa, int transb, size_t m, size_t n, size_t k, float alpha, const float *a,
+              size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
+{
+    (void)dpt_gemm_ex(dpt_gemm_get_backend(), transa, transb, m, n, k, alpha, a, lda, b, ldb,
+                      beta, c, ldc);
+}

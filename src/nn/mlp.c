@@ -1,0 +1,208 @@
+/* The built-in MLP: a sequential stack with a loss head, as a dpt_model_t. */
+#include "dpt/nn.h"
+#include "dpt/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct dpt_mlp {
+    dpt_vartable_t vars;
+    dpt_seq_t *seq;
+    dpt_loss_kind_t loss;
+    dpt_layer_spec_t *specs;  /* kept so that replicate() can rebuild the stack */
+    size_t nlayers, in_dim, out_dim, max_batch;
+    float *dy;                /* [max_batch, out_dim] loss gradient scratch */
+};
+
+static const char *const dpt__loss_names[] = {
+#define DPT__LOSS_NAME(sym, name) name,
+    DPT_LOSS_LIST(DPT__LOSS_NAME)
+#undef DPT__LOSS_NAME
+};
+
+void dpt_mlp_destroy(dpt_mlp_t *m)
+{
+    if (!m)
+        return;
+    dpt_seq_destroy(m->seq);
+    dpt_vartable_deinit(&m->vars);
+    dpt_free_aligned(m->dy);
+    free(m->specs);
+    free(m);
+}
+
+int dpt_mlp_create(dpt_mlp_t **out, size_t in_dim, const dpt_layer_spec_t *layers,
+                   size_t nlayers, dpt_loss_kind_t loss, size_t max_batch)
+{
+    *out = NULL;
+    if ((unsigned)loss >= DPT_LOSS_COUNT)
+        return dpt_error(DPT_EINVAL, "mlp: unknown loss %d", (int)loss);
+    dpt_mlp_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return dpt_error(DPT_ENOMEM, "mlp: cannot allocate");
+    dpt_vartable_init(&m->vars);
+    int rc = dpt_seq_create(&m->seq, in_dim, layers, nlayers, max_batch, &m->vars, "");
+    if (rc)
+        goto fail;
+    m->loss = loss;
+    m->nlayers = nlayers;
+    m->in_dim = in_dim;
+    m->out_dim = dpt_seq_out_dim(m->seq);
+    m->max_batch = max_batch;
+    if (loss == DPT_LOSS_SOFTMAX_XENT && m->out_dim < 2) {
+        rc = dpt_error(DPT_EINVAL, "mlp: softmax cross-entropy needs >= 2 outputs, got %zu",
+                       m->out_dim);
+        goto fail;
+    }
+    m->specs = malloc(nlayers * sizeof *m->specs);
+    m->dy = dpt_alloc_aligned(max_batch * m->out_dim * sizeof(float));
+    if (!m->specs || !m->dy) {
+        rc = dpt_error(DPT_ENOMEM, "mlp: cannot allocate scratch buffers");
+        goto fail;
+    }
+    memcpy(m->specs, layers, nlayers * sizeof *m->specs);
+    *out = m;
+    return DPT_OK;
+fail:
+    dpt_mlp_destroy(m);
+    return rc;
+}
+
+const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *m)
+{
+    return &m->vars;
+}
+
+void dpt_mlp_init_params(const dpt_mlp_t *m, float *params, dpt_rng_t *rng)
+{
+    dpt_seq_init_params(m->seq, params, rng);
+}
+
+static int dpt__mlp_check_batch(const dpt_mlp_t *m, const dpt_batch_t *b)
+{
+    if (!b || b->rows == 0)
+        return dpt_error(DPT_EINVAL, "mlp: empty batch");
+    if (!b->x)
+        return dpt_error(DPT_EINVAL, "mlp: batch has no inputs");
+    if (b->x_dim != m->in_dim)
+        return dpt_error(DPT_EINVAL, "mlp: batch inputs have %zu columns, the model expects %zu",
+                         b->x_dim, m->in_dim);
+    if (m->loss == DPT_LOSS_SOFTMAX_XENT && !b->labels)
+        return dpt_error(DPT_EINVAL, "mlp: softmax cross-entropy needs labels in the batch");
+    if (m->loss == DPT_LOSS_MSE && (!b->y || b->y_dim != m->out_dim))
+        return dpt_error(DPT_EINVAL, "mlp: mse needs targets with %zu columns, batch has %zu",
+                         m->out_dim, b->y ? b->y_dim : 0);
+    return DPT_OK;
+}
+
+/* Forward and loss on rows [r0, r0 + n); the loss gradient goes to m->dy
+ * when `grad` is set. Adds the row-weighted loss and hits to the totals. */
+static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt_batch_t *b, size_t r0,
+                          size_t n, int grad, double *loss_sum, double *hits)
+{
+    const float *y;
+    int rc = dpt_seq_forward(m->seq, params, b->x + r0 * m->in_dim, n, &y);
+    if (rc)
+        return rc;
+    double loss;
+    float *dy = grad ? m->dy : NULL;
+    if (dy)
+        dpt_vec_zero(dy, n * m->out_dim);
+    if (m->loss == DPT_LOSS_SOFTMAX_XENT) {
+        size_t correct = 0;
+        rc = dpt_loss_softmax_xent(y, b->labels + r0, n, m->out_dim, dy, &loss, &correct);
+        *hits += (double)correct;
+    } else {
+        rc = dpt_loss_mse(y, b->y + r0 * m->out_dim, n, m->out_dim, dy, &loss);
+    }
+    if (rc)
+        return rc;
+    *loss_sum += loss * (double)n;
+    return DPT_OK;
+}
+
+int dpt_mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt_batch_t *b,
+                      dpt_loss_out_t *out)
+{
+    int rc = dpt__mlp_check_batch(m, b);
+    if (rc)
+        return rc;
+    if (b->rows > m->max_batch)
+        return dpt_error(DPT_EINVAL, "mlp: batch of %zu rows exceeds max_batch %zu", b->rows,
+                         m->max_batch);
+    double loss_sum = 0.0, hits = 0.0;
+    rc = dpt__mlp_chunk(m, params, b, 0, b->rows, 1, &loss_sum, &hits);
+    if (rc)
+        return rc;
+    rc = dpt_seq_backward(m->seq, params, grads, m->dy, NULL);
+    if (rc)
+        return rc;
+    if (out) {
+        out->loss = loss_sum / (double)b->rows;
+        out->correct = hits;
+        out->rows = b->rows;
+    }
+    return DPT_OK;
+}
+
+int dpt_mlp_evaluate(dpt_mlp_t *m, const float *params, const dpt_batch_t *b,
+                     dpt_loss_out_t *out)
+{
+    int rc = dpt__mlp_check_batch(m, b);
+    if (rc)
+        return rc;
+    double loss_sum = 0.0, hits = 0.0;
+    for (size_t r0 = 0; r0 < b->rows; r0 += m->max_batch) {
+        size_t n = b->rows - r0 < m->max_batch ? b->rows - r0 : m->max_batch;
+        if ((rc = dpt__mlp_chunk(m, params, b, r0, n, 0, &loss_sum, &hits)) != 0)
+            return rc;
+    }
+    out->loss = loss_sum / (double)b->rows;
+    out->correct = hits;
+    out->rows = b->rows;
+    return DPT_OK;
+}
+
+int dpt_mlp_predict(dpt_mlp_t *m, const float *params, const float *x, size_t rows,
+                    const float **y)
+{
+    return dpt_seq_forward(m->seq, params, x, rows, y);
+}
+
+static int dpt__mlp_model_loss_grad(void *ctx, const float *params, float *grads,
+                                    const dpt_batch_t *batch, dpt_loss_out_t *out)
+{
+    return dpt_mlp_loss_grad(ctx, params, grads, batch, out);
+}
+
+static int dpt__mlp_model_replicate(void *ctx, void **copy)
+{
+    const dpt_mlp_t *m = ctx;
+    dpt_mlp_t *r;
+    int rc = dpt_mlp_create(&r, m->in_dim, m->specs, m->nlayers, m->loss, m->max_batch);
+    *copy = rc ? NULL : r;
+    return rc;
+}
+
+static void dpt__mlp_model_release(void *copy)
+{
+    dpt_mlp_destroy(copy);
+}
+
+dpt_model_t dpt_mlp_model(dpt_mlp_t *m)
+{
+    dpt_model_t model = {
+        .vars = &m->vars,
+        .ctx = m,
+        .max_batch = m->max_batch,
+        .loss_grad = dpt__mlp_model_loss_grad,
+        .replicate = dpt__mlp_model_replicate,
+        .release = dpt__mlp_model_release,
+    };
+    return model;
+}
+
+const char *dpt_loss_kind_name(dpt_loss_kind_t loss)
+{
+    return (unsigned)loss < DPT_LOSS_COUNT ? dpt__loss_names[loss] : "unknown";
+}

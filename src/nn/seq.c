@@ -1,0 +1,411 @@
+/*
+ * Layers and sequential stacks.
+ *
+ * Each layer kind is one entry of a const ops table (name, parameter
+ * tensors, output size, init, forward, backward); the stack walks the table.
+ * Activations are kept per layer for the backward pass; input gradients go
+ * through two ping-pong buffers. Everything is sized at create.
+ */
+#include "dpt/gemm.h"
+#include "dpt/nn.h"
+#include "dpt/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dpt__layer {
+    dpt_layer_spec_t spec;
+    size_t in, out;   /* features in and out */
+    size_t w_off;     /* linear: offset of W [out, in] in the arena */
+    size_t b_off;     /* linear: offset of b [out] */
+} dpt__layer_t;
+
+typedef struct dpt__layer_ops {
+    const char *name;
+    int has_params;
+    /* y [B, out] = f(x [B, in]) */
+    void (*forward)(const dpt__layer_t *l, const float *params, const float *x, float *y,
+                    size_t batch);
+    /* grads += dL/dparams; dx [B, in] += dL/dx (dx may be NULL) */
+    void (*backward)(const dpt__layer_t *l, const float *params, float *grads, const float *x,
+                     const float *y, const float *dy, float *dx, size_t batch);
+} dpt__layer_ops_t;
+
+/* linear: y = x W^T + b
+ *   x [B, I], W [O, I], b [O], y [B, O]
+ *   dW += dy^T x   [O, I]
+ *   db += sum_b dy [O]
+ *   dx += dy W     [B, I] */
+static void dpt__linear_forward(const dpt__layer_t *l, const float *params, const float *x,
+                                float *y, size_t batch)
+{
+    const float *w = params + l->w_off, *b = params + l->b_off;
+    for (size_t r = 0; r < batch; r++)
+        memcpy(y + r * l->out, b, l->out * sizeof(float));
+    dpt_gemm(0, 1, batch, l->out, l->in, 1.0f, x, l->in, w, l->in, 1.0f, y, l->out);
+}
+
+static void dpt__linear_backward(const dpt__layer_t *l, const float *params, float *grads,
+                                 const float *x, const float *y, const float *dy, float *dx,
+                                 size_t batch)
+{
+    (void)y;
+    float *dw = grads + l->w_off, *db = grads + l->b_off;
+    dpt_gemm(1, 0, l->out, l->in, batch, 1.0f, dy, l->out, x, l->in, 1.0f, dw, l->in);
+    for (size_t r = 0; r < batch; r++) {
+        const float *row = dy + r * l->out;
+        for (size_t o = 0; o < l->out; o++)
+            db[o] += row[o];
+    }
+    if (dx)
+        dpt_gemm(0, 0, batch, l->in, l->out, 1.0f, dy, l->out, params + l->w_off, l->in, 1.0f,
+                 dx, l->in);
+}
+
+static void dpt__relu_forward(const dpt__layer_t *l, const float *params, const float *x,
+                              float *y, size_t batch)
+{
+    (void)params;
+    size_t n = batch * l->out;
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+static void dpt__relu_backward(const dpt__layer_t *l, const float *params, float *grads,
+                               const float *x, const float *y, const float *dy, float *dx,
+                               size_t batch)
+{
+    (void)params, (void)grads, (void)x;
+    if (!dx)
+        return;
+    size_t n = batch * l->out;
+    for (size_t i = 0; i < n; i++)
+        dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+static void dpt__tanh_forward(const dpt__layer_t *l, const float *params, const float *x,
+                              float *y, size_t batch)
+{
+    (void)params;
+    size_t n = batch * l->out;
+    for (size_t i = 0; i < n; i++)
+        y[i] = tanhf(x[i]);
+}
+
+static void dpt__tanh_backward(const dpt__layer_t *l, const float *params, float *grads,
+                               const float *x, const float *y, const float *dy, float *dx,
+                               size_t batch)
+{
+    (void)params, (void)grads, (void)x;
+    if (!dx)
+        return;
+    size_t n = batch * l->out;
+    for (size_t i = 0; i < n; i++)
+        dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+}
+
+/* Indexed by dpt_layer_kind_t; the order follows DPT_LAYER_LIST. */
+static const dpt__layer_ops_t dpt__layer_ops[DPT_LAYER_COUNT] = {
+    [DPT_LAYER_LINEAR] = {"linear", 1, dpt__linear_forward, dpt__linear_backward},
+    [DPT_LAYER_RELU] = {"relu", 0, dpt__relu_forward, dpt__relu_backward},
+    [DPT_LAYER_TANH] = {"tanh", 0, dpt__tanh_forward, dpt__tanh_backward},
+};
+
+static const char *const dpt__layer_names[] = {
+#define DPT__LAYER_NAME(sym, name) name,
+    DPT_LAYER_LIST(DPT__LAYER_NAME)
+#undef DPT__LAYER_NAME
+};
+
+static const char *const dpt__init_names[] = {
+#define DPT__INIT_NAME(sym, name) name,
+    DPT_INIT_LIST(DPT__INIT_NAME)
+#undef DPT__INIT_NAME
+};
+
+const char *dpt_layer_kind_name(dpt_layer_kind_t kind)
+{
+    return (unsigned)kind < DPT_LAYER_COUNT ? dpt__layer_names[kind] : "unknown";
+}
+
+const char *dpt_init_name(dpt_init_t init)
+{
+    return (unsigned)init < DPT_INIT_COUNT ? dpt__init_names[init] : "unknown";
+}
+
+int dpt_layer_kind_parse(const char *name, dpt_layer_kind_t *kind)
+{
+    for (int i = 0; i < DPT_LAYER_COUNT; i++)
+        if (strcmp(name, dpt__layer_names[i]) == 0) {
+            *kind = (dpt_layer_kind_t)i;
+            return DPT_OK;
+        }
+    return dpt_error(DPT_EINVAL, "unknown layer kind \"%s\" (known: linear, relu, tanh)", name);
+}
+
+int dpt_init_parse(const char *name, dpt_init_t *init)
+{
+    for (int i = 0; i < DPT_INIT_COUNT; i++)
+        if (strcmp(name, dpt__init_names[i]) == 0) {
+            *init = (dpt_init_t)i;
+            return DPT_OK;
+        }
+    return dpt_error(DPT_EINVAL,
+                     "unknown initialisation \"%s\" (known: default, uniform, normal, orthogonal)",
+                     name);
+}
+
+struct dpt_seq {
+    dpt__layer_t *layers;
+    size_t nlayers;
+    size_t in_dim, out_dim, max_batch, max_width;
+    float **act;         /* act[i] = output of layer i, [max_batch, layers[i].out] */
+    float *dbuf[2];      /* ping-pong input-gradient buffers [max_batch, max_width] */
+    const float *x;      /* input of the last forward (borrowed) */
+    size_t batch;        /* rows of the last forward, 0 = none */
+};
+
+void dpt_seq_destroy(dpt_seq_t *s)
+{
+    if (!s)
+        return;
+    if (s->act)
+        for (size_t i = 0; i < s->nlayers; i++)
+            dpt_free_aligned(s->act[i]);
+    free(s->act);
+    dpt_free_aligned(s->dbuf[0]);
+    dpt_free_aligned(s->dbuf[1]);
+    free(s->layers);
+    free(s);
+}
+
+static float *dpt__alloc_floats(size_t rows, size_t cols)
+{
+    size_t n, bytes;
+    if (dpt_mul_size(rows, cols, &n) || dpt_mul_size(n, sizeof(float), &bytes))
+        return NULL;
+    return dpt_alloc_aligned(bytes);
+}
+
+int dpt_seq_create(dpt_seq_t **out, size_t in_dim, const dpt_layer_spec_t *layers,
+                   size_t nlayers, size_t max_batch, dpt_vartable_t *table, const char *prefix)
+{
+    *out = NULL;
+    if (!layers || nlayers == 0)
+        return dpt_error(DPT_EINVAL, "sequential model: no layers");
+    if (in_dim == 0)
+        return dpt_error(DPT_EINVAL, "sequential model: input size is 0");
+    if (max_batch == 0)
+        return dpt_error(DPT_EINVAL, "sequential model: max_batch is 0");
+    if (!table)
+        return dpt_error(DPT_EINVAL, "sequential model: no variable table given");
+    if (!prefix)
+        prefix = "";
+    dpt_seq_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return dpt_error(DPT_ENOMEM, "sequential model: cannot allocate");
+    s->layers = calloc(nlayers, sizeof *s->layers);
+    s->act = calloc(nlayers, sizeof *s->act);
+    if (!s->layers || !s->act) {
+        dpt_seq_destroy(s);
+        return dpt_error(DPT_ENOMEM, "sequential model: cannot allocate %zu layers", nlayers);
+    }
+    s->nlayers = nlayers;
+    s->in_dim = in_dim;
+    s->max_batch = max_batch;
+    size_t width = in_dim, max_width = in_dim;
+    int rc = DPT_OK;
+    for (size_t i = 0; i < nlayers; i++) {
+        dpt__layer_t *l = &s->layers[i];
+        l->spec = layers[i];
+        l->in = width;
+        if ((unsigned)l->spec.kind >= DPT_LAYER_COUNT) {
+            rc = dpt_error(DPT_EINVAL, "layer %zu: unknown kind %d", i, (int)l->spec.kind);
+            goto fail;
+        }
+        if (l->spec.kind == DPT_LAYER_LINEAR) {
+            if (l->spec.out == 0) {
+                rc = dpt_error(DPT_EINVAL, "layer %zu (linear): output size is 0", i);
+                goto fail;
+            }
+            if ((unsigned)l->spec.init >= DPT_INIT_COUNT) {
+                rc = dpt_error(DPT_EINVAL, "layer %zu (linear): unknown init %d", i,
+                               (int)l->spec.init);
+                goto fail;
+            }
+            l->out = l->spec.out;
+            char name[DPT_VAR_NAME_MAX + 32];
+            size_t wshape[2] = {l->out, l->in}, bshape[1] = {l->out};
+            snprintf(name, sizeof name, "%s%zu.weight", prefix, i);
+            if ((rc = dpt_vartable_add(table, name, 2, wshape, &l->w_off)) != 0)
+                goto fail;
+            snprintf(name, sizeof name, "%s%zu.bias", prefix, i);
+            if ((rc = dpt_vartable_add(table, name, 1, bshape, &l->b_off)) != 0)
+                goto fail;
+        } else {
+            l->out = l->in;
+        }
+        width = l->out;
+        if (width > max_width)
+            max_width = width;
+        s->act[i] = dpt__alloc_floats(max_batch, l->out);
+        if (!s->act[i]) {
+            rc = dpt_error(DPT_ENOMEM, "layer %zu: cannot allocate activations for %zu rows", i,
+                           max_batch);
+            goto fail;
+        }
+    }
+    s->out_dim = width;
+    s->max_width = max_width;
+    s->dbuf[0] = dpt__alloc_floats(max_batch, max_width);
+    s->dbuf[1] = dpt__alloc_floats(max_batch, max_width);
+    if (!s->dbuf[0] || !s->dbuf[1]) {
+        rc = dpt_error(DPT_ENOMEM, "sequential model: cannot allocate gradient buffers");
+        goto fail;
+    }
+    *out = s;
+    return DPT_OK;
+fail:
+    dpt_seq_destroy(s);
+    return rc;
+}
+
+size_t dpt_seq_in_dim(const dpt_seq_t *s) { return s->in_dim; }
+size_t dpt_seq_out_dim(const dpt_seq_t *s) { return s->out_dim; }
+size_t dpt_seq_max_batch(const dpt_seq_t *s) { return s->max_batch; }
+
+/* Orthonormalises the rows of a [rows, cols] matrix (rows <= cols) in place
+ * by modified Gram–Schmidt in double. A row that becomes (numerically) zero
+ * is redrawn — impossible in practice with Gaussian input, but cheap. */
+static void dpt__orthonormal_rows(double *m, size_t rows, size_t cols, dpt_rng_t *rng)
+{
+    for (size_t i = 0; i < rows; i++) {
+        double *ri = m + i * cols;
+        for (int attempt = 0; attempt < 8; attempt++) {
+            for (size_t j = 0; j < i; j++) {
+                const double *rj = m + j * cols;
+                double d = 0.0;
+                for (size_t c = 0; c < cols; c++)
+                    d += ri[c] * rj[c];
+                for (size_t c = 0; c < cols; c++)
+                    ri[c] -= d * rj[c];
+            }
+            double n = 0.0;
+            for (size_t c = 0; c < cols; c++)
+                n += ri[c] * ri[c];
+            n = sqrt(n);
+            if (n > 1e-10) {
+                for (size_t c = 0; c < cols; c++)
+                    ri[c] /= n;
+                break;
+            }
+            for (size_t c = 0; c < cols; c++)
+                ri[c] = dpt_rng_normal(rng);
+        }
+    }
+}
+
+static void dpt__init_linear(const dpt__layer_t *l, float *params, dpt_rng_t *rng)
+{
+    float *w = params + l->w_off, *b = params + l->b_off;
+    size_t n = l->out * l->in;
+    float gain = l->spec.gain;
+    switch (l->spec.init) {
+    case DPT_INIT_DEFAULT: {
+        float bound = 1.0f / sqrtf((float)l->in);
+        dpt_rng_fill_uniform(rng, w, n, -bound, bound);
+        dpt_rng_fill_uniform(rng, b, l->out, -bound, bound);
+        return;
+    }
+    case DPT_INIT_UNIFORM:
+        dpt_rng_fill_uniform(rng, w, n, -gain, gain);
+        break;
+    case DPT_INIT_NORMAL:
+        dpt_rng_fill_normal(rng, w, n, 0.0f, gain);
+        break;
+    case DPT_INIT_ORTHOGONAL: {
+        /* Work on the orientation with fewer vectors than their length. */
+        size_t rows = l->out <= l->in ? l->out : l->in;
+        size_t cols = l->out <= l->in ? l->in : l->out;
+        double *m = malloc(n * sizeof *m);
+        if (!m) {
+            /* Out of memory for the scratch: fall back to a scaled normal
+             * init rather than leaving the weights zero. */
+            dpt_rng_fill_normal(rng, w, n, 0.0f, gain / sqrtf((float)l->in));
+            break;
+        }
+        for (size_t i = 0; i < n; i++)
+            m[i] = dpt_rng_normal(rng);
+        dpt__orthonormal_rows(m, rows, cols, rng);
+        for (size_t i = 0; i < rows; i++)
+            for (size_t c = 0; c < cols; c++) {
+                float v = (float)((double)gain * m[i * cols + c]);
+                if (l->out <= l->in)
+                    w[i * l->in + c] = v; /* rows of W */
+                else
+                    w[c * l->in + i] = v; /* columns of W */
+            }
+        free(m);
+        break;
+    }
+    default:
+        break;
+    }
+    dpt_vec_zero(b, l->out);
+}
+
+void dpt_seq_init_params(const dpt_seq_t *s, float *params, dpt_rng_t *rng)
+{
+    for (size_t i = 0; i < s->nlayers; i++)
+        if (s->layers[i].spec.kind == DPT_LAYER_LINEAR)
+            dpt__init_linear(&s->layers[i], params, rng);
+}
+
+int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t batch,
+                    const float **y)
+{
+    s->batch = 0;
+    if (batch == 0 || batch > s->max_batch)
+        return dpt_error(DPT_EINVAL, "sequential model: batch of %zu rows (allowed 1..%zu)",
+                         batch, s->max_batch);
+    if (!dpt_vec_all_finite(x, batch * s->in_dim)) {
+        size_t i = dpt_vec_first_nonfinite(x, batch * s->in_dim);
+        return dpt_error(DPT_ENUMERIC, "sequential model: input row %zu column %zu is %g",
+                         i / s->in_dim, i % s->in_dim, (double)x[i]);
+    }
+    const float *in = x;
+    for (size_t i = 0; i < s->nlayers; i++) {
+        const dpt__layer_t *l = &s->layers[i];
+        dpt__layer_ops[l->spec.kind].forward(l, params, in, s->act[i], batch);
+        in = s->act[i];
+    }
+    s->x = x;
+    s->batch = batch;
+    *y = in;
+    return DPT_OK;
+}
+
+int dpt_seq_backward(dpt_seq_t *s, const float *params, float *grads, const float *dy,
+                     float *dx)
+{
+    if (s->batch == 0)
+        return dpt_error(DPT_ESTATE, "sequential model: backward without a forward pass");
+    size_t batch = s->batch;
+    const float *g = dy;
+    for (size_t i = s->nlayers; i-- > 0;) {
+        const dpt__layer_t *l = &s->layers[i];
+        const float *lx = i ? s->act[i - 1] : s->x;
+        float *ldx;
+        if (i == 0) {
+            ldx = dx; /* the caller's (accumulating) input gradient, or NULL */
+        } else {
+            ldx = s->dbuf[i & 1];
+            dpt_vec_zero(ldx, batch * l->in);
+        }
+        dpt__layer_ops[l->spec.kind].backward(l, params, grads, lx, s->act[i], g, ldx, batch);
+        g = ldx;
+    }
+    return DPT_OK;
+}

@@ -1,0 +1,216 @@
+/* Optimizers over flat arenas, global-norm clipping, learning-rate schedules. */
+#include "dpt/optim.h"
+#include "dpt/arena.h"
+#include "dpt/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dpt_optim {
+    dpt_optim_config_t cfg;
+    size_t count;
+    int nslots;
+    dpt_arena_t slot[2];
+    uint64_t t;
+};
+
+static const struct {
+    const char *name;
+    int slots;
+} dpt__optim_info[DPT_OPTIM_COUNT] = {
+#define DPT__OPTIM_INFO(sym, name, slots) [sym] = {name, slots},
+    DPT_OPTIM_LIST(DPT__OPTIM_INFO)
+#undef DPT__OPTIM_INFO
+};
+
+static const char *const dpt__schedule_names[DPT_SCHEDULE_COUNT] = {
+#define DPT__SCHED_NAME(sym, name) [sym] = name,
+    DPT_SCHEDULE_LIST(DPT__SCHED_NAME)
+#undef DPT__SCHED_NAME
+};
+
+dpt_optim_config_t dpt_optim_defaults(dpt_optim_kind_t kind)
+{
+    dpt_optim_config_t c = {
+        .kind = kind,
+        .momentum = 0.9f,
+        .nesterov = 0,
+        .beta1 = 0.9f,
+        .beta2 = 0.999f,
+        .eps = 1e-8f,
+        .weight_decay = 0.0f,
+    };
+    return c;
+}
+
+const char *dpt_optim_kind_name(dpt_optim_kind_t kind)
+{
+    return (unsigned)kind < DPT_OPTIM_COUNT ? dpt__optim_info[kind].name : "unknown";
+}
+
+int dpt_optim_kind_parse(const char *name, dpt_optim_kind_t *kind)
+{
+    for (int i = 0; i < DPT_OPTIM_COUNT; i++)
+        if (strcmp(name, dpt__optim_info[i].name) == 0) {
+            *kind = (dpt_optim_kind_t)i;
+            return DPT_OK;
+        }
+    return dpt_error(DPT_EINVAL, "unknown optimizer \"%s\" (known: sgd, momentum, adam, adamw)",
+                     name);
+}
+
+int dpt_optim_create(dpt_optim_t **out, const dpt_optim_config_t *cfg, size_t count)
+{
+    *out = NULL;
+    if ((unsigned)cfg->kind >= DPT_OPTIM_COUNT)
+        return dpt_error(DPT_EINVAL, "optimizer: unknown kind %d", (int)cfg->kind);
+    const char *name = dpt__optim_info[cfg->kind].name;
+    if (!(cfg->weight_decay >= 0.0f) || !isfinite(cfg->weight_decay))
+        return dpt_error(DPT_EINVAL, "optimizer %s: weight decay %g must be >= 0", name,
+                         (double)cfg->weight_decay);
+    if (cfg->kind == DPT_OPTIM_MOMENTUM && !(cfg->momentum >= 0.0f && cfg->momentum < 1.0f))
+        return dpt_error(DPT_EINVAL, "optimizer momentum: momentum %g is outside [0, 1)",
+                         (double)cfg->momentum);
+    if (cfg->nesterov && cfg->kind != DPT_OPTIM_MOMENTUM)
+        return dpt_error(DPT_EINVAL, "optimizer %s: nesterov needs the momentum optimizer", name);
+    if (cfg->kind == DPT_OPTIM_ADAM || cfg->kind == DPT_OPTIM_ADAMW) {
+        if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) || !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
+            return dpt_error(DPT_EINVAL, "optimizer %s: betas (%g, %g) must be in [0, 1)", name,
+                             (double)cfg->beta1, (double)cfg->beta2);
+        if (!(cfg->eps > 0.0f))
+            return dpt_error(DPT_EINVAL, "optimizer %s: eps %g must be > 0", name,
+                             (double)cfg->eps);
+    }
+    dpt_optim_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return dpt_error(DPT_ENOMEM, "optimizer: cannot allocate");
+    o->cfg = *cfg;
+    o->count = count;
+    o->nslots = dpt__optim_info[cfg->kind].slots;
+    for (int s = 0; s < o->nslots; s++) {
+        int rc = dpt_arena_init(&o->slot[s], count);
+        if (rc) {
+            dpt_optim_destroy(o);
+            return rc;
+        }
+    }
+    *out = o;
+    return DPT_OK;
+}
+
+void dpt_optim_destroy(dpt_optim_t *o)
+{
+    if (!o)
+        return;
+    dpt_arena_deinit(&o->slot[0]);
+    dpt_arena_deinit(&o->slot[1]);
+    free(o);
+}
+
+void dpt_optim_update(dpt_optim_t *o, float *p, const float *g, size_t lo, size_t hi,
+                      uint64_t t, float lr)
+{
+    const dpt_optim_config_t *c = &o->cfg;
+    float wd = c->weight_decay;
+    if (hi > o->count)
+        hi = o->count;
+    switch (c->kind) {
+    case DPT_OPTIM_SGD:
+        for (size_t i = lo; i < hi; i++)
+            p[i] -= lr * (g[i] + wd * p[i]);
+        break;
+    case DPT_OPTIM_MOMENTUM: {
+        float *v = o->slot[0].data, mu = c->momentum;
+        for (size_t i = lo; i < hi; i++) {
+            float gi = g[i] + wd * p[i];
+            v[i] = mu * v[i] + gi;
+            p[i] -= lr * (c->nesterov ? gi + mu * v[i] : v[i]);
+        }
+        break;
+    }
+    case DPT_OPTIM_ADAM:
+    case DPT_OPTIM_ADAMW: {
+        float *m = o->slot[0].data, *v = o->slot[1].data;
+        float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+        if (t == 0)
+            t = 1;
+        /* Bias corrections in double: 1 - b^t loses digits in float for
+         * b2 = 0.999 and small t. */
+        float bc1 = (float)(1.0 - pow((double)b1, (double)t));
+        float bc2 = (float)(1.0 - pow((double)b2, (double)t));
+        float inv_bc1 = 1.0f / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
+        int decoupled = c->kind == DPT_OPTIM_ADAMW;
+        for (size_t i = lo; i < hi; i++) {
+            float gi = decoupled ? g[i] : g[i] + wd * p[i];
+            m[i] = b1 * m[i] + (1.0f - b1) * gi;
+            v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+            if (decoupled)
+                p[i] -= lr * wd * p[i];
+            p[i] -= lr * (m[i] * inv_bc1) / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void dpt_optim_step(dpt_optim_t *o, float *params, const float *grads, float lr)
+{
+    o->t++;
+    dpt_optim_update(o, params, grads, 0, o->count, o->t, lr);
+}
+
+uint64_t dpt_optim_get_t(const dpt_optim_t *o) { return o->t; }
+void dpt_optim_set_t(dpt_optim_t *o, uint64_t t) { o->t = t; }
+int dpt_optim_num_slots(const dpt_optim_t *o) { return o->nslots; }
+size_t dpt_optim_count(const dpt_optim_t *o) { return o->count; }
+const dpt_optim_config_t *dpt_optim_config(const dpt_optim_t *o) { return &o->cfg; }
+
+float *dpt_optim_slot(dpt_optim_t *o, int slot)
+{
+    if (slot < 0 || slot >= o->nslots)
+        return NULL;
+    return o->slot[slot].data;
+}
+
+float dpt_clip_factor(double norm, double max_norm)
+{
+    if (max_norm > 0.0 && norm > max_norm)
+        return (float)(max_norm / (norm + 1e-6));
+    return 1.0f;
+}
+
+double dpt_clip_global_norm(float *grads, size_t n, double max_norm)
+{
+    double norm = sqrt(dpt_vec_sumsq(grads, n));
+    float f = dpt_clip_factor(norm, max_norm);
+    if (f != 1.0f)
+        dpt_vec_scale(grads, n, f);
+    return norm;
+}
+
+float dpt_schedule_lr(const dpt_schedule_t *s, uint64_t step)
+{
+    if (s->kind != DPT_SCHEDULE_LINEAR || s->total_steps == 0)
+        return s->lr0;
+    double frac = step >= s->total_steps ? 1.0 : (double)step / (double)s->total_steps;
+    return (float)((double)s->lr0 + ((double)s->lr_end - (double)s->lr0) * frac);
+}
+
+const char *dpt_schedule_kind_name(dpt_schedule_kind_t kind)
+{
+    return (unsigned)kind < DPT_SCHEDULE_COUNT ? dpt__schedule_names[kind] : "unknown";
+}
+
+int dpt_schedule_kind_parse(const char *name, dpt_schedule_kind_t *kind)
+{
+    for (int i = 0; i < DPT_SCHEDULE_COUNT; i++)
+        if (strcmp(name, dpt__schedule_names[i]) == 0) {
+            *kind = (dpt_schedule_kind_t)i;
+            return DPT_OK;
+        }
+    return dpt_error(DPT_EINVAL, "unknown learning-rate schedule \"%s\" (known: constant, linear)",
+                     name);
+}

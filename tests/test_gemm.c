@@ -1,0 +1,359 @@
+/*
+ * Tests of dpt_gemm: every portable kernel this CPU can run, and CBLAS when
+ * it is built in, against a naive double-precision reference over many
+ * shapes, all four transpose combinations, padded strides and several
+ * alpha/beta values; bitwise determinism across calls and threads; the
+ * backend selection errors.
+ */
+#include "dpt/gemm.h"
+#include "dpt_config.h"
+#include "dpt_test.h"
+
+#include <float.h>
+#include <pthread.h>
+#include <stdint.h>
+
+/* Test hook defined in src/nn/gemm.c (not part of the public API): selects a
+ * portable kernel by name, NULL restores the dispatcher's choice. */
+int dpt__gemm_set_kernel(const char *name);
+
+/* Every portable kernel variant; those the CPU lacks are skipped. "unpacked"
+ * is the loop used when the per-thread workspace cannot be allocated. */
+static const char *const kernel_names[] = {"c", "avx2", "avx512f", "unpacked"};
+
+/* Extra elements at the end of each row of A, B and C, filled with NaN (A, B)
+ * or a sentinel (C), so that reading or writing outside the matrix shows. */
+#define PAD 3
+#define SENTINEL 12345.0f
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+
+/* Uniform in [-1, 1), from a xorshift64* generator (fixed seed, so failures
+ * reproduce). */
+static float rnd(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545f4914f6cdd1du;
+    return (float)((double)(r >> 40) / (double)(1u << 23)) - 1.0f;
+}
+
+/* A rows x cols row-major matrix with leading dimension cols + PAD: values
+ * in [-1, 1), NaN in the padding. */
+static float *matrix_new(size_t rows, size_t cols, size_t *ld)
+{
+    *ld = cols + PAD;
+    size_t count = rows * *ld + 1;
+    float *x = malloc(count * sizeof(float));
+    if (!x)
+        return NULL;
+    for (size_t i = 0; i < count; i++)
+        x[i] = NAN;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            x[i * *ld + j] = rnd();
+    return x;
+}
+
+/*
+ * Error bound. Each element of C is a sum of k products formed and added in
+ * float, then scaled by alpha and added to beta*C: the rounding error of such
+ * a sum is at most about (k + 2) * u * (|alpha| * sum_p |a_ip b_pj| +
+ * |beta c_ij|) with u = FLT_EPSILON / 2 (Higham, ch. 3). We allow
+ * (k + 4) * FLT_EPSILON times that scale, twice the worst case, relative to
+ * the sum of magnitudes rather than to the result, so cancellation does not
+ * cause false failures. A wrong index or a missed term gives an error of
+ * order 1 in this measure, far above the tolerance.
+ */
+static double tolerance(size_t k)
+{
+    return (double)(k + 4) * (double)FLT_EPSILON;
+}
+
+typedef struct gemm_case {
+    int ta, tb;
+    size_t m, n, k;
+    float alpha, beta;
+} gemm_case_t;
+
+/* Runs one GEMM with `backend` on random data and checks it against the
+ * double reference, the untouched padding of C, and (beta == 0) that the NaN
+ * which fills C before the call does not propagate. Returns 0 when it
+ * passed. */
+static int run_case(dpt_gemm_backend_t backend, gemm_case_t t)
+{
+    size_t ar = t.ta ? t.k : t.m, ac = t.ta ? t.m : t.k;
+    size_t br = t.tb ? t.n : t.k, bc = t.tb ? t.k : t.n;
+    size_t lda, ldb, ldc;
+    float *a = matrix_new(ar, ac, &lda);
+    float *b = matrix_new(br, bc, &ldb);
+    float *c = matrix_new(t.m, t.n, &ldc);
+    float *c0 = matrix_new(t.m, t.n, &ldc);
+    int bad = 0;
+    if (!a || !b || !c || !c0) {
+        CHECK(!"out of memory");
+        bad = 1;
+        goto done;
+    }
+    for (size_t i = 0; i < t.m * ldc + 1; i++) {
+        int pad = (i % ldc) >= t.n || i == t.m * ldc;
+        c[i] = pad ? SENTINEL : (t.beta == 0.0f ? NAN : c[i]);
+        c0[i] = c[i];
+    }
+    int rc = dpt_gemm_ex(backend, t.ta, t.tb, t.m, t.n, t.k, t.alpha, a, lda, b, ldb, t.beta, c,
+                         ldc);
+    CHECK_OK(rc);
+    double worst = 0.0;
+    for (size_t i = 0; i < t.m; i++) {
+        for (size_t j = 0; j < t.n; j++) {
+            double sum = 0.0, mag = 0.0;
+            for (size_t p = 0; p < t.k; p++) {
+                double x = t.ta ? a[p * lda + i] : a[i * lda + p];
+                double y = t.tb ? b[j * ldb + p] : b[p * ldb + j];
+                sum += x * y;
+                mag += fabs(x * y);
+            }
+            double ref = (double)t.alpha * sum, scale = fabs((double)t.alpha) * mag;
+            if (t.beta != 0.0f) {
+                ref += (double)t.beta * (double)c0[i * ldc + j];
+                scale += fabs((double)t.beta * (double)c0[i * ldc + j]);
+            }
+            double err = fabs((double)c[i * ldc + j] - ref);
+            double rel = err / (scale > 0.0 ? scale : 1.0);
+            if (!(rel <= worst))
+                worst = isnan(rel) ? (double)INFINITY : rel;
+        }
+    }
+    if (!(worst <= tolerance(t.k))) {
+        fprintf(stderr, "  %s ta=%d tb=%d m=%zu n=%zu k=%zu alpha=%g beta=%g: error %.3g > %.3g\n",
+                dpt_gemm_describe(backend), t.ta, t.tb, t.m, t.n, t.k, (double)t.alpha,
+                (double)t.beta, worst, tolerance(t.k));
+        bad = 1;
+    }
+    for (size_t i = 0; i < t.m * ldc + 1; i++) {
+        if (((i % ldc) >= t.n || i == t.m * ldc) && c[i] != SENTINEL) {
+            fprintf(stderr, "  ta=%d tb=%d m=%zu n=%zu k=%zu: padding of C overwritten at %zu\n",
+                    t.ta, t.tb, t.m, t.n, t.k, i);
+            bad = 1;
+            break;
+        }
+    }
+done:
+    free(a);
+    free(b);
+    free(c);
+    free(c0);
+    return bad;
+}
+
+/* Shapes: the trivial one, odd sizes that are not multiples of any tile,
+ * exact tiles, narrow N and M (the transposed-problem path), K past one KC
+ * block (256), M past one MC block (96), N past one NC block (1024), and the
+ * layer shapes dpt trains. */
+static const size_t shapes[][3] = {
+    {1, 1, 1},     {7, 13, 5},    {5, 7, 13},   {13, 5, 7},    {6, 16, 8},
+    {8, 32, 4},    {4, 8, 3},     {17, 33, 65}, {1, 100, 300}, {100, 1, 300},
+    {128, 2, 64},  {2, 64, 128},  {3, 50, 2},   {20, 30, 600}, {10, 1100, 20},
+    {300, 257, 129}, {64, 10, 512}, {64, 512, 40},
+};
+
+static const float alphas[] = {1.0f, -0.5f, 2.5f};
+static const float betas[] = {0.0f, 1.0f, -1.5f};
+
+/* All shapes x transposes x (alpha, beta) pairs; returns the failure count. */
+static int run_all(dpt_gemm_backend_t backend)
+{
+    int failed = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int tr = 0; tr < 4; tr++) {
+            for (size_t v = 0; v < 3; v++) {
+                gemm_case_t t = {tr >> 1, tr & 1, shapes[s][0], shapes[s][1], shapes[s][2],
+                                 alphas[v], betas[(v + (size_t)tr) % 3]};
+                failed += run_case(backend, t);
+            }
+        }
+    }
+    return failed;
+}
+
+static void test_portable_kernels(void)
+{
+    int ran = 0;
+    for (size_t i = 0; i < sizeof kernel_names / sizeof kernel_names[0]; i++) {
+        int rc = dpt__gemm_set_kernel(kernel_names[i]);
+        if (rc == DPT_ENOTSUP) {
+            printf("     kernel %s: not supported here, skipped\n", kernel_names[i]);
+            continue;
+        }
+        CHECK_OK(rc);
+        printf("     kernel %s: %s\n", kernel_names[i], dpt_gemm_describe(DPT_GEMM_PORTABLE));
+        CHECK(run_all(DPT_GEMM_PORTABLE) == 0);
+        ran++;
+    }
+    CHECK_OK(dpt__gemm_set_kernel(NULL));
+    CHECK(ran >= 2);
+    CHECK_ERR(dpt__gemm_set_kernel("sse9"), DPT_EINVAL, "sse9");
+}
+
+static void test_cblas(void)
+{
+    if (!DPT_HAVE_CBLAS) {
+        printf("     skipped: CBLAS is not built in\n");
+        return;
+    }
+    printf("     %s\n", dpt_gemm_describe(DPT_GEMM_CBLAS));
+    CHECK(run_all(DPT_GEMM_CBLAS) == 0);
+}
+
+/* CBLAS and the portable kernel agree within twice the reference tolerance
+ * on the layer shapes (each is within one tolerance of the exact result). */
+static void test_cblas_vs_portable(void)
+{
+    if (!DPT_HAVE_CBLAS) {
+        printf("     skipped: CBLAS is not built in\n");
+        return;
+    }
+    size_t m = 64, n = 512, k = 784, lda, ldb, ldc;
+    float *x = matrix_new(m, k, &lda), *w = matrix_new(n, k, &ldb);
+    float *c1 = matrix_new(m, n, &ldc), *c2 = matrix_new(m, n, &ldc);
+    REQUIRE(x && w && c1 && c2);
+    CHECK_OK(dpt_gemm_ex(DPT_GEMM_PORTABLE, 0, 1, m, n, k, 1.0f, x, lda, w, ldb, 0.0f, c1, ldc));
+    CHECK_OK(dpt_gemm_ex(DPT_GEMM_CBLAS, 0, 1, m, n, k, 1.0f, x, lda, w, ldb, 0.0f, c2, ldc));
+    double worst = 0.0;
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++)
+            worst = fmax(worst, fabs((double)c1[i * ldc + j] - (double)c2[i * ldc + j]));
+    /* |x w| <= 1 per term, so k is a bound on the sum of magnitudes. */
+    CHECK(worst <= 2.0 * tolerance(k) * (double)k);
+    free(x);
+    free(w);
+    free(c1);
+    free(c2);
+}
+
+/* K == 0 gives C = beta*C; M == 0 or N == 0 touch nothing; alpha == 0 reads
+ * neither A nor B (NaNs there do not propagate). */
+static void test_degenerate(void)
+{
+    for (int be = 0; be < DPT_GEMM_BACKEND_COUNT; be++) {
+        dpt_gemm_backend_t backend = (dpt_gemm_backend_t)be;
+        if (be == DPT_GEMM_CBLAS && !DPT_HAVE_CBLAS)
+            continue;
+        float nan_ab[4] = {NAN, NAN, NAN, NAN};
+        float c[6] = {1, 2, 3, 4, 5, 6};
+        CHECK_OK(dpt_gemm_ex(backend, 0, 0, 2, 3, 0, 1.0f, nan_ab, 1, nan_ab, 3, 2.0f, c, 3));
+        CHECK(c[0] == 2.0f && c[5] == 12.0f);
+        for (int i = 0; i < 6; i++)
+            c[i] = NAN;
+        CHECK_OK(dpt_gemm_ex(backend, 1, 1, 2, 3, 0, 1.0f, nan_ab, 2, nan_ab, 1, 0.0f, c, 3));
+        CHECK(c[0] == 0.0f && c[5] == 0.0f);
+        for (int i = 0; i < 6; i++)
+            c[i] = 7.0f;
+        CHECK_OK(dpt_gemm_ex(backend, 0, 0, 0, 3, 2, 1.0f, nan_ab, 2, nan_ab, 3, 0.0f, c, 3));
+        CHECK_OK(dpt_gemm_ex(backend, 0, 0, 2, 0, 2, 1.0f, nan_ab, 2, nan_ab, 1, 0.0f, c, 3));
+        CHECK(c[0] == 7.0f && c[5] == 7.0f);
+        CHECK_OK(dpt_gemm_ex(backend, 0, 0, 2, 3, 1, 0.0f, nan_ab, 1, nan_ab, 3, 0.5f, c, 3));
+        CHECK(c[0] == 3.5f && c[5] == 3.5f);
+    }
+}
+
+/* The MLP forward shape of the first layer; its result is computed by the
+ * main thread and by a second thread. */
+#define DET_M 64
+#define DET_N 512
+#define DET_K 784
+
+typedef struct det_job {
+    const float *x, *w;
+    float *c;
+} det_job_t;
+
+static void *det_thread(void *arg)
+{
+    det_job_t *j = arg;
+    dpt_gemm(0, 1, DET_M, DET_N, DET_K, 1.0f, j->x, DET_K, j->w, DET_K, 0.0f, j->c, DET_N);
+    return NULL;
+}
+
+static void check_deterministic(dpt_gemm_backend_t backend, const float *x, const float *w,
+                                float *c1, float *c2, float *c3)
+{
+    CHECK_OK(dpt_gemm_set_backend(backend));
+    dpt_gemm(0, 1, DET_M, DET_N, DET_K, 1.0f, x, DET_K, w, DET_K, 0.0f, c1, DET_N);
+    dpt_gemm(0, 1, DET_M, DET_N, DET_K, 1.0f, x, DET_K, w, DET_K, 0.0f, c2, DET_N);
+    CHECK(memcmp(c1, c2, sizeof(float) * DET_M * DET_N) == 0);
+    det_job_t job = {x, w, c3};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, det_thread, &job) == 0);
+    REQUIRE(pthread_join(th, NULL) == 0);
+    CHECK(memcmp(c1, c3, sizeof(float) * DET_M * DET_N) == 0);
+}
+
+static void test_deterministic(void)
+{
+    dpt_gemm_backend_t saved = dpt_gemm_get_backend();
+    size_t n_in = (size_t)DET_M * DET_K, n_w = (size_t)DET_N * DET_K, n_c = (size_t)DET_M * DET_N;
+    float *x = malloc(n_in * sizeof(float)), *w = malloc(n_w * sizeof(float));
+    float *c1 = malloc(n_c * sizeof(float)), *c2 = malloc(n_c * sizeof(float));
+    float *c3 = malloc(n_c * sizeof(float));
+    REQUIRE(x && w && c1 && c2 && c3);
+    for (size_t i = 0; i < n_in; i++)
+        x[i] = rnd();
+    for (size_t i = 0; i < n_w; i++)
+        w[i] = rnd();
+    check_deterministic(DPT_GEMM_PORTABLE, x, w, c1, c2, c3);
+    if (DPT_HAVE_CBLAS)
+        check_deterministic(DPT_GEMM_CBLAS, x, w, c1, c2, c3);
+    CHECK_OK(dpt_gemm_set_backend(saved));
+    free(x);
+    free(w);
+    free(c1);
+    free(c2);
+    free(c3);
+}
+
+static void test_backend_selection(void)
+{
+    dpt_gemm_backend_t saved = dpt_gemm_get_backend();
+    CHECK(saved == DPT_GEMM_PORTABLE || saved == DPT_GEMM_CBLAS);
+    CHECK_ERR(dpt_gemm_set_backend(DPT_GEMM_BACKEND_COUNT), DPT_EINVAL, "unknown backend");
+    CHECK_ERR(dpt_gemm_set_backend((dpt_gemm_backend_t)-1), DPT_EINVAL, "unknown backend");
+    CHECK(dpt_gemm_get_backend() == saved);
+    CHECK_OK(dpt_gemm_set_backend(DPT_GEMM_PORTABLE));
+    CHECK(dpt_gemm_get_backend() == DPT_GEMM_PORTABLE);
+    float a = 2.0f, b = 3.0f, c = 0.0f;
+    if (DPT_HAVE_CBLAS) {
+        CHECK_OK(dpt_gemm_set_backend(DPT_GEMM_CBLAS));
+        CHECK(dpt_gemm_get_backend() == DPT_GEMM_CBLAS);
+        CHECK(strstr(dpt_gemm_describe(DPT_GEMM_CBLAS), "1 thread per call") != NULL ||
+              !DPT_HAVE_OPENBLAS_THREADS);
+    } else {
+        CHECK_ERR(dpt_gemm_set_backend(DPT_GEMM_CBLAS), DPT_ENOTSUP, "cblas");
+        CHECK(dpt_gemm_get_backend() == DPT_GEMM_PORTABLE);
+        CHECK_ERR(dpt_gemm_ex(DPT_GEMM_CBLAS, 0, 0, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1),
+                  DPT_ENOTSUP, "cblas");
+    }
+    CHECK_ERR(dpt_gemm_ex(DPT_GEMM_BACKEND_COUNT, 0, 0, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1),
+              DPT_EINVAL, "unknown backend");
+    dpt_gemm(0, 0, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+    CHECK(c == 6.0f);
+    CHECK_OK(dpt_gemm_set_backend(saved));
+    CHECK(strcmp(dpt_gemm_backend_name(DPT_GEMM_PORTABLE), "portable") == 0);
+    CHECK(strcmp(dpt_gemm_backend_name(DPT_GEMM_CBLAS), "cblas") == 0);
+    CHECK(strcmp(dpt_gemm_backend_name(DPT_GEMM_BACKEND_COUNT), "unknown") == 0);
+    CHECK(strncmp(dpt_gemm_describe(DPT_GEMM_PORTABLE), "portable (", 10) == 0);
+    CHECK(strncmp(dpt_gemm_describe(DPT_GEMM_CBLAS), "cblas (", 7) == 0);
+    CHECK(strcmp(dpt_gemm_describe(DPT_GEMM_BACKEND_COUNT), "unknown") == 0);
+}
+
+int main(void)
+{
+    static const dpt_test_case_t cases[] = {
+        DPT_TEST(test_backend_selection), DPT_TEST(test_degenerate),
+        DPT_TEST(test_portable_kernels),  DPT_TEST(test_cblas),
+        DPT_TEST(test_cblas_vs_portable), DPT_TEST(test_deterministic),
+    };
+    printf("default backend: %s\n", dpt_gemm_describe(dpt_gemm_get_backend()));
+    return DPT_TEST_RUN(cases);
+}
