@@ -2,6 +2,7 @@
 #include "dpt_test.h"
 
 #include "dpt/arena.h"
+#include "dpt/batch.h"
 #include "dpt/dpt.h"
 #include "dpt/rng.h"
 #include "dpt/stats.h"
@@ -273,6 +274,63 @@ static void test_window(void)
     CHECK(t1 >= t0);
 }
 
+static void test_batch(void)
+{
+    float x[6 * 2];
+    int32_t lab[6], st[3 * 4];
+    for (int i = 0; i < 12; i++)
+        x[i] = (float)i;
+    for (int i = 0; i < 6; i++)
+        lab[i] = i;
+    dpt_batch_t b;
+    dpt_batch_init(&b, 6);
+    REQUIRE_OK(dpt_batch_add(&b, "x", DPT_F32, 2, 0, x));
+    REQUIRE_OK(dpt_batch_add(&b, "label", DPT_I32, 1, 0, lab));
+    CHECK_ERR(dpt_batch_add(&b, "x", DPT_F32, 2, 0, x), DPT_EINVAL, "already");
+    CHECK_ERR(dpt_batch_add(&b, "w", DPT_F32, 0, 0, x), DPT_EINVAL, "width 0");
+    CHECK_ERR(dpt_batch_add(&b, "w", DPT_F32, 1, 0, NULL), DPT_EINVAL, "no data");
+    CHECK_ERR(dpt_batch_add(&b, "", DPT_F32, 1, 0, x), DPT_EINVAL, "empty");
+    CHECK_ERR(dpt_batch_add(&b, "w", (dpt_dtype_t)7, 1, 0, x), DPT_EINVAL, "unknown type");
+    CHECK(dpt_batch_sequences(&b) == 6);
+    CHECK(dpt_batch_get(&b, "t", "x", DPT_F32, 2, NULL) == x);
+    size_t w = 0;
+    CHECK(dpt_batch_get(&b, "t", "label", DPT_I32, 0, &w) == lab && w == 1);
+    dpt_error_clear();
+    CHECK(dpt_batch_get(&b, "t", "x", DPT_I32, 2, NULL) == NULL);
+    CHECK(strstr(dpt_last_error(), "t: column \"x\" is float32, expected int32") != NULL);
+    CHECK(dpt_batch_get(&b, "t", "x", DPT_F32, 3, NULL) == NULL);
+    CHECK(strstr(dpt_last_error(), "width 2") != NULL);
+    CHECK(dpt_batch_get(&b, "t", "obs", DPT_F32, 3, NULL) == NULL);
+    CHECK(strstr(dpt_last_error(), "no column \"obs\"") != NULL);
+    dpt_batch_t v;
+    REQUIRE_OK(dpt_batch_view(&b, 2, 3, &v));
+    CHECK(v.rows == 3);
+    CHECK(((const float *)dpt_batch_find(&v, "x")->data)[0] == 4.0f);
+    CHECK(((const int32_t *)dpt_batch_find(&v, "label")->data)[2] == 4);
+    CHECK_ERR(dpt_batch_view(&b, 4, 3, &v), DPT_EINVAL, "outside");
+    CHECK_OK(dpt_batch_check_layout(&v, &b));
+
+    /* Sequences of 2 rows with one state row per sequence. */
+    b.seq_len = 2;
+    for (int i = 0; i < 12; i++)
+        st[i] = 100 + i;
+    REQUIRE_OK(dpt_batch_add(&b, "state", DPT_I32, 4, 1, st));
+    CHECK(dpt_batch_sequences(&b) == 3);
+    REQUIRE_OK(dpt_batch_view(&b, 2, 4, &v));
+    CHECK(((const int32_t *)dpt_batch_find(&v, "state")->data)[0] == 104);
+    CHECK(((const float *)dpt_batch_find(&v, "x")->data)[0] == 4.0f);
+    CHECK_ERR(dpt_batch_view(&b, 1, 2, &v), DPT_EINVAL, "split sequences");
+    dpt_batch_t other;
+    dpt_batch_init(&other, 6);
+    REQUIRE_OK(dpt_batch_add(&other, "x", DPT_F32, 3, 0, x));
+    CHECK_ERR(dpt_batch_check_layout(&other, &b), DPT_EINVAL, "column \"x\" is float32 x 3");
+    dpt_batch_init(&other, 6);
+    REQUIRE_OK(dpt_batch_add(&other, "x", DPT_F32, 2, 0, x));
+    CHECK_ERR(dpt_batch_check_layout(&other, &b), DPT_EINVAL, "no column \"label\"");
+    CHECK_ERR(dpt_batch_check_layout(&b, &other), DPT_EINVAL, "unexpected column");
+    CHECK(strcmp(dpt_dtype_name(DPT_I32), "int32") == 0 && dpt_dtype_size(DPT_F32) == 4);
+}
+
 static void test_features(void)
 {
     CHECK(strcmp(dpt_version(), "") != 0);
@@ -293,6 +351,7 @@ int main(void)
         DPT_TEST(test_rng_streams_independent), DPT_TEST(test_rng_distributions),
         DPT_TEST(test_vartable),             DPT_TEST(test_arena),
         DPT_TEST(test_window),               DPT_TEST(test_features),
+        DPT_TEST(test_batch),
     };
     return DPT_TEST_RUN(cases);
 }

@@ -19,6 +19,17 @@
 #define PI 3.14159265358979323846
 #define FD_H 1e-2f
 
+/* A classification batch over borrowed arrays: "x" [rows, xdim], "label". */
+static dpt_batch_t xy_batch(size_t rows, const float *x, size_t xdim, const int32_t *labels)
+{
+    dpt_batch_t b;
+    dpt_batch_init(&b, rows);
+    dpt_batch_add(&b, DPT_MLP_X, DPT_F32, xdim, 0, (void *)(uintptr_t)x);
+    if (labels)
+        dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, (void *)(uintptr_t)labels);
+    return b;
+}
+
 static double rel_err(const float *a, const double *n, size_t count)
 {
     double d = 0.0, na = 0.0, nn = 0.0;
@@ -415,14 +426,13 @@ static void train_spirals(float *final_params, size_t *nparams, double *acc)
     dpt_model_t model = dpt_mlp_model(m);
     for (int e = 0; e < EPOCHS; e++)
         for (size_t s = 0; s < NTR / BATCH; s++) {
-            dpt_batch_t b = {.rows = BATCH, .x = x + 2 * s * BATCH, .x_dim = 2,
-                             .labels = y + s * BATCH};
+            dpt_batch_t b = xy_batch(BATCH, x + 2 * s * BATCH, 2, y + s * BATCH);
             dpt_loss_out_t out;
             dpt_vec_zero(g.data, n);
             REQUIRE_OK(model.loss_grad(model.ctx, p.data, g.data, &b, &out));
             dpt_optim_step(opt, p.data, g.data, 1e-2f);
         }
-    dpt_batch_t tb = {.rows = NTE, .x = x + 2 * NTR, .x_dim = 2, .labels = y + NTR};
+    dpt_batch_t tb = xy_batch(NTE, x + 2 * NTR, 2, y + NTR);
     dpt_loss_out_t test;
     REQUIRE_OK(dpt_mlp_evaluate(m, p.data, &tb, &test));
     *acc = test.correct / NTE;
@@ -471,20 +481,22 @@ static void test_bad_input(void)
     float x[8 * 5] = {0};
     int32_t y[9] = {0, 1, 2, 0, 1, 2, 0, 1, 2};
     dpt_loss_out_t out;
-    dpt_batch_t b = {.rows = 2, .x = x, .x_dim = 5, .labels = y};
-    CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "5 columns");
-    b.x_dim = 4;
-    b.rows = 0;
+    dpt_batch_t b = xy_batch(2, x, 5, y);
+    CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL,
+              "column \"x\" has width 5, the model expects 4");
+    b = xy_batch(0, x, 4, y);
     CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "empty");
-    b.rows = 9;
+    b = xy_batch(9, x, 4, y);
     CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "max_batch");
-    b.rows = 2;
-    b.labels = NULL;
-    CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "labels");
+    b = xy_batch(2, x, 4, NULL);
+    CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "no column \"label\"");
+    float fl[2] = {0, 1};
+    dpt_batch_add(&b, DPT_MLP_LABEL, DPT_F32, 1, 0, fl);
+    CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "is float32, expected int32");
     int32_t bad_labels[2] = {1, 3};
-    b.labels = bad_labels;
+    b = xy_batch(2, x, 4, bad_labels);
     CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "label 3 in row 1");
-    b.labels = y;
+    b = xy_batch(2, x, 4, y);
     x[6] = NAN;
     CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_ENUMERIC, "row 1 column 2");
     x[6] = 0.0f;
@@ -552,14 +564,15 @@ static void test_mse_head_and_replicate(void)
     float x[12], t[8];
     dpt_rng_fill_uniform(&rng, x, 12, -1, 1);
     dpt_rng_fill_uniform(&rng, t, 8, -1, 1);
-    dpt_batch_t b = {.rows = 4, .x = x, .x_dim = 3, .y = t, .y_dim = 2};
+    dpt_batch_t b = xy_batch(4, x, 3, NULL);
+    dpt_batch_add(&b, DPT_MLP_Y, DPT_F32, 2, 0, t);
     dpt_loss_out_t o1, o2;
     REQUIRE_OK(model.loss_grad(model.ctx, p.data, g1.data, &b, &o1));
     REQUIRE_OK(model.loss_grad(copy, p.data, g2.data, &b, &o2));
     CHECK(o1.loss == o2.loss);
     CHECK(memcmp(g1.data, g2.data, n * sizeof(float)) == 0);
-    b.y_dim = 3;
-    CHECK_ERR(model.loss_grad(model.ctx, p.data, g1.data, &b, &o1), DPT_EINVAL, "targets");
+    b.cols[1].width = 3;
+    CHECK_ERR(model.loss_grad(model.ctx, p.data, g1.data, &b, &o1), DPT_EINVAL, "width 3");
     model.release(copy);
     dpt_arena_deinit(&p);
     dpt_arena_deinit(&g1);

@@ -125,7 +125,10 @@ int dpt_cmd_demo(int argc, char **argv)
                 bx[2 * r + 1] = x[2 * src + 1];
                 by[r] = y[src];
             }
-            dpt_batch_t b = {.rows = DEMO_BATCH, .x = bx, .x_dim = 2, .labels = by};
+            dpt_batch_t b;
+            dpt_batch_init(&b, DEMO_BATCH);
+            dpt_batch_add(&b, DPT_MLP_X, DPT_F32, 2, 0, bx);
+            dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, by);
             dpt_loss_out_t out;
             dpt_vec_zero(grads.data, grads.count);
             if ((rc = dpt_mlp_loss_grad(mlp, params.data, grads.data, &b, &out)) != 0) {
@@ -137,7 +140,10 @@ int dpt_cmd_demo(int argc, char **argv)
             loss_sum += out.loss;
             hits += out.correct;
         }
-        dpt_batch_t tb = {.rows = NTEST, .x = x + 2 * NTRAIN, .x_dim = 2, .labels = y + NTRAIN};
+        dpt_batch_t tb;
+        dpt_batch_init(&tb, NTEST);
+        dpt_batch_add(&tb, DPT_MLP_X, DPT_F32, 2, 0, x + 2 * NTRAIN);
+        dpt_batch_add(&tb, DPT_MLP_LABEL, DPT_I32, 1, 0, y + NTRAIN);
         if ((rc = dpt_mlp_evaluate(mlp, params.data, &tb, &test)) != 0) {
             demo_fail(rc, "evaluation");
             goto done;

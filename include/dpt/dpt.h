@@ -10,6 +10,7 @@
 #define DPT_DPT_H
 
 #include "dpt/arena.h"
+#include "dpt/batch.h"
 #include "dpt/gemm.h"
 #include "dpt/nn.h"
 #include "dpt/optim.h"

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "dpt/arena.h"
+#include "dpt/batch.h"
 #include "dpt/rng.h"
 
 #ifdef __cplusplus
@@ -184,16 +185,6 @@ void dpt_gaussian_sample(const float *mean, const float *log_std, size_t batch, 
 /* ------------------------------------------------------------------------ */
 /* Models: what the training engines (towers, trainers) call                */
 
-/* A batch for supervised models. Every pointer is borrowed. */
-typedef struct dpt_batch {
-    size_t rows;
-    const float *x;          /* [rows, x_dim] inputs */
-    size_t x_dim;
-    const int32_t *labels;   /* [rows] class labels, or NULL */
-    const float *y;          /* [rows, y_dim] regression targets, or NULL */
-    size_t y_dim;
-} dpt_batch_t;
-
 /* What one loss_grad call reports. `loss` is the mean over the rows. */
 typedef struct dpt_loss_out {
     double loss;
@@ -248,9 +239,16 @@ void dpt_mlp_destroy(dpt_mlp_t *mlp);
 /* The parameter layout (owned by the MLP). */
 const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *mlp);
 void dpt_mlp_init_params(const dpt_mlp_t *mlp, float *params, dpt_rng_t *rng);
+/* Column names the MLP reads from a batch: DPT_MLP_X (float32, width = input
+ * size), and DPT_MLP_LABEL (int32, width 1) for softmax_xent or DPT_MLP_Y
+ * (float32, width = output size) for mse. */
+#define DPT_MLP_X "x"
+#define DPT_MLP_LABEL "label"
+#define DPT_MLP_Y "y"
+
 /* Forward + loss + backward on batch->rows rows (<= max_batch); gradients
- * accumulate into grads. Checks: x_dim equals the input size; labels present
- * for softmax_xent, y with y_dim == output size for mse. */
+ * accumulate into grads. A missing column or a wrong type or width is
+ * DPT_EINVAL naming the column. */
 int dpt_mlp_loss_grad(dpt_mlp_t *mlp, const float *params, float *grads,
                       const dpt_batch_t *batch, dpt_loss_out_t *out);
 /* Loss and accuracy over any number of rows (processed in chunks of

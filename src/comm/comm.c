@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "dpt/status.h"
+#include "dpt_config.h"
 
 /* ---- names -------------------------------------------------------------- */
 
@@ -62,6 +63,16 @@ int dpt_comm_backend_parse(const char *name, dpt_comm_backend_t *backend)
     DPT_COMM_BACKEND_LIST(DPT__BE_PARSE)
 #undef DPT__BE_PARSE
     return dpt_error(DPT_EINVAL, "unknown comm backend '%s' (valid: threads, mpi, hier)", name);
+}
+
+int dpt_comm_backend_available(dpt_comm_backend_t backend)
+{
+    switch (backend) {
+    case DPT_COMM_THREADS: return 1;
+    case DPT_COMM_MPI:
+    case DPT_COMM_HIER: return DPT_HAVE_MPI ? 1 : 0;
+    default: return 0;
+    }
 }
 
 const char *dpt__comm_call_name(int call)

@@ -80,13 +80,15 @@ static size_t min_size(size_t a, size_t b)
     return a < b ? a : b;
 }
 
-/* A micro-kernel: acc = sum over p < k of a[p*MR + i] * b[p*NR + j] for the
- * full MR x NR tile, then for i < m, j < n:
+/* A micro-kernel: acc = sum over p < k of a[i*rsa + p*csa] * b[p*NR + j] for
+ * the full MR x NR tile, then for i < m, j < n:
  *     c[i*rsc + j*csc] = alpha * acc[i][j] + beta * c[...]
- * with c not read when beta == 0. `b` is aligned to 64 bytes. */
-typedef void (*dpt__ukernel_fn)(size_t k, const float *restrict a, const float *restrict b,
-                                float *restrict c, size_t rsc, size_t csc, float alpha,
-                                float beta, size_t m, size_t n);
+ * with c not read when beta == 0. A is either a packed panel (rsa = 1,
+ * csa = MR) or MR rows read in place (csa = 1); `b` is a packed panel,
+ * aligned to 64 bytes. */
+typedef void (*dpt__ukernel_fn)(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                                const float *restrict b, float *restrict c, size_t rsc,
+                                size_t csc, float alpha, float beta, size_t m, size_t n);
 
 /* Writes an m x n corner of a computed tile `t` (row stride ldt) into C. Used
  * for partial tiles and for a C with non-unit column stride (the swapped
@@ -108,14 +110,15 @@ static void store_tile(const float *t, size_t ldt, float *c, size_t rsc, size_t 
 #define DPT__C_MR 4
 #define DPT__C_NR 8
 
-static void ukernel_c(size_t k, const float *restrict a, const float *restrict b, float *restrict c,
-                      size_t rsc, size_t csc, float alpha, float beta, size_t m, size_t n)
+static void ukernel_c(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                      const float *restrict b, float *restrict c, size_t rsc, size_t csc,
+                      float alpha, float beta, size_t m, size_t n)
 {
     float acc[DPT__C_MR][DPT__C_NR];
     memset(acc, 0, sizeof acc);
     for (size_t p = 0; p < k; p++) {
         for (size_t i = 0; i < DPT__C_MR; i++) {
-            float ai = a[p * DPT__C_MR + i];
+            float ai = a[i * rsa + p * csa];
             for (size_t j = 0; j < DPT__C_NR; j++)
                 acc[i][j] += ai * b[p * DPT__C_NR + j];
         }
@@ -154,30 +157,35 @@ static void ukernel_c(size_t k, const float *restrict a, const float *restrict b
 #define DPT__AVX2_MR 6
 #define DPT__AVX2_NR 16
 
-#define DPT__AVX2_ROW(i, r0, r1)                         \
+#define DPT__AVX2_ROW(ap, r0, r1)                        \
     do {                                                 \
-        __m256 ai_ = _mm256_broadcast_ss(a + (i));       \
+        __m256 ai_ = _mm256_broadcast_ss(ap);            \
         r0 = _mm256_fmadd_ps(ai_, b0, r0);               \
         r1 = _mm256_fmadd_ps(ai_, b1, r1);               \
     } while (0)
 
 __attribute__((target("avx2,fma")))
-static void ukernel_avx2(size_t k, const float *restrict a, const float *restrict b,
-                         float *restrict c, size_t rsc, size_t csc, float alpha, float beta,
-                         size_t m, size_t n)
+static void ukernel_avx2(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                         const float *restrict b, float *restrict c, size_t rsc, size_t csc,
+                         float alpha, float beta, size_t m, size_t n)
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    /* Two row pointers and the offsets 0, rsa, 2*rsa from each fit x86
+     * addressing modes, so the loop needs no per-row pointer updates. */
+    const float *a0 = a, *a3 = a + 3 * rsa;
+    size_t rsa2 = 2 * rsa;
     for (size_t p = 0; p < k; p++) {
         __m256 b0 = _mm256_load_ps(b);
         __m256 b1 = _mm256_load_ps(b + 8);
-        DPT__AVX2_ROW(0, c00, c01);
-        DPT__AVX2_ROW(1, c10, c11);
-        DPT__AVX2_ROW(2, c20, c21);
-        DPT__AVX2_ROW(3, c30, c31);
-        DPT__AVX2_ROW(4, c40, c41);
-        DPT__AVX2_ROW(5, c50, c51);
-        a += DPT__AVX2_MR;
+        DPT__AVX2_ROW(a0, c00, c01);
+        DPT__AVX2_ROW(a0 + rsa, c10, c11);
+        DPT__AVX2_ROW(a0 + rsa2, c20, c21);
+        DPT__AVX2_ROW(a3, c30, c31);
+        DPT__AVX2_ROW(a3 + rsa, c40, c41);
+        DPT__AVX2_ROW(a3 + rsa2, c50, c51);
+        a0 += csa;
+        a3 += csa;
         b += DPT__AVX2_NR;
     }
     _Alignas(32) float t[DPT__AVX2_MR * DPT__AVX2_NR];
@@ -208,33 +216,36 @@ static void ukernel_avx2(size_t k, const float *restrict a, const float *restric
 #define DPT__AVX512_MR 8
 #define DPT__AVX512_NR 32
 
-#define DPT__AVX512_ROW(i, r0, r1)                       \
+#define DPT__AVX512_ROW(ap, r0, r1)                      \
     do {                                                 \
-        __m512 ai_ = _mm512_set1_ps(a[i]);               \
+        __m512 ai_ = _mm512_set1_ps(*(ap));              \
         r0 = _mm512_fmadd_ps(ai_, b0, r0);               \
         r1 = _mm512_fmadd_ps(ai_, b1, r1);               \
     } while (0)
 
 __attribute__((target("avx512f")))
-static void ukernel_avx512(size_t k, const float *restrict a, const float *restrict b,
-                           float *restrict c, size_t rsc, size_t csc, float alpha, float beta,
-                           size_t m, size_t n)
+static void ukernel_avx512(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                           const float *restrict b, float *restrict c, size_t rsc, size_t csc,
+                           float alpha, float beta, size_t m, size_t n)
 {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    const float *a0 = a, *a4 = a + 4 * rsa;
+    size_t rsa2 = 2 * rsa, rsa3 = 3 * rsa;
     for (size_t p = 0; p < k; p++) {
         __m512 b0 = _mm512_load_ps(b);
         __m512 b1 = _mm512_load_ps(b + 16);
-        DPT__AVX512_ROW(0, c00, c01);
-        DPT__AVX512_ROW(1, c10, c11);
-        DPT__AVX512_ROW(2, c20, c21);
-        DPT__AVX512_ROW(3, c30, c31);
-        DPT__AVX512_ROW(4, c40, c41);
-        DPT__AVX512_ROW(5, c50, c51);
-        DPT__AVX512_ROW(6, c60, c61);
-        DPT__AVX512_ROW(7, c70, c71);
-        a += DPT__AVX512_MR;
+        DPT__AVX512_ROW(a0, c00, c01);
+        DPT__AVX512_ROW(a0 + rsa, c10, c11);
+        DPT__AVX512_ROW(a0 + rsa2, c20, c21);
+        DPT__AVX512_ROW(a0 + rsa3, c30, c31);
+        DPT__AVX512_ROW(a4, c40, c41);
+        DPT__AVX512_ROW(a4 + rsa, c50, c51);
+        DPT__AVX512_ROW(a4 + rsa2, c60, c61);
+        DPT__AVX512_ROW(a4 + rsa3, c70, c71);
+        a0 += csa;
+        a4 += csa;
         b += DPT__AVX512_NR;
     }
     _Alignas(64) float t[DPT__AVX512_MR * DPT__AVX512_NR];
@@ -428,27 +439,62 @@ static void pack_a(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa, 
     }
 }
 
+#if defined(__GNUC__)
+#define DPT__ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define DPT__ALWAYS_INLINE inline
+#endif
+
 /* Copies op(B)[0:kc, 0:nc] (element (p, j) at b[p*rsb + j*csb]) into NR-column
  * panels: panel q holds, for each p, the NR values of columns q*NR.., zeros
- * past column nc. */
-static void pack_b(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
-                   float *restrict dst)
+ * past column nc. Inlined into one copy per NR (pack_b) so that the compiler
+ * sees the panel width as a constant and vectorises the copies: with M = 64,
+ * packing B is more than a tenth of the work. */
+static DPT__ALWAYS_INLINE void pack_b_nr(size_t nr, size_t nc, size_t kc, const float *b,
+                                         size_t rsb, size_t csb, float *restrict dst)
 {
     for (size_t j0 = 0; j0 < nc; j0 += nr) {
         size_t cols = min_size(nr, nc - j0);
         const float *src = b + j0 * csb;
-        if (csb == 1) {
+        if (cols == nr && csb == 1) {
+            /* A memcpy of constant size is expanded inline; the equivalent
+             * loop is turned into a call to memmove per row. */
             for (size_t p = 0; p < kc; p++)
-                memcpy(dst + p * nr, src + p * rsb, cols * sizeof(float));
+                memcpy(dst + p * nr, src + p * rsb, nr * sizeof(float));
+        } else if (cols == nr && rsb == 1) {
+            /* A transposed B: column j of op(B) is contiguous. Four columns
+             * at a time keep four read streams and write 16 bytes per p. */
+            size_t j = 0;
+            for (; j + 4 <= nr; j += 4) {
+                const float *s0 = src + j * csb, *s1 = s0 + csb, *s2 = s1 + csb, *s3 = s2 + csb;
+                for (size_t p = 0; p < kc; p++) {
+                    float *d = dst + p * nr + j;
+                    d[0] = s0[p];
+                    d[1] = s1[p];
+                    d[2] = s2[p];
+                    d[3] = s3[p];
+                }
+            }
         } else {
-            for (size_t j = 0; j < cols; j++)
-                for (size_t p = 0; p < kc; p++)
-                    dst[p * nr + j] = src[j * csb + p * rsb];
+            for (size_t p = 0; p < kc; p++) {
+                for (size_t j = 0; j < cols; j++)
+                    dst[p * nr + j] = src[p * rsb + j * csb];
+                for (size_t j = cols; j < nr; j++)
+                    dst[p * nr + j] = 0.0f;
+            }
         }
-        for (size_t p = 0; cols < nr && p < kc; p++)
-            for (size_t j = cols; j < nr; j++)
-                dst[p * nr + j] = 0.0f;
         dst += nr * kc;
+    }
+}
+
+static void pack_b(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
+                   float *restrict dst)
+{
+    switch (nr) {
+    case 8: pack_b_nr(8, nc, kc, b, rsb, csb, dst); break;
+    case 16: pack_b_nr(16, nc, kc, b, rsb, csb, dst); break;
+    case 32: pack_b_nr(32, nc, kc, b, rsb, csb, dst); break;
+    default: pack_b_nr(nr, nc, kc, b, rsb, csb, dst); break;
     }
 }
 
@@ -486,24 +532,43 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
 {
     float *abuf = ws;
     float *bbuf = ws + DPT__GEMM_ABUF_FLOATS;
+    size_t mr = kr->mr, nr = kr->nr;
+    /* When the rows of op(A) are contiguous (csa == 1) the micro-kernel reads
+     * full MR-row panels in place: packing them would be a transpose costing
+     * about as much as the multiply at batch 64. Only the last, partial panel
+     * is packed (with zero rows). Other layouts are packed. */
+    int in_place = g->csa == 1;
+    /* K is cut into equal chunks of at most KC (784 = 4 x 196, not
+     * 3 x 256 + 16): a short last chunk would cost a full pass over C and a
+     * packing round for little work. */
+    size_t chunks = (g->k + DPT__GEMM_KC - 1) / DPT__GEMM_KC;
+    size_t kstep = (g->k + chunks - 1) / chunks;
     for (size_t jc = 0; jc < g->n; jc += DPT__GEMM_NC) {
         size_t nc = min_size(DPT__GEMM_NC, g->n - jc);
-        for (size_t pc = 0; pc < g->k; pc += DPT__GEMM_KC) {
-            size_t kc = min_size(DPT__GEMM_KC, g->k - pc);
+        for (size_t pc = 0; pc < g->k; pc += kstep) {
+            size_t kc = min_size(kstep, g->k - pc);
             /* The first chunk of k applies the caller's beta; later chunks add
              * to what the earlier ones stored. */
             float beta = pc == 0 ? g->beta : 1.0f;
-            pack_b(kr->nr, nc, kc, g->b + pc * g->rsb + jc * g->csb, g->rsb, g->csb, bbuf);
+            pack_b(nr, nc, kc, g->b + pc * g->rsb + jc * g->csb, g->rsb, g->csb, bbuf);
             for (size_t ic = 0; ic < g->m; ic += DPT__GEMM_MC) {
                 size_t mc = min_size(DPT__GEMM_MC, g->m - ic);
-                pack_a(kr->mr, mc, kc, g->a + ic * g->rsa + pc * g->csa, g->rsa, g->csa, abuf);
-                for (size_t jr = 0; jr < nc; jr += kr->nr) {
-                    size_t n = min_size(kr->nr, nc - jr);
-                    for (size_t ir = 0; ir < mc; ir += kr->mr) {
-                        size_t m = min_size(kr->mr, mc - ir);
+                const float *ablock = g->a + ic * g->rsa + pc * g->csa;
+                size_t direct = in_place ? mc / mr * mr : 0;
+                if (direct < mc)
+                    pack_a(mr, mc - direct, kc, ablock + direct * g->rsa, g->rsa, g->csa, abuf);
+                for (size_t jr = 0; jr < nc; jr += nr) {
+                    size_t n = min_size(nr, nc - jr);
+                    const float *bpanel = bbuf + jr * kc;
+                    for (size_t ir = 0; ir < mc; ir += mr) {
+                        size_t m = min_size(mr, mc - ir);
                         float *c = g->c + (ic + ir) * g->rsc + (jc + jr) * g->csc;
-                        kr->fn(kc, abuf + ir * kc, bbuf + jr * kc, c, g->rsc, g->csc, g->alpha,
-                               beta, m, n);
+                        if (ir < direct)
+                            kr->fn(kc, ablock + ir * g->rsa, g->rsa, 1, bpanel, c, g->rsc,
+                                   g->csc, g->alpha, beta, m, n);
+                        else
+                            kr->fn(kc, abuf + (ir - direct) * kc, 1, mr, bpanel, c, g->rsc,
+                                   g->csc, g->alpha, beta, m, n);
                     }
                 }
             }

@@ -78,30 +78,35 @@ void dpt_mlp_init_params(const dpt_mlp_t *m, float *params, dpt_rng_t *rng)
     dpt_seq_init_params(m->seq, params, rng);
 }
 
-static int dpt__mlp_check_batch(const dpt_mlp_t *m, const dpt_batch_t *b)
+/* The columns of a batch the MLP reads, checked once per call. */
+typedef struct dpt__mlp_cols {
+    const float *x;
+    const int32_t *label;
+    const float *y;
+} dpt__mlp_cols_t;
+
+static int dpt__mlp_columns(const dpt_mlp_t *m, const dpt_batch_t *b, dpt__mlp_cols_t *c)
 {
     if (!b || b->rows == 0)
         return dpt_error(DPT_EINVAL, "mlp: empty batch");
-    if (!b->x)
-        return dpt_error(DPT_EINVAL, "mlp: batch has no inputs");
-    if (b->x_dim != m->in_dim)
-        return dpt_error(DPT_EINVAL, "mlp: batch inputs have %zu columns, the model expects %zu",
-                         b->x_dim, m->in_dim);
-    if (m->loss == DPT_LOSS_SOFTMAX_XENT && !b->labels)
-        return dpt_error(DPT_EINVAL, "mlp: softmax cross-entropy needs labels in the batch");
-    if (m->loss == DPT_LOSS_MSE && (!b->y || b->y_dim != m->out_dim))
-        return dpt_error(DPT_EINVAL, "mlp: mse needs targets with %zu columns, batch has %zu",
-                         m->out_dim, b->y ? b->y_dim : 0);
-    return DPT_OK;
+    memset(c, 0, sizeof *c);
+    c->x = dpt_batch_get(b, "mlp", DPT_MLP_X, DPT_F32, m->in_dim, NULL);
+    if (!c->x)
+        return DPT_EINVAL;
+    if (m->loss == DPT_LOSS_SOFTMAX_XENT)
+        c->label = dpt_batch_get(b, "mlp", DPT_MLP_LABEL, DPT_I32, 1, NULL);
+    else
+        c->y = dpt_batch_get(b, "mlp", DPT_MLP_Y, DPT_F32, m->out_dim, NULL);
+    return (c->label || c->y) ? DPT_OK : DPT_EINVAL;
 }
 
 /* Forward and loss on rows [r0, r0 + n); the loss gradient goes to m->dy
  * when `grad` is set. Adds the row-weighted loss and hits to the totals. */
-static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt_batch_t *b, size_t r0,
-                          size_t n, int grad, double *loss_sum, double *hits)
+static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt__mlp_cols_t *c,
+                          size_t r0, size_t n, int grad, double *loss_sum, double *hits)
 {
     const float *y;
-    int rc = dpt_seq_forward(m->seq, params, b->x + r0 * m->in_dim, n, &y);
+    int rc = dpt_seq_forward(m->seq, params, c->x + r0 * m->in_dim, n, &y);
     if (rc)
         return rc;
     double loss;
@@ -110,10 +115,10 @@ static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt_batch_t *
         dpt_vec_zero(dy, n * m->out_dim);
     if (m->loss == DPT_LOSS_SOFTMAX_XENT) {
         size_t correct = 0;
-        rc = dpt_loss_softmax_xent(y, b->labels + r0, n, m->out_dim, dy, &loss, &correct);
+        rc = dpt_loss_softmax_xent(y, c->label + r0, n, m->out_dim, dy, &loss, &correct);
         *hits += (double)correct;
     } else {
-        rc = dpt_loss_mse(y, b->y + r0 * m->out_dim, n, m->out_dim, dy, &loss);
+        rc = dpt_loss_mse(y, c->y + r0 * m->out_dim, n, m->out_dim, dy, &loss);
     }
     if (rc)
         return rc;
@@ -124,14 +129,15 @@ static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt_batch_t *
 int dpt_mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt_batch_t *b,
                       dpt_loss_out_t *out)
 {
-    int rc = dpt__mlp_check_batch(m, b);
+    dpt__mlp_cols_t c;
+    int rc = dpt__mlp_columns(m, b, &c);
     if (rc)
         return rc;
     if (b->rows > m->max_batch)
         return dpt_error(DPT_EINVAL, "mlp: batch of %zu rows exceeds max_batch %zu", b->rows,
                          m->max_batch);
     double loss_sum = 0.0, hits = 0.0;
-    rc = dpt__mlp_chunk(m, params, b, 0, b->rows, 1, &loss_sum, &hits);
+    rc = dpt__mlp_chunk(m, params, &c, 0, b->rows, 1, &loss_sum, &hits);
     if (rc)
         return rc;
     rc = dpt_seq_backward(m->seq, params, grads, m->dy, NULL);
@@ -148,13 +154,14 @@ int dpt_mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt
 int dpt_mlp_evaluate(dpt_mlp_t *m, const float *params, const dpt_batch_t *b,
                      dpt_loss_out_t *out)
 {
-    int rc = dpt__mlp_check_batch(m, b);
+    dpt__mlp_cols_t c;
+    int rc = dpt__mlp_columns(m, b, &c);
     if (rc)
         return rc;
     double loss_sum = 0.0, hits = 0.0;
     for (size_t r0 = 0; r0 < b->rows; r0 += m->max_batch) {
         size_t n = b->rows - r0 < m->max_batch ? b->rows - r0 : m->max_batch;
-        if ((rc = dpt__mlp_chunk(m, params, b, r0, n, 0, &loss_sum, &hits)) != 0)
+        if ((rc = dpt__mlp_chunk(m, params, &c, r0, n, 0, &loss_sum, &hits)) != 0)
             return rc;
     }
     out->loss = loss_sum / (double)b->rows;
