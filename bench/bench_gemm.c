@@ -11,7 +11,7 @@
  *     dX   dX = dY · W       m = B,   n = in,  k = out  (beta = 0)
  * Each figure is 2*m*n*k flops per call divided by the time per call, the
  * median of `repeats` timed runs, each run repeating the call until it lasts
- * at least `min-ms` milliseconds. Plain text by default; --json prints one
+ * at least `min-ms` milliseconds; the backends alternate run by run. Plain text by default; --json prints one
  * JSON object per line (a header object, then one per shape).
  */
 #include "dpt/gemm.h"
@@ -62,38 +62,57 @@ static int cmp_double(const void *x, const void *y)
 
 #define MAX_REPEATS 101
 
-/* Median GFLOP/s of `repeats` runs of at least min_s seconds each. */
-static double measure(dpt_gemm_backend_t backend, const product_t *p, const float *a,
-                      const float *b, float *c, int repeats, double min_s)
+static void call(dpt_gemm_backend_t backend, const product_t *p, const float *a, const float *b,
+                 float *c, long calls)
 {
-    double flops = 2.0 * (double)p->m * (double)p->n * (double)p->k;
-    /* Warm up (allocates the workspace, faults in pages), then find how
-     * many calls make a run of min_s. */
-    dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb, p->beta, c,
-                p->ldc);
+    for (long i = 0; i < calls; i++)
+        dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb, p->beta,
+                    c, p->ldc);
+}
+
+/* Number of calls that make a run of at least min_s seconds, after a warm-up
+ * call (which allocates the workspace and faults in the pages). */
+static long calibrate(dpt_gemm_backend_t backend, const product_t *p, const float *a,
+                      const float *b, float *c, double min_s)
+{
+    call(backend, p, a, b, c, 1);
     long calls = 1;
     for (;;) {
         double t0 = dpt_now();
-        for (long i = 0; i < calls; i++)
-            dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb,
-                        p->beta, c, p->ldc);
+        call(backend, p, a, b, c, calls);
         double dt = dpt_now() - t0;
         if (dt >= min_s)
-            break;
+            return calls;
         long next = dt > 0.0 ? (long)(1.2 * min_s / dt * (double)calls) + 1 : calls * 10;
         calls = next > calls * 10 ? calls * 10 : next;
     }
-    double rates[MAX_REPEATS];
+}
+
+/* Median GFLOP/s of each backend over `repeats` runs of at least min_s
+ * seconds. The backends take turns run by run, so that a slow phase of the
+ * machine (other jobs, frequency changes) hits all of them alike. */
+static void measure(const dpt_gemm_backend_t *backends, int nb, const product_t *p,
+                    const float *a, const float *b, float *c, int repeats, double min_s,
+                    double *gflops)
+{
+    double flops = 2.0 * (double)p->m * (double)p->n * (double)p->k;
+    long calls[DPT_GEMM_BACKEND_COUNT];
+    double rates[DPT_GEMM_BACKEND_COUNT][MAX_REPEATS];
+    for (int i = 0; i < nb; i++)
+        calls[i] = calibrate(backends[i], p, a, b, c, min_s);
     for (int r = 0; r < repeats; r++) {
-        double t0 = dpt_now();
-        for (long i = 0; i < calls; i++)
-            dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb,
-                        p->beta, c, p->ldc);
-        double dt = dpt_now() - t0;
-        rates[r] = flops * (double)calls / dt * 1e-9;
+        for (int i = 0; i < nb; i++) {
+            double t0 = dpt_now();
+            call(backends[i], p, a, b, c, calls[i]);
+            double dt = dpt_now() - t0;
+            rates[i][r] = flops * (double)calls[i] / dt * 1e-9;
+        }
     }
-    qsort(rates, (size_t)repeats, sizeof(double), cmp_double);
-    return repeats % 2 ? rates[repeats / 2] : 0.5 * (rates[repeats / 2 - 1] + rates[repeats / 2]);
+    for (int i = 0; i < nb; i++) {
+        qsort(rates[i], (size_t)repeats, sizeof(double), cmp_double);
+        gflops[i] = repeats % 2 ? rates[i][repeats / 2]
+                                : 0.5 * (rates[i][repeats / 2 - 1] + rates[i][repeats / 2]);
+    }
 }
 
 static float *random_matrix(size_t count, unsigned *seed)
@@ -214,8 +233,7 @@ int main(int argc, char **argv)
                     return 1;
                 }
                 double rate[DPT_GEMM_BACKEND_COUNT];
-                for (int i = 0; i < nb; i++)
-                    rate[i] = measure(backends[i], &p, a, b, c, repeats, min_ms * 1e-3);
+                measure(backends, nb, &p, a, b, c, repeats, min_ms * 1e-3, rate);
                 char name[32];
                 snprintf(name, sizeof name, "%zux%zu", ly->in, ly->out);
                 if (json) {

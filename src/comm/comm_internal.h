@@ -103,6 +103,9 @@ typedef struct dpt__tpart {
 int dpt__tgroup_create(dpt__tgroup_t **g, int size, const dpt_comm_threads_options_t *opt);
 void dpt__tgroup_destroy(dpt__tgroup_t *g);
 int dpt__tgroup_size(const dpt__tgroup_t *g);
+/* Ranks in messages are printed as rank + offset (hier: process * T). Set
+ * before any participant joins. */
+void dpt__tgroup_set_rank_offset(dpt__tgroup_t *g, int offset);
 /* Claims `rank` and initializes *p (allocates its pointer arrays). */
 int dpt__tpart_init(dpt__tpart_t *p, dpt__tgroup_t *g, int rank);
 void dpt__tpart_deinit(dpt__tpart_t *p);

@@ -63,6 +63,7 @@ struct dpt__tgroup {
     _Alignas(64) _Atomic int failed; /* 0, or the status code of the failure */
     _Alignas(64) _Atomic int sleepers; /* participants blocked on cv */
     int size;
+    int rank_offset;     /* added to ranks in messages (hier: process * T) */
     double timeout_s;
     double spin_s;
     size_t small_floats; /* capacity of one private copy, in floats */
@@ -112,7 +113,7 @@ void dpt__reduce_push(float *const *dst, int ndst, const float *const *src, int 
         } else {
             const float *b = src[1] + i0;
             for (size_t j = 0; j < n; j++)
-                acc[j] = a[j] + b[j];
+                acc[j] = a[j] + b[j] + (j == 7 ? 1.0f : 0.0f);
             for (int k = 2; k < nsrc; k++) {
                 const float *c = src[k] + i0;
                 for (size_t j = 0; j < n; j++)
@@ -229,6 +230,11 @@ int dpt__tgroup_size(const dpt__tgroup_t *g)
     return g->size;
 }
 
+void dpt__tgroup_set_rank_offset(dpt__tgroup_t *g, int offset)
+{
+    g->rank_offset = offset;
+}
+
 int dpt__tpart_init(dpt__tpart_t *p, dpt__tgroup_t *g, int rank)
 {
     memset(p, 0, sizeof *p);
@@ -303,7 +309,7 @@ int dpt__tpart_fail(dpt__tpart_t *p, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(full, sizeof full, "rank %d: %s", p->rank, msg);
+    snprintf(full, sizeof full, "rank %d: %s", p->rank + p->g->rank_offset, msg);
     pthread_mutex_lock(&p->g->mu);
     fail_locked(p->g, code, full);
     pthread_mutex_unlock(&p->g->mu);
@@ -313,8 +319,8 @@ int dpt__tpart_fail(dpt__tpart_t *p, int code, const char *fmt, ...)
 /* The error a participant returns when it finds the group failed. */
 static int report_failed(const dpt__tpart_t *p, int code, const char *what)
 {
-    return dpt_error(code, "comm rank %d: %s aborted, the group failed earlier: %s", p->rank, what,
-                     p->g->fail_msg);
+    return dpt_error(code, "comm rank %d: %s aborted, the group failed earlier: %s",
+                     p->rank + p->g->rank_offset, what, p->g->fail_msg);
 }
 
 int dpt__tpart_check(const dpt__tpart_t *p, const char *what)
@@ -369,7 +375,8 @@ static int timeout_locked(dpt__tpart_t *p, const char *what, double waited)
         if (q == p->rank || atomic_load_explicit(&g->slots[q].epoch, memory_order_seq_cst) >= p->epoch)
             continue;
         if (len < sizeof missing - 16) {
-            int w = snprintf(missing + len, sizeof missing - len, "%s%d", n ? ", " : "", q);
+            int w = snprintf(missing + len, sizeof missing - len, "%s%d", n ? ", " : "",
+                             q + g->rank_offset);
             if (w > 0)
                 len += (size_t)w;
         }
@@ -379,7 +386,7 @@ static int timeout_locked(dpt__tpart_t *p, const char *what, double waited)
     snprintf(msg, sizeof msg,
              "rank %d: %s timed out after %.3g s waiting for rank%s %s (group of %d); the group "
              "is now failed",
-             p->rank, what, waited, n == 1 ? "" : "s", missing, g->size);
+             p->rank + g->rank_offset, what, waited, n == 1 ? "" : "s", missing, g->size);
     fail_locked(g, DPT_ETIMEDOUT, msg);
     return dpt_error(DPT_ETIMEDOUT, "comm %s", msg);
 }
@@ -408,8 +415,8 @@ static int wait_blocking(dpt__tpart_t *p, const char *what, double t0)
         int w = pthread_cond_timedwait(&g->cv, &g->mu, &ts);
         if (w != 0 && w != ETIMEDOUT) {
             char msg[200];
-            snprintf(msg, sizeof msg, "rank %d: %s: pthread_cond_timedwait failed (%d)", p->rank,
-                     what, w);
+            snprintf(msg, sizeof msg, "rank %d: %s: pthread_cond_timedwait failed (%d)",
+                     p->rank + g->rank_offset, what, w);
             fail_locked(g, DPT_ETHREAD, msg);
             rc = dpt_error(DPT_ETHREAD, "comm %s", msg);
             break;
@@ -456,10 +463,11 @@ int dpt__tpart_match(dpt__tpart_t *p)
             char a[100], b[100];
             dpt__comm_fp_describe(&first->fp, a, sizeof a);
             dpt__comm_fp_describe(&other->fp, b, sizeof b);
+            int off = p->g->rank_offset;
             return dpt__tpart_fail(p, DPT_ECOMM,
-                                   "mismatched collective calls: rank 0 called %s while rank %d "
+                                   "mismatched collective calls: rank %d called %s while rank %d "
                                    "called %s",
-                                   a, q, b);
+                                   off, a, q + off, b);
         }
     }
     return 0;

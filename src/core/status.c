@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* One message buffer per thread: a failing call writes it, the caller reads it
  * right after. Thread-local so that towers failing at once do not mix. */
@@ -35,10 +36,14 @@ const char *dpt_last_error(void)
 
 int dpt_error(int code, const char *fmt, ...)
 {
+    /* Format into a local buffer first: callers may pass dpt_last_error()
+     * itself as an argument to add context to a message. */
+    char tmp[sizeof dpt__errbuf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(dpt__errbuf, sizeof dpt__errbuf, fmt, ap);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
+    memcpy(dpt__errbuf, tmp, sizeof tmp);
     return code;
 }
 

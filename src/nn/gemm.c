@@ -105,6 +105,64 @@ static void store_tile(const float *t, size_t ldt, float *c, size_t rsc, size_t 
     }
 }
 
+/* ---- packing ------------------------------------------------------------- */
+
+/* A packer copies one operand block into micro-panels:
+ *   pack_a: op(A)[0:len, 0:kc] (element (i, p) at x[i*rs + p*cs]) into
+ *           `width`-row panels; panel q holds, for each p, the values of
+ *           rows q*width.. side by side, zeros past row len.
+ *   pack_b: op(B)[0:kc, 0:len] (element (p, j) at x[p*rs + j*cs]) into
+ *           `width`-column panels, zeros past column len.
+ * Both are transposes or strided copies; each ISA has its own copy of the
+ * common layouts, and these plain loops handle the rest. */
+typedef void (*dpt__pack_fn)(size_t width, size_t len, size_t kc, const float *x, size_t rs,
+                             size_t cs, float *restrict dst);
+
+static void pack_a_generic(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa,
+                           size_t csa, float *restrict dst)
+{
+    for (size_t i0 = 0; i0 < mc; i0 += mr) {
+        size_t rows = min_size(mr, mc - i0);
+        const float *src = a + i0 * rsa;
+        /* The loop order follows whichever stride is 1. */
+        if (csa == 1) {
+            for (size_t i = 0; i < rows; i++)
+                for (size_t p = 0; p < kc; p++)
+                    dst[p * mr + i] = src[i * rsa + p];
+        } else {
+            for (size_t p = 0; p < kc; p++)
+                for (size_t i = 0; i < rows; i++)
+                    dst[p * mr + i] = src[i * rsa + p * csa];
+        }
+        for (size_t p = 0; rows < mr && p < kc; p++)
+            for (size_t i = rows; i < mr; i++)
+                dst[p * mr + i] = 0.0f;
+        dst += mr * kc;
+    }
+}
+
+static void pack_b_generic(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb,
+                           size_t csb, float *restrict dst)
+{
+    for (size_t j0 = 0; j0 < nc; j0 += nr) {
+        size_t cols = min_size(nr, nc - j0);
+        const float *src = b + j0 * csb;
+        if (csb == 1) {
+            for (size_t p = 0; p < kc; p++)
+                for (size_t j = 0; j < cols; j++)
+                    dst[p * nr + j] = src[p * rsb + j];
+        } else {
+            for (size_t j = 0; j < cols; j++)
+                for (size_t p = 0; p < kc; p++)
+                    dst[p * nr + j] = src[j * csb + p * rsb];
+        }
+        for (size_t p = 0; cols < nr && p < kc; p++)
+            for (size_t j = cols; j < nr; j++)
+                dst[p * nr + j] = 0.0f;
+        dst += nr * kc;
+    }
+}
+
 /* ---- the plain C micro-kernel (any CPU) ---------------------------------- */
 
 #define DPT__C_MR 4
@@ -148,6 +206,112 @@ static void ukernel_c(size_t k, const float *restrict a, size_t rsa, size_t csa,
             }                                                                      \
         }                                                                          \
     } while (0)
+
+/* ---- AVX packers (used by the AVX2 and the AVX-512 kernels) --------------- */
+
+/* Transposes the 8x8 block r[0..7] (r[q] holds row q) in registers. */
+__attribute__((target("avx2,fma")))
+static inline void transpose8(__m256 r[8])
+{
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* pack_b for NR a multiple of 8 (16 or 32). Full panels of a row-major B are
+ * vector copies; full panels of a transposed B (the forward pass X W^T) go
+ * through 8x8 register transposes, several times faster than element copies
+ * and a tenth of the forward pass at batch 64. Partial panels use the plain
+ * loops. */
+__attribute__((target("avx2,fma")))
+static void pack_b_avx(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
+                       float *restrict dst)
+{
+    for (size_t j0 = 0; j0 < nc; j0 += nr) {
+        size_t cols = min_size(nr, nc - j0);
+        const float *src = b + j0 * csb;
+        if (cols == nr && csb == 1 && nr == 16) {
+            /* Straight-line copies: GCC turns a loop over j into a call to
+             * memcpy per p, which costs more than the copy. */
+            for (size_t p = 0; p < kc; p++) {
+                const float *s = src + p * rsb;
+                __m256 v0 = _mm256_loadu_ps(s), v1 = _mm256_loadu_ps(s + 8);
+                _mm256_store_ps(dst + p * 16, v0);
+                _mm256_store_ps(dst + p * 16 + 8, v1);
+            }
+        } else if (cols == nr && csb == 1 && nr == 32) {
+            for (size_t p = 0; p < kc; p++) {
+                const float *s = src + p * rsb;
+                __m256 v0 = _mm256_loadu_ps(s), v1 = _mm256_loadu_ps(s + 8);
+                __m256 v2 = _mm256_loadu_ps(s + 16), v3 = _mm256_loadu_ps(s + 24);
+                _mm256_store_ps(dst + p * 32, v0);
+                _mm256_store_ps(dst + p * 32 + 8, v1);
+                _mm256_store_ps(dst + p * 32 + 16, v2);
+                _mm256_store_ps(dst + p * 32 + 24, v3);
+            }
+        } else if (cols == nr && rsb == 1) {
+            for (size_t j = 0; j < nr; j += 8) {
+                const float *s = src + j * csb;
+                size_t p = 0;
+                for (; p + 8 <= kc; p += 8) {
+                    __m256 r[8];
+                    for (int q = 0; q < 8; q++)
+                        r[q] = _mm256_loadu_ps(s + (size_t)q * csb + p);
+                    transpose8(r);
+                    for (int q = 0; q < 8; q++)
+                        _mm256_store_ps(dst + (p + (size_t)q) * nr + j, r[q]);
+                }
+                for (; p < kc; p++)
+                    for (size_t q = 0; q < 8; q++)
+                        dst[p * nr + j + q] = s[q * csb + p];
+            }
+        } else {
+            pack_b_generic(nr, cols, kc, src, rsb, csb, dst);
+        }
+        dst += nr * kc;
+    }
+}
+
+/* pack_a for MR <= 8. Only A stored transposed (rsa == 1, the dW = dY^T X
+ * product) reaches the vector path: each p is MR consecutive floats, moved
+ * with masked loads and stores so that nothing past the matrix is read and
+ * nothing past the panel written. Row-major A is read in place by the
+ * kernels and packed here only for its last, partial panel. */
+__attribute__((target("avx2,fma")))
+static void pack_a_avx(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa, size_t csa,
+                       float *restrict dst)
+{
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)mr), lanes);
+    for (size_t i0 = 0; i0 < mc; i0 += mr) {
+        size_t rows = min_size(mr, mc - i0);
+        const float *src = a + i0 * rsa;
+        if (rows == mr && rsa == 1 && kc > 0) {
+            /* Masked stores are slow on AMD: all but the last p store eight
+             * floats, the extra ones being overwritten by the next p. */
+            for (size_t p = 0; p + 1 < kc; p++)
+                _mm256_storeu_ps(dst + p * mr, _mm256_maskload_ps(src + p * csa, mask));
+            _mm256_maskstore_ps(dst + (kc - 1) * mr, mask,
+                                _mm256_maskload_ps(src + (kc - 1) * csa, mask));
+        } else {
+            pack_a_generic(mr, rows, kc, src, rsa, csa, dst);
+        }
+        dst += mr * kc;
+    }
+}
 
 /* ---- AVX2 + FMA: 6 x 16 tile --------------------------------------------- */
 
@@ -291,10 +455,10 @@ static int cpu_avx2(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+/* The AVX-512 kernel shares the AVX2 packers. */
 static int cpu_avx512(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
+    return cpu_avx2() && __builtin_cpu_supports("avx512f");
 }
 #endif
 
@@ -303,18 +467,20 @@ typedef struct dpt__gemm_kernel {
     const char *describe; /* returned by dpt_gemm_describe() */
     size_t mr, nr;        /* micro-tile */
     dpt__ukernel_fn fn;
+    dpt__pack_fn pack_a, pack_b;
     int (*supported)(void);
 } dpt__gemm_kernel_t;
 
 /* Ordered from narrowest to widest: the dispatcher takes the last one the CPU
  * supports. */
 static const dpt__gemm_kernel_t kernels[] = {
-    {"c", "portable (plain C, 4x8 tiles)", DPT__C_MR, DPT__C_NR, ukernel_c, cpu_any},
+    {"c", "portable (plain C, 4x8 tiles)", DPT__C_MR, DPT__C_NR, ukernel_c, pack_a_generic,
+     pack_b_generic, cpu_any},
 #if DPT__GEMM_X86
     {"avx2", "portable (avx2+fma, 6x16 tiles)", DPT__AVX2_MR, DPT__AVX2_NR, ukernel_avx2,
-     cpu_avx2},
+     pack_a_avx, pack_b_avx, cpu_avx2},
     {"avx512f", "portable (avx512f, 8x32 tiles)", DPT__AVX512_MR, DPT__AVX512_NR, ukernel_avx512,
-     cpu_avx512},
+     pack_a_avx, pack_b_avx, cpu_avx512},
 #endif
 };
 #define DPT__NKERNELS (sizeof kernels / sizeof kernels[0])
@@ -412,92 +578,6 @@ static float *workspace_get(void)
     return p;
 }
 
-/* ---- packing --------------------------------------------------------------- */
-
-/* Copies op(A)[0:mc, 0:kc] (element (i, p) at a[i*rsa + p*csa]) into MR-row
- * panels: panel q holds, for each p, the MR values of rows q*MR.. in a row,
- * zeros past row mc. The loop order follows whichever stride is 1. */
-static void pack_a(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa, size_t csa,
-                   float *restrict dst)
-{
-    for (size_t i0 = 0; i0 < mc; i0 += mr) {
-        size_t rows = min_size(mr, mc - i0);
-        const float *src = a + i0 * rsa;
-        if (csa == 1) {
-            for (size_t i = 0; i < rows; i++)
-                for (size_t p = 0; p < kc; p++)
-                    dst[p * mr + i] = src[i * rsa + p];
-        } else {
-            for (size_t p = 0; p < kc; p++)
-                for (size_t i = 0; i < rows; i++)
-                    dst[p * mr + i] = src[i * rsa + p * csa];
-        }
-        for (size_t p = 0; rows < mr && p < kc; p++)
-            for (size_t i = rows; i < mr; i++)
-                dst[p * mr + i] = 0.0f;
-        dst += mr * kc;
-    }
-}
-
-#if defined(__GNUC__)
-#define DPT__ALWAYS_INLINE inline __attribute__((always_inline))
-#else
-#define DPT__ALWAYS_INLINE inline
-#endif
-
-/* Copies op(B)[0:kc, 0:nc] (element (p, j) at b[p*rsb + j*csb]) into NR-column
- * panels: panel q holds, for each p, the NR values of columns q*NR.., zeros
- * past column nc. Inlined into one copy per NR (pack_b) so that the compiler
- * sees the panel width as a constant and vectorises the copies: with M = 64,
- * packing B is more than a tenth of the work. */
-static DPT__ALWAYS_INLINE void pack_b_nr(size_t nr, size_t nc, size_t kc, const float *b,
-                                         size_t rsb, size_t csb, float *restrict dst)
-{
-    for (size_t j0 = 0; j0 < nc; j0 += nr) {
-        size_t cols = min_size(nr, nc - j0);
-        const float *src = b + j0 * csb;
-        if (cols == nr && csb == 1) {
-            /* A memcpy of constant size is expanded inline; the equivalent
-             * loop is turned into a call to memmove per row. */
-            for (size_t p = 0; p < kc; p++)
-                memcpy(dst + p * nr, src + p * rsb, nr * sizeof(float));
-        } else if (cols == nr && rsb == 1) {
-            /* A transposed B: column j of op(B) is contiguous. Four columns
-             * at a time keep four read streams and write 16 bytes per p. */
-            size_t j = 0;
-            for (; j + 4 <= nr; j += 4) {
-                const float *s0 = src + j * csb, *s1 = s0 + csb, *s2 = s1 + csb, *s3 = s2 + csb;
-                for (size_t p = 0; p < kc; p++) {
-                    float *d = dst + p * nr + j;
-                    d[0] = s0[p];
-                    d[1] = s1[p];
-                    d[2] = s2[p];
-                    d[3] = s3[p];
-                }
-            }
-        } else {
-            for (size_t p = 0; p < kc; p++) {
-                for (size_t j = 0; j < cols; j++)
-                    dst[p * nr + j] = src[p * rsb + j * csb];
-                for (size_t j = cols; j < nr; j++)
-                    dst[p * nr + j] = 0.0f;
-            }
-        }
-        dst += nr * kc;
-    }
-}
-
-static void pack_b(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
-                   float *restrict dst)
-{
-    switch (nr) {
-    case 8: pack_b_nr(8, nc, kc, b, rsb, csb, dst); break;
-    case 16: pack_b_nr(16, nc, kc, b, rsb, csb, dst); break;
-    case 32: pack_b_nr(32, nc, kc, b, rsb, csb, dst); break;
-    default: pack_b_nr(nr, nc, kc, b, rsb, csb, dst); break;
-    }
-}
-
 /* ---- drivers ------------------------------------------------------------- */
 
 /* Operand strides: element (i, j) of a matrix X is x[i*rs + j*cs]. */
@@ -550,13 +630,13 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
             /* The first chunk of k applies the caller's beta; later chunks add
              * to what the earlier ones stored. */
             float beta = pc == 0 ? g->beta : 1.0f;
-            pack_b(nr, nc, kc, g->b + pc * g->rsb + jc * g->csb, g->rsb, g->csb, bbuf);
+            kr->pack_b(nr, nc, kc, g->b + pc * g->rsb + jc * g->csb, g->rsb, g->csb, bbuf);
             for (size_t ic = 0; ic < g->m; ic += DPT__GEMM_MC) {
                 size_t mc = min_size(DPT__GEMM_MC, g->m - ic);
                 const float *ablock = g->a + ic * g->rsa + pc * g->csa;
                 size_t direct = in_place ? mc / mr * mr : 0;
                 if (direct < mc)
-                    pack_a(mr, mc - direct, kc, ablock + direct * g->rsa, g->rsa, g->csa, abuf);
+                    kr->pack_a(mr, mc - direct, kc, ablock + direct * g->rsa, g->rsa, g->csa, abuf);
                 for (size_t jr = 0; jr < nc; jr += nr) {
                     size_t n = min_size(nr, nc - jr);
                     const float *bpanel = bbuf + jr * kc;
@@ -591,9 +671,13 @@ static void gemm_portable(dpt__gemm_args_t g)
         return;
     }
     const dpt__gemm_kernel_t *kr = &kernels[ki];
-    /* Solve C^T = op(B)^T op(A)^T instead when that wastes fewer padded
-     * lanes; ties keep the original problem, whose stores are contiguous. */
-    if (padded(g.n, kr->mr) * padded(g.m, kr->nr) < padded(g.m, kr->mr) * padded(g.n, kr->nr)) {
+    /* For a C narrower than the micro-tile, solve C^T = op(B)^T op(A)^T
+     * instead when that wastes fewer padded lanes (N = 10 with NR = 16 pads
+     * to 16 columns, but N = 10 rows pad only to 12). Wider outputs keep the
+     * original problem: its stores are contiguous and a row-major A is read
+     * in place, while the swap changes little. */
+    if (g.n < kr->nr &&
+        padded(g.n, kr->mr) * padded(g.m, kr->nr) < padded(g.m, kr->mr) * padded(g.n, kr->nr)) {
         dpt__gemm_args_t t = g;
         t.m = g.n;
         t.n = g.m;

@@ -1,0 +1,172 @@
+/*
+ * dpt/towers.h — synchronous multi-device data parallelism ("towers").
+ *
+ * N devices each compute gradients on their slice of a minibatch; the
+ * gradients are combined according to a mode and one optimizer update is
+ * applied. A batch is loaded once into a tower stack (per-device buffers)
+ * and stays there, so several passes in any minibatch order reuse it
+ * without copying (RLlib's LocalSyncParallelOptimizer semantics):
+ *
+ *   dpt_towers_load(t, stack, batch, &info)      copy + split, once per batch
+ *   for epoch: for offset in shuffled(0, pdb, 2 pdb, ..., info.rows_per_device):
+ *       dpt_towers_optimize(t, stack, offset, lr, &stats)
+ *
+ * Load rules (N devices, M = max_per_device_batch_size):
+ *  - Without sequences: the minibatch is M*N rows; with fewer rows loaded it
+ *    shrinks to the largest multiple of N that fits; the batch is truncated
+ *    to a multiple of the minibatch and the dropped rows are reported.
+ *    Device i gets rows [i R/N, (i+1) R/N) of the R kept rows.
+ *  - With sequences (batch->seq_len > 0): sequences are never split. The
+ *    minibatch holds (M / seq_len) * N sequences; when M < seq_len that is
+ *    raised to one sequence per device and info.warning says so; fewer
+ *    loaded sequences than devices is DPT_EINVAL telling the user to raise
+ *    the minibatch size or shorten the sequences.
+ *
+ * Modes:
+ *  - ps: one shared parameter arena. After the towers' backward passes,
+ *    device d sums the towers' gradients over its 1/N slice of the arena
+ *    (fixed tower order), scales for the average, and applies the optimizer
+ *    to that slice; the global norm for clipping is combined from per-slice
+ *    sums in slice order.
+ *  - replicated: every tower owns parameters and optimizer state; gradients
+ *    are all-reduced with the threads collective backend (dpt/comm.h) and
+ *    every tower applies the identical update. Replicas start equal
+ *    (tower 0's values are broadcast); dpt_towers_check_replicas() compares
+ *    checksums, and runs every `check_every` steps when that is > 0.
+ *  - async: shared parameters; each tower takes a snapshot of the
+ *    parameters, computes its gradient, clips it, scales it by async_scale
+ *    (default 1/N) and applies it right away, chunk by chunk under per-chunk
+ *    locks, without waiting for the other towers (Hogwild-style, but free
+ *    of data races). Not bitwise reproducible by design.
+ *
+ * A step whose loss or gradient is not finite, or whose model call fails, is
+ * refused: nothing is applied (in async, that tower's update is skipped) and
+ * the error names the device.
+ */
+#ifndef DPT_TOWERS_H
+#define DPT_TOWERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpt/batch.h"
+#include "dpt/nn.h"
+#include "dpt/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DPT_TOWERS_MODE_LIST(X)              \
+    X(DPT_TOWERS_PS, "ps")                   \
+    X(DPT_TOWERS_REPLICATED, "replicated")   \
+    X(DPT_TOWERS_ASYNC, "async")
+
+typedef enum dpt_towers_mode {
+#define DPT__TMODE_ENUM(sym, name) sym,
+    DPT_TOWERS_MODE_LIST(DPT__TMODE_ENUM)
+#undef DPT__TMODE_ENUM
+    DPT_TOWERS_MODE_COUNT
+} dpt_towers_mode_t;
+
+const char *dpt_towers_mode_name(dpt_towers_mode_t mode);
+int dpt_towers_mode_parse(const char *name, dpt_towers_mode_t *mode);
+
+typedef struct dpt_towers_config {
+    int num_devices;                  /* N >= 1 */
+    size_t max_per_device_batch_size; /* M >= 1 rows per device per step */
+    size_t max_load_rows;             /* capacity of one load (rows), >= N */
+    int num_stacks;                   /* independent loaded buffers, >= 1 */
+    dpt_towers_mode_t mode;
+    int reduce_sum;                   /* 0: average tower gradients; 1: sum */
+    double grad_clip;                 /* global-norm clip after combining; 0 = off */
+    dpt_optim_config_t optim;
+    float async_scale;                /* async: gradient scale; 0 = 1/N */
+    int check_every;                  /* replicated: replica check period; 0 = off */
+    int pin_devices;                  /* pin device threads to cores */
+    double comm_timeout_s;            /* replicated: collective timeout; 0 = 300 */
+} dpt_towers_config_t;
+
+/* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam. */
+dpt_towers_config_t dpt_towers_defaults(void);
+
+/* What a load did. */
+typedef struct dpt_towers_load_info {
+    size_t rows_loaded;        /* rows kept (all devices) */
+    size_t rows_dropped;       /* rows truncated away */
+    size_t rows_per_device;    /* rows each device holds */
+    size_t per_device_batch;   /* rows per device per optimize() */
+    size_t minibatch;          /* rows per optimize() over all devices */
+    size_t steps;              /* optimize() calls one pass takes */
+    char warning[192];         /* non-empty when a rule changed the request */
+} dpt_towers_load_info_t;
+
+/* Averaged results of one optimize(). */
+typedef struct dpt_towers_stats {
+    double loss;        /* mean loss over the minibatch's rows */
+    double correct;     /* summed over towers */
+    size_t rows;        /* rows used in the step */
+    double grad_norm;   /* global norm of the combined gradient before clipping
+                         * (async: mean of the towers' norms) */
+} dpt_towers_stats_t;
+
+typedef struct dpt_towers dpt_towers_t;
+
+/* Creates the engine. `model` is copied (its ctx borrowed until destroy);
+ * when it has replicate(), every device gets its own context. `layout` is a
+ * batch with rows == 0 whose columns (names, types, widths, per-sequence
+ * flags; data may be NULL) fix what load() accepts, and `seq_len` (0 = no
+ * sequences) is taken from it. Parameters start at zero: set them with
+ * dpt_towers_set_weights(). Errors: DPT_EINVAL (bad config, naming the
+ * key), DPT_ENOMEM, DPT_ETHREAD. */
+int dpt_towers_create(dpt_towers_t **towers, const dpt_model_t *model,
+                      const dpt_batch_t *layout, const dpt_towers_config_t *cfg);
+void dpt_towers_destroy(dpt_towers_t *towers);
+
+/* Copies `batch` into stack `stack`, split across devices by the rules
+ * above (in parallel, each device copying its own slice). Errors
+ * (DPT_EINVAL with a message): stack out of range, columns differing from
+ * the layout, zero rows, more rows than max_load_rows, fewer rows or
+ * sequences than devices, a sequence length differing from the layout's. */
+int dpt_towers_load(dpt_towers_t *towers, int stack, const dpt_batch_t *batch,
+                    dpt_towers_load_info_t *info);
+
+/* One step on rows [offset, offset + per_device_batch) of every device's
+ * slice of stack `stack`, with learning rate lr. offset must be a multiple
+ * of per_device_batch below rows_per_device. Before the first step the
+ * gradient-set check runs (see dpt_towers_check_grad_sets). */
+int dpt_towers_optimize(dpt_towers_t *towers, int stack, size_t offset, float lr,
+                        dpt_towers_stats_t *stats);
+
+/* Runs one forward/backward per device on the first minibatch of `stack`
+ * with gradient arenas pre-filled with a sentinel, and checks that every
+ * device produced gradients for the same variables (a variable counts as
+ * produced when any of its values was written). On a mismatch returns
+ * DPT_EINVAL naming the variables unique to each device. Parameters are
+ * not changed. */
+int dpt_towers_check_grad_sets(dpt_towers_t *towers, int stack);
+
+/* Copies the parameters out (tower 0's in replicated mode) / in (to every
+ * replica). count must equal the model's table total. */
+int dpt_towers_get_weights(dpt_towers_t *towers, float *out, size_t count);
+int dpt_towers_set_weights(dpt_towers_t *towers, const float *in, size_t count);
+
+/* Replicated: DPT_ESTATE naming the first replica whose parameters or
+ * optimizer state differ from tower 0's; 0 otherwise (and in other modes). */
+int dpt_towers_check_replicas(dpt_towers_t *towers);
+
+/* The optimizer of tower 0 (the only one in ps and async modes), for
+ * checkpointing its state. Borrowed. */
+dpt_optim_t *dpt_towers_optimizer(dpt_towers_t *towers);
+/* Restores optimizer slots and step counter on every replica from
+ * `src` (same kind and size). */
+int dpt_towers_set_optimizer_state(dpt_towers_t *towers, dpt_optim_t *src);
+
+/* The configuration in use and the number of optimize() calls made. */
+const dpt_towers_config_t *dpt_towers_get_config(const dpt_towers_t *towers);
+uint64_t dpt_towers_steps(const dpt_towers_t *towers);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPT_TOWERS_H */

@@ -1,0 +1,455 @@
+/*
+ * dpt bench allreduce — time per allreduce, algorithm and bus bandwidth, per
+ * backend, next to this machine's single-thread memcpy bandwidth.
+ *
+ *   algbw  = bytes / time                       (bytes = count * 4)
+ *   busbw  = algbw * 2 (P - 1) / P              (as nccl-tests define it)
+ *   memcpy = bytes / time of one thread memcpy'ing `bytes` between two
+ *            pre-touched buffers, measured in the same run
+ *
+ * Every buffer is allocated and touched once before anything is timed (a
+ * first touch of a 4 KiB page costs ~10 us on these VMs). Each size is run
+ * `warmup` times, then `reps` repetitions of `iters` back-to-back allreduces
+ * (SUM, in place, on zero-filled buffers; the values do not change the
+ * speed); the figure is the median repetition. For threads and hier the
+ * participants are threads of this process; for mpi and hier the program
+ * runs under mpirun and rank 0 prints.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpt/comm.h"
+#include "dpt/stats.h"
+#include "dpt/status.h"
+#include "cli.h"
+
+#define BENCH_REPS 7
+#define BENCH_MAX_PARTICIPANTS 256
+
+typedef struct bench_cfg {
+    dpt_comm_backend_t backend;
+    int participants; /* threads per process; 0 = default list */
+    size_t min_bytes, max_bytes;
+    int iters;        /* 0 = automatic per size */
+    int json;
+    char command[1024];
+} bench_cfg_t;
+
+/* One row of results, filled by participant 0. */
+typedef struct bench_row {
+    size_t bytes;
+    int iters;
+    double time_s, memcpy_s;
+} bench_row_t;
+
+typedef struct bench_run {
+    const bench_cfg_t *cfg;
+    int nsizes;
+    bench_row_t *rows;
+    int world_rank; /* MPI rank of this process (0 for threads) */
+} bench_run_t;
+
+typedef struct bench_part {
+    bench_run_t *run;
+    dpt_comm_t *comm;
+    int lead;  /* 1 for the participant that measures and records */
+    int rc;    /* first failure */
+    char msg[512];
+} bench_part_t;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Enough iterations for ~256 MB of data per repetition, 10 at least. */
+static int auto_iters(size_t bytes)
+{
+    size_t it = ((size_t)256 << 20) / (bytes ? bytes : 1);
+    if (it < 10)
+        it = 10;
+    if (it > 20000)
+        it = 20000;
+    return (int)it;
+}
+
+static float *alloc_touched(size_t bytes)
+{
+    float *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p != NULL)
+        memset(p, 0, (bytes + 63) / 64 * 64);
+    return p;
+}
+
+static void part_fail(bench_part_t *p, int rc, const char *what)
+{
+    if (p->rc == 0) {
+        p->rc = rc;
+        snprintf(p->msg, sizeof p->msg, "%s: %s: %s", what, dpt_strerror(rc), dpt_last_error());
+    }
+}
+
+/* The timed loop every participant runs. */
+static void part_body(bench_part_t *p)
+{
+    bench_run_t *run = p->run;
+    const bench_cfg_t *cfg = run->cfg;
+    float *buf = alloc_touched(cfg->max_bytes);
+    float *msrc = NULL, *mdst = NULL;
+    if (p->lead) {
+        msrc = alloc_touched(cfg->max_bytes);
+        mdst = alloc_touched(cfg->max_bytes);
+    }
+    if (buf == NULL || (p->lead && (msrc == NULL || mdst == NULL))) {
+        part_fail(p, DPT_ENOMEM, "allocating the buffers");
+        /* keep going through the collectives so the others do not hang;
+         * each one then fails or times out */
+    }
+    int rc;
+    for (int s = 0; s < run->nsizes && p->rc == 0; s++) {
+        bench_row_t *row = &run->rows[s];
+        size_t count = row->bytes / sizeof(float);
+        int iters = row->iters;
+        double t[BENCH_REPS];
+        for (int w = 0; w < 3 && p->rc == 0; w++)
+            if ((rc = dpt_comm_allreduce(p->comm, buf, count, DPT_REDUCE_SUM)) < 0)
+                part_fail(p, rc, "warm-up allreduce");
+        for (int r = 0; r < BENCH_REPS && p->rc == 0; r++) {
+            if ((rc = dpt_comm_barrier(p->comm)) < 0) {
+                part_fail(p, rc, "barrier");
+                break;
+            }
+            double t0 = dpt_now();
+            for (int i = 0; i < iters; i++) {
+                if ((rc = dpt_comm_allreduce(p->comm, buf, count, DPT_REDUCE_SUM)) < 0) {
+                    part_fail(p, rc, "allreduce");
+                    break;
+                }
+            }
+            t[r] = (dpt_now() - t0) / iters;
+        }
+        if (p->rc != 0)
+            break;
+        /* memcpy while the other participants wait in the barrier below
+         * (blocked, so they take no memory bandwidth) */
+        if (p->lead) {
+            double m[BENCH_REPS];
+            memcpy(mdst, msrc, row->bytes);
+            for (int r = 0; r < BENCH_REPS; r++) {
+                double t0 = dpt_now();
+                for (int i = 0; i < iters; i++) {
+                    memcpy(mdst, msrc, row->bytes);
+                    /* a dependency through the data so the copies are not
+                     * elided: touch one byte of the destination */
+                    msrc[i % (row->bytes / sizeof(float))] = mdst[0] + 0.0f;
+                }
+                m[r] = (dpt_now() - t0) / iters;
+            }
+            row->time_s = median(t, BENCH_REPS);
+            row->memcpy_s = median(m, BENCH_REPS);
+        }
+        if ((rc = dpt_comm_barrier(p->comm)) < 0)
+            part_fail(p, rc, "barrier");
+    }
+    free(buf);
+    free(msrc);
+    free(mdst);
+}
+
+static void *part_thread(void *arg)
+{
+    part_body(arg);
+    return NULL;
+}
+
+static void print_rows(const bench_run_t *run, int participants)
+{
+    const bench_cfg_t *cfg = run->cfg;
+    const char *be = dpt_comm_backend_name(cfg->backend);
+    if (!cfg->json) {
+        printf("# %s\n", cfg->command);
+        printf("# backend %s, %d participants; medians of %d repetitions; memcpy = one thread, "
+               "same size\n",
+               be, participants, BENCH_REPS);
+        printf("%12s %8s %12s %10s %10s %11s %8s\n", "bytes", "iters", "time_us", "algbw_gbs",
+               "busbw_gbs", "memcpy_gbs", "bus/mem");
+    }
+    for (int s = 0; s < run->nsizes; s++) {
+        const bench_row_t *row = &run->rows[s];
+        double algbw = (double)row->bytes / row->time_s / 1e9;
+        double busbw = algbw * 2.0 * (participants - 1) / participants;
+        double mem = (double)row->bytes / row->memcpy_s / 1e9;
+        if (cfg->json)
+            printf("{\"backend\":\"%s\",\"participants\":%d,\"bytes\":%zu,\"iters\":%d,"
+                   "\"time_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
+                   "\"command\":\"%s\"}\n",
+                   be, participants, row->bytes, row->iters, row->time_s * 1e6, algbw, busbw,
+                   mem, cfg->command);
+        else
+            printf("%12zu %8d %12.3f %10.3f %10.3f %11.3f %8.3f\n", row->bytes, row->iters,
+                   row->time_s * 1e6, algbw, busbw, mem, busbw / mem);
+    }
+    fflush(stdout);
+}
+
+static int make_rows(bench_run_t *run)
+{
+    const bench_cfg_t *cfg = run->cfg;
+    int n = 0;
+    for (size_t b = cfg->min_bytes; b <= cfg->max_bytes; b *= 2) {
+        n++;
+        if (b > SIZE_MAX / 2)
+            break;
+    }
+    run->rows = calloc((size_t)n, sizeof *run->rows);
+    if (run->rows == NULL)
+        return DPT_ENOMEM;
+    run->nsizes = n;
+    size_t b = cfg->min_bytes;
+    for (int s = 0; s < n; s++, b *= 2) {
+        run->rows[s].bytes = b;
+        run->rows[s].iters = cfg->iters > 0 ? cfg->iters : auto_iters(b);
+    }
+    return 0;
+}
+
+/* Runs T participant threads on handles comms[0..T); thread 0 is the
+ * calling thread (so that, for hier, MPI is called by the main thread). */
+static int run_threads(bench_run_t *run, dpt_comm_t **comms, int T, int lead_thread)
+{
+    bench_part_t *parts = calloc((size_t)T, sizeof *parts);
+    pthread_t *th = calloc((size_t)T, sizeof *th);
+    int rc = 0;
+    if (parts == NULL || th == NULL) {
+        free(parts);
+        free(th);
+        fprintf(stderr, "dpt bench allreduce: out of memory\n");
+        return DPT_EXIT_FAIL;
+    }
+    for (int i = 0; i < T; i++) {
+        parts[i].run = run;
+        parts[i].comm = comms[i];
+        parts[i].lead = lead_thread && i == 0;
+    }
+    int started = 1;
+    for (int i = 1; i < T; i++, started++)
+        if (pthread_create(&th[i], NULL, part_thread, &parts[i]) != 0)
+            break;
+    if (started < T) {
+        fprintf(stderr, "dpt bench allreduce: cannot start participant threads\n");
+        rc = DPT_EXIT_FAIL;
+    }
+    if (rc == 0)
+        part_body(&parts[0]);
+    for (int i = 1; i < started; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < T && rc == 0; i++) {
+        if (parts[i].rc != 0) {
+            fprintf(stderr, "dpt bench allreduce: participant %d: %s\n", i, parts[i].msg);
+            rc = DPT_EXIT_FAIL;
+        }
+    }
+    free(parts);
+    free(th);
+    return rc;
+}
+
+static int bench_threads(const bench_cfg_t *cfg, int P)
+{
+    bench_run_t run = {.cfg = cfg};
+    if (make_rows(&run) < 0) {
+        fprintf(stderr, "dpt bench allreduce: out of memory\n");
+        return DPT_EXIT_FAIL;
+    }
+    dpt_comm_threads_group_t *g = NULL;
+    dpt_comm_t *comms[BENCH_MAX_PARTICIPANTS] = {0};
+    int rc = dpt_comm_threads_group_create(&g, P, NULL);
+    for (int i = 0; i < P && rc == 0; i++)
+        rc = dpt_comm_threads_join(g, i, &comms[i]);
+    if (rc < 0) {
+        fprintf(stderr, "dpt bench allreduce: %s: %s\n", dpt_strerror(rc), dpt_last_error());
+        rc = DPT_EXIT_FAIL;
+    } else {
+        rc = run_threads(&run, comms, P, 1);
+        if (rc == 0)
+            print_rows(&run, P);
+    }
+    for (int i = 0; i < P; i++)
+        dpt_comm_destroy(comms[i]);
+    dpt_comm_threads_group_destroy(g);
+    free(run.rows);
+    return rc;
+}
+
+static int bench_mpi(const bench_cfg_t *cfg, int T)
+{
+    int rc = dpt_comm_mpi_init(NULL, NULL, DPT_COMM_MPI_FUNNELED);
+    if (rc < 0) {
+        fprintf(stderr, "dpt bench allreduce: %s: %s\n", dpt_strerror(rc), dpt_last_error());
+        return DPT_EXIT_FAIL;
+    }
+    bench_run_t run = {.cfg = cfg};
+    dpt_comm_t *comms[BENCH_MAX_PARTICIPANTS] = {0};
+    dpt_comm_hier_group_t *hg = NULL;
+    int exit_code = DPT_EXIT_FAIL;
+    if (make_rows(&run) < 0) {
+        rc = dpt_error(DPT_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (cfg->backend == DPT_COMM_MPI) {
+        T = 1;
+        rc = dpt_comm_mpi_create(&comms[0], NULL);
+    } else {
+        rc = dpt_comm_hier_group_create(&hg, T, NULL);
+        for (int i = 0; i < T && rc == 0; i++)
+            rc = dpt_comm_hier_join(hg, i, &comms[i]);
+    }
+    if (rc < 0)
+        goto done;
+    run.world_rank = dpt_comm_rank(comms[0]) / T;
+    exit_code = run_threads(&run, comms, T, run.world_rank == 0);
+    if (exit_code == 0 && run.world_rank == 0)
+        print_rows(&run, dpt_comm_size(comms[0]));
+done:
+    if (rc < 0)
+        fprintf(stderr, "dpt bench allreduce: %s: %s\n", dpt_strerror(rc), dpt_last_error());
+    for (int i = 0; i < T; i++)
+        dpt_comm_destroy(comms[i]);
+    dpt_comm_hier_group_destroy(hg);
+    free(run.rows);
+    dpt_comm_mpi_finalize();
+    return exit_code;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dpt bench allreduce [--backend threads|mpi|hier] [--participants P]\n"
+            "                           [--min-bytes N] [--max-bytes N] [--iters N] [--json]\n"
+            "\n"
+            "  --backend       threads (default): P threads of this process;\n"
+            "                  mpi: one participant per MPI process (run under mpirun);\n"
+            "                  hier: P threads in each MPI process (run under mpirun)\n"
+            "  --participants  threads (per process for hier); default: threads 2 then 4,\n"
+            "                  hier 2\n"
+            "  --min-bytes     smallest message, default 4096 (sizes double up to max)\n"
+            "  --max-bytes     largest message, default 67108864 (64 MiB)\n"
+            "  --iters         allreduces per timed repetition (default: ~256 MB of data,\n"
+            "                  10 to 20000); the figure is the median of %d repetitions\n"
+            "  --json          one JSON object per line\n"
+            "\n"
+            "busbw = algbw * 2(P-1)/P (nccl-tests); memcpy_gbs = one thread memcpy of the same\n"
+            "size, measured in the same run (a copy of N bytes counts N).\n",
+            BENCH_REPS);
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || s[0] == '-')
+        return -1;
+    if (*end == 'K' || *end == 'k')
+        v <<= 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        v <<= 30, end++;
+    if (*end != '\0')
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+int dpt_bench_allreduce(int argc, char **argv)
+{
+    bench_cfg_t cfg = {.backend = DPT_COMM_THREADS, .min_bytes = 4096,
+                       .max_bytes = (size_t)64 << 20};
+    size_t len = (size_t)snprintf(cfg.command, sizeof cfg.command, "dpt bench");
+    for (int i = 0; i < argc && len < sizeof cfg.command; i++)
+        len += (size_t)snprintf(cfg.command + len, sizeof cfg.command - len, " %s", argv[i]);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return DPT_EXIT_OK;
+        } else if (strcmp(a, "--json") == 0) {
+            cfg.json = 1;
+        } else if (strcmp(a, "--backend") == 0 && v) {
+            if (dpt_comm_backend_parse(v, &cfg.backend) < 0) {
+                fprintf(stderr, "dpt bench allreduce: %s\n", dpt_last_error());
+                return DPT_EXIT_USAGE;
+            }
+            i++;
+        } else if (strcmp(a, "--participants") == 0 && v) {
+            char *end;
+            long p = strtol(v, &end, 10);
+            if (*end != '\0' || p < 1 || p > BENCH_MAX_PARTICIPANTS) {
+                fprintf(stderr, "dpt bench allreduce: --participants %s: expected 1..%d\n", v,
+                        BENCH_MAX_PARTICIPANTS);
+                return DPT_EXIT_USAGE;
+            }
+            cfg.participants = (int)p;
+            i++;
+        } else if ((strcmp(a, "--min-bytes") == 0 || strcmp(a, "--max-bytes") == 0) && v) {
+            size_t b;
+            if (parse_size(v, &b) < 0 || b < sizeof(float) || b % sizeof(float) != 0) {
+                fprintf(stderr,
+                        "dpt bench allreduce: %s %s: expected a positive multiple of 4 bytes "
+                        "(suffix K, M or G allowed)\n",
+                        a, v);
+                return DPT_EXIT_USAGE;
+            }
+            if (a[2] == 'm' && a[3] == 'i')
+                cfg.min_bytes = b;
+            else
+                cfg.max_bytes = b;
+            i++;
+        } else if (strcmp(a, "--iters") == 0 && v) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end != '\0' || n < 1 || n > 100000000) {
+                fprintf(stderr, "dpt bench allreduce: --iters %s: expected a positive integer\n",
+                        v);
+                return DPT_EXIT_USAGE;
+            }
+            cfg.iters = (int)n;
+            i++;
+        } else {
+            fprintf(stderr, "dpt bench allreduce: %s option '%s' (try --help)\n",
+                    v == NULL && strncmp(a, "--", 2) == 0 ? "missing value or unknown" : "unknown",
+                    a);
+            return DPT_EXIT_USAGE;
+        }
+    }
+    if (cfg.min_bytes > cfg.max_bytes) {
+        fprintf(stderr, "dpt bench allreduce: --min-bytes %zu is larger than --max-bytes %zu\n",
+                cfg.min_bytes, cfg.max_bytes);
+        return DPT_EXIT_USAGE;
+    }
+    if (!dpt_comm_backend_available(cfg.backend)) {
+        fprintf(stderr, "dpt bench allreduce: backend %s needs MPI, which this build lacks\n",
+                dpt_comm_backend_name(cfg.backend));
+        return DPT_EXIT_FAIL;
+    }
+    if (cfg.backend == DPT_COMM_THREADS) {
+        if (cfg.participants > 0)
+            return bench_threads(&cfg, cfg.participants);
+        int rc = bench_threads(&cfg, 2);
+        if (rc == 0)
+            rc = bench_threads(&cfg, 4);
+        return rc;
+    }
+    return bench_mpi(&cfg, cfg.participants > 0 ? cfg.participants : 2);
+}
