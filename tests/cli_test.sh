@@ -18,7 +18,7 @@ expect 0 "features:"            -- info
 expect 0 "gemm:"                -- info
 expect 2 "unexpected argument"  -- info extra
 expect 0 "usage: dpt COMMAND"   -- --help
-expect 2 "usage: dpt COMMAND"
+expect 2 "usage: dpt COMMAND"   --
 expect 2 "unknown command \"nope\"" -- nope
 expect 0 "dpt "                 -- --version
 expect 0 "usage: dpt demo"      -- demo --help

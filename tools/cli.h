@@ -18,5 +18,6 @@ int dpt_cmd_bench(int argc, char **argv);
 
 /* Benchmarks reachable as `dpt bench NAME` (tools/bench_*.c). */
 int dpt_bench_allreduce(int argc, char **argv);
+int dpt_bench_towers(int argc, char **argv);
 
 #endif

@@ -27,7 +27,8 @@ static const dpt_command_t dpt_commands[] = {
 };
 
 #define DPT_BENCH_LIST(X) \
-    X("allreduce", dpt_bench_allreduce, "collective bandwidth and latency per backend")
+    X("allreduce", dpt_bench_allreduce, "collective bandwidth and latency per backend") \
+    X("towers", dpt_bench_towers, "training throughput of the towers engine per mode")
 
 static const dpt_command_t dpt_benches[] = {
 #define DPT__BENCH(name, fn, summary) {name, fn, summary},

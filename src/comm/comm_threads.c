@@ -113,7 +113,7 @@ void dpt__reduce_push(float *const *dst, int ndst, const float *const *src, int 
         } else {
             const float *b = src[1] + i0;
             for (size_t j = 0; j < n; j++)
-                acc[j] = a[j] + b[j] + (j == 7 ? 1.0f : 0.0f);
+                acc[j] = a[j] + b[j];
             for (int k = 2; k < nsrc; k++) {
                 const float *c = src[k] + i0;
                 for (size_t j = 0; j < n; j++)

@@ -1,0 +1,253 @@
+/*
+ * dpt bench towers — training throughput of the towers engine.
+ *
+ * Model: MLP 784-512-512-10 (ReLU, softmax cross-entropy), plain SGD, on
+ * random data, minibatch of `batch` rows split across the devices. For each
+ * mode and device count it reports samples/s (median of repeated timed
+ * runs), the scaling over one device, and the fraction of the machine's
+ * FLOP limit: training costs ~6 x weights FLOPs per sample (forward 2x,
+ * backward 4x); the limit is (devices) x the single-thread GFLOP/s of the
+ * largest layer's forward GEMM at the per-device batch, measured in the same
+ * run with the GEMM backend dpt uses.
+ */
+#include "cli.h"
+#include "dpt/dpt.h"
+#include "dpt/towers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BT_IN 784
+#define BT_HIDDEN 512
+#define BT_OUT 10
+#define BT_REPS 5
+
+typedef struct bt_args {
+    size_t batch;
+    int max_devices;
+    double seconds;
+    int json;
+    int modes[DPT_TOWERS_MODE_COUNT];
+} bt_args_t;
+
+static int bt_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double bt_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bt_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Single-thread GFLOP/s of Y[rows, 512] = X[rows, 784] W^T, median. */
+static double bt_gemm_gflops(size_t rows)
+{
+    float *x = dpt_alloc_aligned(rows * BT_IN * sizeof(float));
+    float *w = dpt_alloc_aligned((size_t)BT_HIDDEN * BT_IN * sizeof(float));
+    float *y = dpt_alloc_aligned(rows * BT_HIDDEN * sizeof(float));
+    if (!x || !w || !y) {
+        dpt_free_aligned(x), dpt_free_aligned(w), dpt_free_aligned(y);
+        return 0.0;
+    }
+    dpt_rng_t r;
+    dpt_rng_init(&r, 1, 0, 0, DPT_RNG_TEST);
+    dpt_rng_fill_uniform(&r, x, rows * BT_IN, -1, 1);
+    dpt_rng_fill_uniform(&r, w, (size_t)BT_HIDDEN * BT_IN, -1, 1);
+    double flop = 2.0 * (double)rows * BT_IN * BT_HIDDEN, rates[BT_REPS];
+    for (int rep = 0; rep < BT_REPS; rep++) {
+        int iters = 0;
+        double t0 = dpt_now(), dt;
+        do {
+            dpt_gemm(0, 1, rows, BT_HIDDEN, BT_IN, 1.0f, x, BT_IN, w, BT_IN, 0.0f, y, BT_HIDDEN);
+            iters++;
+            dt = dpt_now() - t0;
+        } while (dt < 0.2);
+        rates[rep] = flop * iters / dt * 1e-9;
+    }
+    dpt_free_aligned(x), dpt_free_aligned(w), dpt_free_aligned(y);
+    return bt_median(rates, BT_REPS);
+}
+
+/* Samples/s of one configuration (median of BT_REPS runs), or < 0 on error. */
+static double bt_run(const bt_args_t *a, dpt_towers_mode_t mode, int devices, const float *x,
+                     const int32_t *y, size_t rows)
+{
+    const dpt_layer_spec_t layers[] = {{DPT_LAYER_LINEAR, BT_HIDDEN, DPT_INIT_DEFAULT, 0},
+                                       {DPT_LAYER_RELU, 0, 0, 0},
+                                       {DPT_LAYER_LINEAR, BT_HIDDEN, DPT_INIT_DEFAULT, 0},
+                                       {DPT_LAYER_RELU, 0, 0, 0},
+                                       {DPT_LAYER_LINEAR, BT_OUT, DPT_INIT_DEFAULT, 0}};
+    size_t pdb = a->batch / (size_t)devices;
+    dpt_mlp_t *mlp = NULL;
+    dpt_towers_t *t = NULL;
+    float *w = NULL;
+    double result = -1.0;
+    if (dpt_mlp_create(&mlp, BT_IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, pdb))
+        goto out;
+    dpt_model_t model = dpt_mlp_model(mlp);
+    dpt_towers_config_t c = dpt_towers_defaults();
+    c.mode = mode;
+    c.num_devices = devices;
+    c.max_per_device_batch_size = pdb;
+    c.max_load_rows = rows;
+    c.optim = dpt_optim_defaults(DPT_OPTIM_SGD);
+    dpt_batch_t lay;
+    dpt_batch_init(&lay, 0);
+    dpt_batch_add(&lay, DPT_MLP_X, DPT_F32, BT_IN, 0, NULL);
+    dpt_batch_add(&lay, DPT_MLP_LABEL, DPT_I32, 1, 0, NULL);
+    if (dpt_towers_create(&t, &model, &lay, &c))
+        goto out;
+    w = calloc(model.vars->total, sizeof *w);
+    if (!w)
+        goto out;
+    dpt_rng_t r;
+    dpt_rng_init(&r, 1, 0, 0, DPT_RNG_INIT);
+    dpt_mlp_init_params(mlp, w, &r);
+    dpt_batch_t b;
+    dpt_batch_init(&b, rows);
+    dpt_batch_add(&b, DPT_MLP_X, DPT_F32, BT_IN, 0, (void *)(uintptr_t)x);
+    dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, (void *)(uintptr_t)y);
+    dpt_towers_load_info_t li;
+    if (dpt_towers_set_weights(t, w, model.vars->total) || dpt_towers_load(t, 0, &b, &li))
+        goto out;
+    size_t step = 0;
+    for (int i = 0; i < 5; i++, step++) /* warm-up: first touches, caches */
+        if (dpt_towers_optimize(t, 0, (step % li.steps) * li.per_device_batch, 0.01f, NULL))
+            goto out;
+    double rates[BT_REPS];
+    for (int rep = 0; rep < BT_REPS; rep++) {
+        size_t n = 0;
+        double t0 = dpt_now(), dt;
+        do {
+            if (dpt_towers_optimize(t, 0, (step % li.steps) * li.per_device_batch, 0.01f, NULL))
+                goto out;
+            step++;
+            n++;
+            dt = dpt_now() - t0;
+        } while (dt < a->seconds / BT_REPS);
+        rates[rep] = (double)(n * li.minibatch) / dt;
+    }
+    result = bt_median(rates, BT_REPS);
+out:
+    if (result < 0)
+        fprintf(stderr, "dpt bench towers: %s with %d devices: %s\n", dpt_towers_mode_name(mode),
+                devices, dpt_last_error());
+    free(w);
+    dpt_towers_destroy(t);
+    dpt_mlp_destroy(mlp);
+    return result;
+}
+
+static int bt_usage(FILE *f, int code)
+{
+    fprintf(f, "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] "
+               "[--mode ps|replicated|async]... [--json]\n\n"
+               "Trains an MLP %d-%d-%d-%d (ReLU, softmax cross-entropy, SGD) on random data\n"
+               "and reports samples/s for 1..N devices per mode (default: batch 256, N = 2,\n"
+               "all modes, 5 s per configuration).\n",
+            BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT);
+    return code;
+}
+
+int dpt_bench_towers(int argc, char **argv)
+{
+    bt_args_t a = {256, 2, 5.0, 0, {0}};
+    int any_mode = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h"))
+            return bt_usage(stdout, DPT_EXIT_OK);
+        if (!strcmp(o, "--json")) {
+            a.json = 1;
+        } else if (i + 1 < argc && !strcmp(o, "--batch")) {
+            a.batch = strtoul(argv[++i], NULL, 10);
+        } else if (i + 1 < argc && !strcmp(o, "--devices")) {
+            a.max_devices = atoi(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(o, "--seconds")) {
+            a.seconds = atof(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(o, "--mode")) {
+            dpt_towers_mode_t m;
+            if (dpt_towers_mode_parse(argv[++i], &m)) {
+                fprintf(stderr, "dpt bench towers: %s\n", dpt_last_error());
+                return DPT_EXIT_USAGE;
+            }
+            a.modes[m] = 1;
+            any_mode = 1;
+        } else {
+            fprintf(stderr, "dpt bench towers: unknown or incomplete option \"%s\"\n", o);
+            return bt_usage(stderr, DPT_EXIT_USAGE);
+        }
+    }
+    if (a.batch < 1 || a.max_devices < 1 || a.max_devices > 64 || !(a.seconds > 0) ||
+        a.batch % (size_t)a.max_devices) {
+        fprintf(stderr, "dpt bench towers: need batch >= 1 divisible by devices (1..64), "
+                        "seconds > 0\n");
+        return DPT_EXIT_USAGE;
+    }
+    if (!any_mode)
+        for (int m = 0; m < DPT_TOWERS_MODE_COUNT; m++)
+            a.modes[m] = 1;
+
+    size_t rows = a.batch * 8;
+    float *x = malloc(rows * BT_IN * sizeof *x);
+    int32_t *y = malloc(rows * sizeof *y);
+    if (!x || !y) {
+        free(x), free(y);
+        fprintf(stderr, "dpt bench towers: out of memory\n");
+        return DPT_EXIT_FAIL;
+    }
+    dpt_rng_t r;
+    dpt_rng_init(&r, 2, 0, 0, DPT_RNG_DATA);
+    dpt_rng_fill_normal(&r, x, rows * BT_IN, 0.0f, 1.0f);
+    for (size_t i = 0; i < rows; i++)
+        y[i] = (int32_t)dpt_rng_below(&r, BT_OUT);
+    double weights = (double)BT_IN * BT_HIDDEN + BT_HIDDEN + (double)BT_HIDDEN * BT_HIDDEN +
+                     BT_HIDDEN + (double)BT_HIDDEN * BT_OUT + BT_OUT;
+    double flop_per_sample = 6.0 * weights;
+    if (!a.json) {
+        printf("# dpt bench towers: MLP %d-%d-%d-%d, batch %zu, gemm %s\n", BT_IN, BT_HIDDEN,
+               BT_HIDDEN, BT_OUT, a.batch, dpt_gemm_describe(dpt_gemm_get_backend()));
+        printf("# command:");
+        for (int i = 0; i < argc; i++)
+            printf(" %s", argv[i]);
+        printf("\n%-11s %7s %6s %12s %8s %9s %10s\n", "mode", "devices", "batch", "samples/s",
+               "scaling", "gemm_gf", "flop_frac");
+    }
+    int rc = DPT_EXIT_OK;
+    for (int m = 0; m < DPT_TOWERS_MODE_COUNT; m++) {
+        if (!a.modes[m])
+            continue;
+        double one = 0.0;
+        for (int d = 1; d <= a.max_devices; d++) {
+            if (a.batch % (size_t)d)
+                continue;
+            double gf = bt_gemm_gflops(a.batch / (size_t)d);
+            double sps = bt_run(&a, (dpt_towers_mode_t)m, d, x, y, rows);
+            if (sps < 0) {
+                rc = DPT_EXIT_FAIL;
+                continue;
+            }
+            if (d == 1)
+                one = sps;
+            double frac = gf > 0 ? sps * flop_per_sample / (d * gf * 1e9) : 0.0;
+            double scaling = one > 0 ? sps / one : 0.0;
+            if (a.json)
+                printf("{\"mode\":\"%s\",\"devices\":%d,\"batch\":%zu,\"samples_per_s\":%.1f,"
+                       "\"scaling\":%.3f,\"gemm_gflops_per_core\":%.2f,\"flop_fraction\":%.4f}\n",
+                       dpt_towers_mode_name((dpt_towers_mode_t)m), d, a.batch, sps, scaling, gf,
+                       frac);
+            else
+                printf("%-11s %7d %6zu %12.0f %8.2f %9.1f %10.3f\n",
+                       dpt_towers_mode_name((dpt_towers_mode_t)m), d, a.batch, sps, scaling, gf,
+                       frac);
+            fflush(stdout);
+        }
+    }
+    free(x);
+    free(y);
+    return rc;
+}
