@@ -1,0 +1,128 @@
+/*
+ * dpt/env.h — reinforcement-learning environments written in C.
+ *
+ * Semantics follow Gymnasium: step() returns an observation, a reward, and
+ * whether the episode *terminated* (a terminal state of the MDP: no
+ * bootstrapping) or was *truncated* (a time limit: bootstrap from the value
+ * of the last observation). The reward of the final step is returned with
+ * it. The time limit is the runner's job (like Gymnasium's TimeLimit
+ * wrapper): an env class states max_episode_steps and the runner counts.
+ *
+ * A user adds an env by writing one C file against this header: a state
+ * struct, reset() and step() functions and a dpt_env_class_t describing
+ * them; the library does not need to change. Built-in classes are found by
+ * name with dpt_env_find() ("CartPole-v1", ...).
+ */
+#ifndef DPT_ENV_H
+#define DPT_ENV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpt/rng.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DPT_ENV_MAX_DIM 32
+
+#define DPT_ACTION_KIND_LIST(X)          \
+    X(DPT_ACTION_DISCRETE, "discrete")   \
+    X(DPT_ACTION_BOX, "box")
+
+typedef enum dpt_action_kind {
+#define DPT__AK_ENUM(sym, name) sym,
+    DPT_ACTION_KIND_LIST(DPT__AK_ENUM)
+#undef DPT__AK_ENUM
+    DPT_ACTION_KIND_COUNT
+} dpt_action_kind_t;
+
+/*
+ * An environment class. All callbacks get the env's own state (state_size
+ * bytes, zeroed before the first reset, owned by the runner) and the env's
+ * own RNG stream, so envs are independent and reproducible.
+ *   reset(state, rng, obs):  starts an episode, writes obs [obs_dim].
+ *   step(state, action, rng, obs, reward, terminated): advances one step.
+ *     action points to one int32 (discrete: 0..num_actions-1) or to
+ *     action_dim floats (box; the runner clips them to [action_low,
+ *     action_high] before the call, as Gymnasium's ClipAction wrapper
+ *     would). Writes the next obs, the reward, and *terminated (0/1).
+ */
+typedef struct dpt_env_class {
+    const char *name;                 /* e.g. "CartPole-v1" */
+    size_t obs_dim;                   /* <= DPT_ENV_MAX_DIM */
+    dpt_action_kind_t action_kind;
+    size_t num_actions;               /* discrete: number of actions */
+    size_t action_dim;                /* box: action dimensions (<= DPT_ENV_MAX_DIM) */
+    float action_low[DPT_ENV_MAX_DIM];  /* box bounds */
+    float action_high[DPT_ENV_MAX_DIM];
+    uint32_t max_episode_steps;       /* truncation limit; 0 = none */
+    double reward_threshold;          /* "solved" return (Gymnasium's), 0 = none */
+    size_t state_size;                /* bytes of per-env state */
+    void (*reset)(void *state, dpt_rng_t *rng, float *obs);
+    void (*step)(void *state, const void *action, dpt_rng_t *rng, float *obs, float *reward,
+                 int *terminated);
+} dpt_env_class_t;
+
+/* Built-in classes: CartPole-v1, Acrobot-v1, MountainCar-v0, Pendulum-v1.
+ * Returns NULL (with a dpt_error() message listing the names) when unknown. */
+const dpt_env_class_t *dpt_env_find(const char *name);
+/* Number of built-in classes and the i-th one (NULL past the end). */
+size_t dpt_env_count(void);
+const dpt_env_class_t *dpt_env_get(size_t i);
+/* Checks a class for consistency (sizes, callbacks, bounds); DPT_EINVAL with
+ * a message naming the class and the field. */
+int dpt_env_class_check(const dpt_env_class_t *cls);
+
+/* ---- the vectorized runner ------------------------------------------------ */
+
+typedef struct dpt_vecenv dpt_vecenv_t;
+
+/* Creates n envs of class `cls` (borrowed; must outlive the runner). Env i
+ * draws from the RNG stream (seed, rank, i, DPT_RNG_ENV). Errors:
+ * DPT_EINVAL (bad class, n == 0), DPT_ENOMEM. */
+int dpt_vecenv_create(dpt_vecenv_t **v, const dpt_env_class_t *cls, size_t n, uint64_t seed,
+                      uint32_t rank);
+void dpt_vecenv_destroy(dpt_vecenv_t *v);
+size_t dpt_vecenv_size(const dpt_vecenv_t *v);
+const dpt_env_class_t *dpt_vecenv_class(const dpt_vecenv_t *v);
+
+/* Resets every env; obs [n, obs_dim] (caller-owned). */
+void dpt_vecenv_reset(dpt_vecenv_t *v, float *obs);
+
+/* Steps every env with actions [n] (int32, discrete) or [n, action_dim]
+ * (float, box). Writes obs [n, obs_dim], rewards [n], terminated [n] and
+ * truncated [n] (0/1). An env whose episode ended is reset at once: obs
+ * holds the first observation of its next episode, and, when final_obs
+ * [n, obs_dim] is not NULL, final_obs holds the last observation of the
+ * ended episode (for bootstrapping on truncation); rows of envs that did not
+ * end are left untouched in final_obs. Errors: DPT_EINVAL for a discrete
+ * action out of range or a non-finite box action (naming the env), in which
+ * case no env has stepped. */
+int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rewards,
+                    uint8_t *terminated, uint8_t *truncated, float *final_obs);
+
+/* Episodes completed since the last call: writes up to `max` returns and
+ * lengths (in completion order) and returns how many were written; older
+ * ones beyond the internal buffer (4096 episodes) are dropped and counted
+ * in *dropped when not NULL. */
+size_t dpt_vecenv_pop_episodes(dpt_vecenv_t *v, double *returns, uint32_t *lengths, size_t max,
+                               size_t *dropped);
+
+/* Total env steps taken and episodes finished since create. */
+uint64_t dpt_vecenv_total_steps(const dpt_vecenv_t *v);
+uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v);
+
+/* For checkpoints: the runner's full state (env states, RNG positions,
+ * step counters, current returns) as bytes. state_bytes() gives the size;
+ * save writes exactly that many; load checks the size and the class name
+ * and restores, so a resumed run continues bitwise. */
+size_t dpt_vecenv_state_bytes(const dpt_vecenv_t *v);
+int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes);
+int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPT_ENV_H */
