@@ -219,6 +219,17 @@ int main(int argc, char **argv)
     }
     fflush(stdout);
 
+    /* Time of all products of all layers of a network at one batch size:
+     * what one training step spends in GEMM (the first layer's dX included,
+     * although a trainer can skip it). */
+    typedef struct step_total {
+        const char *net;
+        size_t batch;
+        double seconds[DPT_GEMM_BACKEND_COUNT];
+    } step_total_t;
+    step_total_t totals[16];
+    size_t ntotals = 0;
+
     unsigned seed = 12345u;
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
         const layer_t *ly = &layers[l];
@@ -234,6 +245,18 @@ int main(int argc, char **argv)
                 }
                 double rate[DPT_GEMM_BACKEND_COUNT];
                 measure(backends, nb, &p, a, b, c, repeats, min_ms * 1e-3, rate);
+                step_total_t *tot = NULL;
+                for (size_t t = 0; t < ntotals; t++)
+                    if (strcmp(totals[t].net, ly->net) == 0 && totals[t].batch == ly->batches[bi])
+                        tot = &totals[t];
+                if (!tot && ntotals < sizeof totals / sizeof totals[0]) {
+                    tot = &totals[ntotals++];
+                    memset(tot, 0, sizeof *tot);
+                    tot->net = ly->net;
+                    tot->batch = ly->batches[bi];
+                }
+                for (int i = 0; tot && i < nb; i++)
+                    tot->seconds[i] += 2e-9 * (double)p.m * (double)p.n * (double)p.k / rate[i];
                 char name[32];
                 snprintf(name, sizeof name, "%zux%zu", ly->in, ly->out);
                 if (json) {
@@ -257,6 +280,30 @@ int main(int argc, char **argv)
                 free(b);
                 free(c);
             }
+        }
+    }
+    if (!json)
+        printf("# GEMM time of one training step (every product of every layer), microseconds\n"
+               "%-4s %5s", "net", "batch");
+    for (int i = 0; !json && i < nb; i++)
+        printf(" %9s", dpt_gemm_backend_name(backends[i]));
+    if (!json)
+        printf(nb == 2 ? " %9s\n" : "\n", "ratio");
+    for (size_t t = 0; t < ntotals; t++) {
+        if (json) {
+            printf("{\"net\":\"%s\",\"batch\":%zu,\"op\":\"step\"", totals[t].net,
+                   totals[t].batch);
+            for (int i = 0; i < nb; i++)
+                printf(",\"%s_us\":%.2f", dpt_gemm_backend_name(backends[i]),
+                       totals[t].seconds[i] * 1e6);
+            printf("}\n");
+        } else {
+            printf("%-4s %5zu", totals[t].net, totals[t].batch);
+            for (int i = 0; i < nb; i++)
+                printf(" %9.1f", totals[t].seconds[i] * 1e6);
+            if (nb == 2)
+                printf(" %9.2f", totals[t].seconds[1] / totals[t].seconds[0]);
+            printf("\n");
         }
     }
     return 0;

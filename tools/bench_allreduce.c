@@ -35,6 +35,7 @@ typedef struct bench_cfg {
     size_t min_bytes, max_bytes;
     int iters;        /* 0 = automatic per size */
     int json;
+    long small_bytes; /* threads/hier small-message threshold; < 0 = default */
     char command[1024];
 } bench_cfg_t;
 
@@ -273,7 +274,11 @@ static int bench_threads(const bench_cfg_t *cfg, int P)
     }
     dpt_comm_threads_group_t *g = NULL;
     dpt_comm_t *comms[BENCH_MAX_PARTICIPANTS] = {0};
-    int rc = dpt_comm_threads_group_create(&g, P, NULL);
+    dpt_comm_threads_options_t opt;
+    dpt_comm_threads_options_init(&opt);
+    if (cfg->small_bytes >= 0)
+        opt.small_bytes = (size_t)cfg->small_bytes;
+    int rc = dpt_comm_threads_group_create(&g, P, &opt);
     for (int i = 0; i < P && rc == 0; i++)
         rc = dpt_comm_threads_join(g, i, &comms[i]);
     if (rc < 0) {
@@ -310,7 +315,11 @@ static int bench_mpi(const bench_cfg_t *cfg, int T)
         T = 1;
         rc = dpt_comm_mpi_create(&comms[0], NULL);
     } else {
-        rc = dpt_comm_hier_group_create(&hg, T, NULL);
+        dpt_comm_hier_options_t opt;
+        dpt_comm_hier_options_init(&opt);
+        if (cfg->small_bytes >= 0)
+            opt.threads.small_bytes = (size_t)cfg->small_bytes;
+        rc = dpt_comm_hier_group_create(&hg, T, &opt);
         for (int i = 0; i < T && rc == 0; i++)
             rc = dpt_comm_hier_join(hg, i, &comms[i]);
     }
@@ -335,7 +344,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dpt bench allreduce [--backend threads|mpi|hier] [--participants P]\n"
-            "                           [--min-bytes N] [--max-bytes N] [--iters N] [--json]\n"
+            "                           [--min-bytes N] [--max-bytes N] [--iters N]\n"
+            "                           [--small-bytes N] [--json]\n"
             "\n"
             "  --backend       threads (default): P threads of this process;\n"
             "                  mpi: one participant per MPI process (run under mpirun);\n"
@@ -346,6 +356,8 @@ static void usage(FILE *f)
             "  --max-bytes     largest message, default 67108864 (64 MiB)\n"
             "  --iters         allreduces per timed repetition (default: ~256 MB of data,\n"
             "                  10 to 20000); the figure is the median of %d repetitions\n"
+            "  --small-bytes   threads/hier: largest allreduce on the small-message path\n"
+            "                  (default: the library's, 32K)\n"
             "  --json          one JSON object per line\n"
             "\n"
             "busbw = algbw * 2(P-1)/P (nccl-tests); memcpy_gbs = one thread memcpy of the same\n"
@@ -374,7 +386,7 @@ static int parse_size(const char *s, size_t *out)
 int dpt_bench_allreduce(int argc, char **argv)
 {
     bench_cfg_t cfg = {.backend = DPT_COMM_THREADS, .min_bytes = 4096,
-                       .max_bytes = (size_t)64 << 20};
+                       .max_bytes = (size_t)64 << 20, .small_bytes = -1};
     size_t len = (size_t)snprintf(cfg.command, sizeof cfg.command, "dpt bench");
     for (int i = 0; i < argc && len < sizeof cfg.command; i++)
         len += (size_t)snprintf(cfg.command + len, sizeof cfg.command - len, " %s", argv[i]);
@@ -415,6 +427,14 @@ int dpt_bench_allreduce(int argc, char **argv)
                 cfg.min_bytes = b;
             else
                 cfg.max_bytes = b;
+            i++;
+        } else if (strcmp(a, "--small-bytes") == 0 && v) {
+            size_t b;
+            if (parse_size(v, &b) < 0 || b > ((size_t)64 << 20)) {
+                fprintf(stderr, "dpt bench allreduce: --small-bytes %s: expected 0..64M\n", v);
+                return DPT_EXIT_USAGE;
+            }
+            cfg.small_bytes = (long)b;
             i++;
         } else if (strcmp(a, "--iters") == 0 && v) {
             char *end;

@@ -195,16 +195,26 @@ typedef struct dpt_comm_threads_options {
     /* A participant that waits longer than this for the others fails with
      * DPT_ETIMEDOUT (and the group becomes failed). > 0; default 300. */
     double timeout_s;
-    /* How long a waiter spins (with a pause instruction) before it blocks on
-     * a condition variable. < 0 means automatic: 50 us when P <= online CPUs,
-     * 2 us when the participants outnumber the CPUs. */
+    /* How long a waiter spins before it blocks on a condition variable,
+     * in microseconds. < 0 (the default) means 50. While spinning a waiter
+     * executes a pause instruction, or sched_yield() when the participants
+     * outnumber the online CPUs (so a waiter hands its CPU to the
+     * participant it waits for). */
     double spin_us;
-    /* Allreduces of at most this many bytes use the small-message path
-     * (private copy + one barrier); larger ones use reduce-scatter/allgather
-     * over the participants' buffers. Default 32 KiB. Memory cost:
-     * 2 * small_bytes per participant, allocated and touched at create. */
+    /* Allreduces of at most this many bytes take the small-message path
+     * (each participant copies its buffer to a private area, one barrier,
+     * each sums all copies itself); larger ones the two-barrier
+     * reduce-scatter/allgather over the participants' buffers.
+     * DPT_COMM_SMALL_AUTO (the default): 0 (never the small path, which is
+     * slower when every participant has its own CPU) when P <= online CPUs,
+     * 8 KiB when the participants outnumber the CPUs (then every barrier
+     * costs context switches and one barrier instead of two wins). Memory:
+     * 2 * small_bytes per participant, allocated and touched at create. At
+     * most 64 MiB. */
     size_t small_bytes;
 } dpt_comm_threads_options_t;
+
+#define DPT_COMM_SMALL_AUTO SIZE_MAX
 
 /* Fills *opt with the defaults. */
 void dpt_comm_threads_options_init(dpt_comm_threads_options_t *opt);

@@ -185,11 +185,17 @@ void dpt_gaussian_sample(const float *mean, const float *log_std, size_t batch, 
 /* ------------------------------------------------------------------------ */
 /* Models: what the training engines (towers, trainers) call                */
 
+/* Model-specific statistics a loss_grad call may report (e.g. PPO's policy
+ * loss, value loss, entropy, KL, clip fraction); engines average them over
+ * rows like the loss. */
+#define DPT_LOSS_EXTRA 8
+
 /* What one loss_grad call reports. `loss` is the mean over the rows. */
 typedef struct dpt_loss_out {
     double loss;
     double correct;  /* rows classified correctly (classifiers), else 0 */
     size_t rows;
+    double extra[DPT_LOSS_EXTRA]; /* row means of model-specific statistics */
 } dpt_loss_out_t;
 
 /*

@@ -108,6 +108,7 @@ typedef struct dpt_towers_stats {
     size_t rows;        /* rows used in the step */
     double grad_norm;   /* global norm of the combined gradient before clipping
                          * (async: mean of the towers' norms) */
+    double extra[DPT_LOSS_EXTRA]; /* the model's extra statistics, row-weighted means */
 } dpt_towers_stats_t;
 
 typedef struct dpt_towers dpt_towers_t;

@@ -39,6 +39,7 @@
 #include "comm/comm_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +52,7 @@
 
 #define DPT__SLOT_ALIGN 128
 #define DPT__DEFAULT_TIMEOUT_S 300.0
-#define DPT__DEFAULT_SMALL_BYTES ((size_t)32 * 1024)
+#define DPT__OVERSUB_SMALL_BYTES ((size_t)8 * 1024)
 #define DPT__MAX_SMALL_BYTES ((size_t)64 * 1024 * 1024)
 
 typedef struct tslot {
@@ -66,6 +67,7 @@ struct dpt__tgroup {
     int rank_offset;     /* added to ranks in messages (hier: process * T) */
     double timeout_s;
     double spin_s;
+    int oversubscribed;  /* more participants than online CPUs */
     size_t small_floats; /* capacity of one private copy, in floats */
     tslot_t *slots;      /* size entries */
     float *scratch;      /* size * 2 private copies of small_floats */
@@ -136,7 +138,7 @@ void dpt_comm_threads_options_init(dpt_comm_threads_options_t *opt)
         return;
     opt->timeout_s = DPT__DEFAULT_TIMEOUT_S;
     opt->spin_us = -1.0;
-    opt->small_bytes = DPT__DEFAULT_SMALL_BYTES;
+    opt->small_bytes = DPT_COMM_SMALL_AUTO;
 }
 
 int dpt__tgroup_create(dpt__tgroup_t **out, int size, const dpt_comm_threads_options_t *opt)
@@ -153,7 +155,7 @@ int dpt__tgroup_create(dpt__tgroup_t **out, int size, const dpt_comm_threads_opt
         return dpt_error(DPT_EINVAL, "comm threads: group size %d, expected >= 1", size);
     if (!(o.timeout_s > 0.0))
         return dpt_error(DPT_EINVAL, "comm threads: timeout_s %g, expected > 0", o.timeout_s);
-    if (o.small_bytes > DPT__MAX_SMALL_BYTES)
+    if (o.small_bytes != DPT_COMM_SMALL_AUTO && o.small_bytes > DPT__MAX_SMALL_BYTES)
         return dpt_error(DPT_EINVAL, "comm threads: small_bytes %zu, at most %zu allowed",
                          o.small_bytes, DPT__MAX_SMALL_BYTES);
 
@@ -165,12 +167,15 @@ int dpt__tgroup_create(dpt__tgroup_t **out, int size, const dpt_comm_threads_opt
     atomic_init(&g->sleepers, 0);
     g->size = size;
     g->timeout_s = o.timeout_s;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    g->oversubscribed = ncpu > 0 && size > ncpu;
     if (o.spin_us < 0.0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        g->spin_s = (ncpu > 0 && size > ncpu) ? 2e-6 : 50e-6;
+        g->spin_s = 50e-6;
     } else {
         g->spin_s = o.spin_us * 1e-6;
     }
+    if (o.small_bytes == DPT_COMM_SMALL_AUTO)
+        o.small_bytes = g->oversubscribed ? DPT__OVERSUB_SMALL_BYTES : 0;
     g->small_floats = round_up(o.small_bytes / sizeof(float), 16);
 
     int rc = DPT_ENOMEM;
@@ -437,8 +442,11 @@ int dpt__tpart_wait(dpt__tpart_t *p, const char *what)
             return report_failed(p, code, what);
         if (all_arrived(g, p->rank, p->epoch, memory_order_acquire))
             return 0;
-        cpu_relax();
-        if ((it & 63) == 0) {
+        if (g->oversubscribed)
+            sched_yield();
+        else
+            cpu_relax();
+        if ((it & (g->oversubscribed ? 7u : 63u)) == 0) {
             double now = dpt_now();
             if (t0 == 0.0)
                 t0 = now;

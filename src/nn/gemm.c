@@ -4,10 +4,12 @@
  * The portable kernel follows the GotoBLAS/BLIS layering, written for dpt:
  *
  *     for jc over N in steps of NC          columns of C and op(B)
- *       for pc over K in steps of KC        one rank-KC update of C
- *         pack op(B)[pc:pc+KC, jc:jc+NC]  -> bbuf, NR-column panels
+ *       for pc over K in chunks <= KC       one rank-kc update of C
+ *         pack op(B)[pc:pc+kc, jc:jc+NC]  -> bbuf, NR-column panels
  *         for ic over M in steps of MC
- *           pack op(A)[ic:ic+MC, pc:pc+KC] -> abuf, MR-row panels
+ *           pack op(A)[ic:ic+MC, pc:pc+kc] -> abuf, MR-row panels
+ *             (skipped when the rows of op(A) are contiguous: the
+ *              micro-kernel then reads them in place)
  *           for jr over NC in steps of NR   one B panel stays in L1
  *             for ir over MC in steps of MR
  *               micro-kernel: an MR x NR tile of C, accumulated in registers
@@ -25,7 +27,7 @@
  * result instead.
  *
  * Determinism: each element of C is summed over k in increasing order, in
- * KC-long chunks accumulated into C one after the other. The blocking depends
+ * chunks of at most KC accumulated into C one after the other. The blocking depends
  * only on the shape and on the kernel picked once per process, never on
  * pointers, alignment or the calling thread, so equal inputs give bitwise
  * equal outputs.
@@ -188,10 +190,11 @@ static void ukernel_c(size_t k, const float *restrict a, size_t rsa, size_t csa,
 
 /* The vector kernels keep the accumulators in named variables: an array of
  * vectors indexed in the store loops would be kept in memory by GCC, with a
- * store per FMA. A full tile with contiguous rows is added to C straight from
- * the registers (with k = 64, the dW product at batch 64, going through a
- * buffer costs a tenth of the time); other tiles go through an aligned buffer
- * and store_tile(). */
+ * store per FMA. A tile of full-width rows with unit column stride is added
+ * to C straight from the registers, row by row for the m rows that exist
+ * (with k = 64, the dW product at batch 64, going through a buffer costs a
+ * tenth of the time); other tiles go through an aligned buffer and
+ * store_tile(). */
 
 /* Prefetches the rows of a C tile with contiguous rows before the k loop, so
  * that the read-modify-write at its end does not wait for memory. */
@@ -200,8 +203,8 @@ static inline void prefetch_c(const float *c, size_t rsc, size_t csc, size_t m, 
     if (csc != 1)
         return;
     for (size_t i = 0; i < m; i++) {
-        _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * rsc + n - 1), _MM_HINT_T0);
+        __builtin_prefetch(c + i * rsc, 1, 3);
+        __builtin_prefetch(c + i * rsc + n - 1, 1, 3);
     }
 }
 
@@ -229,11 +232,32 @@ static inline void transpose8(__m256 r[8])
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* pack_b for NR a multiple of 8 (16 or 32). Full panels of a row-major B are
- * vector copies; full panels of a transposed B (the forward pass X W^T) go
- * through 8x8 register transposes, several times faster than element copies
- * and a tenth of the forward pass at batch 64. Partial panels use the plain
- * loops. */
+/* Lane mask with the first `count` (<= 8) of eight lanes set. */
+__attribute__((target("avx2,fma")))
+static inline __m256i lanes_below(size_t count)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Zeros `count` floats at dst. */
+__attribute__((target("avx2,fma")))
+static inline void zero_floats(float *dst, size_t count)
+{
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_setzero_ps());
+    for (; i < count; i++)
+        dst[i] = 0.0f;
+}
+
+/* pack_b for NR a multiple of 8 (16 or 32). Panels of a row-major B are
+ * vector copies (masked loads fill the padding of a partial panel with
+ * zeros); full panels of a transposed B (the forward pass X W^T) go through
+ * 8x8 register transposes, several times faster than element copies.
+ * Everything is written with explicit vector code or strided loops: GCC turns
+ * short contiguous copy and fill loops into calls to memcpy and memset per
+ * row, which cost more than the copies at these sizes. */
 __attribute__((target("avx2,fma")))
 static void pack_b_avx(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
                        float *restrict dst)
@@ -242,8 +266,6 @@ static void pack_b_avx(size_t nr, size_t nc, size_t kc, const float *b, size_t r
         size_t cols = min_size(nr, nc - j0);
         const float *src = b + j0 * csb;
         if (cols == nr && csb == 1 && nr == 16) {
-            /* Straight-line copies: GCC turns a loop over j into a call to
-             * memcpy per p, which costs more than the copy. */
             for (size_t p = 0; p < kc; p++) {
                 const float *s = src + p * rsb;
                 __m256 v0 = _mm256_loadu_ps(s), v1 = _mm256_loadu_ps(s + 8);
@@ -259,6 +281,12 @@ static void pack_b_avx(size_t nr, size_t nc, size_t kc, const float *b, size_t r
                 _mm256_store_ps(dst + p * 32 + 8, v1);
                 _mm256_store_ps(dst + p * 32 + 16, v2);
                 _mm256_store_ps(dst + p * 32 + 24, v3);
+            }
+        } else if (csb == 1) {
+            for (size_t j = 0; j < nr; j += 8) {
+                __m256i mask = lanes_below(cols > j ? cols - j : 0);
+                for (size_t p = 0; p < kc; p++)
+                    _mm256_store_ps(dst + p * nr + j, _mm256_maskload_ps(src + p * rsb + j, mask));
             }
         } else if (cols == nr && rsb == 1) {
             for (size_t j = 0; j < nr; j += 8) {
@@ -277,35 +305,41 @@ static void pack_b_avx(size_t nr, size_t nc, size_t kc, const float *b, size_t r
                         dst[p * nr + j + q] = s[q * csb + p];
             }
         } else {
-            pack_b_generic(nr, cols, kc, src, rsb, csb, dst);
+            zero_floats(dst, nr * kc);
+            for (size_t j = 0; j < cols; j++)
+                for (size_t p = 0; p < kc; p++)
+                    dst[p * nr + j] = src[j * csb + p * rsb];
         }
         dst += nr * kc;
     }
 }
 
-/* pack_a for MR <= 8. Only A stored transposed (rsa == 1, the dW = dY^T X
- * product) reaches the vector path: each p is MR consecutive floats, moved
- * with masked loads and stores so that nothing past the matrix is read and
- * nothing past the panel written. Row-major A is read in place by the
- * kernels and packed here only for its last, partial panel. */
+/* pack_a for MR <= 8. For A stored transposed (rsa == 1, the dW = dY^T X
+ * product) each p is MR consecutive floats, moved with masked loads (which
+ * also zero the padding rows of a partial panel and read nothing past the
+ * matrix). Row-major A is read in place by the kernels and packed here only
+ * for its last, partial panel. */
 __attribute__((target("avx2,fma")))
 static void pack_a_avx(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa, size_t csa,
                        float *restrict dst)
 {
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)mr), lanes);
+    const __m256i store_mask = lanes_below(mr);
     for (size_t i0 = 0; i0 < mc; i0 += mr) {
         size_t rows = min_size(mr, mc - i0);
         const float *src = a + i0 * rsa;
-        if (rows == mr && rsa == 1 && kc > 0) {
+        if (rsa == 1 && kc > 0) {
+            __m256i mask = lanes_below(rows);
             /* Masked stores are slow on AMD: all but the last p store eight
              * floats, the extra ones being overwritten by the next p. */
             for (size_t p = 0; p + 1 < kc; p++)
                 _mm256_storeu_ps(dst + p * mr, _mm256_maskload_ps(src + p * csa, mask));
-            _mm256_maskstore_ps(dst + (kc - 1) * mr, mask,
+            _mm256_maskstore_ps(dst + (kc - 1) * mr, store_mask,
                                 _mm256_maskload_ps(src + (kc - 1) * csa, mask));
         } else {
-            pack_a_generic(mr, rows, kc, src, rsa, csa, dst);
+            zero_floats(dst, mr * kc);
+            for (size_t i = 0; i < rows; i++)
+                for (size_t p = 0; p < kc; p++)
+                    dst[p * mr + i] = src[i * rsa + p * csa];
         }
         dst += mr * kc;
     }
@@ -363,14 +397,19 @@ static void ukernel_avx2(size_t k, const float *restrict a, size_t rsa, size_t c
         a3 += csa;
         b += DPT__AVX2_NR;
     }
-    if (m == DPT__AVX2_MR && n == DPT__AVX2_NR && csc == 1) {
+    if (n == DPT__AVX2_NR && csc == 1) {
         __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
         DPT__AVX2_UPDATE(c, c00, c01);
-        DPT__AVX2_UPDATE(c + rsc, c10, c11);
-        DPT__AVX2_UPDATE(c + 2 * rsc, c20, c21);
-        DPT__AVX2_UPDATE(c + 3 * rsc, c30, c31);
-        DPT__AVX2_UPDATE(c + 4 * rsc, c40, c41);
-        DPT__AVX2_UPDATE(c + 5 * rsc, c50, c51);
+        if (m > 1)
+            DPT__AVX2_UPDATE(c + rsc, c10, c11);
+        if (m > 2)
+            DPT__AVX2_UPDATE(c + 2 * rsc, c20, c21);
+        if (m > 3)
+            DPT__AVX2_UPDATE(c + 3 * rsc, c30, c31);
+        if (m > 4)
+            DPT__AVX2_UPDATE(c + 4 * rsc, c40, c41);
+        if (m > 5)
+            DPT__AVX2_UPDATE(c + 5 * rsc, c50, c51);
         return;
     }
     _Alignas(32) float t[DPT__AVX2_MR * DPT__AVX2_NR];
@@ -440,16 +479,23 @@ static void ukernel_avx512(size_t k, const float *restrict a, size_t rsa, size_t
         a4 += csa;
         b += DPT__AVX512_NR;
     }
-    if (m == DPT__AVX512_MR && n == DPT__AVX512_NR && csc == 1) {
+    if (n == DPT__AVX512_NR && csc == 1) {
         __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
         DPT__AVX512_UPDATE(c, c00, c01);
-        DPT__AVX512_UPDATE(c + rsc, c10, c11);
-        DPT__AVX512_UPDATE(c + 2 * rsc, c20, c21);
-        DPT__AVX512_UPDATE(c + 3 * rsc, c30, c31);
-        DPT__AVX512_UPDATE(c + 4 * rsc, c40, c41);
-        DPT__AVX512_UPDATE(c + 5 * rsc, c50, c51);
-        DPT__AVX512_UPDATE(c + 6 * rsc, c60, c61);
-        DPT__AVX512_UPDATE(c + 7 * rsc, c70, c71);
+        if (m > 1)
+            DPT__AVX512_UPDATE(c + rsc, c10, c11);
+        if (m > 2)
+            DPT__AVX512_UPDATE(c + 2 * rsc, c20, c21);
+        if (m > 3)
+            DPT__AVX512_UPDATE(c + 3 * rsc, c30, c31);
+        if (m > 4)
+            DPT__AVX512_UPDATE(c + 4 * rsc, c40, c41);
+        if (m > 5)
+            DPT__AVX512_UPDATE(c + 5 * rsc, c50, c51);
+        if (m > 6)
+            DPT__AVX512_UPDATE(c + 6 * rsc, c60, c61);
+        if (m > 7)
+            DPT__AVX512_UPDATE(c + 7 * rsc, c70, c71);
         return;
     }
     _Alignas(64) float t[DPT__AVX512_MR * DPT__AVX512_NR];

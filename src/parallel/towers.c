@@ -691,7 +691,7 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
         for (int i = 0; i < t->cfg.num_devices; i++)
             dpt_optim_set_t(t->towers[i].own_opt, t->steps);
     if (stats) {
-        double loss = 0.0, correct = 0.0, norm = 0.0;
+        double loss = 0.0, correct = 0.0, norm = 0.0, extra[DPT_LOSS_EXTRA] = {0};
         size_t rows = 0;
         int ok = 0;
         for (int i = 0; i < t->cfg.num_devices; i++) {
@@ -699,12 +699,16 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
             if (w->rc)
                 continue;
             loss += w->out.loss * (double)w->out.rows;
+            for (int e = 0; e < DPT_LOSS_EXTRA; e++)
+                extra[e] += w->out.extra[e] * (double)w->out.rows;
             correct += w->out.correct;
             rows += w->out.rows;
             norm += w->norm;
             ok++;
         }
         stats->loss = rows ? loss / (double)rows : 0.0;
+        for (int e = 0; e < DPT_LOSS_EXTRA; e++)
+            stats->extra[e] = rows ? extra[e] / (double)rows : 0.0;
         stats->correct = correct;
         stats->rows = rows;
         stats->grad_norm = t->cfg.mode == DPT_TOWERS_ASYNC ? (ok ? norm / ok : 0.0)

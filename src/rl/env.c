@@ -1,0 +1,585 @@
+/*
+ * The env registry, class checks and the vectorized runner (see dpt/env.h).
+ *
+ * Runner layout: one 64-byte-aligned allocation holds the runner struct and
+ * every per-env array, each starting on its own 64-byte boundary:
+ *
+ *   [struct dpt_vecenv][states: n x stride][rngs: n][t: n][ret: n]
+ *   [episode ring: 4096 returns, 4096 lengths][box action scratch][obs scratch]
+ *
+ * `stride` is state_size rounded up to 16 bytes (the alignment of any C
+ * object), so each env's state block is correctly aligned for the user's
+ * struct. Nothing is allocated after create: step and reset only write into
+ * this block and into the caller's buffers.
+ *
+ * Invariants:
+ *   - t[i] is the length of env i's current episode; after a step that ends
+ *     an episode the env is reset at once, so 0 <= t[i] < max_episode_steps
+ *     (when there is a limit) between calls.
+ *   - ret[i] is the sum of the rewards of the current episode, in double,
+ *     added in step order.
+ *   - The episode ring holds `ep_count` finished episodes starting at
+ *     `ep_head` (oldest first); a push into a full ring drops the oldest.
+ */
+#include "dpt/env.h"
+#include "dpt/arena.h"
+#include "dpt/status.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- registry ------------------------------------------------------------ */
+
+/* The built-in classes (defined in envs_classic.c), in listing order. */
+#define DPT_ENV_BUILTIN_LIST(X) \
+    X(dpt__env_cartpole_v1)     \
+    X(dpt__env_acrobot_v1)      \
+    X(dpt__env_mountaincar_v0)  \
+    X(dpt__env_pendulum_v1)
+
+#define DPT__ENV_DECL(sym) extern const dpt_env_class_t sym;
+DPT_ENV_BUILTIN_LIST(DPT__ENV_DECL)
+#undef DPT__ENV_DECL
+
+static const dpt_env_class_t *const dpt__env_builtins[] = {
+#define DPT__ENV_PTR(sym) &sym,
+    DPT_ENV_BUILTIN_LIST(DPT__ENV_PTR)
+#undef DPT__ENV_PTR
+};
+
+#define DPT__ENV_NBUILTIN (sizeof dpt__env_builtins / sizeof dpt__env_builtins[0])
+
+/* Longest class name the saved state can hold (with its NUL). */
+#define DPT__ENV_NAME_CAP 64
+
+size_t dpt_env_count(void)
+{
+    return DPT__ENV_NBUILTIN;
+}
+
+const dpt_env_class_t *dpt_env_get(size_t i)
+{
+    return i < DPT__ENV_NBUILTIN ? dpt__env_builtins[i] : NULL;
+}
+
+const dpt_env_class_t *dpt_env_find(const char *name)
+{
+    if (name)
+        for (size_t i = 0; i < DPT__ENV_NBUILTIN; i++)
+            if (strcmp(dpt__env_builtins[i]->name, name) == 0)
+                return dpt__env_builtins[i];
+    char list[256];
+    size_t len = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < DPT__ENV_NBUILTIN && len < sizeof list; i++) {
+        int w = snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "",
+                         dpt__env_builtins[i]->name);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    dpt_error(DPT_ENOENT, "unknown env \"%s\" (built-in envs: %s)", name ? name : "(null)", list);
+    return NULL;
+}
+
+int dpt_env_class_check(const dpt_env_class_t *cls)
+{
+    if (!cls)
+        return dpt_error(DPT_EINVAL, "env class is NULL");
+    if (!cls->name || !cls->name[0])
+        return dpt_error(DPT_EINVAL, "env class: name is missing");
+    const char *nm = cls->name;
+    if (strlen(nm) >= DPT__ENV_NAME_CAP)
+        return dpt_error(DPT_EINVAL, "env class \"%.40s...\": name is longer than %d bytes", nm,
+                         DPT__ENV_NAME_CAP - 1);
+    if (cls->obs_dim < 1 || cls->obs_dim > DPT_ENV_MAX_DIM)
+        return dpt_error(DPT_EINVAL, "env class \"%s\": obs_dim is %zu, must be 1..%d", nm,
+                         cls->obs_dim, DPT_ENV_MAX_DIM);
+    switch (cls->action_kind) {
+    case DPT_ACTION_DISCRETE:
+        if (cls->num_actions < 1 || cls->num_actions > (size_t)INT32_MAX)
+            return dpt_error(DPT_EINVAL, "env class \"%s\": num_actions is %zu, must be 1..%d",
+                             nm, cls->num_actions, INT32_MAX);
+        break;
+    case DPT_ACTION_BOX:
+        if (cls->action_dim < 1 || cls->action_dim > DPT_ENV_MAX_DIM)
+            return dpt_error(DPT_EINVAL, "env class \"%s\": action_dim is %zu, must be 1..%d", nm,
+                             cls->action_dim, DPT_ENV_MAX_DIM);
+        for (size_t k = 0; k < cls->action_dim; k++) {
+            float lo = cls->action_low[k], hi = cls->action_high[k];
+            if (!isfinite(lo) || !isfinite(hi) || !(lo <= hi))
+                return dpt_error(DPT_EINVAL,
+                                 "env class \"%s\": action bounds [%g, %g] of dimension %zu must "
+                                 "be finite with action_low <= action_high",
+                                 nm, (double)lo, (double)hi, k);
+        }
+        break;
+    default:
+        return dpt_error(DPT_EINVAL, "env class \"%s\": action_kind %d is not a dpt_action_kind_t",
+                         nm, (int)cls->action_kind);
+    }
+    if (cls->state_size > ((size_t)1 << 30))
+        return dpt_error(DPT_EINVAL, "env class \"%s\": state_size is %zu bytes, at most 1 GiB", nm,
+                         cls->state_size);
+    if (!isfinite(cls->reward_threshold))
+        return dpt_error(DPT_EINVAL, "env class \"%s\": reward_threshold is not finite", nm);
+    if (!cls->reset)
+        return dpt_error(DPT_EINVAL, "env class \"%s\": reset is NULL", nm);
+    if (!cls->step)
+        return dpt_error(DPT_EINVAL, "env class \"%s\": step is NULL", nm);
+    return DPT_OK;
+}
+
+/* ---- the runner ----------------------------------------------------------- */
+
+#define DPT__EP_CAP 4096u /* a power of two: ring indices are masked */
+#define DPT__ALIGN 64u
+
+struct dpt_vecenv {
+    const dpt_env_class_t *cls; /* borrowed */
+    size_t n;
+    uint64_t seed;
+    uint32_t rank;
+    int started;                /* 1 after the first dpt_vecenv_reset */
+    size_t stride;              /* bytes between state blocks (multiple of 16) */
+    unsigned char *states;      /* [n * stride] */
+    dpt_rng_t *rngs;            /* [n] */
+    uint32_t *t;                /* [n] current episode lengths */
+    double *ret;                /* [n] current episode returns */
+    double *ep_ret;             /* [DPT__EP_CAP] finished episodes (ring) */
+    uint32_t *ep_len;           /* [DPT__EP_CAP] */
+    size_t ep_head, ep_count;
+    size_t ep_dropped;          /* dropped since the last pop */
+    float *act;                 /* [action_dim] clipped box action */
+    float *obs_scratch;         /* [obs_dim] for dpt_vecenv_reset(v, NULL) */
+    uint64_t total_steps, total_episodes;
+    size_t state_bytes;         /* size of a saved state */
+};
+
+static size_t dpt__round_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+/* Adds `count` elements of `elem` bytes at the next aligned offset of *off;
+ * returns the element's offset, or SIZE_MAX on overflow. */
+static size_t dpt__carve(size_t *off, size_t count, size_t elem)
+{
+    size_t bytes;
+    if (*off == SIZE_MAX || dpt_mul_size(count, elem, &bytes) != 0 ||
+        bytes > SIZE_MAX - DPT__ALIGN - *off) {
+        *off = SIZE_MAX;
+        return SIZE_MAX;
+    }
+    size_t at = *off;
+    *off = dpt__round_up(at + bytes, DPT__ALIGN);
+    return at;
+}
+
+#define DPT__STATE_HEADER 128u
+#define DPT__STATE_MAGIC "dptvenv\0"
+#define DPT__STATE_VERSION 1u
+#define DPT__STATE_BOM 0x01020304u
+/* Per env in a saved state: rng position (8), t (4), return (8), state;
+ * after the envs the two u64 counters. */
+#define DPT__STATE_PER_ENV 20u
+#define DPT__STATE_TAIL 16u
+
+int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, uint64_t seed,
+                      uint32_t rank)
+{
+    if (!out)
+        return dpt_error(DPT_EINVAL, "dpt_vecenv_create: output pointer is NULL");
+    *out = NULL;
+    int rc = dpt_env_class_check(cls);
+    if (rc)
+        return rc;
+    if (n == 0)
+        return dpt_error(DPT_EINVAL, "env \"%s\": the runner needs at least one env", cls->name);
+    if (n > UINT32_MAX)
+        return dpt_error(DPT_EINVAL, "env \"%s\": %zu envs, at most %u (RNG stream index)",
+                         cls->name, n, UINT32_MAX);
+    size_t stride = dpt__round_up(cls->state_size ? cls->state_size : 1, 16);
+    size_t off = dpt__round_up(sizeof(struct dpt_vecenv), DPT__ALIGN);
+    size_t o_states = dpt__carve(&off, n, stride);
+    size_t o_rngs = dpt__carve(&off, n, sizeof(dpt_rng_t));
+    size_t o_t = dpt__carve(&off, n, sizeof(uint32_t));
+    size_t o_ret = dpt__carve(&off, n, sizeof(double));
+    size_t o_epr = dpt__carve(&off, DPT__EP_CAP, sizeof(double));
+    size_t o_epl = dpt__carve(&off, DPT__EP_CAP, sizeof(uint32_t));
+    size_t o_act = dpt__carve(&off, DPT_ENV_MAX_DIM, sizeof(float));
+    size_t o_obs = dpt__carve(&off, DPT_ENV_MAX_DIM, sizeof(float));
+    size_t per_env = DPT__STATE_PER_ENV + cls->state_size, sbytes;
+    if (off == SIZE_MAX || dpt_mul_size(n, per_env, &sbytes) != 0 ||
+        sbytes > SIZE_MAX - DPT__STATE_HEADER - DPT__STATE_TAIL)
+        return dpt_error(DPT_EOVERFLOW, "env \"%s\": %zu envs of %zu bytes overflow the address "
+                         "space", cls->name, n, cls->state_size);
+    unsigned char *base = dpt_alloc_aligned(off);
+    if (!base)
+        return dpt_error(DPT_ENOMEM, "env \"%s\": cannot allocate %zu bytes for %zu envs",
+                         cls->name, off, n);
+    dpt_vecenv_t *v = (dpt_vecenv_t *)base;
+    v->cls = cls;
+    v->n = n;
+    v->seed = seed;
+    v->rank = rank;
+    v->stride = stride;
+    v->states = base + o_states;
+    v->rngs = (dpt_rng_t *)(base + o_rngs);
+    v->t = (uint32_t *)(base + o_t);
+    v->ret = (double *)(base + o_ret);
+    v->ep_ret = (double *)(base + o_epr);
+    v->ep_len = (uint32_t *)(base + o_epl);
+    v->act = (float *)(base + o_act);
+    v->obs_scratch = (float *)(base + o_obs);
+    v->state_bytes = DPT__STATE_HEADER + sbytes + DPT__STATE_TAIL;
+    for (size_t i = 0; i < n; i++)
+        dpt_rng_init(&v->rngs[i], seed, rank, (uint32_t)i, DPT_RNG_ENV);
+    *out = v;
+    return DPT_OK;
+}
+
+void dpt_vecenv_destroy(dpt_vecenv_t *v)
+{
+    dpt_free_aligned(v);
+}
+
+size_t dpt_vecenv_size(const dpt_vecenv_t *v)
+{
+    return v->n;
+}
+
+const dpt_env_class_t *dpt_vecenv_class(const dpt_vecenv_t *v)
+{
+    return v->cls;
+}
+
+void dpt_vecenv_reset(dpt_vecenv_t *v, float *obs)
+{
+    const dpt_env_class_t *cls = v->cls;
+    for (size_t i = 0; i < v->n; i++) {
+        float *o = obs ? obs + i * cls->obs_dim : v->obs_scratch;
+        cls->reset(v->states + i * v->stride, &v->rngs[i], o);
+        v->t[i] = 0;
+        v->ret[i] = 0.0;
+    }
+    v->started = 1;
+}
+
+static void dpt__ep_push(dpt_vecenv_t *v, double ret, uint32_t len)
+{
+    if (v->ep_count == DPT__EP_CAP) {
+        v->ep_head = (v->ep_head + 1) & (DPT__EP_CAP - 1);
+        v->ep_count--;
+        v->ep_dropped++;
+    }
+    size_t at = (v->ep_head + v->ep_count) & (DPT__EP_CAP - 1);
+    v->ep_ret[at] = ret;
+    v->ep_len[at] = len;
+    v->ep_count++;
+    v->total_episodes++;
+}
+
+/* Checks every action before any env steps, so a bad batch changes nothing. */
+static int dpt__check_actions(const dpt_vecenv_t *v, const void *actions)
+{
+    const dpt_env_class_t *cls = v->cls;
+    if (cls->action_kind == DPT_ACTION_DISCRETE) {
+        const int32_t *a = actions;
+        uint32_t na = (uint32_t)cls->num_actions;
+        uint32_t bad = 0;
+        /* One unsigned compare catches negatives too; the loop has no early
+         * exit so it vectorizes, and the rare failure is located afterwards. */
+        for (size_t i = 0; i < v->n; i++)
+            bad |= (uint32_t)a[i] >= na;
+        if (bad)
+            for (size_t i = 0; i < v->n; i++)
+                if ((uint32_t)a[i] >= na)
+                    return dpt_error(DPT_EINVAL,
+                                     "env \"%s\" #%zu: action %" PRId32 " is out of range "
+                                     "[0, %zu); no env was stepped",
+                                     cls->name, i, a[i], cls->num_actions);
+    } else {
+        const float *a = actions;
+        size_t total = v->n * cls->action_dim;
+        for (size_t j = 0; j < total; j++)
+            if (!isfinite(a[j]))
+                return dpt_error(DPT_EINVAL,
+                                 "env \"%s\" #%zu: action[%zu] is %g (not finite); no env was "
+                                 "stepped",
+                                 cls->name, j / cls->action_dim, j % cls->action_dim,
+                                 (double)a[j]);
+    }
+    return DPT_OK;
+}
+
+int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rewards,
+                    uint8_t *terminated, uint8_t *truncated, float *final_obs)
+{
+    if (!v)
+        return dpt_error(DPT_EINVAL, "dpt_vecenv_step: runner is NULL");
+    const dpt_env_class_t *cls = v->cls;
+    if (!actions || !obs || !rewards || !terminated || !truncated)
+        return dpt_error(DPT_EINVAL, "env \"%s\": dpt_vecenv_step needs actions, obs, rewards, "
+                         "terminated and truncated buffers", cls->name);
+    if (!v->started)
+        return dpt_error(DPT_ESTATE, "env \"%s\": dpt_vecenv_step before dpt_vecenv_reset",
+                         cls->name);
+    int rc = dpt__check_actions(v, actions);
+    if (rc)
+        return rc;
+
+    const size_t n = v->n, od = cls->obs_dim, stride = v->stride;
+    const uint32_t limit = cls->max_episode_steps;
+    const int box = cls->action_kind == DPT_ACTION_BOX;
+    const size_t ad = box ? cls->action_dim : 1;
+    void (*const step)(void *, const void *, dpt_rng_t *, float *, float *, int *) = cls->step;
+    unsigned char *state = v->states;
+    for (size_t i = 0; i < n; i++, state += stride) {
+        const void *a;
+        if (box) {
+            /* ClipAction: clip into the runner's scratch, never the caller's. */
+            const float *src = (const float *)actions + i * ad;
+            for (size_t k = 0; k < ad; k++) {
+                float x = src[k], lo = cls->action_low[k], hi = cls->action_high[k];
+                v->act[k] = x < lo ? lo : (x > hi ? hi : x);
+            }
+            a = v->act;
+        } else {
+            a = (const int32_t *)actions + i;
+        }
+        float *o = obs + i * od;
+        float r = 0.0f;
+        int term = 0;
+        step(state, a, &v->rngs[i], o, &r, &term);
+        uint32_t t = v->t[i] + 1;
+        double ret = v->ret[i] + (double)r;
+        /* Terminated and truncated are exclusive: a time limit reached on a
+         * terminal step is reported as terminated (no bootstrapping). */
+        int trunc = !term & (limit != 0) & (t >= limit);
+        rewards[i] = r;
+        terminated[i] = (uint8_t)(term != 0);
+        truncated[i] = (uint8_t)trunc;
+        if (term | trunc) {
+            dpt__ep_push(v, ret, t);
+            if (final_obs)
+                memcpy(final_obs + i * od, o, od * sizeof *o);
+            cls->reset(state, &v->rngs[i], o);
+            t = 0;
+            ret = 0.0;
+        }
+        v->t[i] = t;
+        v->ret[i] = ret;
+    }
+    v->total_steps += n;
+    return DPT_OK;
+}
+
+size_t dpt_vecenv_pop_episodes(dpt_vecenv_t *v, double *returns, uint32_t *lengths, size_t max,
+                               size_t *dropped)
+{
+    size_t k = v->ep_count < max ? v->ep_count : max;
+    for (size_t j = 0; j < k; j++) {
+        size_t at = (v->ep_head + j) & (DPT__EP_CAP - 1);
+        if (returns)
+            returns[j] = v->ep_ret[at];
+        if (lengths)
+            lengths[j] = v->ep_len[at];
+    }
+    v->ep_head = (v->ep_head + k) & (DPT__EP_CAP - 1);
+    v->ep_count -= k;
+    if (dropped)
+        *dropped = v->ep_dropped;
+    v->ep_dropped = 0;
+    return k;
+}
+
+uint64_t dpt_vecenv_total_steps(const dpt_vecenv_t *v)
+{
+    return v->total_steps;
+}
+
+uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v)
+{
+    return v->total_episodes;
+}
+
+/* ---- saved state ---------------------------------------------------------
+ * Native byte order (a byte-order mark refuses a foreign one), fixed header:
+ *
+ *   off  size  field
+ *     0     8  magic "dptvenv\0"
+ *     8     4  version (1)
+ *    12     4  byte-order mark 0x01020304
+ *    16    64  class name, NUL-padded
+ *    80     8  n
+ *    88     8  state_size
+ *    96     4  obs_dim
+ *   100     4  rank
+ *   104     8  seed
+ *   112     4  started (0/1)
+ *   116     4  reserved (0)
+ *   120     8  FNV-1a 64 of the payload
+ *   128        payload: rng positions u64 [n], episode lengths t u32 [n],
+ *              returns f64 [n], states [n x state_size] (packed),
+ *              total_steps u64, total_episodes u64
+ *
+ * The episode ring is not saved: pop it before saving; a load empties it. */
+
+#define DPT__OFF_MAGIC 0
+#define DPT__OFF_VERSION 8
+#define DPT__OFF_BOM 12
+#define DPT__OFF_NAME 16
+#define DPT__OFF_N 80
+#define DPT__OFF_STATE_SIZE 88
+#define DPT__OFF_OBS_DIM 96
+#define DPT__OFF_RANK 100
+#define DPT__OFF_SEED 104
+#define DPT__OFF_STARTED 112
+#define DPT__OFF_SUM 120
+
+static uint64_t dpt__fnv1a(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static void dpt__put(unsigned char *buf, size_t off, const void *x, size_t size)
+{
+    memcpy(buf + off, x, size);
+}
+
+static void dpt__get(const unsigned char *buf, size_t off, void *x, size_t size)
+{
+    memcpy(x, buf + off, size);
+}
+
+size_t dpt_vecenv_state_bytes(const dpt_vecenv_t *v)
+{
+    return v->state_bytes;
+}
+
+int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes)
+{
+    if (!v || !buf)
+        return dpt_error(DPT_EINVAL, "dpt_vecenv_save_state: runner or buffer is NULL");
+    const dpt_env_class_t *cls = v->cls;
+    size_t need = dpt_vecenv_state_bytes(v);
+    if (bytes != need)
+        return dpt_error(DPT_EINVAL, "env \"%s\": saving the runner state needs %zu bytes, got %zu",
+                         cls->name, need, bytes);
+    unsigned char *b = buf;
+    memset(b, 0, DPT__STATE_HEADER);
+    uint32_t version = DPT__STATE_VERSION, bom = DPT__STATE_BOM;
+    uint32_t obs_dim = (uint32_t)cls->obs_dim, started = (uint32_t)v->started;
+    uint64_t n = v->n, ssz = cls->state_size;
+    dpt__put(b, DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8);
+    dpt__put(b, DPT__OFF_VERSION, &version, 4);
+    dpt__put(b, DPT__OFF_BOM, &bom, 4);
+    memcpy(b + DPT__OFF_NAME, cls->name, strlen(cls->name)); /* < 64 by the class check */
+    dpt__put(b, DPT__OFF_N, &n, 8);
+    dpt__put(b, DPT__OFF_STATE_SIZE, &ssz, 8);
+    dpt__put(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
+    dpt__put(b, DPT__OFF_RANK, &v->rank, 4);
+    dpt__put(b, DPT__OFF_SEED, &v->seed, 8);
+    dpt__put(b, DPT__OFF_STARTED, &started, 4);
+    size_t off = DPT__STATE_HEADER;
+    for (size_t i = 0; i < v->n; i++, off += 8) {
+        uint64_t pos = dpt_rng_tell(&v->rngs[i]);
+        dpt__put(b, off, &pos, 8);
+    }
+    dpt__put(b, off, v->t, v->n * 4);
+    off += v->n * 4;
+    dpt__put(b, off, v->ret, v->n * 8);
+    off += v->n * 8;
+    for (size_t i = 0; i < v->n; i++, off += cls->state_size)
+        dpt__put(b, off, v->states + i * v->stride, cls->state_size);
+    dpt__put(b, off, &v->total_steps, 8);
+    dpt__put(b, off + 8, &v->total_episodes, 8);
+    uint64_t sum = dpt__fnv1a(b + DPT__STATE_HEADER, need - DPT__STATE_HEADER);
+    dpt__put(b, DPT__OFF_SUM, &sum, 8);
+    return DPT_OK;
+}
+
+int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
+{
+    if (!v || !buf)
+        return dpt_error(DPT_EINVAL, "dpt_vecenv_load_state: runner or buffer is NULL");
+    const dpt_env_class_t *cls = v->cls;
+    const unsigned char *b = buf;
+    if (bytes < DPT__STATE_HEADER || memcmp(b + DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8) != 0)
+        return dpt_error(DPT_EFORMAT, "env \"%s\": the buffer (%zu bytes) is not a saved runner "
+                         "state", cls->name, bytes);
+    uint32_t version, bom, obs_dim, rank, started;
+    uint64_t n, ssz, seed, sum;
+    dpt__get(b, DPT__OFF_VERSION, &version, 4);
+    dpt__get(b, DPT__OFF_BOM, &bom, 4);
+    if (version != DPT__STATE_VERSION || bom != DPT__STATE_BOM)
+        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has version %u and "
+                         "byte-order mark 0x%08x, expected %u and 0x%08x",
+                         cls->name, version, bom, DPT__STATE_VERSION, DPT__STATE_BOM);
+    char name[DPT__ENV_NAME_CAP];
+    memcpy(name, b + DPT__OFF_NAME, sizeof name);
+    if (name[sizeof name - 1] != '\0')
+        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has an unterminated class "
+                         "name", cls->name);
+    if (strcmp(name, cls->name) != 0)
+        return dpt_error(DPT_EINVAL, "saved runner state is for env \"%s\", this runner runs "
+                         "\"%s\"", name, cls->name);
+    dpt__get(b, DPT__OFF_N, &n, 8);
+    dpt__get(b, DPT__OFF_STATE_SIZE, &ssz, 8);
+    dpt__get(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
+    if (n != v->n || ssz != cls->state_size || obs_dim != cls->obs_dim)
+        return dpt_error(DPT_EINVAL, "env \"%s\": saved runner state has %" PRIu64 " envs, "
+                         "state_size %" PRIu64 ", obs_dim %u; this runner has %zu, %zu, %zu",
+                         cls->name, n, ssz, obs_dim, v->n, cls->state_size, cls->obs_dim);
+    size_t need = dpt_vecenv_state_bytes(v);
+    if (bytes != need)
+        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state is %zu bytes, expected %zu "
+                         "(truncated or padded)", cls->name, bytes, need);
+    dpt__get(b, DPT__OFF_SUM, &sum, 8);
+    if (sum != dpt__fnv1a(b + DPT__STATE_HEADER, need - DPT__STATE_HEADER))
+        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state fails its checksum "
+                         "(corrupted)", cls->name);
+    dpt__get(b, DPT__OFF_RANK, &rank, 4);
+    dpt__get(b, DPT__OFF_SEED, &seed, 8);
+    dpt__get(b, DPT__OFF_STARTED, &started, 4);
+    if (started > 1)
+        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has started = %u",
+                         cls->name, started);
+    const size_t o_t = DPT__STATE_HEADER + v->n * 8;
+    const size_t o_ret = o_t + v->n * 4;
+    const size_t o_states = o_ret + v->n * 8;
+    for (size_t i = 0; i < v->n; i++) {
+        uint32_t t;
+        dpt__get(b, o_t + i * 4, &t, 4);
+        if (cls->max_episode_steps && t >= cls->max_episode_steps)
+            return dpt_error(DPT_EFORMAT, "env \"%s\" #%zu: saved episode length %u is not below "
+                             "the time limit %u", cls->name, i, t, cls->max_episode_steps);
+    }
+    /* Everything is checked: from here on the load cannot fail. */
+    v->seed = seed;
+    v->rank = rank;
+    v->started = (int)started;
+    for (size_t i = 0; i < v->n; i++) {
+        uint64_t pos;
+        dpt__get(b, DPT__STATE_HEADER + i * 8, &pos, 8);
+        dpt_rng_init(&v->rngs[i], seed, rank, (uint32_t)i, DPT_RNG_ENV);
+        dpt_rng_seek(&v->rngs[i], pos);
+        dpt__get(b, o_states + i * cls->state_size, v->states + i * v->stride, cls->state_size);
+    }
+    dpt__get(b, o_t, v->t, v->n * 4);
+    dpt__get(b, o_ret, v->ret, v->n * 8);
+    size_t o_tot = o_states + v->n * cls->state_size;
+    dpt__get(b, o_tot, &v->total_steps, 8);
+    dpt__get(b, o_tot + 8, &v->total_episodes, 8);
+    v->ep_head = v->ep_count = v->ep_dropped = 0;
+    return DPT_OK;
+}
