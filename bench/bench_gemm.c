@@ -11,8 +11,11 @@
  *     dX   dX = dY · W       m = B,   n = in,  k = out  (beta = 0)
  * Each figure is 2*m*n*k flops per call divided by the time per call, the
  * median of `repeats` timed runs, each run repeating the call until it lasts
- * at least `min-ms` milliseconds; the backends alternate run by run. Plain text by default; --json prints one
- * JSON object per line (a header object, then one per shape).
+ * at least `min-ms` milliseconds; the backends alternate run by run. A last
+ * table adds up, per network and batch, the time of all its products (the
+ * GEMM time of one training step). Plain text by default; --json prints one
+ * JSON object per line (a header object, one per shape, the load average at
+ * the end, one per step total).
  */
 #include "dpt/gemm.h"
 #include "dpt/stats.h"
@@ -140,6 +143,20 @@ static void json_string(const char *s)
     putchar('"');
 }
 
+/* The 1-minute load average from /proc/loadavg, or -1 where there is none:
+ * printed with the figures because other jobs on the machine lower them. */
+static double load_average(void)
+{
+    double load = -1.0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = -1.0;
+        fclose(f);
+    }
+    return load;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_gemm [--json] [--repeats N] [--min-ms MS]\n"
@@ -195,8 +212,8 @@ int main(int argc, char **argv)
     if (json) {
         printf("{\"command\":");
         json_string(command);
-        printf(",\"repeats\":%d,\"min_ms\":%g,\"default\":\"%s\"", repeats, min_ms,
-               dpt_gemm_backend_name(dpt_gemm_get_backend()));
+        printf(",\"repeats\":%d,\"min_ms\":%g,\"default\":\"%s\",\"load_start\":%.2f", repeats,
+               min_ms, dpt_gemm_backend_name(dpt_gemm_get_backend()), load_average());
         for (int i = 0; i < nb; i++) {
             printf(",\"%s\":", dpt_gemm_backend_name(backends[i]));
             json_string(dpt_gemm_describe(backends[i]));
@@ -208,7 +225,9 @@ int main(int argc, char **argv)
             printf("# %-8s %s\n", dpt_gemm_backend_name(backends[i]),
                    dpt_gemm_describe(backends[i]));
         printf("# default backend: %s\n", dpt_gemm_backend_name(dpt_gemm_get_backend()));
-        printf("# GFLOP/s (2*m*n*k per call), median of %d runs of >= %g ms, one thread\n",
+        printf("# load average (1 min) at start: %.2f\n", load_average());
+        printf("# GFLOP/s (2*m*n*k per call), median of %d runs of >= %g ms, one thread;\n"
+               "# ratio = portable speed / cblas speed (> 1: portable is faster)\n",
                repeats, min_ms);
         printf("%-4s %-8s %5s %-3s %5s %5s %5s", "net", "layer", "batch", "op", "m", "n", "k");
         for (int i = 0; i < nb; i++)
@@ -282,6 +301,10 @@ int main(int argc, char **argv)
             }
         }
     }
+    if (json)
+        printf("{\"load_end\":%.2f}\n", load_average());
+    else
+        printf("# load average (1 min) at end: %.2f\n", load_average());
     if (!json)
         printf("# GEMM time of one training step (every product of every layer), microseconds\n"
                "%-4s %5s", "net", "batch");

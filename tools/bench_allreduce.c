@@ -35,6 +35,7 @@ typedef struct bench_cfg {
     size_t min_bytes, max_bytes;
     int iters;        /* 0 = automatic per size */
     int json;
+    int touch;        /* rewrite the buffer before every allreduce */
     long small_bytes; /* threads/hier small-message threshold; < 0 = default */
     char command[1024];
 } bench_cfg_t;
@@ -132,6 +133,8 @@ static void part_body(bench_part_t *p)
             }
             double t0 = dpt_now();
             for (int i = 0; i < iters; i++) {
+                if (cfg->touch)
+                    memset(buf, 0, row->bytes);
                 if ((rc = dpt_comm_allreduce(p->comm, buf, count, DPT_REDUCE_SUM)) < 0) {
                     part_fail(p, rc, "allreduce");
                     break;
@@ -180,8 +183,9 @@ static void print_rows(const bench_run_t *run, int participants)
     if (!cfg->json) {
         printf("# %s\n", cfg->command);
         printf("# backend %s, %d participants; medians of %d repetitions; memcpy = one thread, "
-               "same size\n",
-               be, participants, BENCH_REPS);
+               "same size%s\n",
+               be, participants, BENCH_REPS,
+               cfg->touch ? "; time includes rewriting the buffer (--touch)" : "");
         printf("%12s %8s %12s %10s %10s %11s %8s\n", "bytes", "iters", "time_us", "algbw_gbs",
                "busbw_gbs", "memcpy_gbs", "bus/mem");
     }
@@ -193,9 +197,9 @@ static void print_rows(const bench_run_t *run, int participants)
         if (cfg->json)
             printf("{\"backend\":\"%s\",\"participants\":%d,\"bytes\":%zu,\"iters\":%d,"
                    "\"time_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
-                   "\"command\":\"%s\"}\n",
+                   "\"touch\":%s,\"command\":\"%s\"}\n",
                    be, participants, row->bytes, row->iters, row->time_s * 1e6, algbw, busbw,
-                   mem, cfg->command);
+                   mem, cfg->touch ? "true" : "false", cfg->command);
         else
             printf("%12zu %8d %12.3f %10.3f %10.3f %11.3f %8.3f\n", row->bytes, row->iters,
                    row->time_s * 1e6, algbw, busbw, mem, busbw / mem);
@@ -345,7 +349,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dpt bench allreduce [--backend threads|mpi|hier] [--participants P]\n"
             "                           [--min-bytes N] [--max-bytes N] [--iters N]\n"
-            "                           [--small-bytes N] [--json]\n"
+            "                           [--small-bytes N] [--touch] [--json]\n"
             "\n"
             "  --backend       threads (default): P threads of this process;\n"
             "                  mpi: one participant per MPI process (run under mpirun);\n"
@@ -358,6 +362,8 @@ static void usage(FILE *f)
             "                  10 to 20000); the figure is the median of %d repetitions\n"
             "  --small-bytes   threads/hier: largest allreduce on the small-message path\n"
             "                  (default: the library's, 32K)\n"
+            "  --touch         each participant rewrites its buffer before every allreduce\n"
+            "                  (as a backward pass does; included in time_us)\n"
             "  --json          one JSON object per line\n"
             "\n"
             "busbw = algbw * 2(P-1)/P (nccl-tests); memcpy_gbs = one thread memcpy of the same\n"
@@ -398,6 +404,8 @@ int dpt_bench_allreduce(int argc, char **argv)
             return DPT_EXIT_OK;
         } else if (strcmp(a, "--json") == 0) {
             cfg.json = 1;
+        } else if (strcmp(a, "--touch") == 0) {
+            cfg.touch = 1;
         } else if (strcmp(a, "--backend") == 0 && v) {
             if (dpt_comm_backend_parse(v, &cfg.backend) < 0) {
                 fprintf(stderr, "dpt bench allreduce: %s\n", dpt_last_error());
@@ -447,9 +455,15 @@ int dpt_bench_allreduce(int argc, char **argv)
             cfg.iters = (int)n;
             i++;
         } else {
-            fprintf(stderr, "dpt bench allreduce: %s option '%s' (try --help)\n",
-                    v == NULL && strncmp(a, "--", 2) == 0 ? "missing value or unknown" : "unknown",
-                    a);
+            static const char *const valued[] = {"--backend", "--participants", "--min-bytes",
+                                                 "--max-bytes", "--iters", "--small-bytes"};
+            int needs_value = 0;
+            for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+                needs_value |= strcmp(a, valued[k]) == 0;
+            if (needs_value)
+                fprintf(stderr, "dpt bench allreduce: option '%s' needs a value (try --help)\n", a);
+            else
+                fprintf(stderr, "dpt bench allreduce: unknown option '%s' (try --help)\n", a);
             return DPT_EXIT_USAGE;
         }
     }

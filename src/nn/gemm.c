@@ -24,7 +24,7 @@
  * full tile and only its store handles edges. The panels live in one buffer
  * per thread (allocated on the thread's first call, freed when it exits);
  * when that allocation fails, a plain loop without packing computes the
- * result instead.
+ * result instead (correct, slower, and rounded differently).
  *
  * Determinism: each element of C is summed over k in increasing order, in
  * chunks of at most KC accumulated into C one after the other. The blocking depends
@@ -673,9 +673,9 @@ typedef struct dpt__gemm_args {
     size_t rsc, csc;
 } dpt__gemm_args_t;
 
-/* The fallback without workspace: one dot product per element, in the same
- * increasing-k order as the packed kernel (but without its KC chunking, so the
- * last bits can differ from it). */
+/* The fallback without workspace: one dot product per element, summed in
+ * increasing k like the packed kernels, but without their chunks of KC or
+ * fused multiply-adds, so the last bits can differ from theirs. */
 static void gemm_unpacked(const dpt__gemm_args_t *g)
 {
     for (size_t i = 0; i < g->m; i++) {
@@ -695,9 +695,10 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
     float *bbuf = ws + DPT__GEMM_ABUF_FLOATS;
     size_t mr = kr->mr, nr = kr->nr;
     /* When the rows of op(A) are contiguous (csa == 1) the micro-kernel reads
-     * full MR-row panels in place: packing them would be a transpose costing
-     * about as much as the multiply at batch 64. Only the last, partial panel
-     * is packed (with zero rows). Other layouts are packed. */
+     * full MR-row panels in place: packing them is a transpose, which made
+     * the forward pass at batch 64 about a third slower when measured. Only
+     * the last, partial panel is packed (with zero rows). Other layouts are
+     * packed. */
     int in_place = g->csa == 1;
     /* K is cut into equal chunks of at most KC (784 = 4 x 196, not
      * 3 x 256 + 16): a short last chunk would cost a full pass over C and a

@@ -1,0 +1,149 @@
+/*
+ * dpt/trainer.h — PPO on the towers engine, and DD-PPO workers.
+ *
+ * Both sample fixed-length fragments from vectorized C environments, compute
+ * GAE(lambda) advantages (bootstrapping from the value of the last
+ * observation when an episode is truncated), and run num_sgd_iter epochs of
+ * shuffled minibatches of the PPO loss (dpt/rl.h) with Adam and global-norm
+ * clipping, the learning rate optionally annealed linearly to 0 over
+ * total_timesteps.
+ *
+ *  - PPO (dpt_ppo_*): one sampler, learning through the towers engine: the
+ *    batch is shuffled once, loaded once, and every epoch visits its
+ *    minibatches in a new random order (DESIGN.md 3.1).
+ *  - DD-PPO (dpt_ddppo_*): no central learner. Each worker (a thread on the
+ *    threads collective backend, or an MPI rank) samples
+ *    rollout_fragment_length x num_envs steps with its own envs, computes
+ *    the gradient of each minibatch, all-reduces it with every other worker
+ *    (weighted by the rows each worker actually collected) and applies the
+ *    identical update, so all workers keep identical weights. Stragglers:
+ *    once more than sync_frac of the workers have finished collecting, the
+ *    others stop early, but every worker collects at least 25% of its
+ *    fragment (DD-PPO paper, section 4).
+ *
+ * The trainers never print; each iteration fills a dpt_rl_result_t whose
+ * fields the command writes under RLlib's metric names.
+ */
+#ifndef DPT_TRAINER_H
+#define DPT_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpt/comm.h"
+#include "dpt/env.h"
+#include "dpt/rl.h"
+#include "dpt/towers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dpt_rl_config {
+    uint64_t seed;
+    size_t num_envs;                 /* envs per sampler / worker */
+    size_t rollout_fragment_length;  /* steps per env per iteration */
+    size_t sgd_minibatch_size;       /* rows per minibatch (per worker in DD-PPO) */
+    int num_sgd_iter;                /* epochs per batch */
+    double gamma, lambda;
+    dpt_ppo_loss_params_t loss;
+    float lr;
+    int anneal_lr;                   /* linear decay to 0 over total_timesteps */
+    float adam_eps;
+    double grad_clip;                /* 0 = off */
+    int normalize_advantages;
+    size_t hidden[DPT_POLICY_MAX_HIDDEN];
+    int nhidden;
+    uint64_t total_timesteps;        /* for annealing (all workers together) */
+    /* PPO only */
+    int num_devices;                 /* towers */
+    dpt_towers_mode_t towers_mode;
+    /* DD-PPO only */
+    double sync_frac;                /* preemption threshold; >= 1 disables it */
+    int check_weights_every;         /* identical-weights check period; 0 = off */
+} dpt_rl_config_t;
+
+/* CleanRL's CartPole PPO settings: 4 envs x 128 steps, 4 minibatches of 128,
+ * 4 epochs, lr 2.5e-4 annealed, gamma 0.99, lambda 0.95, clip 0.2, value
+ * clip 0.2, entropy 0.01, value coef 0.5, grad norm 0.5, Adam eps 1e-5,
+ * 64-64 tanh, 500k steps; PPO: 1 device, ps. DD-PPO: sync_frac 0.6,
+ * weight check every 10 iterations. */
+dpt_rl_config_t dpt_rl_defaults(void);
+
+/* What an iteration did; for DD-PPO, aggregated over every worker. */
+typedef struct dpt_rl_result {
+    uint64_t iteration;
+    uint64_t timesteps_total, timesteps_this_iter;
+    uint64_t episodes_total, episodes_this_iter;
+    double episode_reward_mean, episode_reward_min, episode_reward_max, episode_len_mean;
+    double episode_reward_mean_20;  /* mean of the last 20 episodes (CleanRL's criterion) */
+    size_t episodes_in_window;      /* episodes behind the means (<= 100) */
+    double policy_loss, vf_loss, entropy, kl, clipfrac, grad_norm, vf_explained_var, cur_lr;
+    double sample_time_s, learn_time_s, iteration_time_s;
+    double env_steps_per_s;         /* timesteps_this_iter / iteration_time_s */
+    uint64_t preempted_workers;     /* DD-PPO: workers stopped early this iteration */
+    uint64_t rows_min;              /* DD-PPO: fewest rows any worker collected */
+} dpt_rl_result_t;
+
+/* ---- PPO on towers ------------------------------------------------------------ */
+
+typedef struct dpt_ppo dpt_ppo_t;
+
+/* Creates the trainer for envs of class `cls` (borrowed). Errors: DPT_EINVAL
+ * naming the bad field (e.g. a minibatch larger than the batch), and those
+ * of the towers engine. */
+int dpt_ppo_create(dpt_ppo_t **ppo, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg);
+void dpt_ppo_destroy(dpt_ppo_t *ppo);
+/* One iteration: sample, compute advantages, learn. */
+int dpt_ppo_train(dpt_ppo_t *ppo, dpt_rl_result_t *result);
+dpt_policy_t *dpt_ppo_policy(dpt_ppo_t *ppo);
+/* Copies the current parameters out (count = the policy's table total). */
+int dpt_ppo_get_weights(dpt_ppo_t *ppo, float *out, size_t count);
+
+/* ---- DD-PPO workers ---------------------------------------------------------------- */
+
+/* Shared by the DD-PPO workers of one process to count who has finished
+ * collecting (the straggler rule). Workers in other processes are counted
+ * through the collective: see dpt_ddppo_worker_create. */
+typedef struct dpt_ddppo_shared dpt_ddppo_shared_t;
+int dpt_ddppo_shared_create(dpt_ddppo_shared_t **s, int workers_in_process);
+void dpt_ddppo_shared_destroy(dpt_ddppo_shared_t *s);
+
+typedef struct dpt_ddppo dpt_ddppo_t;
+
+/* Creates worker `dpt_comm_rank(comm)` of `dpt_comm_size(comm)`. `comm`
+ * (borrowed) carries the gradients; `shared` (borrowed, may be NULL) lets
+ * workers in this process preempt each other; with MPI ranks preemption
+ * applies among the threads of each process only. Every worker starts from
+ * rank 0's initial weights (broadcast). Errors: DPT_EINVAL, e.g.
+ * "train_batch_size is derived for DD-PPO" is the caller's to report;
+ * here: minibatch larger than the fragment, etc. Collective: every worker
+ * must call it. */
+int dpt_ddppo_worker_create(dpt_ddppo_t **w, const dpt_env_class_t *cls,
+                            const dpt_rl_config_t *cfg, dpt_comm_t *comm,
+                            dpt_ddppo_shared_t *shared);
+void dpt_ddppo_worker_destroy(dpt_ddppo_t *w);
+/* One iteration on every worker (collective). Every worker gets the same
+ * aggregated result. */
+int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *result);
+dpt_policy_t *dpt_ddppo_policy(dpt_ddppo_t *w);
+/* This worker's parameters (identical on every worker). */
+const float *dpt_ddppo_weights(const dpt_ddppo_t *w);
+/* Collective: DPT_ECOMM naming the first worker whose weights differ. */
+int dpt_ddppo_check_weights(dpt_ddppo_t *w);
+
+/* The per-worker batch-size rule: a worker that was not preempted must hold
+ * exactly `expected` rows; a preempted one at least a quarter of it.
+ * DPT_ESTATE with a message naming the worker and both sizes otherwise. */
+int dpt_ddppo_check_batch(int worker, size_t rows, size_t expected, int preempted);
+
+/* Mean return of `episodes` greedy episodes of `policy` with `params` on
+ * fresh envs of the policy's class seeded from `seed` (for evaluation
+ * printouts); also the mean length. */
+int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, size_t episodes,
+                    double *mean_return, double *mean_length);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPT_TRAINER_H */

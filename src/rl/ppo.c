@@ -1,0 +1,261 @@
+/*
+ * PPO on the towers engine (see dpt/trainer.h). One iteration:
+ *   sample T x N steps -> GAE -> normalise advantages -> shuffle rows once
+ *   -> load into tower stack 0 -> num_sgd_iter epochs, each visiting the
+ *   minibatches in a fresh random order.
+ */
+#include "dpt/trainer.h"
+#include "dpt/arena.h"
+#include "dpt/stats.h"
+#include "dpt/status.h"
+#include "rollout.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+dpt_rl_config_t dpt_rl_defaults(void)
+{
+    dpt_rl_config_t c;
+    memset(&c, 0, sizeof c);
+    c.seed = 1;
+    c.num_envs = 4;
+    c.rollout_fragment_length = 128;
+    c.sgd_minibatch_size = 128;
+    c.num_sgd_iter = 4;
+    c.gamma = 0.99;
+    c.lambda = 0.95;
+    c.loss = (dpt_ppo_loss_params_t){0.2f, 0.2f, 0.5f, 0.01f};
+    c.lr = 2.5e-4f;
+    c.anneal_lr = 1;
+    c.adam_eps = 1e-5f;
+    c.grad_clip = 0.5;
+    c.normalize_advantages = 1;
+    c.hidden[0] = c.hidden[1] = 64;
+    c.nhidden = 2;
+    c.total_timesteps = 500000;
+    c.num_devices = 1;
+    c.towers_mode = DPT_TOWERS_PS;
+    c.sync_frac = 0.6;
+    c.check_weights_every = 10;
+    return c;
+}
+
+struct dpt_ppo {
+    dpt_rl_config_t cfg;
+    const dpt_env_class_t *cls;
+    dpt__rollout_t ro;
+    dpt_policy_t *actor;      /* acting copy */
+    dpt_policy_t *learner;    /* the model the towers train */
+    dpt_towers_t *towers;
+    dpt_arena_t params;       /* weights used for sampling */
+    size_t rows;              /* T * N */
+    size_t *perm;
+    /* shuffled copy of the batch that is loaded */
+    float *obs, *logp, *adv, *ret, *val;
+    void *act;
+    dpt_rng_t shuffle_rng;
+    uint64_t iteration, timesteps;
+};
+
+void dpt_ppo_destroy(dpt_ppo_t *p)
+{
+    if (!p)
+        return;
+    dpt_towers_destroy(p->towers);
+    dpt_policy_destroy(p->learner);
+    dpt_policy_destroy(p->actor);
+    dpt__rollout_deinit(&p->ro);
+    dpt_arena_deinit(&p->params);
+    free(p->perm);
+    free(p->obs);
+    free(p->logp);
+    free(p->adv);
+    free(p->ret);
+    free(p->val);
+    free(p->act);
+    free(p);
+}
+
+int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch)
+{
+    if (c->num_envs < 1 || c->rollout_fragment_length < 1)
+        return dpt_error(DPT_EINVAL, "rl: num_envs and rollout_fragment_length must be >= 1");
+    if (c->sgd_minibatch_size < 1 || c->sgd_minibatch_size > rows_per_batch)
+        return dpt_error(DPT_EINVAL,
+                         "rl: sgd_minibatch_size %zu must be in [1, %zu] (the rows of a batch)",
+                         c->sgd_minibatch_size, rows_per_batch);
+    if (c->num_sgd_iter < 1)
+        return dpt_error(DPT_EINVAL, "rl: num_sgd_iter must be >= 1");
+    if (!(c->gamma >= 0.0 && c->gamma <= 1.0) || !(c->lambda >= 0.0 && c->lambda <= 1.0))
+        return dpt_error(DPT_EINVAL, "rl: gamma and lambda must be in [0, 1]");
+    if (!(c->lr >= 0.0f) || !(c->adam_eps > 0.0f))
+        return dpt_error(DPT_EINVAL, "rl: lr must be >= 0 and adam_eps > 0");
+    return DPT_OK;
+}
+
+int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg)
+{
+    *out = NULL;
+    size_t rows = cfg->num_envs * cfg->rollout_fragment_length;
+    int rc = dpt__rl_check_config(cfg, rows);
+    if (rc)
+        return rc;
+    if (cfg->num_devices < 1 || cfg->sgd_minibatch_size % (size_t)cfg->num_devices)
+        return dpt_error(DPT_EINVAL, "ppo: sgd_minibatch_size %zu must be divisible by "
+                         "num_devices %d", cfg->sgd_minibatch_size, cfg->num_devices);
+    dpt_ppo_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return dpt_error(DPT_ENOMEM, "ppo: cannot allocate");
+    p->cfg = *cfg;
+    p->cls = cls;
+    p->rows = rows;
+    size_t pdb = cfg->sgd_minibatch_size / (size_t)cfg->num_devices;
+    if ((rc = dpt__rollout_init(&p->ro, cls, cfg->num_envs, cfg->rollout_fragment_length,
+                                cfg->seed, 0)) != 0 ||
+        (rc = dpt_policy_create(&p->actor, cls, cfg->hidden, cfg->nhidden, cfg->num_envs)) != 0 ||
+        (rc = dpt_policy_create(&p->learner, cls, cfg->hidden, cfg->nhidden, pdb)) != 0)
+        goto fail;
+    size_t n = dpt_policy_vars(p->actor)->total;
+    if ((rc = dpt_arena_init(&p->params, n)) != 0)
+        goto fail;
+    dpt_rng_t init;
+    dpt_rng_init(&init, cfg->seed, 0, 0, DPT_RNG_INIT);
+    dpt_policy_init_params(p->actor, p->params.data, &init);
+    dpt_model_t model = dpt_policy_ppo_model(p->learner, &cfg->loss);
+    dpt_towers_config_t tc = dpt_towers_defaults();
+    tc.num_devices = cfg->num_devices;
+    tc.mode = cfg->towers_mode;
+    tc.max_per_device_batch_size = pdb;
+    tc.max_load_rows = rows;
+    tc.grad_clip = cfg->grad_clip;
+    tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
+    tc.optim.eps = cfg->adam_eps;
+    dpt_batch_t lay;
+    if ((rc = dpt_ppo_batch(&lay, cls, 0, NULL, NULL, NULL, NULL, NULL, NULL)) != 0 ||
+        (rc = dpt_towers_create(&p->towers, &model, &lay, &tc)) != 0 ||
+        (rc = dpt_towers_set_weights(p->towers, p->params.data, n)) != 0)
+        goto fail;
+    p->perm = malloc(rows * sizeof *p->perm);
+    p->obs = malloc(rows * cls->obs_dim * sizeof(float));
+    p->act = malloc(rows * p->ro.act_w * 4);
+    p->logp = malloc(rows * sizeof(float));
+    p->adv = malloc(rows * sizeof(float));
+    p->ret = malloc(rows * sizeof(float));
+    p->val = malloc(rows * sizeof(float));
+    if (!p->perm || !p->obs || !p->act || !p->logp || !p->adv || !p->ret || !p->val) {
+        rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate the batch of %zu rows", rows);
+        goto fail;
+    }
+    dpt_rng_init(&p->shuffle_rng, cfg->seed, 0, 0, DPT_RNG_SHUFFLE);
+    *out = p;
+    return DPT_OK;
+fail:
+    dpt_ppo_destroy(p);
+    return rc;
+}
+
+dpt_policy_t *dpt_ppo_policy(dpt_ppo_t *p)
+{
+    return p->actor;
+}
+
+int dpt_ppo_get_weights(dpt_ppo_t *p, float *out, size_t count)
+{
+    return dpt_towers_get_weights(p->towers, out, count);
+}
+
+/* The learning rate of an iteration that starts after `done` env steps. */
+float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done)
+{
+    if (!c->anneal_lr || c->total_timesteps == 0)
+        return c->lr;
+    double frac = 1.0 - (double)done / (double)c->total_timesteps;
+    return (float)((double)c->lr * (frac > 0.0 ? frac : 0.0));
+}
+
+int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
+{
+    const dpt_rl_config_t *c = &p->cfg;
+    memset(res, 0, sizeof *res);
+    double t0 = dpt_now();
+    size_t n = p->params.count;
+    int rc = dpt_towers_get_weights(p->towers, p->params.data, n);
+    if (rc)
+        return rc;
+    if ((rc = dpt__rollout_collect(&p->ro, p->actor, p->params.data, c->gamma, c->lambda,
+                                   c->rollout_fragment_length, NULL, NULL)) != 0)
+        return rc;
+    double t1 = dpt_now();
+    size_t rows = p->rows, od = p->cls->obs_dim, aw = p->ro.act_w;
+    res->vf_explained_var = dpt_explained_variance(p->ro.values, p->ro.returns, rows);
+    if (c->normalize_advantages)
+        dpt_normalize(p->ro.adv, rows);
+    /* Shuffle the rows once; the epochs then permute whole minibatches. */
+    for (size_t i = 0; i < rows; i++)
+        p->perm[i] = i;
+    dpt_rng_shuffle(&p->shuffle_rng, p->perm, rows);
+    for (size_t i = 0; i < rows; i++) {
+        size_t s = p->perm[i];
+        memcpy(p->obs + i * od, p->ro.obs + s * od, od * sizeof(float));
+        memcpy((char *)p->act + i * aw * 4, (const char *)p->ro.actions + s * aw * 4, aw * 4);
+        p->logp[i] = p->ro.logp[s];
+        p->adv[i] = p->ro.adv[s];
+        p->ret[i] = p->ro.returns[s];
+        p->val[i] = p->ro.values[s];
+    }
+    dpt_batch_t b;
+    dpt_towers_load_info_t li;
+    if ((rc = dpt_ppo_batch(&b, p->cls, rows, p->obs, p->act, p->logp, p->adv, p->ret,
+                            p->val)) != 0 ||
+        (rc = dpt_towers_load(p->towers, 0, &b, &li)) != 0)
+        return rc;
+    float lr = dpt__rl_lr(c, p->timesteps);
+    size_t order[4096];
+    size_t nmb = li.steps < 4096 ? li.steps : 4096;
+    double sums[6] = {0};
+    size_t nsteps = 0;
+    for (int e = 0; e < c->num_sgd_iter; e++) {
+        for (size_t j = 0; j < nmb; j++)
+            order[j] = j;
+        dpt_rng_shuffle(&p->shuffle_rng, order, nmb);
+        for (size_t j = 0; j < nmb; j++) {
+            dpt_towers_stats_t st;
+            if ((rc = dpt_towers_optimize(p->towers, 0, order[j] * li.per_device_batch, lr,
+                                          &st)) != 0)
+                return rc;
+            sums[0] += st.extra[DPT_PPO_STAT_POLICY_LOSS];
+            sums[1] += st.extra[DPT_PPO_STAT_VF_LOSS];
+            sums[2] += st.extra[DPT_PPO_STAT_ENTROPY];
+            sums[3] += st.extra[DPT_PPO_STAT_KL];
+            sums[4] += st.extra[DPT_PPO_STAT_CLIPFRAC];
+            sums[5] += st.grad_norm;
+            nsteps++;
+        }
+    }
+    double t2 = dpt_now();
+    p->iteration++;
+    p->timesteps += rows;
+    res->iteration = p->iteration;
+    res->timesteps_total = p->timesteps;
+    res->timesteps_this_iter = rows;
+    res->episodes_total = p->ro.episodes_total;
+    res->episodes_this_iter = p->ro.episodes_this_iter;
+    dpt__rollout_episode_stats(&p->ro, &res->episode_reward_mean, &res->episode_reward_min,
+                               &res->episode_reward_max, &res->episode_len_mean,
+                               &res->episode_reward_mean_20, &res->episodes_in_window);
+    double inv = nsteps ? 1.0 / (double)nsteps : 0.0;
+    res->policy_loss = sums[0] * inv;
+    res->vf_loss = sums[1] * inv;
+    res->entropy = sums[2] * inv;
+    res->kl = sums[3] * inv;
+    res->clipfrac = sums[4] * inv;
+    res->grad_norm = sums[5] * inv;
+    res->cur_lr = lr;
+    res->sample_time_s = t1 - t0;
+    res->learn_time_s = t2 - t1;
+    res->iteration_time_s = t2 - t0;
+    res->env_steps_per_s = (double)rows / (t2 - t0);
+    res->rows_min = rows;
+    return DPT_OK;
+}

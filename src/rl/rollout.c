@@ -1,0 +1,163 @@
+/* Rollout collection with truncation bootstrapping; see rollout.h. */
+#include "rollout.h"
+#include "dpt/arena.h"
+#include "dpt/status.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dpt__rollout_deinit(dpt__rollout_t *r)
+{
+    dpt_vecenv_destroy(r->env);
+    free(r->obs);
+    free(r->actions);
+    free(r->logp);
+    free(r->values);
+    free(r->rewards);
+    free(r->adv);
+    free(r->returns);
+    free(r->dones);
+    free(r->cur_obs);
+    free(r->final_obs);
+    free(r->boot_obs);
+    free(r->boot_v);
+    free(r->step_rew);
+    free(r->term);
+    free(r->trunc);
+    free(r->last_values);
+    memset(r, 0, sizeof *r);
+}
+
+int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_envs,
+                      size_t T, uint64_t seed, uint32_t rank)
+{
+    memset(r, 0, sizeof *r);
+    if (num_envs == 0 || T == 0)
+        return dpt_error(DPT_EINVAL, "rollout: %zu envs x %zu steps", num_envs, T);
+    int rc = dpt_vecenv_create(&r->env, cls, num_envs, seed, rank);
+    if (rc)
+        return rc;
+    r->cls = cls;
+    r->T = T;
+    r->N = num_envs;
+    r->obs_dim = cls->obs_dim;
+    r->discrete = cls->action_kind == DPT_ACTION_DISCRETE;
+    r->act_w = r->discrete ? 1 : cls->action_dim;
+    size_t rows;
+    if (dpt_mul_size(T, num_envs, &rows)) {
+        dpt__rollout_deinit(r);
+        return dpt_error(DPT_EOVERFLOW, "rollout: %zu x %zu rows overflow", T, num_envs);
+    }
+    r->obs = calloc(rows * r->obs_dim, sizeof(float));
+    r->actions = calloc(rows * r->act_w, 4);
+    r->logp = calloc(rows, sizeof(float));
+    r->values = calloc(rows, sizeof(float));
+    r->rewards = calloc(rows, sizeof(float));
+    r->adv = calloc(rows, sizeof(float));
+    r->returns = calloc(rows, sizeof(float));
+    r->dones = calloc(rows, 1);
+    r->cur_obs = calloc(num_envs * r->obs_dim, sizeof(float));
+    r->final_obs = calloc(num_envs * r->obs_dim, sizeof(float));
+    r->boot_obs = calloc(num_envs * r->obs_dim, sizeof(float));
+    r->boot_v = calloc(num_envs, sizeof(float));
+    r->step_rew = calloc(num_envs, sizeof(float));
+    r->term = calloc(num_envs, 1);
+    r->trunc = calloc(num_envs, 1);
+    r->last_values = calloc(num_envs, sizeof(float));
+    if (!r->obs || !r->actions || !r->logp || !r->values || !r->rewards || !r->adv ||
+        !r->returns || !r->dones || !r->cur_obs || !r->final_obs || !r->boot_obs ||
+        !r->boot_v || !r->step_rew || !r->term || !r->trunc || !r->last_values) {
+        dpt__rollout_deinit(r);
+        return dpt_error(DPT_ENOMEM, "rollout: cannot allocate %zu rows", rows);
+    }
+    dpt_rng_init(&r->act_rng, seed, rank, 0, DPT_RNG_ACTION);
+    dpt_vecenv_reset(r->env, r->cur_obs);
+    return DPT_OK;
+}
+
+int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params,
+                         double gamma, double lambda, size_t min_steps,
+                         int (*should_stop)(void *ctx), void *ctx)
+{
+    size_t N = r->N, od = r->obs_dim, aw = r->act_w;
+    int rc;
+    r->steps = 0;
+    for (size_t t = 0; t < r->T; t++) {
+        if (t >= min_steps && should_stop && should_stop(ctx))
+            break;
+        size_t k = t * N;
+        float *obs_t = r->obs + k * od;
+        memcpy(obs_t, r->cur_obs, N * od * sizeof(float));
+        void *act_t = (char *)r->actions + k * aw * 4;
+        if ((rc = dpt_policy_act(policy, params, obs_t, N, &r->act_rng, act_t, r->logp + k,
+                                 r->values + k)) != 0)
+            return rc;
+        if ((rc = dpt_vecenv_step(r->env, act_t, r->cur_obs, r->step_rew, r->term, r->trunc,
+                                  r->final_obs)) != 0)
+            return rc;
+        /* Truncated, not terminated: the episode would have gone on, so its
+         * last reward is credited with the value of where it stopped. */
+        size_t nb = 0;
+        for (size_t i = 0; i < N; i++)
+            if (r->trunc[i] && !r->term[i])
+                memcpy(r->boot_obs + (nb++) * od, r->final_obs + i * od, od * sizeof(float));
+        if (nb && (rc = dpt_policy_value(policy, params, r->boot_obs, nb, r->boot_v)) != 0)
+            return rc;
+        nb = 0;
+        for (size_t i = 0; i < N; i++) {
+            float rew = r->step_rew[i];
+            if (r->trunc[i] && !r->term[i])
+                rew += (float)(gamma * (double)r->boot_v[nb++]);
+            r->rewards[k + i] = rew;
+            r->dones[k + i] = (uint8_t)(r->term[i] | r->trunc[i]);
+        }
+        r->steps = t + 1;
+    }
+    if ((rc = dpt_policy_value(policy, params, r->cur_obs, N, r->last_values)) != 0)
+        return rc;
+    dpt_gae(r->rewards, r->values, r->dones, r->last_values, r->steps, N, gamma, lambda, r->adv,
+            r->returns);
+    double rets[64];
+    uint32_t lens[64];
+    size_t got;
+    r->episodes_this_iter = 0;
+    while ((got = dpt_vecenv_pop_episodes(r->env, rets, lens, 64, NULL)) > 0) {
+        for (size_t e = 0; e < got; e++) {
+            r->ret_window[r->wnext] = rets[e];
+            r->len_window[r->wnext] = lens[e];
+            r->wnext = (r->wnext + 1) % DPT__EPISODE_WINDOW;
+            if (r->wcount < DPT__EPISODE_WINDOW)
+                r->wcount++;
+        }
+        r->episodes_this_iter += got;
+        r->episodes_total += got;
+    }
+    return DPT_OK;
+}
+
+void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
+                                double *len_mean, double *mean20, size_t *count)
+{
+    double s = 0.0, l = 0.0, lo = DBL_MAX, hi = -DBL_MAX, s20 = 0.0;
+    size_t n20 = 0;
+    for (size_t j = 0; j < r->wcount; j++) {
+        /* j-th most recent */
+        size_t idx = (r->wnext + DPT__EPISODE_WINDOW - 1 - j) % DPT__EPISODE_WINDOW;
+        double v = r->ret_window[idx];
+        s += v;
+        l += r->len_window[idx];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        if (j < 20) {
+            s20 += v;
+            n20++;
+        }
+    }
+    *count = r->wcount;
+    *mean = r->wcount ? s / (double)r->wcount : 0.0;
+    *len_mean = r->wcount ? l / (double)r->wcount : 0.0;
+    *min = r->wcount ? lo : 0.0;
+    *max = r->wcount ? hi : 0.0;
+    *mean20 = n20 ? s20 / (double)n20 : 0.0;
+}

@@ -1,0 +1,61 @@
+/*
+ * Internal: fixed-length rollouts shared by the PPO and DD-PPO trainers.
+ * Buffers are time-major [T, N] so the first `steps` rows of a shortened
+ * (preempted) rollout are contiguous.
+ */
+#ifndef DPT_RL_ROLLOUT_H
+#define DPT_RL_ROLLOUT_H
+
+#include "dpt/env.h"
+#include "dpt/rl.h"
+#include "dpt/trainer.h"
+
+#define DPT__EPISODE_WINDOW 100
+
+typedef struct dpt__rollout {
+    const dpt_env_class_t *cls;
+    dpt_vecenv_t *env;
+    size_t T, N, obs_dim, act_w;
+    int discrete;
+    float *obs;        /* [T*N, obs_dim] observation the action was taken on */
+    void *actions;     /* [T*N, act_w] int32 or float */
+    float *logp, *values, *rewards, *adv, *returns; /* [T*N] */
+    uint8_t *dones;    /* [T*N] */
+    float *cur_obs;    /* [N, obs_dim] */
+    float *final_obs;  /* [N, obs_dim] */
+    float *boot_obs, *boot_v; /* [N, obs_dim], [N] truncation scratch */
+    float *step_rew;   /* [N] */
+    uint8_t *term, *trunc;
+    float *last_values; /* [N] */
+    size_t steps;      /* steps collected by the last collect() */
+    dpt_rng_t act_rng;
+    /* recent episodes */
+    double ret_window[DPT__EPISODE_WINDOW];
+    uint32_t len_window[DPT__EPISODE_WINDOW];
+    size_t wcount, wnext;
+    uint64_t episodes_total, episodes_this_iter;
+} dpt__rollout_t;
+
+int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_envs,
+                      size_t T, uint64_t seed, uint32_t rank);
+void dpt__rollout_deinit(dpt__rollout_t *r);
+
+/* Collects up to T steps with `policy` at `params`. After min_steps steps,
+ * should_stop(ctx) (may be NULL) is asked before each further step. Then
+ * computes last_values, GAE (advantages, returns) over the collected steps,
+ * and folds finished episodes into the window. */
+int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params,
+                         double gamma, double lambda, size_t min_steps,
+                         int (*should_stop)(void *ctx), void *ctx);
+
+/* Means over the episode window: all (<= 100) and the last 20. */
+void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
+                                double *len_mean, double *mean20, size_t *count);
+
+/* Shared by both trainers: config validation (rows_per_batch = rows one
+ * worker/sampler collects) and the learning rate of an iteration that starts
+ * after `done` env steps (linear annealing to 0 when enabled). */
+int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch);
+float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done);
+
+#endif
