@@ -38,6 +38,7 @@ typedef struct bench_cfg {
     int touch;        /* rewrite the buffer before every allreduce */
     long small_bytes; /* threads/hier small-message threshold; < 0 = default */
     char command[1024];
+    char command_json[2100]; /* the same, escaped for a JSON string */
 } bench_cfg_t;
 
 /* One row of results, filled by participant 0. */
@@ -199,7 +200,7 @@ static void print_rows(const bench_run_t *run, int participants)
                    "\"time_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
                    "\"touch\":%s,\"command\":\"%s\"}\n",
                    be, participants, row->bytes, row->iters, row->time_s * 1e6, algbw, busbw,
-                   mem, cfg->touch ? "true" : "false", cfg->command);
+                   mem, cfg->touch ? "true" : "false", cfg->command_json);
         else
             printf("%12zu %8d %12.3f %10.3f %10.3f %11.3f %8.3f\n", row->bytes, row->iters,
                    row->time_s * 1e6, algbw, busbw, mem, busbw / mem);
@@ -396,6 +397,19 @@ int dpt_bench_allreduce(int argc, char **argv)
     size_t len = (size_t)snprintf(cfg.command, sizeof cfg.command, "dpt bench");
     for (int i = 0; i < argc && len < sizeof cfg.command; i++)
         len += (size_t)snprintf(cfg.command + len, sizeof cfg.command - len, " %s", argv[i]);
+    size_t j = 0;
+    for (size_t k = 0; cfg.command[k] != '\0' && j + 7 < sizeof cfg.command_json; k++) {
+        unsigned char ch = (unsigned char)cfg.command[k];
+        if (ch == '"' || ch == '\\') {
+            cfg.command_json[j++] = '\\';
+            cfg.command_json[j++] = (char)ch;
+        } else if (ch < 0x20) {
+            j += (size_t)snprintf(cfg.command_json + j, 7, "\\u%04x", ch);
+        } else {
+            cfg.command_json[j++] = (char)ch;
+        }
+    }
+    cfg.command_json[j] = '\0';
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dpt/checkpoint.h"
 #include "dpt/comm.h"
 #include "dpt/env.h"
 #include "dpt/rl.h"
@@ -100,6 +101,19 @@ dpt_policy_t *dpt_ppo_policy(dpt_ppo_t *ppo);
 /* Copies the current parameters out (count = the policy's table total). */
 int dpt_ppo_get_weights(dpt_ppo_t *ppo, float *out, size_t count);
 
+/* Adds the trainer's complete state to a checkpoint writer: parameters
+ * ("params." + variable), Adam's moments ("optim.m.", "optim.v."), and a
+ * blob "ppo.state" (envs, RNG positions, counters); metadata
+ * "dpt.job"-independent keys "iteration", "timesteps_total",
+ * "optim_step". Data is borrowed until the writer saves; do not train in
+ * between. */
+int dpt_ppo_checkpoint(dpt_ppo_t *ppo, dpt_safetensors_writer_t *w);
+/* Restores what dpt_ppo_checkpoint wrote, so training continues exactly as
+ * if never interrupted. Errors name the checkpoint and the mismatch; on
+ * error the trainer is unchanged. */
+int dpt_ppo_restore(dpt_ppo_t *ppo, const dpt_safetensors_t *st);
+uint64_t dpt_ppo_iteration(const dpt_ppo_t *ppo);
+
 /* ---- DD-PPO workers ---------------------------------------------------------------- */
 
 /* Shared by the DD-PPO workers of one process to count who has finished
@@ -131,6 +145,20 @@ dpt_policy_t *dpt_ddppo_policy(dpt_ddppo_t *w);
 const float *dpt_ddppo_weights(const dpt_ddppo_t *w);
 /* Collective: DPT_ECOMM naming the first worker whose weights differ. */
 int dpt_ddppo_check_weights(dpt_ddppo_t *w);
+
+/* Checkpointing DD-PPO: the parameters and optimizer state are identical on
+ * every worker; each worker adds its own envs/RNG state as bytes.
+ * dpt_ddppo_checkpoint_common adds "params.", "optim.m.", "optim.v." and the
+ * counters of worker `w` (call it for one worker); state_bytes/save_state
+ * give one worker's private state (the same size on every worker), stored
+ * by the caller as "worker.<rank>". */
+int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr);
+size_t dpt_ddppo_state_bytes(const dpt_ddppo_t *w);
+int dpt_ddppo_save_state(const dpt_ddppo_t *w, void *buf, size_t bytes);
+/* Restores the common part from `st` and this worker's private bytes. */
+int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
+                      size_t bytes);
+uint64_t dpt_ddppo_iteration(const dpt_ddppo_t *w);
 
 /* The per-worker batch-size rule: a worker that was not preempted must hold
  * exactly `expected` rows; a preempted one at least a quarter of it.

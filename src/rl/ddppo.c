@@ -390,3 +390,83 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
     *mean_length = sum_l / (double)episodes;
     return DPT_OK;
 }
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+#define DPT__DDPPO_MAGIC UINT64_C(0x6470746464707031) /* "dptddpp1" */
+
+uint64_t dpt_ddppo_iteration(const dpt_ddppo_t *w)
+{
+    return w->iteration;
+}
+
+int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr)
+{
+    const dpt_vartable_t *vars = w->model.vars;
+    int rc = dpt_safetensors_add_arena(wr, "params.", vars, w->params.data, w->nparams);
+    if (!rc)
+        rc = dpt__rl_add_optim(wr, w->opt, vars);
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(wr, "iteration", w->iteration);
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(wr, "timesteps_total", w->timesteps);
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(wr, "workers", (uint64_t)w->size);
+    return rc;
+}
+
+size_t dpt_ddppo_state_bytes(const dpt_ddppo_t *w)
+{
+    return 4 * sizeof(uint64_t) + dpt__rollout_state_bytes(&w->ro);
+}
+
+int dpt_ddppo_save_state(const dpt_ddppo_t *w, void *buf, size_t bytes)
+{
+    if (bytes != dpt_ddppo_state_bytes(w))
+        return dpt_error(DPT_EINVAL, "ddppo state: %zu bytes given, %zu needed", bytes,
+                         dpt_ddppo_state_bytes(w));
+    uint64_t head[4] = {DPT__DDPPO_MAGIC, w->iteration, w->timesteps,
+                        dpt_rng_tell(&w->shuffle_rng)};
+    memcpy(buf, head, sizeof head);
+    return dpt__rollout_save_state(&w->ro, (char *)buf + sizeof head, bytes - sizeof head);
+}
+
+int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
+                      size_t bytes)
+{
+    const dpt_vartable_t *vars = w->model.vars;
+    size_t n = w->nparams;
+    uint64_t workers = 0, t = 0, head[4] = {0};
+    int rc = dpt_safetensors_meta_u64(st, "workers", &workers);
+    if (!rc && workers != (uint64_t)w->size)
+        rc = dpt_error(DPT_EINVAL, "checkpoint %s was written by %llu workers, this run has %d",
+                       dpt_safetensors_path(st), (unsigned long long)workers, w->size);
+    if (!rc && bytes != dpt_ddppo_state_bytes(w))
+        rc = dpt_error(DPT_EFORMAT, "checkpoint %s: worker %d state has %zu bytes, expected %zu",
+                       dpt_safetensors_path(st), w->rank, bytes, dpt_ddppo_state_bytes(w));
+    if (!rc) {
+        memcpy(head, buf, sizeof head);
+        if (head[0] != DPT__DDPPO_MAGIC)
+            rc = dpt_error(DPT_EFORMAT, "checkpoint %s: worker %d state is not a DD-PPO state",
+                           dpt_safetensors_path(st), w->rank);
+    }
+    float *tmp = rc ? NULL : calloc(3 * n, sizeof(float));
+    if (!rc && !tmp)
+        rc = dpt_error(DPT_ENOMEM, "ddppo restore: cannot allocate");
+    if (!rc)
+        rc = dpt__rl_load_arenas(st, vars, tmp, tmp + n, tmp + 2 * n, &t);
+    if (!rc)
+        rc = dpt__rollout_load_state(&w->ro, (const char *)buf + sizeof head,
+                                     bytes - sizeof head);
+    if (!rc) {
+        memcpy(w->params.data, tmp, n * sizeof(float));
+        memcpy(dpt_optim_slot(w->opt, 0), tmp + n, n * sizeof(float));
+        memcpy(dpt_optim_slot(w->opt, 1), tmp + 2 * n, n * sizeof(float));
+        dpt_optim_set_t(w->opt, t);
+        w->iteration = head[1];
+        w->timesteps = head[2];
+        dpt_rng_seek(&w->shuffle_rng, head[3]);
+    }
+    free(tmp);
+    return rc;
+}

@@ -56,6 +56,8 @@ struct dpt_ppo {
     void *act;
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps;
+    void *blob;          /* checkpoint state, kept so a writer can borrow it */
+    size_t blob_bytes;
 };
 
 void dpt_ppo_destroy(dpt_ppo_t *p)
@@ -74,6 +76,7 @@ void dpt_ppo_destroy(dpt_ppo_t *p)
     free(p->ret);
     free(p->val);
     free(p->act);
+    free(p->blob);
     free(p);
 }
 
@@ -258,4 +261,115 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     res->env_steps_per_s = (double)rows / (t2 - t0);
     res->rows_min = rows;
     return DPT_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+#define DPT__PPO_MAGIC UINT64_C(0x64707470706f3031) /* "dptppo01" */
+
+uint64_t dpt_ppo_iteration(const dpt_ppo_t *p)
+{
+    return p->iteration;
+}
+
+int dpt__rl_add_optim(dpt_safetensors_writer_t *w, dpt_optim_t *opt, const dpt_vartable_t *vars)
+{
+    static const char *const prefixes[2] = {"optim.m.", "optim.v."};
+    int rc = DPT_OK;
+    for (int s = 0; s < dpt_optim_num_slots(opt) && !rc; s++)
+        rc = dpt_safetensors_add_arena(w, prefixes[s], vars, dpt_optim_slot(opt, s),
+                                       dpt_optim_count(opt));
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(w, "optim_step", dpt_optim_get_t(opt));
+    return rc;
+}
+
+/* Loads parameters and optimizer slots into caller buffers (validating
+ * everything) without touching the trainer. slots must hold 2 arenas. */
+int dpt__rl_load_arenas(const dpt_safetensors_t *st, const dpt_vartable_t *vars, float *params,
+                        float *m, float *v, uint64_t *t)
+{
+    int rc = dpt_safetensors_load_arena(st, "params.", vars, params, vars->total);
+    if (!rc)
+        rc = dpt_safetensors_load_arena(st, "optim.m.", vars, m, vars->total);
+    if (!rc)
+        rc = dpt_safetensors_load_arena(st, "optim.v.", vars, v, vars->total);
+    if (!rc)
+        rc = dpt_safetensors_meta_u64(st, "optim_step", t);
+    return rc;
+}
+
+int dpt_ppo_checkpoint(dpt_ppo_t *p, dpt_safetensors_writer_t *w)
+{
+    const dpt_vartable_t *vars = dpt_policy_vars(p->actor);
+    int rc = dpt_towers_get_weights(p->towers, p->params.data, p->params.count);
+    if (rc)
+        return rc;
+    size_t bytes = 4 * sizeof(uint64_t) + dpt__rollout_state_bytes(&p->ro);
+    if (bytes > p->blob_bytes) {
+        void *nb = realloc(p->blob, bytes);
+        if (!nb)
+            return dpt_error(DPT_ENOMEM, "ppo checkpoint: cannot allocate %zu bytes", bytes);
+        p->blob = nb;
+        p->blob_bytes = bytes;
+    }
+    uint64_t head[4] = {DPT__PPO_MAGIC, p->iteration, p->timesteps,
+                        dpt_rng_tell(&p->shuffle_rng)};
+    memcpy(p->blob, head, sizeof head);
+    if ((rc = dpt__rollout_save_state(&p->ro, (char *)p->blob + sizeof head,
+                                      bytes - sizeof head)) != 0 ||
+        (rc = dpt_safetensors_add_arena(w, "params.", vars, p->params.data, p->params.count)) !=
+            0 ||
+        (rc = dpt__rl_add_optim(w, dpt_towers_optimizer(p->towers), vars)) != 0 ||
+        (rc = dpt_safetensors_add_blob(w, "ppo.state", p->blob, bytes)) != 0 ||
+        (rc = dpt_safetensors_set_meta_u64(w, "iteration", p->iteration)) != 0 ||
+        (rc = dpt_safetensors_set_meta_u64(w, "timesteps_total", p->timesteps)) != 0)
+        return rc;
+    return DPT_OK;
+}
+
+int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
+{
+    const dpt_vartable_t *vars = dpt_policy_vars(p->actor);
+    size_t n = vars->total;
+    float *buf = calloc(3 * n, sizeof(float));
+    if (!buf)
+        return dpt_error(DPT_ENOMEM, "ppo restore: cannot allocate");
+    uint64_t t = 0;
+    const void *blob;
+    size_t bytes;
+    int rc = dpt__rl_load_arenas(st, vars, buf, buf + n, buf + 2 * n, &t);
+    if (!rc)
+        rc = dpt_safetensors_get_blob(st, "ppo.state", &blob, &bytes);
+    uint64_t head[4] = {0};
+    if (!rc && bytes != 4 * sizeof(uint64_t) + dpt__rollout_state_bytes(&p->ro))
+        rc = dpt_error(DPT_EFORMAT, "checkpoint %s: ppo.state has %zu bytes, this "
+                       "configuration needs %zu", dpt_safetensors_path(st), bytes,
+                       4 * sizeof(uint64_t) + dpt__rollout_state_bytes(&p->ro));
+    if (!rc) {
+        memcpy(head, blob, sizeof head);
+        if (head[0] != DPT__PPO_MAGIC)
+            rc = dpt_error(DPT_EFORMAT, "checkpoint %s: ppo.state is not a PPO state",
+                           dpt_safetensors_path(st));
+    }
+    /* Everything validated: from here on the trainer changes. */
+    if (!rc)
+        rc = dpt__rollout_load_state(&p->ro, (const char *)blob + sizeof head,
+                                     bytes - sizeof head);
+    if (!rc)
+        rc = dpt_towers_set_weights(p->towers, buf, n);
+    if (!rc) {
+        dpt_optim_t *opt = dpt_towers_optimizer(p->towers);
+        memcpy(dpt_optim_slot(opt, 0), buf + n, n * sizeof(float));
+        memcpy(dpt_optim_slot(opt, 1), buf + 2 * n, n * sizeof(float));
+        dpt_optim_set_t(opt, t);
+        rc = dpt_towers_set_optimizer_state(p->towers, opt);
+    }
+    if (!rc) {
+        p->iteration = head[1];
+        p->timesteps = head[2];
+        dpt_rng_seek(&p->shuffle_rng, head[3]);
+    }
+    free(buf);
+    return rc;
 }

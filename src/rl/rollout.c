@@ -161,3 +161,68 @@ void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *m
     *max = r->wcount ? hi : 0.0;
     *mean20 = n20 ? s20 / (double)n20 : 0.0;
 }
+
+/* Layout: [u64 magic][u64 act_rng position][u64 wcount][u64 wnext]
+ * [u64 episodes_total][double ret_window[100]][u32 len_window[100]]
+ * [float cur_obs[N * obs_dim]][vecenv state]. */
+#define DPT__ROLLOUT_MAGIC UINT64_C(0x647074726f6c6c31) /* "dptroll1" */
+
+static size_t dpt__rollout_fixed_bytes(const dpt__rollout_t *r)
+{
+    return 5 * sizeof(uint64_t) + sizeof r->ret_window + sizeof r->len_window +
+           r->N * r->obs_dim * sizeof(float);
+}
+
+size_t dpt__rollout_state_bytes(const dpt__rollout_t *r)
+{
+    return dpt__rollout_fixed_bytes(r) + dpt_vecenv_state_bytes(r->env);
+}
+
+int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes)
+{
+    if (bytes != dpt__rollout_state_bytes(r))
+        return dpt_error(DPT_EINVAL, "rollout state: %zu bytes given, %zu needed", bytes,
+                         dpt__rollout_state_bytes(r));
+    char *p = buf;
+    uint64_t head[5] = {DPT__ROLLOUT_MAGIC, dpt_rng_tell(&r->act_rng), r->wcount, r->wnext,
+                        r->episodes_total};
+    memcpy(p, head, sizeof head);
+    p += sizeof head;
+    memcpy(p, r->ret_window, sizeof r->ret_window);
+    p += sizeof r->ret_window;
+    memcpy(p, r->len_window, sizeof r->len_window);
+    p += sizeof r->len_window;
+    memcpy(p, r->cur_obs, r->N * r->obs_dim * sizeof(float));
+    p += r->N * r->obs_dim * sizeof(float);
+    return dpt_vecenv_save_state(r->env, p, dpt_vecenv_state_bytes(r->env));
+}
+
+int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes)
+{
+    if (bytes != dpt__rollout_state_bytes(r))
+        return dpt_error(DPT_EFORMAT, "rollout state: %zu bytes, this configuration needs %zu "
+                         "(different envs or observation size?)", bytes,
+                         dpt__rollout_state_bytes(r));
+    const char *p = buf;
+    uint64_t head[5];
+    memcpy(head, p, sizeof head);
+    p += sizeof head;
+    if (head[0] != DPT__ROLLOUT_MAGIC || head[2] > DPT__EPISODE_WINDOW ||
+        head[3] >= DPT__EPISODE_WINDOW)
+        return dpt_error(DPT_EFORMAT, "rollout state: bad header");
+    int rc = dpt_vecenv_load_state(r->env, p + sizeof r->ret_window + sizeof r->len_window +
+                                                r->N * r->obs_dim * sizeof(float),
+                                   dpt_vecenv_state_bytes(r->env));
+    if (rc)
+        return rc;
+    dpt_rng_seek(&r->act_rng, head[1]);
+    r->wcount = (size_t)head[2];
+    r->wnext = (size_t)head[3];
+    r->episodes_total = head[4];
+    memcpy(r->ret_window, p, sizeof r->ret_window);
+    p += sizeof r->ret_window;
+    memcpy(r->len_window, p, sizeof r->len_window);
+    p += sizeof r->len_window;
+    memcpy(r->cur_obs, p, r->N * r->obs_dim * sizeof(float));
+    return DPT_OK;
+}

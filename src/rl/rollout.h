@@ -8,6 +8,7 @@
 
 #include "dpt/env.h"
 #include "dpt/rl.h"
+#include "dpt/optim.h"
 #include "dpt/trainer.h"
 
 #define DPT__EPISODE_WINDOW 100
@@ -52,10 +53,22 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
 void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
                                 double *len_mean, double *mean20, size_t *count);
 
+/* The rollout's resumable state (env states, RNG position, current
+ * observations, episode window and counters) as bytes. */
+size_t dpt__rollout_state_bytes(const dpt__rollout_t *r);
+int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes);
+int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes);
+
 /* Shared by both trainers: config validation (rows_per_batch = rows one
  * worker/sampler collects) and the learning rate of an iteration that starts
  * after `done` env steps (linear annealing to 0 when enabled). */
 int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch);
 float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done);
+/* Checkpoint helpers: Adam's moments as "optim.m."/"optim.v." arenas and
+ * "optim_step"; loading validates all of params, m, v and t into caller
+ * buffers of the table's size before anything is applied. */
+int dpt__rl_add_optim(dpt_safetensors_writer_t *w, dpt_optim_t *opt, const dpt_vartable_t *vars);
+int dpt__rl_load_arenas(const dpt_safetensors_t *st, const dpt_vartable_t *vars, float *params,
+                        float *m, float *v, uint64_t *t);
 
 #endif
