@@ -19,8 +19,10 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DDPT_WERROR=$(WERROR) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The main job: DD-PPO on CartPole with 2 worker threads until solved, then an
+# evaluation of the greedy policy (no MPI, no dataset needed).
 demo: build
-	./$(BUILD)/dpt demo
+	./$(BUILD)/dpt train examples/cartpole_ddppo.conf --set output_dir=runs/demo
 
 test: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS) -j $(JOBS)

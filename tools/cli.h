@@ -15,9 +15,12 @@
 int dpt_cmd_info(int argc, char **argv);
 int dpt_cmd_demo(int argc, char **argv);
 int dpt_cmd_bench(int argc, char **argv);
+int dpt_cmd_train(int argc, char **argv);
+int dpt_cmd_eval(int argc, char **argv);
 
 /* Benchmarks reachable as `dpt bench NAME` (tools/bench_*.c). */
 int dpt_bench_allreduce(int argc, char **argv);
 int dpt_bench_towers(int argc, char **argv);
+int dpt_bench_env(int argc, char **argv);
 
 #endif

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #define DPT_COMMAND_LIST(X)                                                        \
+    X("train", dpt_cmd_train, "train what a config file describes (dpt train --help)") \
+    X("eval", dpt_cmd_eval, "evaluate a checkpoint (dpt eval --help)")                \
     X("info", dpt_cmd_info, "print the version, detected features and GEMM backend") \
     X("demo", dpt_cmd_demo, "train a small MLP on a nonlinear task (two spirals)")   \
     X("bench", dpt_cmd_bench, "run a benchmark: dpt bench NAME --help")
@@ -28,7 +30,8 @@ static const dpt_command_t dpt_commands[] = {
 
 #define DPT_BENCH_LIST(X) \
     X("allreduce", dpt_bench_allreduce, "collective bandwidth and latency per backend") \
-    X("towers", dpt_bench_towers, "training throughput of the towers engine per mode")
+    X("towers", dpt_bench_towers, "training throughput of the towers engine per mode") \
+    X("env", dpt_bench_env, "raw environment stepping throughput")
 
 static const dpt_command_t dpt_benches[] = {
 #define DPT__BENCH(name, fn, summary) {name, fn, summary},

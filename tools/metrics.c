@@ -95,7 +95,7 @@ static void dpt__json_number(FILE *f, double v)
     else if (v == floor(v) && fabs(v) < 1e15)
         fprintf(f, "%.0f", v);
     else
-        fprintf(f, "%.17g", v);
+        fprintf(f, "%.15g", v);
 }
 
 /* Number of leading '/'-separated components shared by a and b. */
@@ -201,7 +201,7 @@ static int dpt__filter_file(const char *path, int csv, long last)
                 /* find the iteration column */
                 int c = 0;
                 for (char *p = line; p; c++) {
-                    if (strncmp(p, "iteration", 9) == 0 && (p[9] == ',' || p[9] == '\n'))
+                    if (strncmp(p, "training_iteration", 18) == 0 && (p[18] == ',' || p[18] == '\n'))
                         col = c;
                     p = strchr(p, ',');
                     if (p)
@@ -219,9 +219,9 @@ static int dpt__filter_file(const char *path, int csv, long last)
             if (p && col >= 0)
                 it = strtol(p, NULL, 10);
         } else {
-            char *p = strstr(line, "\"iteration\":");
+            char *p = strstr(line, "\"training_iteration\":");
             if (p)
-                it = strtol(p + 12, NULL, 10);
+                it = strtol(p + 21, NULL, 10);
         }
         if (it >= 0 && it <= last)
             fputs(line, out);

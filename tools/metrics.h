@@ -35,7 +35,7 @@ int dpt_metrics_end(dpt_metrics_t *m);
 /* The value of `key` in the current row (NAN when absent). */
 double dpt_metrics_get(const dpt_metrics_t *m, const char *key);
 
-/* Keeps the lines of result.jsonl and progress.csv whose "iteration" is at
+/* Keeps the lines of result.jsonl and progress.csv whose "training_iteration" is at
  * most `last_iteration` (for resuming from a checkpoint written before the
  * run stopped): rewrites both files atomically. */
 int dpt_metrics_truncate(const char *dir, long last_iteration);

@@ -65,14 +65,31 @@ typedef struct dpt_env_class {
                  int *terminated);
 } dpt_env_class_t;
 
-/* Built-in classes: CartPole-v1, Acrobot-v1, MountainCar-v0, Pendulum-v1.
- * Returns NULL (with a dpt_error() message listing the names) when unknown. */
+/* A plug-in: a shared library built from a user's env file that exports
+ *     const dpt_env_class_t *dpt_env_plugin(void);
+ * can be trained by `dpt train` with `env = path/to/libmyenv.so`. */
+#define DPT_ENV_PLUGIN_SYMBOL "dpt_env_plugin"
+
+/* Built-in classes: CartPole-v1, Acrobot-v1, MountainCar-v0, Pendulum-v1
+ * (Gymnasium's constants and rules; docs/ENVS.md). Their state blocks are
+ * Gymnasium's state as doubles, in Gymnasium's order, so a caller may set a
+ * state directly (tests, evaluation from chosen starts):
+ *   CartPole-v1     double[4] {x, x_dot, theta, theta_dot}
+ *   Acrobot-v1      double[4] {theta1, theta2, dtheta1, dtheta2}
+ *   MountainCar-v0  double[2] {position, velocity}
+ *   Pendulum-v1     double[2] {theta, theta_dot}
+ * Returns NULL (with a DPT_ENOENT dpt_error() message listing the names)
+ * when unknown or NULL; names are case-sensitive. */
 const dpt_env_class_t *dpt_env_find(const char *name);
 /* Number of built-in classes and the i-th one (NULL past the end). */
 size_t dpt_env_count(void);
 const dpt_env_class_t *dpt_env_get(size_t i);
-/* Checks a class for consistency (sizes, callbacks, bounds); DPT_EINVAL with
- * a message naming the class and the field. */
+/* Checks a class for consistency; DPT_EINVAL with a message naming the class
+ * and the field. Rules: name of 1..63 bytes; obs_dim 1..DPT_ENV_MAX_DIM; a
+ * valid action_kind; discrete: num_actions 1..INT32_MAX; box: action_dim
+ * 1..DPT_ENV_MAX_DIM with finite action_low[k] <= action_high[k];
+ * state_size <= 1 GiB (0 is allowed); finite reward_threshold; reset and
+ * step set. dpt_vecenv_create() runs it. */
 int dpt_env_class_check(const dpt_env_class_t *cls);
 
 /* ---- the vectorized runner ------------------------------------------------ */
@@ -88,25 +105,37 @@ void dpt_vecenv_destroy(dpt_vecenv_t *v);
 size_t dpt_vecenv_size(const dpt_vecenv_t *v);
 const dpt_env_class_t *dpt_vecenv_class(const dpt_vecenv_t *v);
 
-/* Resets every env; obs [n, obs_dim] (caller-owned). */
+/* Resets every env and starts new episodes (running ones are abandoned, not
+ * recorded); obs [n, obs_dim] (caller-owned, or NULL to discard). Must be
+ * called once before the first dpt_vecenv_step. */
 void dpt_vecenv_reset(dpt_vecenv_t *v, float *obs);
 
 /* Steps every env with actions [n] (int32, discrete) or [n, action_dim]
- * (float, box). Writes obs [n, obs_dim], rewards [n], terminated [n] and
- * truncated [n] (0/1). An env whose episode ended is reset at once: obs
- * holds the first observation of its next episode, and, when final_obs
- * [n, obs_dim] is not NULL, final_obs holds the last observation of the
- * ended episode (for bootstrapping on truncation); rows of envs that did not
- * end are left untouched in final_obs. Errors: DPT_EINVAL for a discrete
- * action out of range or a non-finite box action (naming the env), in which
- * case no env has stepped. */
+ * (float, box; clipped to the bounds in the runner's own scratch, the
+ * caller's array is not modified). Writes obs [n, obs_dim], rewards [n],
+ * terminated [n] and truncated [n] (0/1). truncated is 1 when the episode
+ * reaches max_episode_steps without terminating; the two are exclusive (a
+ * terminal state reached on the last allowed step is reported as
+ * terminated: no bootstrapping), unlike Gymnasium's TimeLimit, which may set
+ * both. An env whose episode ended is reset at once: obs holds the first
+ * observation of its next episode, and, when final_obs [n, obs_dim] is not
+ * NULL, final_obs holds the last observation of the ended episode (for
+ * bootstrapping on truncation); rows of envs that did not end are left
+ * untouched in final_obs. Every action is checked before any env steps.
+ * Allocates nothing. Errors: DPT_EINVAL for a discrete action out of range
+ * or a non-finite box action (naming the env and its index) or a NULL
+ * buffer, in which case no env has stepped and no output was written;
+ * DPT_ESTATE before the first dpt_vecenv_reset. */
 int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rewards,
                     uint8_t *terminated, uint8_t *truncated, float *final_obs);
 
-/* Episodes completed since the last call: writes up to `max` returns and
- * lengths (in completion order) and returns how many were written; older
- * ones beyond the internal buffer (4096 episodes) are dropped and counted
- * in *dropped when not NULL. */
+/* Episodes completed since the last call: writes up to `max` returns (sum of
+ * the rewards, in double) and lengths, oldest first (in completion order;
+ * envs in index order within one step), and returns how many were written.
+ * Episodes beyond `max` stay for the next call. The runner keeps at most
+ * 4096 episodes: older ones are dropped, and *dropped (when not NULL) gets
+ * how many were dropped since the last call. returns or lengths may be
+ * NULL to discard them. */
 size_t dpt_vecenv_pop_episodes(dpt_vecenv_t *v, double *returns, uint32_t *lengths, size_t max,
                                size_t *dropped);
 
@@ -115,9 +144,18 @@ uint64_t dpt_vecenv_total_steps(const dpt_vecenv_t *v);
 uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v);
 
 /* For checkpoints: the runner's full state (env states, RNG positions,
- * step counters, current returns) as bytes. state_bytes() gives the size;
- * save writes exactly that many; load checks the size and the class name
- * and restores, so a resumed run continues bitwise. */
+ * seed and rank, current episode lengths and returns, total counters) as
+ * bytes: a 128-byte header (magic, version, byte-order mark, class name, n,
+ * state_size, obs_dim, checksum) and the payload, in native byte order.
+ * state_bytes() gives the size, 128 + n * (20 + state_size) + 16; save
+ * writes exactly that many (DPT_EINVAL for another size). load checks the
+ * header, the size and the checksum before it changes anything, then
+ * restores, so a resumed run continues bitwise; the runner takes the saved
+ * seed and rank. Finished episodes not yet popped are not saved (pop them
+ * first); load empties the episode buffer. Load errors: DPT_EINVAL for a
+ * state of another class, number of envs or state size (the message names
+ * both); DPT_EFORMAT for a buffer that is not a saved state, another version
+ * or byte order, a wrong size, a failed checksum or an impossible field. */
 size_t dpt_vecenv_state_bytes(const dpt_vecenv_t *v);
 int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes);
 int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes);

@@ -265,10 +265,9 @@ int dpt__tpart_init(dpt__tpart_t *p, dpt__tgroup_t *g, int rank)
     }
     p->g = g;
     p->rank = rank;
-    /* Joining does not synchronize with the other participants: a handle
-     * that joins after its group ran operations would start from the wrong
-     * epoch, so joining is only allowed before the first operation (the
-     * epoch of every slot is still 0 then). */
+    /* A participant continues from its slot's epoch: 0 for a first join, the
+     * last barrier it reached if it left (dpt_comm_destroy) and joins again.
+     * The mutex orders this read after the previous handle's last store. */
     p->epoch = atomic_load_explicit(&g->slots[rank].epoch, memory_order_relaxed);
     return 0;
 }

@@ -624,11 +624,22 @@ static int verify_checksum(dpt_safetensors_t *st, const unsigned char *hdr, size
     h = dpt_fnv1a64(h, zeros, CKS_DIGITS);
     h = dpt_fnv1a64(h, hdr + digits + CKS_DIGITS, n - digits - CKS_DIGITS);
     h = dpt_fnv1a64(h, st->data, st->data_bytes);
-    if (h != want)
+    if (h != want) {
+        /* Say "truncated" when that is the likely story. */
+        uint64_t need = 0;
+        for (size_t i = 0; i < st->n; i++)
+            if (st->e[i].end > need)
+                need = st->e[i].end;
+        if (need > st->data_bytes)
+            return dpt_error(DPT_EFORMAT,
+                             "checkpoint %s: the file is truncated: the tensors need %" PRIu64
+                             " bytes of data, it has %zu (checksum mismatch)",
+                             path, need, st->data_bytes);
         return dpt_error(DPT_EFORMAT,
                          "checkpoint %s: checksum mismatch (the file says %016" PRIx64
                          ", its contents give %016" PRIx64 "): the file is corrupted",
                          path, want, h);
+    }
     return DPT_OK;
 }
 
