@@ -108,12 +108,12 @@ static void write_raw(const char *path, const char *header, const void *data, si
     memcpy(buf + 8, header, hl);
     if (n)
         memcpy(buf + 8 + hl, data, n);
-    char *z = strstr((char *)buf + 8, "fnv1a64:0000000000000000");
+    const char *z = strstr(header, "fnv1a64:0000000000000000");
     if (z) {
         uint64_t h = my_fnv(14695981039346656037ull, buf, 8 + hl + n);
         char hex[17];
         snprintf(hex, sizeof hex, "%016" PRIx64, h);
-        memcpy(z + 8, hex, 16);
+        memcpy(buf + 8 + (size_t)(z - header) + 8, hex, 16);
     }
     CHECK(spill(path, buf, 8 + hl + n) == 0);
     free(buf);
@@ -129,6 +129,9 @@ static float wval(size_t i)
 /* A writer with one tensor of every dtype, a scalar, an empty tensor, a
  * blob and metadata that needs escaping. The data arrays are static so the
  * borrowed pointers outlive the writer. */
+/* Metadata that needs escaping (and its check in the Python script). */
+#define NOTE "quote \" backslash \\ newline \n tab \t \xc3\xa9 \xe2\x9c\x93"
+
 static float g_w[12], g_scalar = 2.5f, g_empty[1];
 static int32_t g_i32[5] = {-2147483647 - 1, -1, 0, 1, 2147483647};
 static int64_t g_i64[3] = {INT64_MIN, -5, INT64_MAX};
@@ -150,7 +153,7 @@ static dpt_safetensors_writer_t *make_writer(void)
              dpt_safetensors_add(w, "doubles", DPT_ST_F64, 2, s22, g_f64) == 0 &&
              dpt_safetensors_add(w, "scalar", DPT_ST_F32, 0, NULL, &g_scalar) == 0 &&
              dpt_safetensors_add(w, "empty", DPT_ST_F32, 2, s03, g_empty) == 0 &&
-             dpt_safetensors_set_meta(w, "note", "quote \" backslash \\ newline \n tab \t é ✓") == 0 &&
+             dpt_safetensors_set_meta(w, "note", NOTE) == 0 &&
              dpt_safetensors_set_meta_u64(w, "iteration", UINT64_MAX) == 0 &&
              dpt_safetensors_set_meta(w, "config", "lr = 0.1") == 0;
     if (!ok) {
@@ -217,8 +220,7 @@ static void test_roundtrip_bitwise(void)
     CHECK(t0 && t0->dtype == DPT_ST_I64);
     CHECK(dpt_safetensors_tensor(st, 7) == NULL);
 
-    CHECK(strcmp(dpt_safetensors_meta(st, "note"),
-                 "quote \" backslash \\ newline \n tab \t é ✓") == 0);
+    CHECK(strcmp(dpt_safetensors_meta(st, "note"), NOTE) == 0);
     CHECK(strcmp(dpt_safetensors_meta(st, "dpt.format"), "1") == 0);
     CHECK(strncmp(dpt_safetensors_meta(st, "dpt.checksum"), "fnv1a64:", 8) == 0);
     CHECK(dpt_safetensors_meta(st, "absent") == NULL);
@@ -674,6 +676,51 @@ static void test_foreign_files(void)
     dpt_safetensors_destroy(st);
 }
 
+/* Every single-byte substitution (from a set of JSON-significant bytes) and
+ * every truncation of a header without a checksum: the parser must never
+ * crash (this runs under the address sanitizer too), and whatever it
+ * accepts must be consistent. */
+static void test_header_mutations(void)
+{
+    static const char base[] =
+        "{\"__metadata__\":{\"k\":\"v\\u00e9\\n\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2,1],"
+        "\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}";
+    static const char subst[] = "\"\\{}[],:09u -.e\x01\x80\xff";
+    char path[512], hdr[sizeof base];
+    path_in(path, sizeof path, "mut.safetensors");
+    unsigned char data[12] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 1, 2, 3, 4};
+    size_t len = strlen(base);
+    int accepted = 0, bad = 0;
+    for (size_t i = 0; i <= len; i++)
+        for (size_t k = 0; k < sizeof subst; k++) {
+            memcpy(hdr, base, len + 1);
+            if (i == len) {
+                if (k > 0)
+                    break;
+            } else if (subst[k] == '\0') {
+                hdr[i] = '\0'; /* truncation */
+            } else {
+                hdr[i] = subst[k];
+            }
+            write_raw(path, hdr, data, sizeof data);
+            dpt_safetensors_t *st = NULL;
+            dpt_error_clear();
+            int rc = dpt_safetensors_load(&st, path);
+            if (rc == 0) {
+                accepted++;
+                size_t total = 0;
+                for (size_t t = 0; t < dpt_safetensors_count(st); t++)
+                    total += dpt_safetensors_tensor(st, t)->bytes;
+                bad += total != sizeof data;
+            } else {
+                bad += rc > 0 || st != NULL || !strstr(dpt_last_error(), path);
+            }
+            dpt_safetensors_destroy(st);
+        }
+    CHECK(bad == 0);
+    CHECK(accepted > 0); /* e.g. the unmodified header, a changed metadata value */
+}
+
 /* ---- arenas -------------------------------------------------------------- */
 
 static void make_table(dpt_vartable_t *t, size_t out, int with_bias, int extra)
@@ -865,7 +912,8 @@ static const char py_script[] =
     "meta = hdr.pop('__metadata__')\n"
     "assert meta['dpt.format'] == '1', meta\n"
     "assert int(meta['iteration']) == 2**64 - 1, meta\n"
-    "assert meta['note'] == 'quote \" backslash \\\\ newline \\n tab \\t \\u00e9 \\u2713', meta['note']\n"
+    "note = 'quote \" backslash \\\\ newline \\n tab \\t \\u00e9 \\u2713'\n"
+    "assert meta['note'] == note, meta['note']\n"
     "cks = meta['dpt.checksum']\n"
     "h = 0xcbf29ce484222325\n"
     "for b in raw.replace(cks.encode(), b'fnv1a64:' + b'0' * 16, 1):\n"
@@ -936,6 +984,7 @@ int main(void)
         DPT_TEST(test_not_found_and_not_a_file),
         DPT_TEST(test_bad_headers),
         DPT_TEST(test_foreign_files),
+        DPT_TEST(test_header_mutations),
         DPT_TEST(test_arena_roundtrip_and_mismatch),
         DPT_TEST(test_atomic_save_failures),
         DPT_TEST(test_python_reader),

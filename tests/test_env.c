@@ -908,7 +908,8 @@ static uint64_t run_hash(const dpt_env_class_t *cls, size_t n, uint64_t seed, ui
     int32_t ia[64];
     for (int t = 0; t < steps; t++) {
         for (size_t i = 0; i < n; i++) {
-            ia[i] = (int32_t)dpt_rng_below(&ar, (uint32_t)(cls->num_actions ? cls->num_actions : 1));
+            uint32_t na = cls->num_actions ? (uint32_t)cls->num_actions : 1;
+            ia[i] = (int32_t)dpt_rng_below(&ar, na);
             fa[i] = 4.0f * dpt_rng_uniform(&ar) - 2.0f;
         }
         if (vstep(v, &b, cls->action_kind == DPT_ACTION_BOX ? (const void *)fa : (const void *)ia))

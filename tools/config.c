@@ -61,12 +61,26 @@ static int dpt__find_key(const char *name)
     return -1;
 }
 
+/* 1 when `abbr` is an abbreviation of `name`: same first letter and its
+ * letters appear in `name` in order ("lr" of "learning_rate"). */
+static int dpt__abbreviates(const char *abbr, const char *name)
+{
+    if (strlen(abbr) < 2 || abbr[0] != name[0] || strlen(abbr) >= strlen(name))
+        return 0;
+    for (; *name && *abbr; name++)
+        if (*name == *abbr)
+            abbr++;
+    return *abbr == '\0';
+}
+
 static const char *dpt__closest_key(const char *name)
 {
     size_t best = (size_t)-1;
     const char *found = dpt__keys[0].name;
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         size_t d = dpt__edit_distance(name, dpt__keys[k].name);
+        if (dpt__abbreviates(dpt__keys[k].name, name) && d > 1)
+            d = 1;
         if (d < best) {
             best = d;
             found = dpt__keys[k].name;
@@ -256,7 +270,7 @@ uint64_t dpt_config_digest(const dpt_config_t *c)
     /* Keys that do not change the numbers of a run. */
     static const int ignored[] = {DPT_CFG_output_dir, DPT_CFG_checkpoint_every,
                                   DPT_CFG_keep_checkpoints, DPT_CFG_total_timesteps,
-                                  DPT_CFG_epochs, DPT_CFG_stop_reward, DPT_CFG_eval_episodes,
+                                  DPT_CFG_stop_reward, DPT_CFG_stop_iters, DPT_CFG_eval_episodes,
                                   DPT_CFG_data_dir};
     uint64_t h = 0xcbf29ce484222325ull;
     for (int k = 0; k < DPT_CFG_COUNT; k++) {

@@ -55,6 +55,7 @@
     X(sgd_minibatch_size, INT, "128", 1, 1e9, "", "rows per SGD minibatch (per worker for ddppo)") \
     X(num_sgd_iter, INT, "4", 1, 1000, "", "epochs over each batch")                           \
     X(total_timesteps, INT, "500000", 1, 1e12, "", "env steps to train for (all workers)")     \
+    X(stop_iters, INT, "0", 0, 1e12, "", "stop once training_iteration reaches this (0 = off); schedules still span epochs / total_timesteps") \
     X(stop_reward, FLOAT, "0", -1e30, 1e30, "", "stop once episode_reward_mean reaches this (0 = off)") \
     X(gamma, FLOAT, "0.99", 0, 1, "", "discount factor")                                       \
     X(lambda, FLOAT, "0.95", 0, 1, "", "GAE lambda")                                            \

@@ -75,7 +75,7 @@ static int rl_config(const dpt_config_t *c, dpt_rl_config_t *r)
     r->sync_frac = CFG_F(c, sync_frac);
     r->check_weights_every = (int)CFG_I(c, check_weights_every);
     /* PPO: train_batch_size, when set, must be what the sampler collects. */
-    if (CFG_I(c, job) == 1 && CFG_SET(c, train_batch_size) &&
+    if (CFG_I(c, job) == 1 && CFG_I(c, train_batch_size) != 0 &&
         (size_t)CFG_I(c, train_batch_size) != r->num_envs * r->rollout_fragment_length)
         return dpt_error(DPT_EINVAL, "train_batch_size %lld must equal num_envs_per_worker x "
                          "rollout_fragment_length = %zu", (long long)CFG_I(c, train_batch_size),
@@ -135,7 +135,9 @@ static void rl_progress(dpt_run_t *run, const dpt_rl_result_t *r, int force)
 static int rl_done(const dpt_run_t *run, const dpt_rl_result_t *r)
 {
     double stop = CFG_F(&run->cfg, stop_reward);
-    if (r->timesteps_total >= (uint64_t)CFG_I(&run->cfg, total_timesteps))
+    uint64_t iters = (uint64_t)CFG_I(&run->cfg, stop_iters);
+    if (r->timesteps_total >= (uint64_t)CFG_I(&run->cfg, total_timesteps) ||
+        (iters && r->iteration >= iters))
         return 1;
     /* "Solved": the window of recent episodes is full enough to trust. */
     return stop != 0.0 && r->episodes_in_window >= 20 && r->episode_reward_mean >= stop;

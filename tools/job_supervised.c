@@ -221,7 +221,7 @@ int dpt_job_supervised(dpt_run_t *run)
         code = dpt_run_fail("metrics", rc);
         goto out;
     }
-    uint64_t epochs = (uint64_t)CFG_I(c, epochs);
+    uint64_t epochs = (uint64_t)CFG_I(c, epochs), epochs_run = epochs;
     size_t rows = s.train.rows, dim = s.train.dim;
     size_t steps_per_epoch = rows / (size_t)CFG_I(c, batch_size);
     dpt_schedule_t sched = {(dpt_schedule_kind_t)CFG_I(c, lr_schedule), (float)CFG_F(c, lr),
@@ -232,12 +232,18 @@ int dpt_job_supervised(dpt_run_t *run)
                rows, s.test.rows, dim, s.train.num_classes, s.params.count,
                (int)CFG_I(c, num_devices), CFG_S(c, towers_mode),
                dpt_gemm_describe(dpt_gemm_get_backend()));
-    for (size_t i = 0; i < rows; i++)
-        s.perm[i] = i;
+    uint64_t stop = (uint64_t)CFG_I(c, stop_iters);
+    if (stop && stop < epochs)
+        epochs_run = stop;
     double run_start = dpt_now();
+    uint64_t samples_start = s.samples;
     dpt_loss_out_t test = {0};
-    while (s.epoch < epochs) {
+    while (s.epoch < epochs_run) {
         double t0 = dpt_now();
+        /* Each epoch's order depends only on the stream position, so a
+         * resumed run shuffles exactly as an uninterrupted one. */
+        for (size_t i = 0; i < rows; i++)
+            s.perm[i] = i;
         if (CFG_I(c, shuffle))
             dpt_rng_shuffle(&s.shuffle_rng, s.perm, rows);
         for (size_t i = 0; i < rows; i++) {
@@ -325,7 +331,7 @@ int dpt_job_supervised(dpt_run_t *run)
         if (!run->progress.quiet && run->progress.tty)
             printf("\n");
         uint64_t every = (uint64_t)CFG_I(c, checkpoint_every);
-        if ((every && s.epoch % every == 0) || s.epoch == epochs) {
+        if ((every && s.epoch % every == 0) || s.epoch == epochs_run) {
             if ((rc = sup_checkpoint(&s, total)) != 0) {
                 code = dpt_run_fail("checkpoint", rc);
                 goto out;
@@ -338,7 +344,7 @@ int dpt_job_supervised(dpt_run_t *run)
                "(%.0f samples/s overall)\n",
                test.correct / (double)(s.test.rows ? s.test.rows : 1),
                (unsigned long long)s.epoch, secs,
-               secs > 0 ? (double)(s.samples) / secs : 0.0);
+               secs > 0 ? (double)(s.samples - samples_start) / secs : 0.0);
     code = DPT_EXIT_OK;
 out:
     sup_free(&s);

@@ -128,10 +128,13 @@ static int dpt__train_usage(FILE *f, int code)
 /* Checks the config's cross-key rules that apply to every job. */
 static int dpt__check_run_config(const dpt_config_t *c)
 {
-    if (CFG_I(c, job) == 2 /* ddppo */ && CFG_SET(c, train_batch_size))
+    if (CFG_I(c, job) == 2 /* ddppo */ && CFG_I(c, train_batch_size) != 0)
         return dpt_error(DPT_EINVAL,
                          "train_batch_size is derived for ddppo (rollout_fragment_length x "
                          "num_envs_per_worker per worker); remove it from the config");
+    if (CFG_I(c, job) == 0 && CFG_I(c, batch_size) % CFG_I(c, num_devices) != 0)
+        return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by num_devices %lld",
+                         (long long)CFG_I(c, batch_size), (long long)CFG_I(c, num_devices));
     return DPT_OK;
 }
 

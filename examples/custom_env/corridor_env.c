@@ -15,6 +15,10 @@
  *   reset        the position is uniform over the left half of the corridor
  * The best policy (always right) from the middle of the left half takes
  * ~12 steps and returns about 0.88; a random walk rarely gets there in time.
+ *
+ * Built into a program, the class is the variable `corridor_v0`. Built as a
+ * shared library (README.md), dpt_env_plugin() hands it to `dpt train` with
+ * `env = path/to/libcorridor_env.so` (DPT_ENV_PLUGIN_SYMBOL in dpt/env.h).
  */
 #include <dpt/env.h>
 
@@ -70,3 +74,10 @@ const dpt_env_class_t corridor_v0 = {
     .reset = corridor_reset,
     .step = corridor_step,
 };
+
+/* The plug-in entry point, found by name (DPT_ENV_PLUGIN_SYMBOL). */
+const dpt_env_class_t *dpt_env_plugin(void);
+const dpt_env_class_t *dpt_env_plugin(void)
+{
+    return &corridor_v0;
+}

@@ -669,8 +669,9 @@ int dpt_safetensors_load_arena(const dpt_safetensors_t *st, const char *prefix,
             char a[160], b[160];
             fmt_shape(a, sizeof a, t->ndim, t->shape);
             fmt_shape(b, sizeof b, v->ndim, v->shape);
-            return dpt_error(DPT_EINVAL, "checkpoint %s: variable %s has shape %s, the model has %s",
-                             path, v->name, a, b);
+            return dpt_error(DPT_EINVAL,
+                             "checkpoint %s: variable %s has shape %s, the model has %s", path,
+                             v->name, a, b);
         }
     }
     size_t n = dpt_safetensors_count(st);

@@ -527,8 +527,9 @@ int dpt_dataset_load_csv(dpt_dataset_t *ds, const char *path, const dpt_csv_opti
             }
         }
         if (n != s.ncols) {
-            rc = dpt_error(DPT_EFORMAT, "dataset %s: line %zu has %zu cells, expected %zu (as line %zu)",
-                           path, lineno, n, s.ncols, first_line);
+            rc = dpt_error(DPT_EFORMAT,
+                           "dataset %s: line %zu has %zu cells, expected %zu (as line %zu)", path,
+                           lineno, n, s.ncols, first_line);
             goto fail;
         }
         split_cells(p, le, delim, cells, n);
@@ -580,6 +581,7 @@ int dpt_dataset_find_mnist(dpt_mnist_files_t *files, const char *dir)
                          "dataset directory %s does not exist (Fashion-MNIST on Debian: apt-get "
                          "install dataset-fashion-mnist, files in " DPT_FASHION_MNIST_DIR ")",
                          dir);
+    int gz_only = -1; /* first file that exists only gzipped */
     for (int i = 0; i < 4; i++) {
         int n = snprintf(out[i], size, "%s/%s", dir, names[i]);
         if (n < 0 || (size_t)n + 3 >= size)
@@ -590,12 +592,15 @@ int dpt_dataset_find_mnist(dpt_mnist_files_t *files, const char *dir)
         if (!file_exists(out[i]))
             return dpt_error(DPT_ENOENT, "dataset directory %s: %s[.gz] is missing", dir,
                              names[i]);
-        if (!DPT_HAVE_ZLIB)
-            return dpt_error(DPT_ENOTSUP,
-                             "dataset directory %s: %s.gz is gzipped and this build has no zlib "
-                             "(install zlib1g-dev and rebuild, or gunzip the files)",
-                             dir, names[i]);
+        if (gz_only < 0)
+            gz_only = i;
     }
+    /* A missing file is reported before a missing zlib. */
+    if (!DPT_HAVE_ZLIB && gz_only >= 0)
+        return dpt_error(DPT_ENOTSUP,
+                         "dataset directory %s: %s.gz is gzipped and this build has no zlib "
+                         "(install zlib1g-dev and rebuild, or gunzip the files)",
+                         dir, names[gz_only]);
     return DPT_OK;
 }
 
@@ -607,9 +612,10 @@ int dpt_dataset_load_mnist(dpt_dataset_t *ds, const char *dir, dpt_split_t split
     if (!f)
         return dpt_error(DPT_ENOMEM, "dataset: out of memory");
     rc = dpt_dataset_find_mnist(f, dir);
-    if (rc == DPT_OK)
-        rc = split == DPT_SPLIT_TEST ? dpt_dataset_load_idx(ds, f->test_images, f->test_labels, 10)
-                                     : dpt_dataset_load_idx(ds, f->train_images, f->train_labels, 10);
+    if (rc == DPT_OK && split == DPT_SPLIT_TEST)
+        rc = dpt_dataset_load_idx(ds, f->test_images, f->test_labels, 10);
+    else if (rc == DPT_OK)
+        rc = dpt_dataset_load_idx(ds, f->train_images, f->train_labels, 10);
     free(f);
     return rc;
 }

@@ -123,8 +123,8 @@ static int expect(parser_t *p, char c)
     if (p->i >= p->n)
         return perr(p, "expected '%c', found the end of the header", c);
     if (p->s[p->i] != (unsigned char)c)
-        return perr(p, "expected '%c', found '%c'", c, p->s[p->i] >= 0x20 && p->s[p->i] < 0x7f
-                                                           ? p->s[p->i] : '?');
+        return perr(p, "expected '%c', found '%c'", c,
+                    p->s[p->i] >= 0x20 && p->s[p->i] < 0x7f ? p->s[p->i] : '?');
     p->i++;
     return 0;
 }
@@ -222,19 +222,16 @@ static size_t put_utf8(char *o, unsigned cp)
  * and *raw_len give the bytes between the quotes, as written. */
 static int parse_string(parser_t *p, char **out, size_t *raw_begin, size_t *raw_len)
 {
+    static const char esc_in[] = "\"\\/bfnrt", esc_out[] = "\"\\/\b\f\n\r\t";
     *out = NULL;
     if (expect(p, '"') < 0)
         return p->rc;
-    size_t start = p->i;
-    /* The decoded text is never longer than the raw text. */
-    size_t end = start;
-    while (end < p->n && p->s[end] != '"') {
-        if (p->s[end] == '\\')
-            end++;
-        end++;
-    }
+    size_t start = p->i, end = start;
+    while (end < p->n && p->s[end] != '"')
+        end += p->s[end] == '\\' ? 2 : 1;
     if (end >= p->n)
         return perr(p, "unterminated string");
+    /* The decoded text is never longer than the raw text. */
     char *o = malloc(end - start + 1);
     if (!o) {
         p->rc = dpt_error(DPT_ENOMEM, "checkpoint %s: out of memory", p->path);
@@ -242,70 +239,58 @@ static int parse_string(parser_t *p, char **out, size_t *raw_begin, size_t *raw_
     }
     size_t k = 0;
     while (p->s[p->i] != '"') {
-        unsigned c = p->s[p->i];
+        unsigned c = p->s[p->i], cp, lo;
         if (c < 0x20) {
-            free(o);
-            return perr(p, "control character 0x%02x in a string", c);
+            perr(p, "control character 0x%02x in a string", c);
+            goto fail;
         }
         if (c != '\\') {
             size_t len = utf8_seq(p->s + p->i, end - p->i);
             if (len == 0) {
-                free(o);
-                return perr(p, "invalid UTF-8 in a string");
+                perr(p, "invalid UTF-8 in a string");
+                goto fail;
             }
             memcpy(o + k, p->s + p->i, len);
             k += len;
             p->i += len;
             continue;
         }
-        p->i++;
-        c = p->s[p->i++];
-        unsigned cp;
-        switch (c) {
-        case '"': o[k++] = '"'; break;
-        case '\\': o[k++] = '\\'; break;
-        case '/': o[k++] = '/'; break;
-        case 'b': o[k++] = '\b'; break;
-        case 'f': o[k++] = '\f'; break;
-        case 'n': o[k++] = '\n'; break;
-        case 'r': o[k++] = '\r'; break;
-        case 't': o[k++] = '\t'; break;
-        case 'u':
-            if (hex4(p, &cp) < 0) {
-                free(o);
-                return p->rc;
-            }
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                unsigned lo;
-                if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') {
-                    free(o);
-                    return perr(p, "unpaired surrogate in a \\u escape");
-                }
-                p->i += 2;
-                if (hex4(p, &lo) < 0) {
-                    free(o);
-                    return p->rc;
-                }
-                if (lo < 0xdc00 || lo > 0xdfff) {
-                    free(o);
-                    return perr(p, "unpaired surrogate in a \\u escape");
-                }
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            } else if (cp >= 0xdc00 && cp <= 0xdfff) {
-                free(o);
-                return perr(p, "unpaired surrogate in a \\u escape");
-            }
-            if (cp == 0) {
-                free(o);
-                return perr(p, "\\u0000 in a string");
-            }
-            k += put_utf8(o + k, cp);
-            break;
-        default:
-            p->i--;
-            free(o);
-            return perr(p, "bad escape '\\%c'", c >= 0x20 && c < 0x7f ? (int)c : '?');
+        c = p->s[++p->i];
+        const char *e = c ? strchr(esc_in, (int)c) : NULL;
+        if (e) {
+            o[k++] = esc_out[e - esc_in];
+            p->i++;
+            continue;
         }
+        if (c != 'u') {
+            perr(p, "bad escape '\\%c'", c >= 0x20 && c < 0x7f ? (int)c : '?');
+            goto fail;
+        }
+        p->i++;
+        if (hex4(p, &cp) < 0)
+            goto fail;
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+            if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') {
+                perr(p, "unpaired surrogate in a \\u escape");
+                goto fail;
+            }
+            p->i += 2;
+            if (hex4(p, &lo) < 0)
+                goto fail;
+            if (lo < 0xdc00 || lo > 0xdfff) {
+                perr(p, "unpaired surrogate in a \\u escape");
+                goto fail;
+            }
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        } else if (cp >= 0xdc00 && cp <= 0xdfff) {
+            perr(p, "unpaired surrogate in a \\u escape");
+            goto fail;
+        }
+        if (cp == 0) {
+            perr(p, "\\u0000 in a string");
+            goto fail;
+        }
+        k += put_utf8(o + k, cp);
     }
     o[k] = '\0';
     *raw_begin = start;
@@ -313,6 +298,9 @@ static int parse_string(parser_t *p, char **out, size_t *raw_begin, size_t *raw_
     p->i++; /* closing quote */
     *out = o;
     return 0;
+fail:
+    free(o);
+    return p->rc;
 }
 
 static int parse_uint(parser_t *p, uint64_t *out)

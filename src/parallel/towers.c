@@ -110,6 +110,7 @@ struct dpt_towers {
     int job_stack;
     size_t job_offset;
     float job_lr;
+    uint64_t job_t;               /* optimizer step number of this step (ps, replicated) */
     const dpt_batch_t *job_src;
     size_t job_rows_per_device, job_seqs_per_device;
     atomic_int job_failed;        /* set between barriers in ps/replicated */
@@ -231,7 +232,7 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
     float f = dpt_clip_factor(norm, t->cfg.grad_clip);
     if (f != 1.0f)
         dpt_vec_scale(gs + lo, hi - lo, f);
-    dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->steps + 1, t->job_lr);
+    dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->job_t, t->job_lr);
     return DPT_OK;
 }
 
@@ -259,8 +260,7 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
     float f = dpt_clip_factor(norm, t->cfg.grad_clip);
     if (f != 1.0f)
         dpt_vec_scale(w->grads.data, t->nparams, f);
-    dpt_optim_update(w->own_opt, w->params, w->grads.data, 0, t->nparams, t->steps + 1,
-                     t->job_lr);
+    dpt_optim_update(w->own_opt, w->params, w->grads.data, 0, t->nparams, t->job_t, t->job_lr);
     return DPT_OK;
 }
 
@@ -677,6 +677,9 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
     t->job_stack = stack;
     t->job_offset = offset;
     t->job_lr = lr;
+    /* The optimizer's own counter (restored from checkpoints) numbers the
+     * step, not the engine's: Adam's bias correction continues on resume. */
+    t->job_t = dpt_optim_get_t(dpt_towers_optimizer(t)) + 1;
     atomic_store(&t->job_failed, 0);
     rc = dpt_device_pool_run(t->pool, dpt__device_job, t);
     if (rc && t->cfg.mode != DPT_TOWERS_ASYNC)
@@ -684,12 +687,13 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
     /* async: towers that succeeded have applied their updates; the step
      * counts, and the first failure is still reported below. */
     t->steps++;
-    if (t->cfg.mode == DPT_TOWERS_PS || t->cfg.mode == DPT_TOWERS_ASYNC)
-        dpt_optim_set_t(t->opt, t->cfg.mode == DPT_TOWERS_PS ? t->steps
-                                                             : (uint64_t)atomic_load(&t->async_t));
+    if (t->cfg.mode == DPT_TOWERS_PS)
+        dpt_optim_set_t(t->opt, t->job_t);
+    else if (t->cfg.mode == DPT_TOWERS_ASYNC)
+        dpt_optim_set_t(t->opt, (uint64_t)atomic_load(&t->async_t));
     else
         for (int i = 0; i < t->cfg.num_devices; i++)
-            dpt_optim_set_t(t->towers[i].own_opt, t->steps);
+            dpt_optim_set_t(t->towers[i].own_opt, t->job_t);
     if (stats) {
         double loss = 0.0, correct = 0.0, norm = 0.0, extra[DPT_LOSS_EXTRA] = {0};
         size_t rows = 0;
@@ -779,6 +783,8 @@ dpt_optim_t *dpt_towers_optimizer(dpt_towers_t *t)
 
 int dpt_towers_set_optimizer_state(dpt_towers_t *t, dpt_optim_t *src)
 {
+    if (t->cfg.mode == DPT_TOWERS_ASYNC)
+        atomic_store(&t->async_t, dpt_optim_get_t(src));
     if (dpt_optim_count(src) != t->nparams ||
         dpt_optim_config(src)->kind != t->cfg.optim.kind)
         return dpt_error(DPT_EINVAL, "towers: optimizer state of another kind or size");

@@ -75,6 +75,7 @@ struct dpt_ddppo {
     void *mb_act;
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps, finished_base;
+    uint64_t local_iters;        /* iterations run by this process (preemption counter base) */
     float minmax[4];             /* this worker's [-min, max] and a spare pair */
     float *gathered;             /* [size * 4] */
 };
@@ -219,7 +220,10 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     double t0 = dpt_now();
     size_t T = c->rollout_fragment_length, N = c->num_envs, expected = T * N;
     int preempt = w->shared && c->sync_frac < 1.0 && w->size > 1;
-    w->finished_base = (uint64_t)w->iteration * (w->shared ? (uint64_t)w->shared->workers : 0);
+    /* The shared counter counts arrivals since this process started (not
+     * since the run started: a resumed run has a fresh counter). */
+    w->finished_base = w->local_iters * (w->shared ? (uint64_t)w->shared->workers : 0);
+    w->local_iters++;
     size_t min_steps = preempt ? (T + 3) / 4 : T;
     int rc = dpt__rollout_collect(&w->ro, w->actor, w->params.data, c->gamma, c->lambda,
                                   min_steps, preempt ? dpt__ddppo_should_stop : NULL, w);

@@ -85,8 +85,8 @@ static void cartpole_step(void *state, const void *action, dpt_rng_t *rng, float
     double costheta = cos(theta);
     double sintheta = sin(theta);
     double temp = (force + CP_POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / CP_TOTAL_MASS;
-    double thetaacc = (CP_GRAVITY * sintheta - costheta * temp) /
-                      (CP_LENGTH * (4.0 / 3.0 - CP_MASSPOLE * (costheta * costheta) / CP_TOTAL_MASS));
+    double denom = CP_LENGTH * (4.0 / 3.0 - CP_MASSPOLE * (costheta * costheta) / CP_TOTAL_MASS);
+    double thetaacc = (CP_GRAVITY * sintheta - costheta * temp) / denom;
     double xacc = temp - CP_POLEMASS_LENGTH * thetaacc * costheta / CP_TOTAL_MASS;
     x = x + CP_TAU * x_dot;
     x_dot = x_dot + CP_TAU * xacc;
