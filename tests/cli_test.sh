@@ -138,6 +138,25 @@ else
     bad "ddppo resume metrics differ"
 fi
 
+# ---- DD-PPO across MPI ranks (when this build has MPI) ---------------------------
+if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    for layout in "1 mpi" "2 hier"; do
+        set -- $layout
+        out=$(mpirun --oversubscribe -np 2 "$dpt" train dd.conf --set num_workers=$1 \
+              --set output_dir=dd_$2 2>&1); rc=$?
+        workers=$((2 * $1))
+        if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q "$workers DD-PPO workers hold identical weights" &&
+           [ "$(wc -l < dd_$2/result.jsonl)" -eq $((5120 / (256 * $1))) ]; then
+            ok "ddppo under mpirun -np 2 ($2, $workers workers): identical weights, rank 0 wrote the metrics"
+        else
+            bad "ddppo under mpirun ($2): exit $rc"; printf '%s\n' "$out" | tail -5
+        fi
+    done
+else
+    echo "skipped: DD-PPO under mpirun (no MPI in this build)"
+fi
+
 # ---- supervised on a CSV dataset (made here), with resume ----------------------
 awk 'BEGIN { srand(3); print "a,b,c,label";
   for (i = 0; i < 600; i++) { x = rand()*2-1; y = rand()*2-1; z = rand();
