@@ -240,7 +240,9 @@ static void run_all_ops(int P, size_t n, size_t small_bytes, double spin_us)
     worker_t *w = run_group(P, &opt, &c, NULL);
     if (w != NULL) {
         char what[96];
-        snprintf(what, sizeof what, "P=%d count=%zu small_bytes=%zu", P, n, small_bytes);
+        snprintf(what, sizeof what, "P=%d count=%zu small_bytes=%zu%s", P, n,
+                 small_bytes == DPT_COMM_SMALL_AUTO ? 0 : small_bytes,
+                 small_bytes == DPT_COMM_SMALL_AUTO ? " (auto)" : "");
         CHECK(report(w, P, what) == 0);
         free(w);
     }
@@ -260,7 +262,7 @@ static void test_all_ops_default_paths(void)
         int P = PS[k];
         size_t counts[] = {0, 1, (size_t)P - 1, (size_t)P, 1000, 10007, BIG_COUNT};
         for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++)
-            run_all_ops(P, counts[j], 32 * 1024, -1.0);
+            run_all_ops(P, counts[j], DPT_COMM_SMALL_AUTO, -1.0);
     }
 }
 

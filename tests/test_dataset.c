@@ -25,6 +25,10 @@ static void path_in(char *buf, size_t size, const char *name)
 
 static int spill(const char *path, const void *p, size_t n)
 {
+    /* A new file rather than a truncated one: ext4 flushes a file that was
+     * truncated and rewritten when it is closed, which makes the thousands
+     * of small writes here take seconds. */
+    unlink(path);
     FILE *f = fopen(path, "wb");
     if (!f)
         return -1;

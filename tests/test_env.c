@@ -138,6 +138,131 @@ static void ref_acrobot_obs(const double s[4], double o[6])
     o[4] = s[2], o[5] = s[3];
 }
 
+/* ---- Gymnasium's own numbers ------------------------------------------------
+ * Transitions recorded from Gymnasium 1.4.0 with NumPy 2.4.6 (setting
+ * env.unwrapped.state, calling step): the first steps of seeded episodes
+ * under random actions, a terminal step, and hand-picked states at the limits
+ * (CartPole falling, MountainCar at the goal and the left wall, Pendulum at
+ * the speed limit). Doubles are printed exactly (hex). */
+typedef struct gym_row {
+    const char *env;
+    int32_t action; /* discrete */
+    float u;        /* box (Pendulum) */
+    double s[4], next[4], reward;
+    int terminated;
+} gym_row_t;
+
+static const gym_row_t gym_rows[] = {
+    {"CartPole-v1", 1, 0.0f,
+     {-0x1.344b9bfe67aa0p-6, -0x1.f67cdf69c0c18p-8,
+      0x1.0c74370a79616p-5, -0x1.298948fcb5e38p-7},
+     {-0x1.36cecb30da8c4p-6, 0x1.7ee9f4ba228e6p-3,
+      0x1.0af75e5b216e5p-5, -0x1.2a3c6e0c15a80p-2}, 0x1.0000000000000p+0, 0},
+    {"CartPole-v1", 1, 0.0f,
+     {-0x1.36cecb30da8c4p-6, 0x1.7ee9f4ba228e6p-3,
+      0x1.0af75e5b216e5p-5, -0x1.2a3c6e0c15a80p-2},
+     {-0x1.f3154811aa09ap-7, 0x1.86c556b587431p-2,
+      0x1.b67f3d563bee9p-6, -0x1.259e944d56cd8p-1}, 0x1.0000000000000p+0, 0},
+    {"CartPole-v1", 1, 0.0f,
+     {-0x1.f3154811aa09ap-7, 0x1.86c556b587431p-2,
+      0x1.b67f3d563bee9p-6, -0x1.259e944d56cd8p-1},
+     {-0x1.f1fac4fd88384p-8, 0x1.271732397628ap-1,
+      0x1.f52941f78de05p-7, -0x1.b7186fa569ae0p-1}, 0x1.0000000000000p+0, 0},
+    {"CartPole-v1", 1, 0.0f,
+     {0x1.28da64e758316p-3, 0x1.8ddf1cb3648e0p+0,
+      -0x1.ac17c5d16ad2ap-3, -0x1.34a91da1afa8cp+1},
+     {0x1.6883364bba33ap-3, 0x1.c01bbe31202cbp+0,
+      -0x1.076e9ff856a30p-2, -0x1.6153bfd72753ap+1}, 0x1.0000000000000p+0, 1},
+    {"CartPole-v1", 1, 0.0f,
+     {0x1.999999999999ap-4, 0x1.0000000000000p-1,
+      0x1.999999999999ap-3, 0x1.ccccccccccccdp-1},
+     {0x1.c28f5c28f5c29p-4, 0x1.6244f1012e714p-1,
+      0x1.be76c8b439582p-3, 0x1.5a3d56fd4ec97p-1}, 0x1.0000000000000p+0, 1},
+    {"Acrobot-v1", 1, 0.0f,
+     {-0x1.344b9c0000000p-5, -0x1.f67ce00000000p-7,
+      0x1.0c74380000000p-4, -0x1.2989480000000p-6},
+     {-0x1.54e09ab33e2e2p-6, -0x1.4c9f56491bdd2p-6,
+      0x1.961572e71ecaep-4, -0x1.caf92b415480bp-6}, -0x1.0000000000000p+0, 0},
+    {"Acrobot-v1", 2, 0.0f,
+     {-0x1.54e09ab33e2e2p-6, -0x1.4c9f56491bdd2p-6,
+      0x1.961572e71ecaep-4, -0x1.caf92b415480bp-6},
+     {-0x1.a838fbb3df380p-7, 0x1.33bea50c1d67ep-7,
+      -0x1.587258d58b61cp-6, 0x1.485791fd7612ap-2}, -0x1.0000000000000p+0, 0},
+    {"Acrobot-v1", 2, 0.0f,
+     {-0x1.a838fbb3df380p-7, 0x1.33bea50c1d67ep-7,
+      -0x1.587258d58b61cp-6, 0x1.485791fd7612ap-2},
+     {-0x1.cba9c4dc7bb1ep-6, 0x1.a6caa23261217p-4,
+      -0x1.fad55ad14d0d3p-4, 0x1.3270f106d3e34p-1}, -0x1.0000000000000p+0, 0},
+    {"Acrobot-v1", 0, 0.0f,
+     {0x1.8000000000000p+1, 0x1.999999999999ap-3,
+      0x1.0000000000000p-1, -0x1.3333333333333p-2},
+     {0x1.8c615de8eba25p+1, 0x1.11e158ee03c82p-3,
+      0x1.f577ce45c54e0p-2, -0x1.8f3b521e5bb3bp-2}, 0x0.0p+0, 1},
+    {"MountainCar-v0", 2, 0.0f,
+     {-0x1.a3beba9cfef12p-2, 0x0.0p+0},
+     {-0x1.a393cd8677d8cp-2, 0x1.5768b438c2de4p-13}, -0x1.0000000000000p+0, 0},
+    {"MountainCar-v0", 2, 0.0f,
+     {-0x1.a393cd8677d8cp-2, 0x1.5768b438c2de4p-13},
+     {-0x1.a33e4103553dcp-2, 0x1.56320c8a6bf62p-12}, -0x1.0000000000000p+0, 0},
+    {"MountainCar-v0", 1, 0.0f,
+     {-0x1.a33e4103553dcp-2, 0x1.56320c8a6bf62p-12},
+     {-0x1.a3c4d4adbe458p-2, -0x1.0d2754d20f850p-11}, -0x1.0000000000000p+0, 0},
+    {"MountainCar-v0", 2, 0.0f,
+     {0x1.f5c28f5c28f5cp-2, 0x1.47ae147ae147bp-6},
+     {0x1.0580d1a757828p-1, 0x1.53f13f2860f50p-6}, -0x1.0000000000000p+0, 1},
+    {"MountainCar-v0", 0, 0.0f,
+     {-0x1.30a3d70a3d70ap+0, -0x1.999999999999ap-5},
+     {-0x1.3333333333333p+0, 0x0.0p+0}, -0x1.0000000000000p+0, 0},
+    {"Pendulum-v1", 0, 0x1.0e158e0000000p-2f,
+     {-0x1.1e2f0ed25d9e8p+1, 0x1.cb6ac2bb4ab1ap-1},
+     {-0x1.1bf70e2a4e0eap+1, 0x1.63006909b9f02p-2}, -0x1.451577f790038p+2, 0},
+    {"Pendulum-v1", 0, 0x1.3376cc0000000p-3f,
+     {-0x1.1bf70e2a4e0eap+1, 0x1.63006909b9f02p-2},
+     {-0x1.1d6e1b629dc46p+1, -0x1.d4d08663a3338p-3}, -0x1.3bc170bb235b2p+2, 0},
+    {"Pendulum-v1", 0, 0x1.6dea2a0000000p+0f,
+     {-0x1.1d6e1b629dc46p+1, -0x1.d4d08663a3338p-3},
+     {-0x1.215147e00ea1ap+1, -0x1.36fde73345240p-1}, -0x1.3eb5ac3ab1407p+2, 0},
+    {"Pendulum-v1", 0, 0x1.0000000000000p+1f,
+     {0x1.c000000000000p+1, 0x1.f99999999999ap+2},
+     {0x1.f2cbd66af9b38p+1, 0x1.fbf6602dc1034p+2}, -0x1.bfb7423e325acp+3, 0},
+    {"Pendulum-v1", 0, -0x1.3333340000000p-2f,
+     {-0x1.c000000000000p+2, -0x1.8000000000000p+1},
+     {-0x1.cb521dd761c72p+2, -0x1.c4d4a9a7471e2p+1}, -0x1.69f638e76c4e4p+0, 0},
+};
+
+/* CartPole, MountainCar and Pendulum match bit for bit: the same expressions
+ * in the same order in IEEE double, the C library's sin/cos (which Python's
+ * math module calls), Pendulum's float32 torque terms as NumPy 2 computes
+ * them. Acrobot may differ in the last bit (2 of 12000 recorded values did):
+ * acrobot.py calls NumPy's sin/cos, which are not always the C library's. */
+static void test_gymnasium_golden(void)
+{
+    for (size_t j = 0; j < sizeof gym_rows / sizeof gym_rows[0]; j++) {
+        const gym_row_t *g = &gym_rows[j];
+        const dpt_env_class_t *c = dpt_env_find(g->env);
+        REQUIRE(c);
+        size_t ns = c->state_size / sizeof(double);
+        double s[4];
+        memcpy(s, g->s, sizeof s);
+        dpt_rng_t rng;
+        dpt_rng_init(&rng, 0, 0, 0, DPT_RNG_TEST);
+        float obs[DPT_ENV_MAX_DIM], r;
+        int term = -1;
+        const void *a = c->action_kind == DPT_ACTION_BOX ? (const void *)&g->u
+                                                          : (const void *)&g->action;
+        c->step(s, a, &rng, obs, &r, &term);
+        int exact = strcmp(g->env, "Acrobot-v1") != 0;
+        for (size_t k = 0; k < ns; k++) {
+            if (exact)
+                CHECK(s[k] == g->next[k]);
+            else
+                CHECK_CLOSE(s[k], g->next[k], 1e-15);
+        }
+        CHECK(r == (float)g->reward);
+        CHECK(term == g->terminated);
+    }
+}
+
 /* ---- registry and class checks -------------------------------------------- */
 
 static void test_registry(void)
@@ -1339,6 +1464,7 @@ int main(void)
 {
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_registry),
+        DPT_TEST(test_gymnasium_golden),
         DPT_TEST(test_class_check),
         DPT_TEST(test_create_errors),
         DPT_TEST(test_cartpole_by_hand),
