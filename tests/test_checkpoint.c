@@ -325,6 +325,14 @@ static void test_writer_errors(void)
     CHECK(strcmp(dpt_safetensors_meta(st, "k"), "2") == 0);
     dpt_safetensors_destroy(st);
     dpt_vartable_deinit(&t);
+
+    /* A writer without tensors gives a valid file with only metadata. */
+    REQUIRE_OK(dpt_safetensors_writer_create(&w));
+    REQUIRE_OK(dpt_safetensors_save(w, path));
+    dpt_safetensors_writer_destroy(w);
+    REQUIRE_OK(dpt_safetensors_load(&st, path));
+    CHECK(dpt_safetensors_count(st) == 0 && dpt_safetensors_meta_count(st) == 2);
+    dpt_safetensors_destroy(st);
 }
 
 /* ---- an independent reader ---------------------------------------------- */
@@ -534,6 +542,13 @@ static void test_not_found_and_not_a_file(void)
     CHECK_ERR(dpt_safetensors_load(&st, path), DPT_ENOENT, path);
     CHECK(st == NULL);
     CHECK_ERR(dpt_safetensors_load(&st, tmpdir), DPT_EIO, "not a regular file");
+    /* A path through a regular file: the system's reason is in the message. */
+    char small[512], through[600];
+    path_in(small, sizeof small, "plain-file");
+    REQUIRE(spill(small, "x", 1) == 0);
+    snprintf(through, sizeof through, "%s/x.safetensors", small);
+    CHECK_ERR(dpt_safetensors_load(&st, through), DPT_EIO, "cannot open: Not a directory");
+    CHECK(st == NULL);
 }
 
 typedef struct bad_case {
@@ -613,6 +628,20 @@ static void test_bad_headers(void)
         {"{\"__metadata__\":{\"dpt.checksum\":\"fnv1a64:0000000000000000\"},"
          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
          4, DPT_OK, ""},
+        {"{\"\\u1\"}", 0, DPT_EFORMAT, "truncated \\u escape"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1 2],\"data_offsets\":[0,4]}}", 4, DPT_EFORMAT,
+         "expected ',' or ']'"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[a],\"data_offsets\":[0,4]}}", 4, DPT_EFORMAT,
+         "expected a non-negative integer"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[", 0, DPT_EFORMAT,
+         "expected a number, found the end of the header"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
+         "\"data_offsets\":[0,4]}}",
+         4, DPT_EFORMAT, "tensor a: shape overflows"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}}", 4,
+         DPT_EFORMAT, "tensor a: shape overflows"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}\"b\":{}}", 4,
+         DPT_EFORMAT, "expected ',' or '}'"},
         {"", 0, DPT_EFORMAT, "header length 0 is zero"},
         {"   ", 0, DPT_EFORMAT, "expected '{', found the end"},
         {"{\"a\":", 0, DPT_EFORMAT, "expected '{', found the end"},

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dpt/comm.h"
 #include "dpt/stats.h"
@@ -446,6 +447,51 @@ static void test_mismatched_calls(void)
     }
 }
 
+/* A waiter must block, not spin: rank 1 arrives 300 ms late, and rank 0's
+ * thread may use only a little CPU meanwhile. */
+typedef struct sleep_ctx {
+    worker_fn fn;
+} sleep_ctx_t;
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleepy_worker(worker_t *w)
+{
+    float buf[1000];
+    for (int i = 0; i < 1000; i++)
+        buf[i] = (float)(i + w->rank);
+    if (w->rank == 1) {
+        struct timespec d = {0, 300 * 1000 * 1000};
+        nanosleep(&d, NULL);
+    }
+    double c0 = thread_cpu_s(), t0 = dpt_now();
+    WCHECK_OK(w, dpt_comm_allreduce(w->comm, buf, 1000, DPT_REDUCE_SUM));
+    w->elapsed = thread_cpu_s() - c0;
+    if (w->rank == 0 && dpt_now() - t0 < 0.25)
+        werr(w, "rank 0 did not wait for rank 1", "allreduce", 0);
+    for (int i = 0; i < 1000; i++)
+        if (buf[i] != (float)(2 * i + 1))
+            werr(w, "wrong sum", "allreduce", 0);
+}
+
+static void test_waiting_blocks(void)
+{
+    sleep_ctx_t c = {.fn = sleepy_worker};
+    worker_t *w = run_group(2, NULL, &c, NULL);
+    if (w) {
+        CHECK(report(w, 2, "waiting") == 0);
+        CHECK(w[0].elapsed < 0.05); /* CPU seconds while waiting ~0.3 s */
+        if (w[0].elapsed >= 0.05)
+            fprintf(stderr, "  rank 0 used %.3f s of CPU while waiting\n", w[0].elapsed);
+        free(w);
+    }
+}
+
 typedef struct late_ctx {
     worker_fn fn;
 } late_ctx_t;
@@ -566,6 +612,7 @@ int main(void)
         DPT_TEST(test_all_ops_small_path),
         DPT_TEST(test_determinism_random_floats),
         DPT_TEST(test_timeout_missing_participant),
+        DPT_TEST(test_waiting_blocks),
         DPT_TEST(test_mismatched_calls),
         DPT_TEST(test_check_equal),
     };

@@ -52,7 +52,7 @@ static void rm_tree(const char *path)
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        char sub[1024];
+        char sub[8192];
         snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
         rm_tree(sub);
     }
@@ -452,6 +452,9 @@ static void test_csv_errors(void)
     path_in(missing, sizeof missing, "missing.csv");
     CHECK_ERR(dpt_dataset_load_csv(&ds, missing, NULL), DPT_ENOENT, missing);
     CHECK_ERR(dpt_dataset_load_csv(&ds, tmpdir, NULL), DPT_EIO, "not a regular file");
+    char through[600];
+    snprintf(through, sizeof through, "%s/x.csv", path);
+    CHECK_ERR(dpt_dataset_load_csv(&ds, through, NULL), DPT_EIO, "cannot open: Not a directory");
 }
 
 /* ---- MNIST directories ---------------------------------------------------- */
@@ -495,6 +498,23 @@ static void test_find_mnist(void)
     CHECK_ERR(dpt_dataset_find_mnist(&mf, nodir), DPT_ENOENT, "does not exist");
     dpt_dataset_t ds;
     CHECK_ERR(dpt_dataset_load_mnist(&ds, nodir, DPT_SPLIT_TEST), DPT_ENOENT, nodir);
+
+    /* A directory whose file paths would not fit in dpt_mnist_files_t. */
+    char deep[4200];
+    size_t len = (size_t)snprintf(deep, sizeof deep, "%s", tmpdir);
+    while (len + 201 < 4080) {
+        deep[len++] = '/';
+        memset(deep + len, 'd', 200);
+        len += 200;
+        deep[len] = '\0';
+        REQUIRE(mkdir(deep, 0755) == 0);
+    }
+    deep[len++] = '/'; /* a last component up to 4080 bytes */
+    memset(deep + len, 'e', 4080 - len);
+    len = 4080;
+    deep[len] = '\0';
+    REQUIRE(mkdir(deep, 0755) == 0);
+    CHECK_ERR(dpt_dataset_find_mnist(&mf, deep), DPT_EINVAL, "path too long");
     /* The files are placeholders: loading them fails with a format error. */
 #if DPT_HAVE_ZLIB
     CHECK_ERR(dpt_dataset_load_mnist(&ds, dir, DPT_SPLIT_TRAIN), DPT_EFORMAT,

@@ -63,6 +63,7 @@
     X(vf_clip_param, FLOAT, "0.2", 0, 1e9, "", "value clip (0 = off)")                        \
     X(vf_loss_coeff, FLOAT, "0.5", 0, 1e6, "", "value loss coefficient")                      \
     X(entropy_coeff, FLOAT, "0.01", 0, 1e6, "", "entropy bonus coefficient")                  \
+    X(reward_scale, FLOAT, "1", 1e-9, 1e9, "", "multiply rewards by this for learning (returns are reported unscaled)") \
     X(normalize_advantages, BOOL, "true", 0, 0, "", "normalize advantages per minibatch")       \
     X(policy_hidden, STR, "64,64", 0, 0, "", "actor and critic hidden sizes")                 \
     X(sync_frac, FLOAT, "0.6", 0, 1, "", "ddppo: preempt stragglers once this fraction of workers finished collecting (1 = off)") \

@@ -65,6 +65,7 @@ static int rl_config(const dpt_config_t *c, dpt_rl_config_t *r)
     r->adam_eps = (float)CFG_F(c, adam_eps);
     r->grad_clip = CFG_F(c, grad_clip);
     r->normalize_advantages = (int)CFG_I(c, normalize_advantages);
+    r->reward_scale = (float)CFG_F(c, reward_scale);
     int nh = dpt_config_parse_sizes(CFG_S(c, policy_hidden), r->hidden, DPT_POLICY_MAX_HIDDEN);
     if (nh < 0)
         return dpt_error(DPT_EINVAL, "policy_hidden: %s", dpt_last_error());

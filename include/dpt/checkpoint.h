@@ -102,10 +102,10 @@ void dpt_safetensors_writer_destroy(dpt_safetensors_writer_t *w);
  * and must stay valid and unchanged until dpt_safetensors_save() returns.
  * ndim may be 0 (a scalar, one element). A zero dimension gives an empty
  * tensor (data may then be NULL).
- * Errors (DPT_EINVAL, naming the tensor): empty name, the reserved name
- * "__metadata__", a duplicate name, unknown dtype, ndim outside
- * 0..DPT_SAFETENSORS_MAX_DIMS, NULL data for a non-empty tensor;
- * DPT_EOVERFLOW; DPT_ENOMEM. */
+ * Errors (DPT_EINVAL, naming the tensor): NULL or empty name, a name that
+ * is not valid UTF-8, the reserved name "__metadata__", a duplicate name,
+ * unknown dtype, ndim outside 0..DPT_SAFETENSORS_MAX_DIMS, NULL data for a
+ * non-empty tensor; DPT_EOVERFLOW (the byte size overflows); DPT_ENOMEM. */
 int dpt_safetensors_add(dpt_safetensors_writer_t *w, const char *name, dpt_st_dtype_t dtype,
                         int ndim, const size_t *shape, const void *data);
 
@@ -118,6 +118,7 @@ int dpt_safetensors_add_blob(dpt_safetensors_writer_t *w, const char *name, cons
  * name (e.g. "params." + "0.weight"), with the variable's shape, taken from
  * the float arena `data` laid out by the table (borrowed; the padding between
  * variables is not stored). `count` is the arena's length in floats.
+ * All or nothing: on failure none of the table's variables is added.
  * Errors: DPT_EINVAL (count < table->total, NULL data, a duplicate name),
  * DPT_ENOMEM. */
 int dpt_safetensors_add_arena(dpt_safetensors_writer_t *w, const char *prefix,
@@ -126,7 +127,7 @@ int dpt_safetensors_add_arena(dpt_safetensors_writer_t *w, const char *prefix,
 /* Sets metadata `key` to the string `value` (both copied; setting a key
  * again replaces its value). Keys starting with "dpt." are reserved for the
  * format ("dpt.checksum", "dpt.format"). Errors: DPT_EINVAL (empty or
- * reserved key, NULL value), DPT_ENOMEM. */
+ * reserved key, NULL value, key or value not valid UTF-8), DPT_ENOMEM. */
 int dpt_safetensors_set_meta(dpt_safetensors_writer_t *w, const char *key, const char *value);
 /* Sets metadata `key` to the decimal text of `value` (JSON numbers lose
  * precision past 2^53 in many readers, so 64-bit counters are strings). */
@@ -139,7 +140,11 @@ int dpt_safetensors_set_meta_u64(dpt_safetensors_writer_t *w, const char *key, u
  * Errors: DPT_EIO (with the path and the system's reason: directory missing
  * or not writable, disk full, rename refused, ...), DPT_EOVERFLOW,
  * DPT_ENOMEM. On failure the file previously at `path`, if any, is
- * unchanged and no temporary file is left behind. */
+ * unchanged and no temporary file is left behind — with one exception: when
+ * only the final fsync of the directory fails, the new file is already in
+ * place (but the rename may not survive a power cut).
+ * `path` should name a regular file: a symbolic link at `path` is replaced
+ * by the file, not followed. */
 int dpt_safetensors_save(const dpt_safetensors_writer_t *w, const char *path);
 
 /* ---- reading -------------------------------------------------------- */

@@ -53,6 +53,8 @@ typedef struct dpt_rl_config {
     float adam_eps;
     double grad_clip;                /* 0 = off */
     int normalize_advantages;
+    float reward_scale;              /* rewards are multiplied by this for learning (1 = off);
+                                      * episode returns are reported unscaled */
     size_t hidden[DPT_POLICY_MAX_HIDDEN];
     int nhidden;
     uint64_t total_timesteps;        /* for annealing (all workers together) */

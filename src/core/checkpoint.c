@@ -551,7 +551,8 @@ int dpt_safetensors_save(const dpt_safetensors_writer_t *w, const char *path)
     tmp = NULL;
 
     /* Make the rename itself durable. Filesystems that cannot fsync a
-     * directory say EINVAL; that is not an error of ours. */
+     * directory say EINVAL; that is not an error of ours, and neither is a
+     * directory we may write but not open (mode -wx): the file is in place. */
     char dir[4096];
     if (dir_of(path, dir, sizeof dir) == 0) {
         int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -250,7 +250,7 @@ int dpt_dataset_load_idx(dpt_dataset_t *ds, const char *images_path, const char 
                          int num_classes)
 {
     blob_t bi = {0}, bl = {0};
-    idx_t ii, il;
+    idx_t ii = {0}, il = {0};
     int rc;
     memset(ds, 0, sizeof *ds);
     if (num_classes < 0)
@@ -585,7 +585,9 @@ int dpt_dataset_find_mnist(dpt_mnist_files_t *files, const char *dir)
     for (int i = 0; i < 4; i++) {
         int n = snprintf(out[i], size, "%s/%s", dir, names[i]);
         if (n < 0 || (size_t)n + 3 >= size)
-            return dpt_error(DPT_EINVAL, "dataset directory %s: path too long", dir);
+            return dpt_error(DPT_EINVAL,
+                             "dataset directory: path too long (%zu bytes, at most %zu): %s",
+                             strlen(dir), size - 5 - strlen(names[i]), dir);
         if (file_exists(out[i]))
             continue;
         memcpy(out[i] + n, ".gz", 4);

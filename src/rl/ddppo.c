@@ -226,7 +226,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     w->local_iters++;
     size_t min_steps = preempt ? (T + 3) / 4 : T;
     int rc = dpt__rollout_collect(&w->ro, w->actor, w->params.data, c->gamma, c->lambda,
-                                  min_steps, preempt ? dpt__ddppo_should_stop : NULL, w);
+                                  c->reward_scale, min_steps, preempt ? dpt__ddppo_should_stop : NULL, w);
     if (w->shared)
         atomic_fetch_add(&w->shared->finished, 1);
     if (rc)

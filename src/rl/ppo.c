@@ -31,6 +31,7 @@ dpt_rl_config_t dpt_rl_defaults(void)
     c.adam_eps = 1e-5f;
     c.grad_clip = 0.5;
     c.normalize_advantages = 1;
+    c.reward_scale = 1.0f;
     c.hidden[0] = c.hidden[1] = 64;
     c.nhidden = 2;
     c.total_timesteps = 500000;
@@ -94,6 +95,8 @@ int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch)
         return dpt_error(DPT_EINVAL, "rl: gamma and lambda must be in [0, 1]");
     if (!(c->lr >= 0.0f) || !(c->adam_eps > 0.0f))
         return dpt_error(DPT_EINVAL, "rl: lr must be >= 0 and adam_eps > 0");
+    if (!(c->reward_scale > 0.0f) || !isfinite(c->reward_scale))
+        return dpt_error(DPT_EINVAL, "rl: reward_scale must be a positive number");
     return DPT_OK;
 }
 
@@ -187,7 +190,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     if (rc)
         return rc;
     if ((rc = dpt__rollout_collect(&p->ro, p->actor, p->params.data, c->gamma, c->lambda,
-                                   c->rollout_fragment_length, NULL, NULL)) != 0)
+                                   c->reward_scale, c->rollout_fragment_length, NULL, NULL)) != 0)
         return rc;
     double t1 = dpt_now();
     size_t rows = p->rows, od = p->cls->obs_dim, aw = p->ro.act_w;

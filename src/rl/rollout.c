@@ -77,7 +77,7 @@ int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_
 }
 
 int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params,
-                         double gamma, double lambda, size_t min_steps,
+                         double gamma, double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx)
 {
     size_t N = r->N, od = r->obs_dim, aw = r->act_w;
@@ -106,7 +106,7 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
             return rc;
         nb = 0;
         for (size_t i = 0; i < N; i++) {
-            float rew = r->step_rew[i];
+            float rew = r->step_rew[i] * reward_scale;
             if (r->trunc[i] && !r->term[i])
                 rew += (float)(gamma * (double)r->boot_v[nb++]);
             r->rewards[k + i] = rew;

@@ -46,7 +46,7 @@ void dpt__rollout_deinit(dpt__rollout_t *r);
  * computes last_values, GAE (advantages, returns) over the collected steps,
  * and folds finished episodes into the window. */
 int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params,
-                         double gamma, double lambda, size_t min_steps,
+                         double gamma, double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx);
 
 /* Means over the episode window: all (<= 100) and the last 20. */
