@@ -197,5 +197,21 @@ expect 1 'line 2, column 3' -- train sup.conf --set train_csv=badcell.csv --set 
 expect 1 'nothere.csv' -- train sup.conf --set train_csv=nothere.csv --set output_dir=sup_bad
 expect 2 'divisible by num_devices\|batch_size' -- train sup.conf --set batch_size=33 --set output_dir=sup_bad
 
+# ---- the Fashion-MNIST job for real, when Debian's dataset package is installed --
+if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] &&
+   "$dpt" info | grep -q "^  zlib   yes"; then
+    expect 0 "" -- train "$(dirname "$0")/../examples/fashion_mnist_mlp.conf" \
+        --set epochs=1 --set output_dir=fmnist --quiet
+    acc=$(tail -1 fmnist/progress.csv | cut -d, -f8)
+    if awk -v a="$acc" 'BEGIN { exit !(a > 0.82) }'; then
+        ok "fashion-mnist: one epoch reaches test accuracy $acc > 0.82"
+    else
+        bad "fashion-mnist: test accuracy $acc after one epoch"
+    fi
+    expect 0 "10000 test samples" -- eval fmnist/checkpoints/checkpoint-00000001.safetensors
+else
+    echo "skipped: Fashion-MNIST job (install dataset-fashion-mnist; needs zlib)"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
