@@ -137,8 +137,8 @@ static int be_run(const be_args_t *a, const dpt_env_class_t *cls, be_result_t *r
     res->max_sps = rates[a->reps - 1];
     res->cpu_steps_per_s = be_median(cpu_rates, a->reps);
 out:
-    free(obs), free(final_obs), free(rewards), free(term), free(trunc), free(rates), free(cpu_rates);
-    free(fact), free(iact);
+    free(obs), free(final_obs), free(rewards), free(term), free(trunc);
+    free(rates), free(cpu_rates), free(fact), free(iact);
     dpt_vecenv_destroy(v);
     return rc;
 }
@@ -225,7 +225,8 @@ int dpt_bench_env(int argc, char **argv)
         const dpt_env_class_t *cls = dpt_env_get(e);
         if (only && cls != only)
             continue;
-        be_result_t r = {0, 0, 0, 0, 0};
+        be_result_t r;
+        memset(&r, 0, sizeof r);
         if (be_run(&a, cls, &r)) {
             fprintf(stderr, "dpt bench env: %s: %s\n", cls->name, dpt_last_error());
             rc = DPT_EXIT_FAIL;

@@ -22,5 +22,7 @@ int dpt_cmd_eval(int argc, char **argv);
 int dpt_bench_allreduce(int argc, char **argv);
 int dpt_bench_towers(int argc, char **argv);
 int dpt_bench_env(int argc, char **argv);
+int dpt_bench_ppo(int argc, char **argv);
+int dpt_bench_ddppo(int argc, char **argv);
 
 #endif

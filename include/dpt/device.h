@@ -1,10 +1,12 @@
 /*
  * dpt/device.h — devices: where a tower's work runs.
  *
- * A device pool owns N persistent worker threads, created once. The engine
- * hands the pool a job — one function called as fn(arg, device) on every
- * device at once — and dpt_device_pool_run() returns when every device has
- * finished it (fork–join). Today every device is a CPU thread, optionally
+ * A device pool owns N devices: device 0 is the thread that calls
+ * dpt_device_pool_run() (so one device costs no thread hand-off), devices
+ * 1..N-1 are persistent worker threads created once. The engine hands the
+ * pool a job — one function called as fn(arg, device) on every device at
+ * once — and dpt_device_pool_run() returns when every device has finished
+ * it (fork–join). Today every device is a CPU thread, optionally
  * pinned to a core; the number of devices may exceed the number of cores
  * (tests use that). A GPU device would add a kind here without changing the
  * engines, which only see "device i runs this job".
@@ -33,8 +35,9 @@ typedef struct dpt_device_pool dpt_device_pool_t;
  * (with a dpt_error() message, which the pool carries back to the caller). */
 typedef int (*dpt_device_fn)(void *arg, int device);
 
-/* Creates `n` (>= 1) CPU devices. With pin != 0, device i is pinned to CPU
- * i mod (online CPUs) (a failure to pin is not an error). Errors:
+/* Creates `n` (>= 1) CPU devices. With pin != 0, worker device i (i >= 1)
+ * is pinned to CPU i mod (online CPUs) (a failure to pin is not an error;
+ * device 0 is the caller's thread and keeps its affinity). Errors:
  * DPT_EINVAL, DPT_ENOMEM, DPT_ETHREAD. */
 int dpt_device_pool_create(dpt_device_pool_t **pool, int n, int pin);
 /* Stops and joins the threads. NULL is a no-op. No job may be running. */

@@ -1,9 +1,12 @@
 /*
  * CPU device pool: persistent workers waiting on a job generation counter.
  *
- * Protocol (all under `mu`): run() stores the job, bumps `generation` and
- * broadcasts `go`; each worker runs the job once per generation, stores its
- * status, and the last one to finish signals `done`. Workers sleep on the
+ * Device 0 is the calling thread: run() executes device 0's share itself,
+ * so a one-device pool costs no thread hand-off at all, and N devices cost
+ * N - 1 wake-ups. Devices 1..N-1 are persistent workers. Protocol (all
+ * under `mu`): run() stores the job, bumps `generation` and broadcasts
+ * `go`; each worker runs the job once per generation, stores its status,
+ * and the last one to finish signals `done`. Workers sleep on the
  * condition variable between jobs, so idle devices burn no CPU.
  */
 #define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
@@ -110,7 +113,8 @@ int dpt_device_pool_create(dpt_device_pool_t **out, int n, int pin)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus < 1)
         cpus = 1;
-    for (int i = 0; i < n; i++) {
+    pool->workers[0].pool = pool; /* device 0 runs on the caller's thread */
+    for (int i = 1; i < n; i++) {
         dpt__worker_t *w = &pool->workers[i];
         w->pool = pool;
         w->index = i;
@@ -143,15 +147,28 @@ dpt_device_kind_t dpt_device_pool_kind(const dpt_device_pool_t *pool, int device
 
 int dpt_device_pool_run(dpt_device_pool_t *pool, dpt_device_fn fn, void *arg)
 {
-    pthread_mutex_lock(&pool->mu);
-    pool->fn = fn;
-    pool->arg = arg;
-    pool->remaining = pool->n;
-    pool->generation++;
-    pthread_cond_broadcast(&pool->go);
-    while (pool->remaining > 0)
-        pthread_cond_wait(&pool->done, &pool->mu);
-    pthread_mutex_unlock(&pool->mu);
+    if (pool->n > 1) {
+        pthread_mutex_lock(&pool->mu);
+        pool->fn = fn;
+        pool->arg = arg;
+        pool->remaining = pool->n - 1;
+        pool->generation++;
+        pthread_cond_broadcast(&pool->go);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    /* Device 0's share, on this thread; its message is kept like the
+     * workers' so the report below can name the device. */
+    dpt__worker_t *w0 = &pool->workers[0];
+    dpt_error_clear();
+    w0->rc = fn(arg, 0);
+    if (w0->rc)
+        snprintf(w0->msg, sizeof w0->msg, "%s", dpt_last_error());
+    if (pool->n > 1) {
+        pthread_mutex_lock(&pool->mu);
+        while (pool->remaining > 0)
+            pthread_cond_wait(&pool->done, &pool->mu);
+        pthread_mutex_unlock(&pool->mu);
+    }
     for (int i = 0; i < pool->n; i++)
         if (pool->workers[i].rc) {
             return dpt_error(pool->workers[i].rc, "device %d: %s", i, pool->workers[i].msg);
