@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs the built `dpt` binary and checks exit codes, messages, training runs,
 # checkpoints and resume.
-# usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR
-dpt="$1" cmp="$2" work="$3"
+# usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [ENV_PLUGIN]
+dpt="$1" cmp="$2" work="$3" plugin="$4"
 fails=0 passes=0
 rm -rf "$work" && mkdir -p "$work" || exit 1
 cd "$work" || exit 1
@@ -196,6 +196,19 @@ printf 'a,b,c,label\n1,2,x,0\n' > badcell.csv
 expect 1 'line 2, column 3' -- train sup.conf --set train_csv=badcell.csv --set output_dir=sup_bad
 expect 1 'nothere.csv' -- train sup.conf --set train_csv=nothere.csv --set output_dir=sup_bad
 expect 2 'divisible by num_devices\|batch_size' -- train sup.conf --set batch_size=33 --set output_dir=sup_bad
+
+# ---- a user-written env (examples/custom_env) loaded as a plug-in ------------------
+if [ -n "$plugin" ] && [ -f "$plugin" ]; then
+    printf 'job = ppo\nenv = %s\nnum_envs_per_worker = 8\nsgd_minibatch_size = 256\nlr = 3e-4\ntotal_timesteps = 40960\neval_episodes = 5\n' "$plugin" > plug.conf
+    expect 0 "episodes of Corridor-v0" -- train plug.conf --set output_dir=plug
+    expect 0 "Corridor-v0, 3 episodes" -- eval plug/checkpoints/checkpoint-00000040.safetensors --episodes 3
+    ret=$(tail -1 plug/progress.csv | cut -d, -f6)
+    if awk -v r="$ret" 'BEGIN { exit !(r > 0.5) }'; then ok "plug-in env learned: return $ret"; else bad "plug-in env return $ret"; fi
+    printf 'job = ppo\nenv = ./nothere.so\n' > noplug.conf
+    expect 2 "nothere.so" -- train noplug.conf
+else
+    echo "skipped: plug-in env (not built)"
+fi
 
 # ---- the Fashion-MNIST job for real, when Debian's dataset package is installed --
 if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] &&

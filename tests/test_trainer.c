@@ -89,10 +89,12 @@ static void *dd_worker(void *p)
     if (!rc)
         rc = dpt_ddppo_check_weights(w);
     if (!rc) {
-        run->nweights = dpt_policy_vars(dpt_ddppo_policy(w))->total;
-        run->weights[a->rank] = malloc(run->nweights * sizeof(float));
+        size_t n = dpt_policy_vars(dpt_ddppo_policy(w))->total;
+        if (a->rank == 0)
+            run->nweights = n; /* one writer; read after the join */
+        run->weights[a->rank] = malloc(n * sizeof(float));
         if (run->weights[a->rank])
-            memcpy(run->weights[a->rank], dpt_ddppo_weights(w), run->nweights * sizeof(float));
+            memcpy(run->weights[a->rank], dpt_ddppo_weights(w), n * sizeof(float));
     }
     if (rc)
         fprintf(stderr, "worker %d: %s\n", a->rank, dpt_last_error());

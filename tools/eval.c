@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 #include "config.h"
+#include "train.h"
 #include "dpt/checkpoint.h"
 #include "dpt/dataset.h"
 #include "dpt/dpt.h"
@@ -87,7 +88,7 @@ out:
 
 static int eval_rl(const dpt_config_t *c, const dpt_safetensors_t *st, long episodes)
 {
-    const dpt_env_class_t *cls = dpt_env_find(CFG_S(c, env));
+    const dpt_env_class_t *cls = dpt_cli_find_env(CFG_S(c, env));
     if (!cls) {
         fprintf(stderr, "dpt eval: env: %s\n", dpt_last_error());
         return DPT_EXIT_FAIL;

@@ -19,7 +19,7 @@
 int dpt_mpi_world_size(void);
 
 /* Built-in name, or the path of a plug-in exporting DPT_ENV_PLUGIN_SYMBOL. */
-static const dpt_env_class_t *rl_find_env(const char *name)
+const dpt_env_class_t *dpt_cli_find_env(const char *name)
 {
     if (!strchr(name, '/') && !strstr(name, ".so"))
         return dpt_env_find(name);
@@ -426,7 +426,7 @@ out:
 
 int dpt_job_rl(dpt_run_t *run)
 {
-    const dpt_env_class_t *cls = rl_find_env(CFG_S(&run->cfg, env));
+    const dpt_env_class_t *cls = dpt_cli_find_env(CFG_S(&run->cfg, env));
     if (!cls) {
         fprintf(stderr, "dpt train: env: %s\n", dpt_last_error());
         return DPT_EXIT_USAGE;

@@ -22,6 +22,11 @@ typedef struct dpt_run {
     int metrics_open;
 } dpt_run_t;
 
+/* A built-in env by name, or a plug-in by path (a shared library exporting
+ * DPT_ENV_PLUGIN_SYMBOL); NULL with a dpt_error() message otherwise. */
+struct dpt_env_class;
+const struct dpt_env_class *dpt_cli_find_env(const char *name);
+
 /* The jobs. Each returns an exit code and prints its own errors. */
 int dpt_job_supervised(dpt_run_t *run);
 int dpt_job_rl(dpt_run_t *run);
