@@ -44,7 +44,9 @@
  * Buffers are borrowed for the duration of a call (for iallreduce, until
  * dpt_comm_wait returns); they must not be read or written by the caller
  * meanwhile, and, if a call fails, they must stay valid until every
- * participant has returned from that call (within the timeout).
+ * participant has returned from that call (within the timeout). Different
+ * participants' buffers must not overlap (the threads backend reads and
+ * writes them directly).
  */
 #ifndef DPT_COMM_H
 #define DPT_COMM_H

@@ -36,7 +36,9 @@ typedef enum dpt_gemm_backend {
     DPT_GEMM_BACKEND_COUNT
 } dpt_gemm_backend_t;
 
-/* The backend used by dpt_gemm() (process-wide). */
+/* The backend used by dpt_gemm() (process-wide): DPT_GEMM_PORTABLE until
+ * dpt_gemm_set_backend() changes it (see docs/GEMM.md for the measurements
+ * behind that default). */
 dpt_gemm_backend_t dpt_gemm_get_backend(void);
 
 /* Selects the backend used by dpt_gemm(). Returns 0, DPT_ENOTSUP when the
@@ -59,7 +61,8 @@ void dpt_gemm(int transa, int transb, size_t m, size_t n, size_t k, float alpha,
               float *c, size_t ldc);
 
 /* The same with an explicit backend (tests and benchmarks compare them).
- * Returns 0 or DPT_ENOTSUP when `backend` is not built in. */
+ * Returns 0, DPT_ENOTSUP when `backend` is not built in, or DPT_EINVAL for an
+ * unknown value. */
 int dpt_gemm_ex(dpt_gemm_backend_t backend, int transa, int transb, size_t m, size_t n,
                 size_t k, float alpha, const float *a, size_t lda, const float *b,
                 size_t ldb, float beta, float *c, size_t ldc);

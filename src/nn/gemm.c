@@ -55,14 +55,18 @@
 #define DPT__GEMM_X86 0
 #endif
 
-/* The backend dpt_gemm() uses until dpt_gemm_set_backend() changes it.
- * Measured with bench_gemm on the development machine (AMD EPYC, AVX2 exposed,
- * no AVX-512; docs/GEMM.md has the table): at every shape dpt trains the
- * portable kernel is within a few percent of OpenBLAS or faster, and it is
- * much faster on the narrow layers (N = 2, 4, 10) and on the small PPO
- * products, where OpenBLAS' per-call overhead dominates. It is also the only
- * backend whose numerics do not depend on which OpenBLAS build and core type
- * (OPENBLAS_CORETYPE) the machine has. */
+/* The backend dpt_gemm() uses until dpt_gemm_set_backend() changes it: the
+ * portable kernel, in every build. Chosen with bench_gemm on the development
+ * machine (AMD EPYC with AVX2, no AVX-512; docs/GEMM.md has the tables).
+ * Summed over all products of a training step, OpenBLAS was faster on the
+ * MLP (784-512-512-10 at batch 64-256): by 2-11% with its Haswell kernels
+ * (OPENBLAS_CORETYPE=Haswell, as CI sets it) and 1-6% with the Zen kernels it
+ * picks by itself. The portable kernel was faster on the PPO network
+ * (4-64-64-2 at batch 128-512): by 3-8% and 24-42% respectively. No backend
+ * wins everywhere; the portable one loses little where it loses, wins more
+ * where it wins, and gives results that do not depend on whether OpenBLAS is
+ * installed or on OPENBLAS_CORETYPE. On a CPU with AVX-512, where the portable
+ * kernel uses its 8x32 variant, this was not measured. */
 #define DPT__GEMM_DEFAULT_BACKEND DPT_GEMM_PORTABLE
 
 /* ---- blocking ------------------------------------------------------------ */
@@ -191,10 +195,10 @@ static void ukernel_c(size_t k, const float *restrict a, size_t rsa, size_t csa,
 /* The vector kernels keep the accumulators in named variables: an array of
  * vectors indexed in the store loops would be kept in memory by GCC, with a
  * store per FMA. A tile of full-width rows with unit column stride is added
- * to C straight from the registers, row by row for the m rows that exist
- * (with k = 64, the dW product at batch 64, going through a buffer costs a
- * tenth of the time); other tiles go through an aligned buffer and
- * store_tile(). */
+ * to C straight from the registers, row by row for the m rows that exist: in
+ * the dW product k is the batch size, as small as 64, so the 24 extra moves
+ * of a detour through memory would not be negligible next to the k loop.
+ * Other tiles go through an aligned buffer and store_tile(). */
 
 /* Prefetches the rows of a C tile with contiguous rows before the k loop, so
  * that the read-modify-write at its end does not wait for memory. */
@@ -254,10 +258,10 @@ static inline void zero_floats(float *dst, size_t count)
 /* pack_b for NR a multiple of 8 (16 or 32). Panels of a row-major B are
  * vector copies (masked loads fill the padding of a partial panel with
  * zeros); full panels of a transposed B (the forward pass X W^T) go through
- * 8x8 register transposes, several times faster than element copies.
- * Everything is written with explicit vector code or strided loops: GCC turns
- * short contiguous copy and fill loops into calls to memcpy and memset per
- * row, which cost more than the copies at these sizes. */
+ * 8x8 register transposes (about 40 instructions per 64 floats instead of
+ * 128 scalar loads and stores). The copies are explicit vector code: GCC
+ * turns a short contiguous copy loop into a call to memcpy per row, and perf
+ * showed those calls taking a quarter of the dX product at batch 64. */
 __attribute__((target("avx2,fma")))
 static void pack_b_avx(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
                        float *restrict dst)
@@ -696,7 +700,7 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
     size_t mr = kr->mr, nr = kr->nr;
     /* When the rows of op(A) are contiguous (csa == 1) the micro-kernel reads
      * full MR-row panels in place: packing them is a transpose, which made
-     * the forward pass at batch 64 about a third slower when measured. Only
+     * the forward pass at batch 64 about a quarter slower when measured. Only
      * the last, partial panel is packed (with zero rows). Other layouts are
      * packed. */
     int in_place = g->csa == 1;
