@@ -9,7 +9,7 @@
  *
  * Every buffer is allocated and touched once before anything is timed (a
  * first touch of a 4 KiB page costs ~10 us on these VMs). Each size is run
- * `warmup` times, then `reps` repetitions of `iters` back-to-back allreduces
+ * `iters` times untimed, then `reps` repetitions of `iters` back-to-back allreduces
  * (SUM, in place, on zero-filled buffers; the values do not change the
  * speed); the figure is the median repetition. For threads and hier the
  * participants are threads of this process; for mpi and hier the program
@@ -124,7 +124,9 @@ static void part_body(bench_part_t *p)
         size_t count = row->bytes / sizeof(float);
         int iters = row->iters;
         double t[BENCH_REPS];
-        for (int w = 0; w < 3 && p->rc == 0; w++)
+        /* warm-up: one untimed repetition (threads settle on their CPUs,
+         * caches and the clock frequency reach their steady state) */
+        for (int w = 0; w < iters && p->rc == 0; w++)
             if ((rc = dpt_comm_allreduce(p->comm, buf, count, DPT_REDUCE_SUM)) < 0)
                 part_fail(p, rc, "warm-up allreduce");
         for (int r = 0; r < BENCH_REPS && p->rc == 0; r++) {

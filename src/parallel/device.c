@@ -1,17 +1,18 @@
 /*
- * CPU device pool: persistent workers waiting on a job generation counter.
+ * CPU device pool: persistent workers waiting on a job generation counter
+ * (spinning briefly, then sleeping: see sync.h).
  *
  * Device 0 is the calling thread: run() executes device 0's share itself,
  * so a one-device pool costs no thread hand-off at all, and N devices cost
- * N - 1 wake-ups. Devices 1..N-1 are persistent workers. Protocol (all
- * under `mu`): run() stores the job, bumps `generation` and broadcasts
- * `go`; each worker runs the job once per generation, stores its status,
- * and the last one to finish signals `done`. Workers sleep on the
- * condition variable between jobs, so idle devices burn no CPU.
+ * N - 1 wake-ups. Devices 1..N-1 are persistent workers. Protocol: run()
+ * stores the job, bumps `job_gen` and notifies; each worker runs the job
+ * once per generation, stores its status, and the last one to finish bumps
+ * `done_gen`. Idle workers spin for at most 50 us, then sleep.
  */
 #define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
 #include "dpt/device.h"
 #include "dpt/status.h"
+#include "sync.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -31,13 +32,13 @@ typedef struct dpt__worker {
 
 struct dpt_device_pool {
     int n;
-    pthread_mutex_t mu;
-    pthread_cond_t go;
-    pthread_cond_t done;
-    unsigned long generation;
-    int remaining;
-    int stop;
-    dpt_device_fn fn;
+    dpt__barrier_t sync;       /* spin-then-sleep waits on the counters below */
+    atomic_uint job_gen;       /* bumped once per job (and to stop) */
+    atomic_uint done_gen;      /* bumped when the last worker finishes a job */
+    atomic_uint remaining;     /* workers still running the current job */
+    atomic_int stop;
+    int sync_ready;
+    dpt_device_fn fn;          /* the job: written before job_gen is bumped */
     void *arg;
     dpt__worker_t *workers;
 };
@@ -46,29 +47,22 @@ static void *dpt__worker_main(void *p)
 {
     dpt__worker_t *w = p;
     dpt_device_pool_t *pool = w->pool;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&pool->mu);
+    unsigned seen = 0;
     for (;;) {
-        while (pool->generation == seen && !pool->stop)
-            pthread_cond_wait(&pool->go, &pool->mu);
-        if (pool->stop)
+        dpt__wait_change(&pool->sync, &pool->job_gen, seen);
+        seen = atomic_load(&pool->job_gen);
+        if (atomic_load(&pool->stop))
             break;
-        seen = pool->generation;
-        dpt_device_fn fn = pool->fn;
-        void *arg = pool->arg;
-        pthread_mutex_unlock(&pool->mu);
-
         dpt_error_clear();
-        int rc = fn(arg, w->index);
+        int rc = pool->fn(pool->arg, w->index);
         w->rc = rc;
         if (rc)
             snprintf(w->msg, sizeof w->msg, "%s", dpt_last_error());
-
-        pthread_mutex_lock(&pool->mu);
-        if (--pool->remaining == 0)
-            pthread_cond_signal(&pool->done);
+        if (atomic_fetch_sub(&pool->remaining, 1) == 1) {
+            atomic_fetch_add(&pool->done_gen, 1);
+            dpt__notify(&pool->sync);
+        }
     }
-    pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
@@ -76,16 +70,15 @@ void dpt_device_pool_destroy(dpt_device_pool_t *pool)
 {
     if (!pool)
         return;
-    pthread_mutex_lock(&pool->mu);
-    pool->stop = 1;
-    pthread_cond_broadcast(&pool->go);
-    pthread_mutex_unlock(&pool->mu);
-    for (int i = 0; i < pool->n; i++)
-        if (pool->workers[i].started)
-            pthread_join(pool->workers[i].thread, NULL);
-    pthread_cond_destroy(&pool->done);
-    pthread_cond_destroy(&pool->go);
-    pthread_mutex_destroy(&pool->mu);
+    if (pool->sync_ready) {
+        atomic_store(&pool->stop, 1);
+        atomic_fetch_add(&pool->job_gen, 1);
+        dpt__notify(&pool->sync);
+        for (int i = 0; i < pool->n; i++)
+            if (pool->workers[i].started)
+                pthread_join(pool->workers[i].thread, NULL);
+        dpt__barrier_destroy(&pool->sync);
+    }
     free(pool->workers);
     free(pool);
 }
@@ -103,12 +96,16 @@ int dpt_device_pool_create(dpt_device_pool_t **out, int n, int pin)
         free(pool);
         return dpt_error(DPT_ENOMEM, "device pool: cannot allocate %d workers", n);
     }
-    if (pthread_mutex_init(&pool->mu, NULL) || pthread_cond_init(&pool->go, NULL) ||
-        pthread_cond_init(&pool->done, NULL)) {
+    atomic_init(&pool->job_gen, 0);
+    atomic_init(&pool->done_gen, 0);
+    atomic_init(&pool->remaining, 0);
+    atomic_init(&pool->stop, 0);
+    if (dpt__barrier_init(&pool->sync, (unsigned)n, -1) != 0) {
         free(pool->workers);
         free(pool);
         return dpt_error(DPT_ETHREAD, "device pool: cannot initialise synchronisation");
     }
+    pool->sync_ready = 1;
     pool->n = n;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus < 1)
@@ -147,14 +144,13 @@ dpt_device_kind_t dpt_device_pool_kind(const dpt_device_pool_t *pool, int device
 
 int dpt_device_pool_run(dpt_device_pool_t *pool, dpt_device_fn fn, void *arg)
 {
+    unsigned done = atomic_load(&pool->done_gen);
     if (pool->n > 1) {
-        pthread_mutex_lock(&pool->mu);
         pool->fn = fn;
         pool->arg = arg;
-        pool->remaining = pool->n - 1;
-        pool->generation++;
-        pthread_cond_broadcast(&pool->go);
-        pthread_mutex_unlock(&pool->mu);
+        atomic_store(&pool->remaining, (unsigned)(pool->n - 1));
+        atomic_fetch_add(&pool->job_gen, 1);
+        dpt__notify(&pool->sync);
     }
     /* Device 0's share, on this thread; its message is kept like the
      * workers' so the report below can name the device. */
@@ -163,15 +159,10 @@ int dpt_device_pool_run(dpt_device_pool_t *pool, dpt_device_fn fn, void *arg)
     w0->rc = fn(arg, 0);
     if (w0->rc)
         snprintf(w0->msg, sizeof w0->msg, "%s", dpt_last_error());
-    if (pool->n > 1) {
-        pthread_mutex_lock(&pool->mu);
-        while (pool->remaining > 0)
-            pthread_cond_wait(&pool->done, &pool->mu);
-        pthread_mutex_unlock(&pool->mu);
-    }
+    if (pool->n > 1)
+        dpt__wait_change(&pool->sync, &pool->done_gen, done);
     for (int i = 0; i < pool->n; i++)
-        if (pool->workers[i].rc) {
+        if (pool->workers[i].rc)
             return dpt_error(pool->workers[i].rc, "device %d: %s", i, pool->workers[i].msg);
-        }
     return DPT_OK;
 }

@@ -14,6 +14,7 @@
 #include "dpt/comm.h"
 #include "dpt/device.h"
 #include "dpt/status.h"
+#include "sync.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -96,7 +97,7 @@ struct dpt_towers {
     dpt_arena_t gsum;             /* ps: combined gradient */
     dpt_optim_t *opt;             /* ps/async: shared optimizer */
     double *slice_sumsq;          /* ps: per-device partial sums of squares */
-    pthread_barrier_t barrier;
+    dpt__barrier_t barrier;
     int barrier_ready;
     dpt_comm_threads_group_t *group;
     pthread_mutex_t *chunk_locks;
@@ -157,7 +158,7 @@ static void dpt__slice(size_t count, int n, int d, size_t *lo, size_t *hi)
 
 static void dpt__barrier(dpt_towers_t *t)
 {
-    pthread_barrier_wait(&t->barrier);
+    dpt__barrier_wait(&t->barrier);
 }
 
 /* Forward/backward of one tower on its minibatch, with checks. */
@@ -361,7 +362,7 @@ void dpt_towers_destroy(dpt_towers_t *t)
         pthread_mutex_destroy(&t->chunk_locks[i]);
     free(t->chunk_locks);
     if (t->barrier_ready)
-        pthread_barrier_destroy(&t->barrier);
+        dpt__barrier_destroy(&t->barrier);
     dpt_arena_deinit(&t->params);
     dpt_arena_deinit(&t->gsum);
     dpt_optim_destroy(t->opt);
@@ -427,10 +428,8 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
         rc = dpt_error(DPT_ENOMEM, "towers: cannot allocate %d towers", n);
         goto fail;
     }
-    if (pthread_barrier_init(&t->barrier, NULL, (unsigned)n) != 0) {
-        rc = dpt_error(DPT_ETHREAD, "towers: cannot create the device barrier");
+    if ((rc = dpt__barrier_init(&t->barrier, (unsigned)n, -1)) != 0)
         goto fail;
-    }
     t->barrier_ready = 1;
     int shared = cfg->mode != DPT_TOWERS_REPLICATED;
     if (shared) {
