@@ -143,7 +143,8 @@ typedef struct dpt_comm_request {
  * outstanding request per handle; DPT_ESTATE otherwise). Threads backend:
  * the start publishes the buffer and arrives, the wait does the reduction, so
  * the time other participants take to arrive overlaps with the caller's
- * work. MPI: MPI_Iallreduce. hier: the whole operation runs in the wait.
+ * work. MPI: MPI_Iallreduce. hier: the start arrives inside the process as
+ * for threads; the rest, MPI included, runs in the wait.
  * Returns the same codes as dpt_comm_allreduce; on failure *req is left
  * inactive and there is nothing to wait for. */
 int dpt_comm_iallreduce(dpt_comm_t *comm, float *buf, size_t count, dpt_reduce_op_t op,

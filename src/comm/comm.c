@@ -242,8 +242,9 @@ int dpt_comm_allgather(dpt_comm_t *comm, const float *send, size_t count, float 
         (rc = check_buf(comm, "allgather", "recv", recv, count)) < 0)
         return rc;
     if (count > 0 && count > SIZE_MAX / sizeof(float) / (size_t)comm->size)
-        return dpt_error(DPT_EOVERFLOW, "comm rank %d: allgather: count %zu times size %d overflows",
-                         comm->rank, count, comm->size);
+        return dpt_error(DPT_EOVERFLOW,
+                         "comm rank %d: allgather: count %zu times size %d overflows", comm->rank,
+                         count, comm->size);
     return comm->ops->allgather(comm, send, count, recv);
 }
 

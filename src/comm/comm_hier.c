@@ -27,8 +27,9 @@
  *   global block; B. (Simple rather than optimal: it moves count floats
  *   across processes where a reduce-scatter would move count / R.)
  * Barrier: B; leaders MPI_Barrier; B.
- * iallreduce: the start only records the call; the whole allreduce runs in
- * dpt_comm_wait (no overlap yet).
+ * iallreduce: the start publishes the buffer and arrives at B1 without
+ * waiting; everything else, including the MPI step, runs in dpt_comm_wait
+ * (no overlap with the transfer across processes yet).
  *
  * A leader whose MPI call fails marks the group failed, so the threads
  * waiting for it return the error instead of hanging; a missing thread makes
@@ -71,13 +72,12 @@ void dpt_comm_hier_options_init(dpt_comm_hier_options_t *opt)
     dpt_comm_mpi_options_init(&opt->mpi);
 }
 
-/* Publishes the call, passes B1 and compares fingerprints in the process. */
-static int begin(hcomm_t *h, int call, int op, int root, size_t count, const float *src,
-                 float *dst)
+/* Publishes the call and arrives at B1 (never blocks). */
+static int publish(hcomm_t *h, int call, int op, int root, size_t count, const float *src,
+                   float *dst)
 {
     dpt__tpart_t *p = &h->part;
-    const char *what = dpt__comm_call_name(call);
-    int rc = dpt__tpart_check(p, what);
+    int rc = dpt__tpart_check(p, dpt__comm_call_name(call));
     if (rc < 0)
         return rc;
     dpt__tpub_t *pub = dpt__tpart_next_pub(p);
@@ -87,9 +87,22 @@ static int begin(hcomm_t *h, int call, int op, int root, size_t count, const flo
     pub->fp.count = count;
     pub->src = src;
     pub->dst = dst;
-    if ((rc = dpt__tpart_barrier(p, what)) < 0)
-        return rc;
-    return dpt__tpart_match(p);
+    dpt__tpart_arrive(p);
+    return 0;
+}
+
+/* Passes B1 and compares fingerprints in the process. */
+static int pass_b1(hcomm_t *h, int call)
+{
+    int rc = dpt__tpart_wait(&h->part, dpt__comm_call_name(call));
+    return rc < 0 ? rc : dpt__tpart_match(&h->part);
+}
+
+static int begin(hcomm_t *h, int call, int op, int root, size_t count, const float *src,
+                 float *dst)
+{
+    int rc = publish(h, call, op, root, count, src, dst);
+    return rc < 0 ? rc : pass_b1(h, call);
 }
 
 /* The leader's MPI step: on failure the whole group fails so the other
@@ -110,13 +123,14 @@ static void divide(float *buf, size_t n, float d)
         buf[i] = buf[i] / d;
 }
 
+/* The allreduce after publish(): B1 onwards. */
 static int hier_allreduce(hcomm_t *h, float *buf, size_t count, dpt_reduce_op_t op, int call)
 {
     dpt__tpart_t *p = &h->part;
     dpt_comm_hier_group_t *g = h->g;
     const char *what = dpt__comm_call_name(call);
     int T = g->T, t = p->rank, rc;
-    if ((rc = begin(h, call, (int)op, -1, count, buf, buf)) < 0)
+    if ((rc = pass_b1(h, call)) < 0)
         return rc;
     float *lead = dpt__tpart_peer(p, 0)->dst;
     size_t off = dpt_comm_block_offset(count, T, t), len = dpt_comm_block_size(count, T, t);
@@ -144,13 +158,17 @@ static int hier_allreduce(hcomm_t *h, float *buf, size_t count, dpt_reduce_op_t 
 
 static int h_allreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t op)
 {
-    return hier_allreduce((hcomm_t *)c, buf, count, op, DPT__CALL_ALLREDUCE);
+    hcomm_t *h = (hcomm_t *)c;
+    int rc = publish(h, DPT__CALL_ALLREDUCE, (int)op, -1, count, buf, buf);
+    return rc < 0 ? rc : hier_allreduce(h, buf, count, op, DPT__CALL_ALLREDUCE);
 }
 
+/* The start publishes and arrives at B1; the rest (and all MPI) runs in the
+ * wait, so the threads of a process overlap their arrival skew with work. */
 static int h_iallreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t op)
 {
     hcomm_t *h = (hcomm_t *)c;
-    int rc = dpt__tpart_check(&h->part, "iallreduce");
+    int rc = publish(h, DPT__CALL_IALLREDUCE, (int)op, -1, count, buf, buf);
     if (rc < 0)
         return rc;
     h->pbuf = buf;
@@ -226,7 +244,8 @@ static int h_reduce_scatter(dpt_comm_t *c, const float *send, size_t count, floa
         float *s = aligned_alloc(64, (count * sizeof(float) + 63) / 64 * 64);
         if (s == NULL)
             return dpt__tpart_fail(p, DPT_ENOMEM,
-                                   "reduce_scatter: out of memory for %zu floats of scratch", count);
+                                   "reduce_scatter: out of memory for %zu floats of scratch",
+                                   count);
         memset(s, 0, count * sizeof(float));
         free(g->scratch);
         g->scratch = s;

@@ -48,7 +48,8 @@ void dpt_comm_mpi_options_init(dpt_comm_mpi_options_t *opt)
 
 #if !DPT_HAVE_MPI
 
-#define NO_MPI_MSG "this build has no MPI (install libopenmpi-dev and openmpi-bin, then reconfigure)"
+#define NO_MPI_MSG                                                                  \
+    "this build has no MPI (install libopenmpi-dev and openmpi-bin, then reconfigure)"
 
 int dpt_comm_mpi_init(int *argc, char ***argv, dpt_comm_mpi_thread_t required)
 {
