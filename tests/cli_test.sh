@@ -142,10 +142,10 @@ fi
 if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     # Open MPI's own leaks are not dpt's (sanitizer builds); local transports only.
-    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" OMPI_MCA_btl=self,vader
+    mpienv="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 OMPI_MCA_btl=self,vader"
     for layout in "1 mpi" "2 hier"; do
         set -- $layout
-        out=$(mpirun --oversubscribe -np 2 "$dpt" train dd.conf --set num_workers=$1 \
+        out=$(env $mpienv mpirun --oversubscribe -np 2 "$dpt" train dd.conf --set num_workers=$1 \
               --set output_dir=dd_$2 2>&1); rc=$?
         workers=$((2 * $1))
         if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q "$workers DD-PPO workers hold identical weights" &&
