@@ -84,7 +84,8 @@ void dpt_free_aligned(void *p);
 int dpt_mul_size(size_t a, size_t b, size_t *out);
 
 /* Vector helpers over float arrays (and so over whole arenas). Sums are
- * accumulated in double, in index order, so they are deterministic. */
+ * accumulated in double in a fixed order (eight interleaved partial sums,
+ * then combined pairwise), so they are deterministic. */
 void dpt_vec_zero(float *x, size_t n);
 void dpt_vec_copy(float *dst, const float *src, size_t n);
 void dpt_vec_scale(float *x, size_t n, float s);

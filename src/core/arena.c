@@ -193,20 +193,38 @@ void dpt_vec_axpy(float *y, const float *x, size_t n, float a)
         y[i] += a * x[i];
 }
 
+/* Eight interleaved double accumulators (element i goes to lane i % 8),
+ * combined pairwise in a fixed order: the result depends only on the data,
+ * and the loop vectorises without any reassociation by the compiler. */
+#define DPT__LANES 8
+
+static double dpt__combine(const double *a)
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 double dpt_vec_sumsq(const float *x, size_t n)
 {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * (double)x[i];
-    return s;
+    double acc[DPT__LANES] = {0};
+    size_t i = 0;
+    for (; i + DPT__LANES <= n; i += DPT__LANES)
+        for (int j = 0; j < DPT__LANES; j++)
+            acc[j] += (double)x[i + (size_t)j] * (double)x[i + (size_t)j];
+    for (int j = 0; i < n; i++, j++)
+        acc[j] += (double)x[i] * (double)x[i];
+    return dpt__combine(acc);
 }
 
 double dpt_vec_dot(const float *x, const float *y, size_t n)
 {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * (double)y[i];
-    return s;
+    double acc[DPT__LANES] = {0};
+    size_t i = 0;
+    for (; i + DPT__LANES <= n; i += DPT__LANES)
+        for (int j = 0; j < DPT__LANES; j++)
+            acc[j] += (double)x[i + (size_t)j] * (double)y[i + (size_t)j];
+    for (int j = 0; i < n; i++, j++)
+        acc[j] += (double)x[i] * (double)y[i];
+    return dpt__combine(acc);
 }
 
 size_t dpt_vec_first_nonfinite(const float *x, size_t n)

@@ -65,13 +65,21 @@ static void dpt__linear_backward(const dpt__layer_t *l, const float *params, flo
                  dx, l->in);
 }
 
+/* ReLU works on bit patterns: a float compare-and-select does not vectorise
+ * in ISO C (the compare may trap), integer masks do. x > 0 as a float is
+ * "sign bit clear and not +0", which is the signed integer test bits > 0
+ * (this also passes +NaN through, which the input checks exclude). The
+ * backward mask uses y > 0, i.e. y's bits are non-zero (y is +0 or > 0). */
 static void dpt__relu_forward(const dpt__layer_t *l, const float *params, const float *x,
                               float *y, size_t batch)
 {
     (void)params;
     size_t n = batch * l->out;
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        union { float f; int32_t i; } u = {x[i]};
+        u.i &= -(int32_t)(u.i > 0);
+        y[i] = u.f;
+    }
 }
 
 static void dpt__relu_backward(const dpt__layer_t *l, const float *params, float *grads,
@@ -82,8 +90,11 @@ static void dpt__relu_backward(const dpt__layer_t *l, const float *params, float
     if (!dx)
         return;
     size_t n = batch * l->out;
-    for (size_t i = 0; i < n; i++)
-        dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        union { float f; int32_t i; } uy = {y[i]}, ud = {dy[i]};
+        ud.i &= -(int32_t)(uy.i != 0);
+        dx[i] += ud.f;
+    }
 }
 
 /*

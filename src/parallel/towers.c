@@ -94,7 +94,6 @@ struct dpt_towers {
     dpt__tower_t *towers;
     dpt__stack_info_t *stacks;
     dpt_arena_t params;           /* ps/async: shared parameters */
-    dpt_arena_t gsum;             /* ps: combined gradient */
     dpt_optim_t *opt;             /* ps/async: shared optimizer */
     double *slice_sumsq;          /* ps: per-device partial sums of squares */
     dpt__barrier_t barrier;
@@ -213,10 +212,11 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
         return w->rc;
     size_t lo, hi;
     dpt__slice(t->nparams, n, d, &lo, &hi);
-    float *gs = t->gsum.data;
+    /* Reduce in place into tower 0's gradient: device d owns slice d of it,
+     * and nothing reads the towers' gradients after this step. Fixed tower
+     * order: the result does not depend on thread timing. */
+    float *gs = t->towers[0].grads.data;
     float scale = t->cfg.reduce_sum ? 1.0f : 1.0f / (float)n;
-    /* Fixed tower order: the result does not depend on thread timing. */
-    memcpy(gs + lo, t->towers[0].grads.data + lo, (hi - lo) * sizeof(float));
     for (int i = 1; i < n; i++)
         dpt_vec_axpy(gs + lo, t->towers[i].grads.data + lo, hi - lo, 1.0f);
     if (scale != 1.0f)
@@ -364,7 +364,6 @@ void dpt_towers_destroy(dpt_towers_t *t)
     if (t->barrier_ready)
         dpt__barrier_destroy(&t->barrier);
     dpt_arena_deinit(&t->params);
-    dpt_arena_deinit(&t->gsum);
     dpt_optim_destroy(t->opt);
     free(t->slice_sumsq);
     free(t->towers);
@@ -437,8 +436,6 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
             (rc = dpt_optim_create(&t->opt, &cfg->optim, t->nparams)) != 0)
             goto fail;
     }
-    if (cfg->mode == DPT_TOWERS_PS && (rc = dpt_arena_init(&t->gsum, t->nparams)) != 0)
-        goto fail;
     if (cfg->mode == DPT_TOWERS_ASYNC) {
         t->nchunks = (t->nparams + DPT_ASYNC_CHUNK - 1) / DPT_ASYNC_CHUNK;
         t->chunk_locks = calloc(t->nchunks, sizeof *t->chunk_locks);
