@@ -145,7 +145,7 @@ out:
 static int bt_usage(FILE *f, int code)
 {
     fprintf(f, "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] "
-               "[--mode ps|replicated|async]... [--json]\n\n"
+               "[--mode ps|replicated|async]... [--gemm portable|cblas] [--json]\n\n"
                "Trains an MLP %d-%d-%d-%d (ReLU, softmax cross-entropy, SGD) on random data\n"
                "and reports samples/s for 1..N devices per mode (default: batch 256, N = 2,\n"
                "all modes, 5 s per configuration).\n",
@@ -169,6 +169,15 @@ int dpt_bench_towers(int argc, char **argv)
             a.max_devices = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(o, "--seconds")) {
             a.seconds = atof(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(o, "--gemm")) {
+            const char *b = argv[++i];
+            int rc = !strcmp(b, "cblas") ? dpt_gemm_set_backend(DPT_GEMM_CBLAS)
+                     : !strcmp(b, "portable") ? dpt_gemm_set_backend(DPT_GEMM_PORTABLE)
+                                              : dpt_error(DPT_EINVAL, "unknown GEMM backend \"%s\"", b);
+            if (rc) {
+                fprintf(stderr, "dpt bench towers: --gemm: %s\n", dpt_last_error());
+                return DPT_EXIT_USAGE;
+            }
         } else if (i + 1 < argc && !strcmp(o, "--mode")) {
             dpt_towers_mode_t m;
             if (dpt_towers_mode_parse(argv[++i], &m)) {
