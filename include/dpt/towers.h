@@ -87,7 +87,8 @@ typedef struct dpt_towers_config {
     double comm_timeout_s;            /* replicated: collective timeout; 0 = 300 */
 } dpt_towers_config_t;
 
-/* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam. */
+/* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam;
+ * check_every 50 in debug builds (NDEBUG undefined), 0 otherwise. */
 dpt_towers_config_t dpt_towers_defaults(void);
 
 /* What a load did. */

@@ -58,6 +58,9 @@ dpt_towers_config_t dpt_towers_defaults(void)
     c.num_stacks = 1;
     c.mode = DPT_TOWERS_PS;
     c.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
+#ifndef NDEBUG
+    c.check_every = 50; /* debug builds verify the replicas periodically */
+#endif
     return c;
 }
 
