@@ -21,7 +21,7 @@
 #define BT_IN 784
 #define BT_HIDDEN 512
 #define BT_OUT 10
-#define BT_REPS 5
+#define BT_REPS 7
 
 typedef struct bt_args {
     size_t batch;
@@ -43,103 +43,98 @@ static double bt_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Single-thread GFLOP/s of Y[rows, 512] = X[rows, 784] W^T, median. */
-static double bt_gemm_gflops(size_t rows)
+/* One timing of Y[rows, 512] = X[rows, 784] W^T on this thread: GFLOP/s
+ * over at least `secs` seconds. */
+static double bt_gemm_once(const float *x, const float *w, float *y, size_t rows, double secs)
 {
-    float *x = dpt_alloc_aligned(rows * BT_IN * sizeof(float));
-    float *w = dpt_alloc_aligned((size_t)BT_HIDDEN * BT_IN * sizeof(float));
-    float *y = dpt_alloc_aligned(rows * BT_HIDDEN * sizeof(float));
-    if (!x || !w || !y) {
-        dpt_free_aligned(x), dpt_free_aligned(w), dpt_free_aligned(y);
-        return 0.0;
-    }
-    dpt_rng_t r;
-    dpt_rng_init(&r, 1, 0, 0, DPT_RNG_TEST);
-    dpt_rng_fill_uniform(&r, x, rows * BT_IN, -1, 1);
-    dpt_rng_fill_uniform(&r, w, (size_t)BT_HIDDEN * BT_IN, -1, 1);
-    double flop = 2.0 * (double)rows * BT_IN * BT_HIDDEN, rates[BT_REPS];
-    for (int rep = 0; rep < BT_REPS; rep++) {
-        int iters = 0;
-        double t0 = dpt_now(), dt;
-        do {
-            dpt_gemm(0, 1, rows, BT_HIDDEN, BT_IN, 1.0f, x, BT_IN, w, BT_IN, 0.0f, y, BT_HIDDEN);
-            iters++;
-            dt = dpt_now() - t0;
-        } while (dt < 0.2);
-        rates[rep] = flop * iters / dt * 1e-9;
-    }
-    dpt_free_aligned(x), dpt_free_aligned(w), dpt_free_aligned(y);
-    return bt_median(rates, BT_REPS);
+    double flop = 2.0 * (double)rows * BT_IN * BT_HIDDEN;
+    int iters = 0;
+    double t0 = dpt_now(), dt;
+    do {
+        dpt_gemm(0, 1, rows, BT_HIDDEN, BT_IN, 1.0f, x, BT_IN, w, BT_IN, 0.0f, y, BT_HIDDEN);
+        iters++;
+        dt = dpt_now() - t0;
+    } while (dt < secs);
+    return flop * iters / dt * 1e-9;
 }
 
-/* Samples/s of one configuration (median of BT_REPS runs), or < 0 on error. */
-static double bt_run(const bt_args_t *a, dpt_towers_mode_t mode, int devices, const float *x,
-                     const int32_t *y, size_t rows)
+/* One configuration: an engine with its data loaded, and its timings. */
+typedef struct bt_cfg {
+    dpt_towers_mode_t mode;
+    int devices;
+    dpt_mlp_t *mlp;
+    dpt_towers_t *t;
+    dpt_towers_load_info_t li;
+    size_t step;
+    double rates[BT_REPS], gemm[BT_REPS];
+} bt_cfg_t;
+
+static void bt_cfg_free(bt_cfg_t *c)
+{
+    dpt_towers_destroy(c->t);
+    dpt_mlp_destroy(c->mlp);
+}
+
+static int bt_cfg_setup(bt_cfg_t *c, const bt_args_t *a, const float *x, const int32_t *y,
+                        size_t rows)
 {
     const dpt_layer_spec_t layers[] = {{DPT_LAYER_LINEAR, BT_HIDDEN, DPT_INIT_DEFAULT, 0},
                                        {DPT_LAYER_RELU, 0, 0, 0},
                                        {DPT_LAYER_LINEAR, BT_HIDDEN, DPT_INIT_DEFAULT, 0},
                                        {DPT_LAYER_RELU, 0, 0, 0},
                                        {DPT_LAYER_LINEAR, BT_OUT, DPT_INIT_DEFAULT, 0}};
-    size_t pdb = a->batch / (size_t)devices;
-    dpt_mlp_t *mlp = NULL;
-    dpt_towers_t *t = NULL;
-    float *w = NULL;
-    double result = -1.0;
-    if (dpt_mlp_create(&mlp, BT_IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, pdb))
-        goto out;
-    dpt_model_t model = dpt_mlp_model(mlp);
-    dpt_towers_config_t c = dpt_towers_defaults();
-    c.mode = mode;
-    c.num_devices = devices;
-    c.max_per_device_batch_size = pdb;
-    c.max_load_rows = rows;
-    c.optim = dpt_optim_defaults(DPT_OPTIM_SGD);
+    size_t pdb = a->batch / (size_t)c->devices;
+    int rc = dpt_mlp_create(&c->mlp, BT_IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, pdb);
+    if (rc)
+        return rc;
+    dpt_model_t model = dpt_mlp_model(c->mlp);
+    dpt_towers_config_t tc = dpt_towers_defaults();
+    tc.mode = c->mode;
+    tc.num_devices = c->devices;
+    tc.max_per_device_batch_size = pdb;
+    tc.max_load_rows = rows;
+    tc.optim = dpt_optim_defaults(DPT_OPTIM_SGD);
     dpt_batch_t lay;
     dpt_batch_init(&lay, 0);
     dpt_batch_add(&lay, DPT_MLP_X, DPT_F32, BT_IN, 0, NULL);
     dpt_batch_add(&lay, DPT_MLP_LABEL, DPT_I32, 1, 0, NULL);
-    if (dpt_towers_create(&t, &model, &lay, &c))
-        goto out;
-    w = calloc(model.vars->total, sizeof *w);
+    if ((rc = dpt_towers_create(&c->t, &model, &lay, &tc)) != 0)
+        return rc;
+    float *w = calloc(model.vars->total, sizeof *w);
     if (!w)
-        goto out;
+        return dpt_error(DPT_ENOMEM, "bench: out of memory");
     dpt_rng_t r;
     dpt_rng_init(&r, 1, 0, 0, DPT_RNG_INIT);
-    dpt_mlp_init_params(mlp, w, &r);
+    dpt_mlp_init_params(c->mlp, w, &r);
     dpt_batch_t b;
     dpt_batch_init(&b, rows);
     dpt_batch_add(&b, DPT_MLP_X, DPT_F32, BT_IN, 0, (void *)(uintptr_t)x);
     dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, (void *)(uintptr_t)y);
-    dpt_towers_load_info_t li;
-    if (dpt_towers_set_weights(t, w, model.vars->total) || dpt_towers_load(t, 0, &b, &li))
-        goto out;
-    size_t step = 0;
-    for (int i = 0; i < 5; i++, step++) /* warm-up: first touches, caches */
-        if (dpt_towers_optimize(t, 0, (step % li.steps) * li.per_device_batch, 0.01f, NULL))
-            goto out;
-    double rates[BT_REPS];
-    for (int rep = 0; rep < BT_REPS; rep++) {
-        size_t n = 0;
-        double t0 = dpt_now(), dt;
-        do {
-            if (dpt_towers_optimize(t, 0, (step % li.steps) * li.per_device_batch, 0.01f, NULL))
-                goto out;
-            step++;
-            n++;
-            dt = dpt_now() - t0;
-        } while (dt < a->seconds / BT_REPS);
-        rates[rep] = (double)(n * li.minibatch) / dt;
-    }
-    result = bt_median(rates, BT_REPS);
-out:
-    if (result < 0)
-        fprintf(stderr, "dpt bench towers: %s with %d devices: %s\n", dpt_towers_mode_name(mode),
-                devices, dpt_last_error());
+    rc = dpt_towers_set_weights(c->t, w, model.vars->total);
     free(w);
-    dpt_towers_destroy(t);
-    dpt_mlp_destroy(mlp);
-    return result;
+    if (!rc)
+        rc = dpt_towers_load(c->t, 0, &b, &c->li);
+    for (int i = 0; !rc && i < 5; i++) /* warm-up: first touches, caches */
+        rc = dpt_towers_optimize(c->t, 0, (c->step++ % c->li.steps) * c->li.per_device_batch,
+                                 0.01f, NULL);
+    return rc;
+}
+
+/* Samples/s over about `secs` seconds. */
+static int bt_cfg_time(bt_cfg_t *c, double secs, double *rate)
+{
+    size_t n = 0;
+    double t0 = dpt_now(), dt;
+    do {
+        int rc = dpt_towers_optimize(c->t, 0, (c->step++ % c->li.steps) * c->li.per_device_batch,
+                                     0.01f, NULL);
+        if (rc)
+            return rc;
+        n++;
+        dt = dpt_now() - t0;
+    } while (dt < secs);
+    *rate = (double)(n * c->li.minibatch) / dt;
+    return DPT_OK;
 }
 
 static int bt_usage(FILE *f, int code)
@@ -226,36 +221,71 @@ int dpt_bench_towers(int argc, char **argv)
         printf("\n%-11s %7s %6s %12s %8s %9s %10s\n", "mode", "devices", "batch", "samples/s",
                "scaling", "gemm_gf", "flop_frac");
     }
+    /* Every configuration is set up first, then timed in turns: each round
+     * measures the GEMM speed and every configuration once, so a slow moment
+     * of this shared machine hits all of them, and the medians are compared. */
     int rc = DPT_EXIT_OK;
-    for (int m = 0; m < DPT_TOWERS_MODE_COUNT; m++) {
-        if (!a.modes[m])
-            continue;
-        double one = 0.0;
-        for (int d = 1; d <= a.max_devices; d++) {
+    bt_cfg_t cfgs[DPT_TOWERS_MODE_COUNT * 64];
+    int ncfg = 0;
+    memset(cfgs, 0, sizeof cfgs);
+    for (int m = 0; m < DPT_TOWERS_MODE_COUNT; m++)
+        for (int d = 1; a.modes[m] && d <= a.max_devices; d++) {
             if (a.batch % (size_t)d)
                 continue;
-            double gf = bt_gemm_gflops(a.batch / (size_t)d);
-            double sps = bt_run(&a, (dpt_towers_mode_t)m, d, x, y, rows);
-            if (sps < 0) {
+            bt_cfg_t *c = &cfgs[ncfg++];
+            c->mode = (dpt_towers_mode_t)m;
+            c->devices = d;
+            if (bt_cfg_setup(c, &a, x, y, rows) != 0) {
+                fprintf(stderr, "dpt bench towers: %s with %d devices: %s\n",
+                        dpt_towers_mode_name(c->mode), d, dpt_last_error());
                 rc = DPT_EXIT_FAIL;
-                continue;
+                goto out;
             }
-            if (d == 1)
-                one = sps;
-            double frac = gf > 0 ? sps * flop_per_sample / (d * gf * 1e9) : 0.0;
-            double scaling = one > 0 ? sps / one : 0.0;
-            if (a.json)
-                printf("{\"mode\":\"%s\",\"devices\":%d,\"batch\":%zu,\"samples_per_s\":%.1f,"
-                       "\"scaling\":%.3f,\"gemm_gflops_per_core\":%.2f,\"flop_fraction\":%.4f}\n",
-                       dpt_towers_mode_name((dpt_towers_mode_t)m), d, a.batch, sps, scaling, gf,
-                       frac);
-            else
-                printf("%-11s %7d %6zu %12.0f %8.2f %9.1f %10.3f\n",
-                       dpt_towers_mode_name((dpt_towers_mode_t)m), d, a.batch, sps, scaling, gf,
-                       frac);
-            fflush(stdout);
         }
+    float *gx = dpt_alloc_aligned(a.batch * BT_IN * sizeof(float));
+    float *gw = dpt_alloc_aligned((size_t)BT_HIDDEN * BT_IN * sizeof(float));
+    float *gy = dpt_alloc_aligned(a.batch * BT_HIDDEN * sizeof(float));
+    if (!gx || !gw || !gy) {
+        rc = DPT_EXIT_FAIL;
+        goto out_gemm;
     }
+    dpt_rng_fill_uniform(&r, gx, a.batch * BT_IN, -1, 1);
+    dpt_rng_fill_uniform(&r, gw, (size_t)BT_HIDDEN * BT_IN, -1, 1);
+    double slice = a.seconds / BT_REPS;
+    for (int rep = 0; rep < BT_REPS; rep++)
+        for (int k = 0; k < ncfg; k++) {
+            bt_cfg_t *c = &cfgs[k];
+            c->gemm[rep] = bt_gemm_once(gx, gw, gy, a.batch / (size_t)c->devices, 0.05);
+            if (bt_cfg_time(c, slice, &c->rates[rep]) != 0) {
+                fprintf(stderr, "dpt bench towers: %s\n", dpt_last_error());
+                rc = DPT_EXIT_FAIL;
+                goto out_gemm;
+            }
+        }
+    double one = 0.0;
+    for (int k = 0; k < ncfg; k++) {
+        bt_cfg_t *c = &cfgs[k];
+        double sps = bt_median(c->rates, BT_REPS), gf = bt_median(c->gemm, BT_REPS);
+        if (c->devices == 1)
+            one = sps;
+        double frac = gf > 0 ? sps * flop_per_sample / (c->devices * gf * 1e9) : 0.0;
+        double scaling = one > 0 ? sps / one : 0.0;
+        const char *mode = dpt_towers_mode_name(c->mode);
+        if (a.json)
+            printf("{\"mode\":\"%s\",\"devices\":%d,\"batch\":%zu,\"samples_per_s\":%.1f,"
+                   "\"scaling\":%.3f,\"gemm_gflops_per_core\":%.2f,\"flop_fraction\":%.4f}\n",
+                   mode, c->devices, a.batch, sps, scaling, gf, frac);
+        else
+            printf("%-11s %7d %6zu %12.0f %8.2f %9.1f %10.3f\n", mode, c->devices, a.batch, sps,
+                   scaling, gf, frac);
+    }
+out_gemm:
+    dpt_free_aligned(gx);
+    dpt_free_aligned(gw);
+    dpt_free_aligned(gy);
+out:
+    for (int k = 0; k < ncfg; k++)
+        bt_cfg_free(&cfgs[k]);
     free(x);
     free(y);
     return rc;
