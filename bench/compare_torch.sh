@@ -22,7 +22,7 @@ med() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR
 echo "# MLP 784-512-512-10, batch 256, 2 threads / 2 devices (ps), samples/s"
 echo "# torch: env $fair OPENBLAS_NUM_THREADS=2 $py torch_mlp.py --model mlp --threads 2 --batch 256 --seconds 4"
 echo "# dpt:   $dpt bench towers --mode ps --devices 2 --seconds 4 --json"
-: > /tmp/cmp_t.$$; : > /tmp/cmp_d.$$
+tt=$(mktemp) && td=$(mktemp) || exit 1
 i=0
 while [ $i -lt "$reps" ]; do
     t=$(env $fair OPENBLAS_NUM_THREADS=2 "$py" "$peers/torch_mlp.py" --model mlp --threads 2 \
@@ -30,12 +30,12 @@ while [ $i -lt "$reps" ]; do
     d=$("$dpt" bench towers --mode ps --devices 2 --seconds 4 --json |
         sed -n 's/.*"devices":2,.*"samples_per_s":\([0-9.]*\).*/\1/p')
     echo "run $i: torch $t  dpt $d"
-    echo "$t" >> /tmp/cmp_t.$$; echo "$d" >> /tmp/cmp_d.$$
+    echo "$t" >> "$tt"; echo "$d" >> "$td"
     i=$((i + 1))
 done
-mt=$(med < /tmp/cmp_t.$$); md=$(med < /tmp/cmp_d.$$)
+mt=$(med < "$tt"); md=$(med < "$td")
 echo "median: torch $mt samples/s, dpt $md samples/s, dpt/torch $(awk -v a="$md" -v b="$mt" 'BEGIN {printf "%.2f", a / b}')"
-rm -f /tmp/cmp_t.$$ /tmp/cmp_d.$$
+rm -f "$tt" "$td"
 
 echo
 echo "# PPO, CleanRL's CartPole settings, 500k steps, seed 1: wall seconds"
