@@ -168,8 +168,10 @@ void dpt_config_defaults(dpt_config_t *c)
 {
     memset(c, 0, sizeof *c);
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        int rc = dpt__assign(c, k, dpt__keys[k].def, "default");
-        (void)rc; /* the table's defaults are valid (checked by the config test) */
+        /* A default that does not parse is a bug in the key table itself:
+         * a broken invariant, not an input error. */
+        if (dpt__assign(c, k, dpt__keys[k].def, "default") != 0)
+            abort();
         c->v[k].set = 0;
     }
 }
