@@ -198,21 +198,6 @@ static int dpt__ddppo_should_stop(void *ctx)
     return (double)done > w->cfg.sync_frac * (double)w->shared->workers;
 }
 
-/* Gathers rows idx[0..n) of the rollout into the minibatch buffers. */
-static void dpt__ddppo_gather(dpt_ddppo_t *w, const size_t *idx, size_t n)
-{
-    size_t od = w->cls->obs_dim, aw = w->ro.act_w;
-    for (size_t i = 0; i < n; i++) {
-        size_t s = idx[i];
-        memcpy(w->mb_obs + i * od, w->ro.obs + s * od, od * sizeof(float));
-        memcpy((char *)w->mb_act + i * aw * 4, (const char *)w->ro.actions + s * aw * 4, aw * 4);
-        w->mb_logp[i] = w->ro.logp[s];
-        w->mb_adv[i] = w->ro.adv[s];
-        w->mb_ret[i] = w->ro.returns[s];
-        w->mb_val[i] = w->ro.values[s];
-    }
-}
-
 int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
 {
     const dpt_rl_config_t *c = &w->cfg;
@@ -253,7 +238,8 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     for (int e = 0; e < c->num_sgd_iter; e++) {
         dpt_rng_shuffle(&w->shuffle_rng, w->perm, rows);
         for (size_t j = 0; j < nmb; j++) {
-            dpt__ddppo_gather(w, w->perm + j * mbs, mbs);
+            dpt__rollout_gather(&w->ro, w->perm + j * mbs, mbs, w->mb_obs, w->mb_act,
+                                w->mb_logp, w->mb_adv, w->mb_ret, w->mb_val);
             dpt_loss_out_t out;
             float *g = w->grads.data;
             dpt_vec_zero(g, w->grads.count);

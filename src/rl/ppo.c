@@ -193,7 +193,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
                                    c->reward_scale, c->rollout_fragment_length, NULL, NULL)) != 0)
         return rc;
     double t1 = dpt_now();
-    size_t rows = p->rows, od = p->cls->obs_dim, aw = p->ro.act_w;
+    size_t rows = p->rows;
     res->vf_explained_var = dpt_explained_variance(p->ro.values, p->ro.returns, rows);
     if (c->normalize_advantages)
         dpt_normalize(p->ro.adv, rows);
@@ -201,15 +201,8 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     for (size_t i = 0; i < rows; i++)
         p->perm[i] = i;
     dpt_rng_shuffle(&p->shuffle_rng, p->perm, rows);
-    for (size_t i = 0; i < rows; i++) {
-        size_t s = p->perm[i];
-        memcpy(p->obs + i * od, p->ro.obs + s * od, od * sizeof(float));
-        memcpy((char *)p->act + i * aw * 4, (const char *)p->ro.actions + s * aw * 4, aw * 4);
-        p->logp[i] = p->ro.logp[s];
-        p->adv[i] = p->ro.adv[s];
-        p->ret[i] = p->ro.returns[s];
-        p->val[i] = p->ro.values[s];
-    }
+    dpt__rollout_gather(&p->ro, p->perm, rows, p->obs, p->act, p->logp, p->adv, p->ret,
+                        p->val);
     dpt_batch_t b;
     dpt_towers_load_info_t li;
     if ((rc = dpt_ppo_batch(&b, p->cls, rows, p->obs, p->act, p->logp, p->adv, p->ret,

@@ -136,6 +136,21 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
     return DPT_OK;
 }
 
+void dpt__rollout_gather(const dpt__rollout_t *r, const size_t *idx, size_t n, float *obs,
+                         void *actions, float *logp, float *adv, float *returns, float *values)
+{
+    size_t od = r->obs_dim, ab = r->act_w * 4; /* int32 and float are both 4 bytes */
+    for (size_t i = 0; i < n; i++) {
+        size_t s = idx[i];
+        memcpy(obs + i * od, r->obs + s * od, od * sizeof(float));
+        memcpy((char *)actions + i * ab, (const char *)r->actions + s * ab, ab);
+        logp[i] = r->logp[s];
+        adv[i] = r->adv[s];
+        returns[i] = r->returns[s];
+        values[i] = r->values[s];
+    }
+}
+
 void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
                                 double *len_mean, double *mean20, size_t *count)
 {

@@ -49,6 +49,12 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
                          double gamma, double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx);
 
+/* Copies rollout rows idx[0..n) into PPO batch buffers (each with room for
+ * n rows): observations, actions, behaviour log-probs, advantages, returns
+ * and value predictions. */
+void dpt__rollout_gather(const dpt__rollout_t *r, const size_t *idx, size_t n, float *obs,
+                         void *actions, float *logp, float *adv, float *returns, float *values);
+
 /* Means over the episode window: all (<= 100) and the last 20. */
 void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
                                 double *len_mean, double *mean20, size_t *count);
