@@ -7,6 +7,8 @@
 #include "dpt/rng.h"
 #include "dpt/stats.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 
 static void test_status_strings(void)
@@ -234,6 +236,20 @@ static void test_arena(void)
     CHECK(!dpt_vec_all_finite(a.data, a.count));
     dpt_vec_zero(a.data, a.count);
     CHECK(dpt_vec_all_finite(a.data, a.count));
+    /* The extremes of the finite range pass; each non-finite kind fails, in
+     * the vector body and in the tail of an odd length. */
+    a.data[1] = FLT_MAX, a.data[2] = -FLT_MAX, a.data[3] = FLT_MIN / 4.0f, a.data[4] = -0.0f;
+    CHECK(dpt_vec_all_finite(a.data, 13));
+    const float bad[] = {INFINITY, -INFINITY, NAN, -NAN};
+    for (int k = 0; k < 4; k++)
+        for (size_t at = 0; at < 13; at += 6) {
+            float keep = a.data[at];
+            a.data[at] = bad[k];
+            CHECK(!dpt_vec_all_finite(a.data, 13));
+            CHECK(dpt_vec_first_nonfinite(a.data, 13) == at);
+            a.data[at] = keep;
+        }
+    CHECK(dpt_vec_all_finite(a.data, 13));
     dpt_arena_deinit(&a);
     dpt_arena_deinit(&a);
 

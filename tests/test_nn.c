@@ -119,6 +119,35 @@ static void check_stack(const dpt_layer_spec_t *layers, size_t nlayers, size_t i
     REQUIRE_OK(dpt_seq_forward(seq, p.data, x, batch, &y));
     REQUIRE_OK(dpt_seq_backward(seq, p.data, g.data, r, NULL));
     CHECK_CLOSE(g.data[t.vars[0].offset], 2.0f * g0, 1e-5);
+
+    /* Stored gradients (dpt_seq_backward_ex with store_grads): the same bits
+     * as accumulating into zeros, whatever the arena held before; padding
+     * is not written; the input gradient still accumulates. */
+    dpt_arena_t g2;
+    REQUIRE_OK(dpt_arena_init(&g2, t.total));
+    for (size_t i = 0; i < t.total; i++)
+        g2.data[i] = 1e30f;
+    float *dx2 = malloc(batch * in * sizeof *dx2);
+    REQUIRE(dx2);
+    for (size_t i = 0; i < batch * in; i++)
+        dx2[i] = 0.5f;
+    dpt_vec_zero(g.data, t.total);
+    dpt_vec_zero(dx, batch * in);
+    REQUIRE_OK(dpt_seq_forward(seq, p.data, x, batch, &y));
+    REQUIRE_OK(dpt_seq_backward(seq, p.data, g.data, r, dx));
+    REQUIRE_OK(dpt_seq_forward(seq, p.data, x, batch, &y));
+    REQUIRE_OK(dpt_seq_backward_ex(seq, p.data, g2.data, r, dx2, 1));
+    size_t same = 0, count = 0;
+    for (size_t v = 0; v < t.nvars; v++)
+        for (size_t i = 0; i < t.vars[v].count; i++, count++)
+            same += g2.data[t.vars[v].offset + i] == g.data[t.vars[v].offset + i];
+    CHECK(same == count);
+    if (t.nvars > 0 && t.vars[0].offset + t.vars[0].count < t.vars[1 % t.nvars].offset)
+        CHECK(g2.data[t.vars[0].offset + t.vars[0].count] == 1e30f); /* padding untouched */
+    for (size_t i = 0; i < batch * in; i++)
+        CHECK_CLOSE(dx2[i], dx[i] + 0.5f, 1e-6);
+    free(dx2);
+    dpt_arena_deinit(&g2);
     free(x), free(dx), free(r), free(num);
     dpt_arena_deinit(&p);
     dpt_arena_deinit(&g);

@@ -118,6 +118,11 @@ int dpt_seq_forward(dpt_seq_t *seq, const float *params, const float *x, size_t 
  * Errors: DPT_ESTATE when no forward preceded it. */
 int dpt_seq_backward(dpt_seq_t *seq, const float *params, float *grads, const float *dy,
                      float *dx);
+/* The same, but with store_grads != 0 the parameter gradients of this stack
+ * are STORED into `grads` (every element of the stack's variables is
+ * written) instead of added: the caller need not zero them first. */
+int dpt_seq_backward_ex(dpt_seq_t *seq, const float *params, float *grads, const float *dy,
+                        float *dx, int store_grads);
 
 /* ------------------------------------------------------------------------ */
 /* Losses. Each returns the mean loss over the batch in *loss (double) and,
@@ -209,7 +214,13 @@ typedef struct dpt_loss_out {
  *     release(copy) frees it. Without replicate, loss_grad must be safe to
  *     call from several threads at once with the same ctx.
  * max_batch (0 = unlimited) is the most rows one loss_grad call accepts.
+ * flags: DPT_MODEL_STORES_GRADS says that loss_grad STORES its gradient into
+ *   every element of `grads` instead of adding to it, so that the engines
+ *   need not zero the gradient before each call (the built-in MLP does this).
+ *   0 (the default of a zero-initialised struct) keeps the accumulating
+ *   contract above.
  */
+#define DPT_MODEL_STORES_GRADS 1u
 typedef struct dpt_model {
     const dpt_vartable_t *vars;  /* parameter layout (borrowed) */
     void *ctx;                   /* user data (borrowed) */
@@ -218,6 +229,7 @@ typedef struct dpt_model {
                      dpt_loss_out_t *out);
     int (*replicate)(void *ctx, void **copy);
     void (*release)(void *copy);
+    unsigned flags;              /* DPT_MODEL_STORES_GRADS or 0 */
 } dpt_model_t;
 
 /* Loss heads of the built-in MLP: symbol, config name. */
@@ -264,7 +276,9 @@ int dpt_mlp_evaluate(dpt_mlp_t *mlp, const float *params, const dpt_batch_t *bat
 /* Forward only for up to max_batch rows; *y is [rows, O], owned by the MLP. */
 int dpt_mlp_predict(dpt_mlp_t *mlp, const float *params, const float *x, size_t rows,
                     const float **y);
-/* The MLP as a dpt_model_t (replicate creates a second MLP of the same shape). */
+/* The MLP as a dpt_model_t (replicate creates a second MLP of the same
+ * shape). Its loss_grad is dpt_mlp_loss_grad except that it STORES the
+ * gradient (flags = DPT_MODEL_STORES_GRADS). */
 dpt_model_t dpt_mlp_model(dpt_mlp_t *mlp);
 
 #ifdef __cplusplus

@@ -126,8 +126,8 @@ static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt__mlp_cols
     return DPT_OK;
 }
 
-int dpt_mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt_batch_t *b,
-                      dpt_loss_out_t *out)
+static int dpt__mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads,
+                              const dpt_batch_t *b, dpt_loss_out_t *out, int store)
 {
     dpt__mlp_cols_t c;
     int rc = dpt__mlp_columns(m, b, &c);
@@ -140,7 +140,7 @@ int dpt_mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt
     rc = dpt__mlp_chunk(m, params, &c, 0, b->rows, 1, &loss_sum, &hits);
     if (rc)
         return rc;
-    rc = dpt_seq_backward(m->seq, params, grads, m->dy, NULL);
+    rc = dpt_seq_backward_ex(m->seq, params, grads, m->dy, NULL, store);
     if (rc)
         return rc;
     if (out) {
@@ -149,6 +149,12 @@ int dpt_mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt
         out->rows = b->rows;
     }
     return DPT_OK;
+}
+
+int dpt_mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt_batch_t *b,
+                      dpt_loss_out_t *out)
+{
+    return dpt__mlp_loss_grad(m, params, grads, b, out, 0);
 }
 
 int dpt_mlp_evaluate(dpt_mlp_t *m, const float *params, const dpt_batch_t *b,
@@ -179,7 +185,7 @@ int dpt_mlp_predict(dpt_mlp_t *m, const float *params, const float *x, size_t ro
 static int dpt__mlp_model_loss_grad(void *ctx, const float *params, float *grads,
                                     const dpt_batch_t *batch, dpt_loss_out_t *out)
 {
-    return dpt_mlp_loss_grad(ctx, params, grads, batch, out);
+    return dpt__mlp_loss_grad(ctx, params, grads, batch, out, 1); /* DPT_MODEL_STORES_GRADS */
 }
 
 static int dpt__mlp_model_replicate(void *ctx, void **copy)
@@ -205,6 +211,7 @@ dpt_model_t dpt_mlp_model(dpt_mlp_t *m)
         .loss_grad = dpt__mlp_model_loss_grad,
         .replicate = dpt__mlp_model_replicate,
         .release = dpt__mlp_model_release,
+        .flags = DPT_MODEL_STORES_GRADS,
     };
     return model;
 }

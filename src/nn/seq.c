@@ -23,15 +23,21 @@ typedef struct dpt__layer {
     size_t b_off;     /* linear: offset of b [out] */
 } dpt__layer_t;
 
+/* Backward modes: what a layer stores rather than adds to. */
+#define DPT__STORE_GRADS 1u
+#define DPT__STORE_DX 2u
+
 typedef struct dpt__layer_ops {
     const char *name;
     int has_params;
     /* y [B, out] = f(x [B, in]) */
     void (*forward)(const dpt__layer_t *l, const float *params, const float *x, float *y,
                     size_t batch);
-    /* grads += dL/dparams; dx [B, in] += dL/dx (dx may be NULL) */
+    /* grads += dL/dparams and dx [B, in] += dL/dx (dx may be NULL); with
+     * DPT__STORE_GRADS in `mode` the parameter gradients are stored instead
+     * of added, with DPT__STORE_DX the input gradient is. */
     void (*backward)(const dpt__layer_t *l, const float *params, float *grads, const float *x,
-                     const float *y, const float *dy, float *dx, size_t batch);
+                     const float *y, const float *dy, float *dx, size_t batch, unsigned mode);
 } dpt__layer_ops_t;
 
 /* linear: y = x W^T + b
@@ -50,19 +56,28 @@ static void dpt__linear_forward(const dpt__layer_t *l, const float *params, cons
 
 static void dpt__linear_backward(const dpt__layer_t *l, const float *params, float *grads,
                                  const float *x, const float *y, const float *dy, float *dx,
-                                 size_t batch)
+                                 size_t batch, unsigned mode)
 {
     (void)y;
     float *dw = grads + l->w_off, *db = grads + l->b_off;
-    dpt_gemm(1, 0, l->out, l->in, batch, 1.0f, dy, l->out, x, l->in, 1.0f, dw, l->in);
-    for (size_t r = 0; r < batch; r++) {
+    int store = (mode & DPT__STORE_GRADS) != 0;
+    /* Stored gradients skip reading C in the product (beta = 0) and start
+     * the bias sums from the first row (the same sums as from zero). */
+    dpt_gemm(1, 0, l->out, l->in, batch, 1.0f, dy, l->out, x, l->in, store ? 0.0f : 1.0f, dw,
+             l->in);
+    size_t r = 0;
+    if (store) {
+        memcpy(db, dy, l->out * sizeof *db);
+        r = 1;
+    }
+    for (; r < batch; r++) {
         const float *row = dy + r * l->out;
         for (size_t o = 0; o < l->out; o++)
             db[o] += row[o];
     }
     if (dx)
-        dpt_gemm(0, 0, batch, l->in, l->out, 1.0f, dy, l->out, params + l->w_off, l->in, 1.0f,
-                 dx, l->in);
+        dpt_gemm(0, 0, batch, l->in, l->out, 1.0f, dy, l->out, params + l->w_off, l->in,
+                 (mode & DPT__STORE_DX) ? 0.0f : 1.0f, dx, l->in);
 }
 
 /* ReLU works on bit patterns: a float compare-and-select does not vectorise
@@ -84,12 +99,20 @@ static void dpt__relu_forward(const dpt__layer_t *l, const float *params, const 
 
 static void dpt__relu_backward(const dpt__layer_t *l, const float *params, float *grads,
                                const float *x, const float *y, const float *dy, float *dx,
-                               size_t batch)
+                               size_t batch, unsigned mode)
 {
     (void)params, (void)grads, (void)x;
     if (!dx)
         return;
     size_t n = batch * l->out;
+    if (mode & DPT__STORE_DX) {
+        for (size_t i = 0; i < n; i++) {
+            union { float f; int32_t i; } uy = {y[i]}, ud = {dy[i]};
+            ud.i &= -(int32_t)(uy.i != 0);
+            dx[i] = ud.f;
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         union { float f; int32_t i; } uy = {y[i]}, ud = {dy[i]};
         ud.i &= -(int32_t)(uy.i != 0);
@@ -149,12 +172,17 @@ static void dpt__tanh_forward(const dpt__layer_t *l, const float *params, const 
 
 static void dpt__tanh_backward(const dpt__layer_t *l, const float *params, float *grads,
                                const float *x, const float *y, const float *dy, float *dx,
-                               size_t batch)
+                               size_t batch, unsigned mode)
 {
     (void)params, (void)grads, (void)x;
     if (!dx)
         return;
     size_t n = batch * l->out;
+    if (mode & DPT__STORE_DX) {
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         dx[i] += dy[i] * (1.0f - y[i] * y[i]);
 }
@@ -440,25 +468,30 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
     return DPT_OK;
 }
 
-int dpt_seq_backward(dpt_seq_t *s, const float *params, float *grads, const float *dy,
-                     float *dx)
+int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const float *dy,
+                        float *dx, int store_grads)
 {
     if (s->batch == 0)
         return dpt_error(DPT_ESTATE, "sequential model: backward without a forward pass");
     size_t batch = s->batch;
     const float *g = dy;
+    unsigned gmode = store_grads ? DPT__STORE_GRADS : 0u;
     for (size_t i = s->nlayers; i-- > 0;) {
         const dpt__layer_t *l = &s->layers[i];
         const float *lx = i ? s->act[i - 1] : s->x;
-        float *ldx;
-        if (i == 0) {
-            ldx = dx; /* the caller's (accumulating) input gradient, or NULL */
-        } else {
-            ldx = s->dbuf[i & 1];
-            dpt_vec_zero(ldx, batch * l->in);
-        }
-        dpt__layer_ops[l->spec.kind].backward(l, params, grads, lx, s->act[i], g, ldx, batch);
+        /* The caller's input gradient (or NULL) accumulates; the stack's own
+         * buffers between layers are overwritten, so they need no zeroing. */
+        float *ldx = i ? s->dbuf[i & 1] : dx;
+        unsigned mode = gmode | (i ? DPT__STORE_DX : 0u);
+        dpt__layer_ops[l->spec.kind].backward(l, params, grads, lx, s->act[i], g, ldx, batch,
+                                              mode);
         g = ldx;
     }
     return DPT_OK;
+}
+
+int dpt_seq_backward(dpt_seq_t *s, const float *params, float *grads, const float *dy,
+                     float *dx)
+{
+    return dpt_seq_backward_ex(s, params, grads, dy, dx, 0);
 }

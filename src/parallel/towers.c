@@ -169,7 +169,8 @@ static int dpt__tower_compute(dpt_towers_t *t, dpt__tower_t *w, const float *par
     const dpt__stack_info_t *si = &t->stacks[t->job_stack];
     dpt_batch_t view;
     dpt__tower_view(t, w, t->job_stack, t->job_offset, si->per_device_batch, &view);
-    dpt_vec_zero(w->grads.data, t->nparams);
+    if (!(t->model.flags & DPT_MODEL_STORES_GRADS))
+        dpt_vec_zero(w->grads.data, t->nparams);
     memset(&w->out, 0, sizeof w->out);
     int rc = t->model.loss_grad(w->ctx, params, w->grads.data, &view, &w->out);
     if (rc)
@@ -202,29 +203,65 @@ static int dpt__job_load(dpt_towers_t *t, dpt__tower_t *w)
     return DPT_OK;
 }
 
+/* y[i] = (y[i] + x[i]) * scale (x NULL: y[i] * scale) for i < n, returning
+ * the sum of squares of the new y, accumulated like dpt_vec_sumsq (eight
+ * interleaved double lanes combined pairwise): one pass instead of three. */
+static double dpt__add_scale_sumsq(float *restrict y, const float *restrict x, size_t n,
+                                   float scale)
+{
+    double acc[8] = {0};
+    size_t i = 0;
+    if (x) {
+        for (; i + 8 <= n; i += 8)
+            for (size_t j = 0; j < 8; j++) {
+                float v = (y[i + j] + x[i + j]) * scale;
+                y[i + j] = v;
+                acc[j] += (double)v * (double)v;
+            }
+        for (size_t j = 0; i < n; i++, j++) {
+            float v = (y[i] + x[i]) * scale;
+            y[i] = v;
+            acc[j] += (double)v * (double)v;
+        }
+    } else {
+        for (; i + 8 <= n; i += 8)
+            for (size_t j = 0; j < 8; j++) {
+                float v = y[i + j] * scale;
+                y[i + j] = v;
+                acc[j] += (double)v * (double)v;
+            }
+        for (size_t j = 0; i < n; i++, j++) {
+            float v = y[i] * scale;
+            y[i] = v;
+            acc[j] += (double)v * (double)v;
+        }
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
 {
     int n = t->cfg.num_devices, d = w->index;
     w->rc = dpt__tower_compute(t, w, t->params.data);
     if (w->rc)
         atomic_store(&t->job_failed, 1);
+    /* One barrier suffices: the flag is reset by dpt_towers_optimize()
+     * before the next job, after every device has returned from this one. */
     dpt__barrier(t);
-    int failed = atomic_load(&t->job_failed);
-    dpt__barrier(t); /* everyone has read the flag before it can be reset */
-    if (failed)
+    if (atomic_load(&t->job_failed))
         return w->rc;
     size_t lo, hi;
     dpt__slice(t->nparams, n, d, &lo, &hi);
     /* Reduce in place into tower 0's gradient: device d owns slice d of it,
      * and nothing reads the towers' gradients after this step. Fixed tower
-     * order: the result does not depend on thread timing. */
+     * order ((g0 + g1) + g2) ..., then the scale, in one pass with the sum of
+     * squares: the result does not depend on thread timing. */
     float *gs = t->towers[0].grads.data;
     float scale = t->cfg.reduce_sum ? 1.0f : 1.0f / (float)n;
-    for (int i = 1; i < n; i++)
+    for (int i = 1; i + 1 < n; i++)
         dpt_vec_axpy(gs + lo, t->towers[i].grads.data + lo, hi - lo, 1.0f);
-    if (scale != 1.0f)
-        dpt_vec_scale(gs + lo, hi - lo, scale);
-    t->slice_sumsq[d] = dpt_vec_sumsq(gs + lo, hi - lo);
+    const float *last = n > 1 ? t->towers[n - 1].grads.data + lo : NULL;
+    t->slice_sumsq[d] = dpt__add_scale_sumsq(gs + lo, last, hi - lo, scale);
     dpt__barrier(t);
     double sq = 0.0;
     for (int i = 0; i < n; i++)
@@ -245,10 +282,8 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
     w->rc = dpt__tower_compute(t, w, w->params);
     if (w->rc)
         atomic_store(&t->job_failed, 1);
-    dpt__barrier(t);
-    int failed = atomic_load(&t->job_failed);
-    dpt__barrier(t);
-    if (failed)
+    dpt__barrier(t); /* one barrier: see dpt__job_step_ps() */
+    if (atomic_load(&t->job_failed))
         return w->rc;
     int rc = dpt_comm_allreduce(w->comm, w->grads.data, t->nparams,
                                 t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG);
