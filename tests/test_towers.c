@@ -49,6 +49,10 @@ static dpt_batch_t layout(void)
     return xy(0, NULL, NULL);
 }
 
+/* The comparisons with one device run twice: Adam with clipping (the
+ * two-pass ps step) and plain SGD without clipping (the fused one). */
+static int use_sgd;
+
 static dpt_towers_config_t config(dpt_towers_mode_t mode, int n, size_t m)
 {
     dpt_towers_config_t c = dpt_towers_defaults();
@@ -56,8 +60,8 @@ static dpt_towers_config_t config(dpt_towers_mode_t mode, int n, size_t m)
     c.num_devices = n;
     c.max_per_device_batch_size = m;
     c.max_load_rows = ROWS;
-    c.grad_clip = 0.5;
-    c.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
+    c.grad_clip = use_sgd ? 0.0 : 0.5;
+    c.optim = dpt_optim_defaults(use_sgd ? DPT_OPTIM_SGD : DPT_OPTIM_ADAM);
     return c;
 }
 
@@ -86,7 +90,7 @@ static int run_towers(dpt_towers_mode_t mode, int n, int passes, float *w, size_
     for (int p = 0; p < passes; p++)
         for (size_t off = 0; off < info.rows_per_device; off += info.per_device_batch) {
             dpt_towers_stats_t st;
-            if ((rc = dpt_towers_optimize(t, 0, off, 0.01f, &st)) != 0)
+            if ((rc = dpt_towers_optimize(t, 0, off, use_sgd ? 0.1f : 0.01f, &st)) != 0)
                 goto out;
         }
     rc = dpt_towers_check_replicas(t);
@@ -110,7 +114,7 @@ static void run_reference(int n, int passes, float *w, size_t count)
     dpt_mlp_init_params(mlp, w, &r);
     dpt_arena_t g;
     REQUIRE_OK(dpt_arena_init(&g, count));
-    dpt_optim_config_t oc = dpt_optim_defaults(DPT_OPTIM_ADAM);
+    dpt_optim_config_t oc = dpt_optim_defaults(use_sgd ? DPT_OPTIM_SGD : DPT_OPTIM_ADAM);
     dpt_optim_t *opt;
     REQUIRE_OK(dpt_optim_create(&opt, &oc, count));
     size_t rpd = ROWS / (size_t)n, pdb = MB / (size_t)n;
@@ -129,8 +133,9 @@ static void run_reference(int n, int passes, float *w, size_t count)
             dpt_loss_out_t out;
             dpt_vec_zero(g.data, count);
             REQUIRE_OK(dpt_mlp_loss_grad(mlp, w, g.data, &b, &out));
-            dpt_clip_global_norm(g.data, count, 0.5);
-            dpt_optim_step(opt, w, g.data, 0.01f);
+            if (!use_sgd)
+                dpt_clip_global_norm(g.data, count, 0.5);
+            dpt_optim_step(opt, w, g.data, use_sgd ? 0.1f : 0.01f);
         }
     dpt_optim_destroy(opt);
     dpt_arena_deinit(&g);
@@ -199,6 +204,9 @@ static void check_mode_matches_reference(dpt_towers_mode_t mode)
 static void test_ps_matches_single_device(void)
 {
     check_mode_matches_reference(DPT_TOWERS_PS);
+    use_sgd = 1;
+    check_mode_matches_reference(DPT_TOWERS_PS);
+    use_sgd = 0;
 }
 
 static void test_replicated_matches_single_device(void)
@@ -463,6 +471,8 @@ static int linreg_loss_grad(void *ctx, const float *params, float *grads, const 
     }
     if (y[0] > 1e30f)
         loss = NAN; /* lets the test provoke a NaN loss */
+    if (y[0] < -1e30f)
+        grads[0] = INFINITY; /* and a finite loss with an infinite gradient */
     out->loss = loss;
     out->rows = b->rows;
     return DPT_OK;
@@ -535,7 +545,36 @@ static void test_user_model_and_gradsets(void)
     CHECK_ERR(dpt_towers_optimize(t, 0, 0, 0.3f, &st), DPT_ENUMERIC, "device 0: loss is nan");
     REQUIRE_OK(dpt_towers_get_weights(t, after, lr.vars.total));
     CHECK(memcmp(before, after, lr.vars.total * sizeof(float)) == 0);
+    /* So is an infinite gradient under a finite loss, in the fused ps step
+     * (SGD, no clipping) and in the two-pass one (clipping on); a good step
+     * afterwards moves the weights again. */
+    y[0] = -1e38f;
+    REQUIRE_OK(dpt_towers_load(t, 0, &b, &li));
+    CHECK_ERR(dpt_towers_optimize(t, 0, 0, 0.3f, &st), DPT_ENUMERIC,
+              "gradient norm is inf; step refused");
+    REQUIRE_OK(dpt_towers_get_weights(t, after, lr.vars.total));
+    CHECK(memcmp(before, after, lr.vars.total * sizeof(float)) == 0);
     y[0] = saved;
+    REQUIRE_OK(dpt_towers_load(t, 0, &b, &li));
+    REQUIRE_OK(dpt_towers_optimize(t, 0, 0, 0.3f, &st));
+    REQUIRE_OK(dpt_towers_get_weights(t, after, lr.vars.total));
+    CHECK(memcmp(before, after, lr.vars.total * sizeof(float)) != 0);
+    {
+        dpt_towers_config_t cc = c;
+        cc.grad_clip = 1.0;
+        dpt_towers_t *t2;
+        REQUIRE_OK(dpt_towers_create(&t2, &model, &lay, &cc));
+        REQUIRE_OK(dpt_towers_set_weights(t2, before, lr.vars.total));
+        y[0] = -1e38f;
+        REQUIRE_OK(dpt_towers_load(t2, 0, &b, &li));
+        CHECK_ERR(dpt_towers_optimize(t2, 0, 0, 0.3f, &st), DPT_ENUMERIC,
+                  "gradient norm is inf; step refused");
+        REQUIRE_OK(dpt_towers_get_weights(t2, after, lr.vars.total));
+        CHECK(memcmp(before, after, lr.vars.total * sizeof(float)) == 0);
+        y[0] = saved;
+        dpt_towers_destroy(t2);
+    }
+    REQUIRE_OK(dpt_towers_load(t, 0, &b, &li));
     /* Wrong columns and bad weights. */
     dpt_batch_t bad;
     dpt_batch_init(&bad, N);

@@ -71,6 +71,13 @@ void dpt_optim_step(dpt_optim_t *opt, float *params, const float *grads, float l
  * dpt_optim_set_t() once per step. */
 void dpt_optim_update(dpt_optim_t *opt, float *params, const float *grads, size_t lo,
                       size_t hi, uint64_t t, float lr);
+/* The same rule, reading params[lo, hi) and writing the updated values to
+ * out[lo, hi) (out may equal params; otherwise params is left unchanged).
+ * Optimizer slots (momentum, Adam's moments) are still updated in place, so
+ * only an optimizer without slots (SGD, dpt_optim_num_slots() == 0) can
+ * have its update kept aside and discarded. */
+void dpt_optim_update_into(dpt_optim_t *opt, const float *params, float *out,
+                           const float *grads, size_t lo, size_t hi, uint64_t t, float lr);
 
 /* The step counter (number of completed whole steps), for checkpoints. */
 uint64_t dpt_optim_get_t(const dpt_optim_t *opt);

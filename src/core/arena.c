@@ -237,19 +237,18 @@ size_t dpt_vec_first_nonfinite(const float *x, size_t n)
 
 int dpt_vec_all_finite(const float *x, size_t n)
 {
-    /* A float is NaN or infinite iff its exponent bits are all ones, the
-     * largest exponent field there is: the maximum of the fields (an exact,
-     * order-free integer reduction that vectorises, unlike a float sum or a
-     * branch per element) tells. */
+    /* A float is NaN or infinite iff its exponent bits are all ones. An OR
+     * of the per-element tests is an exact, order-free integer reduction
+     * that vectorises (mask, compare, or), unlike a float sum or a branch
+     * per element. */
     const uint32_t expo = 0x7f800000u;
-    uint32_t top = 0;
+    uint32_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t bits;
         memcpy(&bits, &x[i], sizeof bits);
-        bits &= expo;
-        top = bits > top ? bits : top;
+        bad |= (uint32_t)((bits & expo) == expo);
     }
-    return top != expo;
+    return bad == 0;
 }
 
 uint64_t dpt_vec_checksum(const float *x, size_t n)

@@ -108,8 +108,8 @@ void dpt_optim_destroy(dpt_optim_t *o)
     free(o);
 }
 
-void dpt_optim_update(dpt_optim_t *o, float *p, const float *g, size_t lo, size_t hi,
-                      uint64_t t, float lr)
+void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const float *g,
+                           size_t lo, size_t hi, uint64_t t, float lr)
 {
     const dpt_optim_config_t *c = &o->cfg;
     float wd = c->weight_decay;
@@ -118,14 +118,14 @@ void dpt_optim_update(dpt_optim_t *o, float *p, const float *g, size_t lo, size_
     switch (c->kind) {
     case DPT_OPTIM_SGD:
         for (size_t i = lo; i < hi; i++)
-            p[i] -= lr * (g[i] + wd * p[i]);
+            out[i] = p[i] - lr * (g[i] + wd * p[i]);
         break;
     case DPT_OPTIM_MOMENTUM: {
         float *v = o->slot[0].data, mu = c->momentum;
         for (size_t i = lo; i < hi; i++) {
             float gi = g[i] + wd * p[i];
             v[i] = mu * v[i] + gi;
-            p[i] -= lr * (c->nesterov ? gi + mu * v[i] : v[i]);
+            out[i] = p[i] - lr * (c->nesterov ? gi + mu * v[i] : v[i]);
         }
         break;
     }
@@ -142,18 +142,25 @@ void dpt_optim_update(dpt_optim_t *o, float *p, const float *g, size_t lo, size_
         float inv_bc1 = 1.0f / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
         int decoupled = c->kind == DPT_OPTIM_ADAMW;
         for (size_t i = lo; i < hi; i++) {
-            float gi = decoupled ? g[i] : g[i] + wd * p[i];
+            float pi = p[i];
+            float gi = decoupled ? g[i] : g[i] + wd * pi;
             m[i] = b1 * m[i] + (1.0f - b1) * gi;
             v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
             if (decoupled)
-                p[i] -= lr * wd * p[i];
-            p[i] -= lr * (m[i] * inv_bc1) / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+                pi -= lr * wd * pi;
+            out[i] = pi - lr * (m[i] * inv_bc1) / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
         }
         break;
     }
     default:
         break;
     }
+}
+
+void dpt_optim_update(dpt_optim_t *o, float *p, const float *g, size_t lo, size_t hi,
+                      uint64_t t, float lr)
+{
+    dpt_optim_update_into(o, p, p, g, lo, hi, t, lr);
 }
 
 void dpt_optim_step(dpt_optim_t *o, float *params, const float *grads, float lr)

@@ -97,6 +97,8 @@ struct dpt_towers {
     dpt__tower_t *towers;
     dpt__stack_info_t *stacks;
     dpt_arena_t params;           /* ps/async: shared parameters */
+    dpt_arena_t params_next;      /* ps with a stateless optimizer and no clipping:
+                                     the next weights, kept if the step succeeds */
     dpt_optim_t *opt;             /* ps/async: shared optimizer */
     double *slice_sumsq;          /* ps: per-device partial sums of squares */
     dpt__barrier_t barrier;
@@ -203,10 +205,11 @@ static int dpt__job_load(dpt_towers_t *t, dpt__tower_t *w)
     return DPT_OK;
 }
 
-/* y[i] = (y[i] + x[i]) * scale (x NULL: y[i] * scale) for i < n, returning
- * the sum of squares of the new y, accumulated like dpt_vec_sumsq (eight
- * interleaved double lanes combined pairwise): one pass instead of three. */
-static double dpt__add_scale_sumsq(float *restrict y, const float *restrict x, size_t n,
+/* out[i] = (y[i] + x[i]) * scale (x NULL: y[i] * scale) for i < n, returning
+ * the sum of squares of the results, accumulated like dpt_vec_sumsq (eight
+ * interleaved double lanes combined pairwise): one pass instead of three.
+ * out may be y. */
+static double dpt__add_scale_sumsq(float *out, const float *y, const float *x, size_t n,
                                    float scale)
 {
     double acc[8] = {0};
@@ -215,29 +218,33 @@ static double dpt__add_scale_sumsq(float *restrict y, const float *restrict x, s
         for (; i + 8 <= n; i += 8)
             for (size_t j = 0; j < 8; j++) {
                 float v = (y[i + j] + x[i + j]) * scale;
-                y[i + j] = v;
+                out[i + j] = v;
                 acc[j] += (double)v * (double)v;
             }
         for (size_t j = 0; i < n; i++, j++) {
             float v = (y[i] + x[i]) * scale;
-            y[i] = v;
+            out[i] = v;
             acc[j] += (double)v * (double)v;
         }
     } else {
         for (; i + 8 <= n; i += 8)
             for (size_t j = 0; j < 8; j++) {
                 float v = y[i + j] * scale;
-                y[i + j] = v;
+                out[i + j] = v;
                 acc[j] += (double)v * (double)v;
             }
         for (size_t j = 0; i < n; i++, j++) {
             float v = y[i] * scale;
-            y[i] = v;
+            out[i] = v;
             acc[j] += (double)v * (double)v;
         }
     }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
+
+/* Floats per chunk of the fused reduce-and-update pass: the reduced chunk
+ * is still in L1 when the optimizer reads it. */
+#define DPT__FUSE_CHUNK 2048
 
 static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
 {
@@ -260,8 +267,28 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
     float scale = t->cfg.reduce_sum ? 1.0f : 1.0f / (float)n;
     for (int i = 1; i + 1 < n; i++)
         dpt_vec_axpy(gs + lo, t->towers[i].grads.data + lo, hi - lo, 1.0f);
-    const float *last = n > 1 ? t->towers[n - 1].grads.data + lo : NULL;
-    t->slice_sumsq[d] = dpt__add_scale_sumsq(gs + lo, last, hi - lo, scale);
+    const float *last = n > 1 ? t->towers[n - 1].grads.data : NULL;
+    if (t->params_next.data) {
+        /* Stateless optimizer, no clipping: the update needs no global norm,
+         * so it follows the reduction chunk by chunk, written to the next
+         * weights. dpt_towers_optimize() keeps them only when the norm is
+         * finite: a refused step leaves the weights untouched. */
+        /* The reduced chunk goes to a buffer on the stack, not back to the
+         * gradient: nothing reads it later. The optimizer has no slots, so
+         * it can be given pointers offset to the chunk. */
+        _Alignas(64) float g[DPT__FUSE_CHUNK];
+        double sq = 0.0;
+        for (size_t c = lo; c < hi; c += DPT__FUSE_CHUNK) {
+            size_t len = hi - c < DPT__FUSE_CHUNK ? hi - c : DPT__FUSE_CHUNK;
+            sq += dpt__add_scale_sumsq(g, gs + c, last ? last + c : NULL, len, scale);
+            dpt_optim_update_into(t->opt, t->params.data + c, t->params_next.data + c, g, 0,
+                                  len, t->job_t, t->job_lr);
+        }
+        t->slice_sumsq[d] = sq;
+        return DPT_OK;
+    }
+    t->slice_sumsq[d] =
+        dpt__add_scale_sumsq(gs + lo, gs + lo, last ? last + lo : NULL, hi - lo, scale);
     dpt__barrier(t);
     double sq = 0.0;
     for (int i = 0; i < n; i++)
@@ -402,6 +429,7 @@ void dpt_towers_destroy(dpt_towers_t *t)
     if (t->barrier_ready)
         dpt__barrier_destroy(&t->barrier);
     dpt_arena_deinit(&t->params);
+    dpt_arena_deinit(&t->params_next);
     dpt_optim_destroy(t->opt);
     free(t->slice_sumsq);
     free(t->towers);
@@ -474,6 +502,9 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
             (rc = dpt_optim_create(&t->opt, &cfg->optim, t->nparams)) != 0)
             goto fail;
     }
+    if (cfg->mode == DPT_TOWERS_PS && dpt_optim_num_slots(t->opt) == 0 && cfg->grad_clip == 0.0 &&
+        (rc = dpt_arena_init(&t->params_next, t->nparams)) != 0)
+        goto fail;
     if (cfg->mode == DPT_TOWERS_ASYNC) {
         t->nchunks = (t->nparams + DPT_ASYNC_CHUNK - 1) / DPT_ASYNC_CHUNK;
         t->chunk_locks = calloc(t->nchunks, sizeof *t->chunk_locks);
@@ -718,6 +749,19 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
     rc = dpt_device_pool_run(t->pool, dpt__device_job, t);
     if (rc && t->cfg.mode != DPT_TOWERS_ASYNC)
         return rc;
+    if (t->params_next.data) {
+        /* ps, fused update: the devices wrote the next weights aside. */
+        double sq = 0.0;
+        for (int i = 0; i < t->cfg.num_devices; i++)
+            sq += t->slice_sumsq[i];
+        t->towers[0].norm = sqrt(sq);
+        if (!isfinite(t->towers[0].norm))
+            return dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused",
+                             t->towers[0].norm);
+        dpt_arena_t next = t->params_next;
+        t->params_next = t->params;
+        t->params = next;
+    }
     /* async: towers that succeeded have applied their updates; the step
      * counts, and the first failure is still reported below. */
     t->steps++;
