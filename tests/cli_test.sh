@@ -37,6 +37,8 @@ expect 2 "--epochs must be"     -- demo --epochs 0
 expect 0 "test accuracy"        -- demo --epochs 2 --quiet
 expect 2 "unknown benchmark"    -- bench nope
 expect 0 "allreduce"            -- bench --help
+expect 2 "rounds 1..101"         -- bench towers --rounds 0
+expect 0 '"mode":"ps","devices":2,"batch":32' -- bench towers --mode ps --batch 32 --seconds 0.2 --rounds 3 --json
 expect 0 "sgd_minibatch_size"   -- train --help
 expect 2 "CONFIG file or --resume" -- train
 expect 0 "usage: dpt eval"      -- eval --help

@@ -21,12 +21,14 @@
 #define BT_IN 784
 #define BT_HIDDEN 512
 #define BT_OUT 10
-#define BT_REPS 7
+#define BT_ROUNDS_DEFAULT 7
+#define BT_ROUNDS_MAX 101
 
 typedef struct bt_args {
     size_t batch;
     int max_devices;
     double seconds;
+    int rounds;
     int json;
     int modes[DPT_TOWERS_MODE_COUNT];
 } bt_args_t;
@@ -66,7 +68,7 @@ typedef struct bt_cfg {
     dpt_towers_t *t;
     dpt_towers_load_info_t li;
     size_t step;
-    double rates[BT_REPS], gemm[BT_REPS];
+    double rates[BT_ROUNDS_MAX], gemm[BT_ROUNDS_MAX];
 } bt_cfg_t;
 
 static void bt_cfg_free(bt_cfg_t *c)
@@ -139,18 +141,20 @@ static int bt_cfg_time(bt_cfg_t *c, double secs, double *rate)
 
 static int bt_usage(FILE *f, int code)
 {
-    fprintf(f, "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] "
+    fprintf(f, "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] [--rounds R] "
                "[--mode ps|replicated|async]... [--gemm portable|cblas] [--json]\n\n"
                "Trains an MLP %d-%d-%d-%d (ReLU, softmax cross-entropy, SGD) on random data\n"
                "and reports samples/s for 1..N devices per mode (default: batch 256, N = 2,\n"
-               "all modes, 5 s per configuration).\n",
-            BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT);
+               "all modes, 5 s per configuration). The configurations take turns for R\n"
+               "rounds (default %d, at most %d) of S/R seconds each; figures are medians\n"
+               "over the rounds.\n",
+            BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT, BT_ROUNDS_DEFAULT, BT_ROUNDS_MAX);
     return code;
 }
 
 int dpt_bench_towers(int argc, char **argv)
 {
-    bt_args_t a = {256, 2, 5.0, 0, {0}};
+    bt_args_t a = {256, 2, 5.0, BT_ROUNDS_DEFAULT, 0, {0}};
     int any_mode = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -164,6 +168,8 @@ int dpt_bench_towers(int argc, char **argv)
             a.max_devices = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(o, "--seconds")) {
             a.seconds = atof(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(o, "--rounds")) {
+            a.rounds = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(o, "--gemm")) {
             const char *b = argv[++i];
             int rc = !strcmp(b, "cblas") ? dpt_gemm_set_backend(DPT_GEMM_CBLAS)
@@ -187,9 +193,9 @@ int dpt_bench_towers(int argc, char **argv)
         }
     }
     if (a.batch < 1 || a.max_devices < 1 || a.max_devices > 64 || !(a.seconds > 0) ||
-        a.batch % (size_t)a.max_devices) {
+        a.batch % (size_t)a.max_devices || a.rounds < 1 || a.rounds > BT_ROUNDS_MAX) {
         fprintf(stderr, "dpt bench towers: need batch >= 1 divisible by devices (1..64), "
-                        "seconds > 0\n");
+                        "seconds > 0, rounds 1..%d\n", BT_ROUNDS_MAX);
         return DPT_EXIT_USAGE;
     }
     if (!any_mode)
@@ -251,8 +257,8 @@ int dpt_bench_towers(int argc, char **argv)
     }
     dpt_rng_fill_uniform(&r, gx, a.batch * BT_IN, -1, 1);
     dpt_rng_fill_uniform(&r, gw, (size_t)BT_HIDDEN * BT_IN, -1, 1);
-    double slice = a.seconds / BT_REPS;
-    for (int rep = 0; rep < BT_REPS; rep++)
+    double slice = a.seconds / a.rounds;
+    for (int rep = 0; rep < a.rounds; rep++)
         for (int k = 0; k < ncfg; k++) {
             bt_cfg_t *c = &cfgs[k];
             c->gemm[rep] = bt_gemm_once(gx, gw, gy, a.batch / (size_t)c->devices, 0.05);
@@ -265,7 +271,7 @@ int dpt_bench_towers(int argc, char **argv)
     double one = 0.0;
     for (int k = 0; k < ncfg; k++) {
         bt_cfg_t *c = &cfgs[k];
-        double sps = bt_median(c->rates, BT_REPS), gf = bt_median(c->gemm, BT_REPS);
+        double sps = bt_median(c->rates, a.rounds), gf = bt_median(c->gemm, a.rounds);
         if (c->devices == 1)
             one = sps;
         double frac = gf > 0 ? sps * flop_per_sample / (c->devices * gf * 1e9) : 0.0;
