@@ -4,8 +4,9 @@
  * Model: MLP 784-512-512-10 (ReLU, softmax cross-entropy), plain SGD, on
  * random data, minibatch of `batch` rows split across the devices. For each
  * mode and device count it reports samples/s (median of repeated timed
- * runs), the scaling over one device, and the fraction of the machine's
- * FLOP limit: training costs ~6 x weights FLOPs per sample (forward 2x,
+ * runs), the scaling over one device (median of the per-round ratios), and
+ * the fraction of the machine's FLOP limit: training costs ~6 x weights
+ * FLOPs per sample (forward 2x,
  * backward 4x); the limit is (devices) x the single-thread GFLOP/s of the
  * largest layer's forward GEMM at the per-device batch, measured in the same
  * run with the GEMM backend dpt uses.
@@ -29,6 +30,7 @@ typedef struct bt_args {
     int max_devices;
     double seconds;
     int rounds;
+    int per_round;
     int json;
     int modes[DPT_TOWERS_MODE_COUNT];
 } bt_args_t;
@@ -39,8 +41,11 @@ static int bt_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double bt_median(double *v, int n)
+/* Median of v[0..n) (n <= BT_ROUNDS_MAX); v keeps its order. */
+static double bt_median(const double *in, int n)
 {
+    double v[BT_ROUNDS_MAX];
+    memcpy(v, in, (size_t)n * sizeof *v);
     qsort(v, (size_t)n, sizeof *v, bt_cmp);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -142,19 +147,20 @@ static int bt_cfg_time(bt_cfg_t *c, double secs, double *rate)
 static int bt_usage(FILE *f, int code)
 {
     fprintf(f, "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] [--rounds R] "
-               "[--mode ps|replicated|async]... [--gemm portable|cblas] [--json]\n\n"
+               "[--mode ps|replicated|async]... [--gemm portable|cblas] [--per-round] "
+               "[--json]\n\n"
                "Trains an MLP %d-%d-%d-%d (ReLU, softmax cross-entropy, SGD) on random data\n"
                "and reports samples/s for 1..N devices per mode (default: batch 256, N = 2,\n"
                "all modes, 5 s per configuration). The configurations take turns for R\n"
                "rounds (default %d, at most %d) of S/R seconds each; figures are medians\n"
-               "over the rounds.\n",
+               "over the rounds; --per-round also prints every round's samples/s.\n",
             BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT, BT_ROUNDS_DEFAULT, BT_ROUNDS_MAX);
     return code;
 }
 
 int dpt_bench_towers(int argc, char **argv)
 {
-    bt_args_t a = {256, 2, 5.0, BT_ROUNDS_DEFAULT, 0, {0}};
+    bt_args_t a = {256, 2, 5.0, BT_ROUNDS_DEFAULT, 0, 0, {0}};
     int any_mode = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -162,6 +168,8 @@ int dpt_bench_towers(int argc, char **argv)
             return bt_usage(stdout, DPT_EXIT_OK);
         if (!strcmp(o, "--json")) {
             a.json = 1;
+        } else if (!strcmp(o, "--per-round")) {
+            a.per_round = 1;
         } else if (i + 1 < argc && !strcmp(o, "--batch")) {
             a.batch = strtoul(argv[++i], NULL, 10);
         } else if (i + 1 < argc && !strcmp(o, "--devices")) {
@@ -224,8 +232,10 @@ int dpt_bench_towers(int argc, char **argv)
         printf("# command:");
         for (int i = 0; i < argc; i++)
             printf(" %s", argv[i]);
-        printf("\n%-11s %7s %6s %12s %8s %9s %10s\n", "mode", "devices", "batch", "samples/s",
-               "scaling", "gemm_gf", "flop_frac");
+        printf("\n# scaling: median over rounds of (samples/s / 1-device samples/s of the same\n"
+               "# round); med_ratio: ratio of the medians of samples/s\n");
+        printf("%-11s %7s %6s %12s %8s %9s %9s %10s\n", "mode", "devices", "batch", "samples/s",
+               "scaling", "med_ratio", "gemm_gf", "flop_frac");
     }
     /* Every configuration is set up first, then timed in turns: each round
      * measures the GEMM speed and every configuration once, so a slow moment
@@ -268,22 +278,40 @@ int dpt_bench_towers(int argc, char **argv)
                 goto out_gemm;
             }
         }
-    double one = 0.0;
+    if (a.per_round && !a.json)
+        for (int k = 0; k < ncfg; k++) {
+            printf("# rounds, %s, %d device(s), samples/s:", dpt_towers_mode_name(cfgs[k].mode),
+                   cfgs[k].devices);
+            for (int q = 0; q < a.rounds; q++)
+                printf(" %.0f", cfgs[k].rates[q]);
+            printf("\n");
+        }
+    const bt_cfg_t *one = NULL;
     for (int k = 0; k < ncfg; k++) {
         bt_cfg_t *c = &cfgs[k];
-        double sps = bt_median(c->rates, a.rounds), gf = bt_median(c->gemm, a.rounds);
         if (c->devices == 1)
-            one = sps;
+            one = c;
+        /* Scaling from the rounds: in each round this configuration ran
+         * right after the 1-device one of its mode, so their ratio is taken
+         * round by round (a slow minute of the machine hits both) and the
+         * median of those ratios is reported. */
+        double ratio[BT_ROUNDS_MAX];
+        for (int q = 0; q < a.rounds; q++)
+            ratio[q] = one && one->rates[q] > 0 ? c->rates[q] / one->rates[q] : 0.0;
+        double scaling = bt_median(ratio, a.rounds);
+
+        double sps = bt_median(c->rates, a.rounds), gf = bt_median(c->gemm, a.rounds);
         double frac = gf > 0 ? sps * flop_per_sample / (c->devices * gf * 1e9) : 0.0;
-        double scaling = one > 0 ? sps / one : 0.0;
+        double of_medians = one ? sps / bt_median(one->rates, a.rounds) : 0.0;
         const char *mode = dpt_towers_mode_name(c->mode);
         if (a.json)
             printf("{\"mode\":\"%s\",\"devices\":%d,\"batch\":%zu,\"samples_per_s\":%.1f,"
-                   "\"scaling\":%.3f,\"gemm_gflops_per_core\":%.2f,\"flop_fraction\":%.4f}\n",
-                   mode, c->devices, a.batch, sps, scaling, gf, frac);
+                   "\"scaling\":%.3f,\"scaling_of_medians\":%.3f,"
+                   "\"gemm_gflops_per_core\":%.2f,\"flop_fraction\":%.4f}\n",
+                   mode, c->devices, a.batch, sps, scaling, of_medians, gf, frac);
         else
-            printf("%-11s %7d %6zu %12.0f %8.2f %9.1f %10.3f\n", mode, c->devices, a.batch, sps,
-                   scaling, gf, frac);
+            printf("%-11s %7d %6zu %12.0f %8.2f %9.2f %9.1f %10.3f\n", mode, c->devices,
+                   a.batch, sps, scaling, of_medians, gf, frac);
     }
 out_gemm:
     dpt_free_aligned(gx);
