@@ -1,20 +1,14 @@
 /*
- * The towers engine. See dpt/towers.h for the semantics.
- *
- * Every phase runs as a job on the device pool: each device works on its own
- * data and its own gradient arena; the only shared writes are the
- * parameter slices in ps mode (disjoint per device, separated from the
- * reads of the next step by the end of the job) and the chunk-locked
- * updates in async mode. Inside a ps/replicated step the devices meet at a
- * barrier after their backward passes, so a failure on one device is seen
- * by all of them and nothing is applied.
+ * The towers engine: configuration, create/destroy, load, the step driver,
+ * weights and state. See dpt/towers.h for the semantics; the devices' work
+ * in each phase is in towers_jobs.c.
  */
 #include "dpt/towers.h"
 #include "dpt/arena.h"
 #include "dpt/comm.h"
 #include "dpt/device.h"
 #include "dpt/status.h"
-#include "sync.h"
+#include "towers_impl.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -22,9 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* async: the arena is updated in chunks of this many floats, one lock each. */
-#define DPT_ASYNC_CHUNK 16384
 
 static const char *const dpt__tmode_names[DPT_TOWERS_MODE_COUNT] = {
 #define DPT__TMODE_NAME(sym, name) [sym] = name,
@@ -62,342 +53,6 @@ dpt_towers_config_t dpt_towers_defaults(void)
     c.check_every = 50; /* debug builds verify the replicas periodically */
 #endif
     return c;
-}
-
-typedef struct dpt__stack_info {
-    int loaded;
-    size_t rows_per_device, per_device_batch, seqs_per_device;
-} dpt__stack_info_t;
-
-typedef struct dpt__tower {
-    int index;
-    void *ctx;                 /* model context (own replica, or the shared one) */
-    int own_ctx;
-    dpt_arena_t grads;         /* this tower's gradient */
-    dpt_arena_t own_params;    /* replicated: replica; async: snapshot */
-    float *params;             /* the parameters this tower reads */
-    dpt_optim_t *own_opt;      /* replicated: own optimizer */
-    dpt_comm_t *comm;          /* replicated */
-    void **stack_data;         /* [num_stacks * ncols] column buffers */
-    /* results of the current step */
-    int rc;
-    dpt_loss_out_t out;
-    double norm;
-} dpt__tower_t;
-
-typedef enum { DPT__JOB_LOAD, DPT__JOB_STEP, DPT__JOB_GRADSET } dpt__job_kind_t;
-
-struct dpt_towers {
-    dpt_towers_config_t cfg;
-    dpt_model_t model;
-    dpt_batch_t layout;
-    size_t nparams;
-    size_t cap_rows;              /* per device per stack */
-    dpt_device_pool_t *pool;
-    dpt__tower_t *towers;
-    dpt__stack_info_t *stacks;
-    dpt_arena_t params;           /* ps/async: shared parameters */
-    dpt_arena_t params_next;      /* ps with a stateless optimizer and no clipping:
-                                     the next weights, kept if the step succeeds */
-    dpt_optim_t *opt;             /* ps/async: shared optimizer */
-    double *slice_sumsq;          /* ps: per-device partial sums of squares */
-    dpt__barrier_t barrier;
-    int barrier_ready;
-    dpt_comm_threads_group_t *group;
-    pthread_mutex_t *chunk_locks;
-    size_t nchunks;
-    int nchunk_locks_ready;
-    atomic_uint_fast64_t async_t;
-    uint64_t steps;
-    int grad_sets_checked;
-    /* the job being run */
-    dpt__job_kind_t job;
-    int job_stack;
-    size_t job_offset;
-    float job_lr;
-    uint64_t job_t;               /* optimizer step number of this step (ps, replicated) */
-    const dpt_batch_t *job_src;
-    size_t job_rows_per_device, job_seqs_per_device;
-    atomic_int job_failed;        /* set between barriers in ps/replicated */
-};
-
-/* ---- helpers ------------------------------------------------------------ */
-
-static size_t dpt__col_row_bytes(const dpt_column_t *c)
-{
-    return c->width * dpt_dtype_size(c->dtype);
-}
-
-/* The device's view of `rows` rows from `row0` of its part of a stack. */
-static void dpt__tower_view(const dpt_towers_t *t, const dpt__tower_t *w, int stack, size_t row0,
-                            size_t rows, dpt_batch_t *view)
-{
-    *view = t->layout;
-    view->rows = rows;
-    size_t seq0 = t->layout.seq_len ? row0 / t->layout.seq_len : row0;
-    for (size_t c = 0; c < t->layout.ncols; c++) {
-        dpt_column_t *col = &view->cols[c];
-        size_t first = col->per_sequence ? seq0 : row0;
-        col->data = (char *)w->stack_data[(size_t)stack * t->layout.ncols + c] +
-                    first * dpt__col_row_bytes(col);
-    }
-}
-
-/* [lo, hi) of the parameter arena owned by device d in ps mode: blocks of
- * whole 16-float groups so slices stay aligned; the first blocks get one
- * extra group when they do not divide evenly. */
-static void dpt__slice(size_t count, int n, int d, size_t *lo, size_t *hi)
-{
-    size_t groups = (count + DPT_VAR_ALIGN_FLOATS - 1) / DPT_VAR_ALIGN_FLOATS;
-    size_t base = groups / (size_t)n, extra = groups % (size_t)n;
-    size_t g0 = (size_t)d * base + ((size_t)d < extra ? (size_t)d : extra);
-    size_t g1 = g0 + base + ((size_t)d < extra ? 1 : 0);
-    *lo = g0 * DPT_VAR_ALIGN_FLOATS;
-    *hi = g1 * DPT_VAR_ALIGN_FLOATS;
-    if (*lo > count)
-        *lo = count;
-    if (*hi > count)
-        *hi = count;
-}
-
-static void dpt__barrier(dpt_towers_t *t)
-{
-    dpt__barrier_wait(&t->barrier);
-}
-
-/* Forward/backward of one tower on its minibatch, with checks. */
-static int dpt__tower_compute(dpt_towers_t *t, dpt__tower_t *w, const float *params)
-{
-    const dpt__stack_info_t *si = &t->stacks[t->job_stack];
-    dpt_batch_t view;
-    dpt__tower_view(t, w, t->job_stack, t->job_offset, si->per_device_batch, &view);
-    if (!(t->model.flags & DPT_MODEL_STORES_GRADS))
-        dpt_vec_zero(w->grads.data, t->nparams);
-    memset(&w->out, 0, sizeof w->out);
-    int rc = t->model.loss_grad(w->ctx, params, w->grads.data, &view, &w->out);
-    if (rc)
-        return rc;
-    if (!isfinite(w->out.loss))
-        return dpt_error(DPT_ENUMERIC, "loss is %g on rows [%zu, %zu) of stack %d; step refused",
-                         w->out.loss, t->job_offset, t->job_offset + si->per_device_batch,
-                         t->job_stack);
-    if (w->out.rows == 0)
-        w->out.rows = si->per_device_batch;
-    return DPT_OK;
-}
-
-/* ---- jobs ----------------------------------------------------------------- */
-
-static int dpt__job_load(dpt_towers_t *t, dpt__tower_t *w)
-{
-    const dpt_batch_t *src = t->job_src;
-    size_t row0 = (size_t)w->index * t->job_rows_per_device;
-    size_t seq0 = (size_t)w->index * t->job_seqs_per_device;
-    for (size_t c = 0; c < t->layout.ncols; c++) {
-        const dpt_column_t *want = &t->layout.cols[c];
-        const dpt_column_t *have = dpt_batch_find(src, want->name);
-        size_t rb = dpt__col_row_bytes(want);
-        size_t first = want->per_sequence ? seq0 : row0;
-        size_t n = want->per_sequence ? t->job_seqs_per_device : t->job_rows_per_device;
-        memcpy(w->stack_data[(size_t)t->job_stack * t->layout.ncols + c],
-               (const char *)have->data + first * rb, n * rb);
-    }
-    return DPT_OK;
-}
-
-/* out[i] = (y[i] + x[i]) * scale (x NULL: y[i] * scale) for i < n, returning
- * the sum of squares of the results, accumulated like dpt_vec_sumsq (eight
- * interleaved double lanes combined pairwise): one pass instead of three.
- * out may be y. */
-static double dpt__add_scale_sumsq(float *out, const float *y, const float *x, size_t n,
-                                   float scale)
-{
-    double acc[8] = {0};
-    size_t i = 0;
-    if (x) {
-        for (; i + 8 <= n; i += 8)
-            for (size_t j = 0; j < 8; j++) {
-                float v = (y[i + j] + x[i + j]) * scale;
-                out[i + j] = v;
-                acc[j] += (double)v * (double)v;
-            }
-        for (size_t j = 0; i < n; i++, j++) {
-            float v = (y[i] + x[i]) * scale;
-            out[i] = v;
-            acc[j] += (double)v * (double)v;
-        }
-    } else {
-        for (; i + 8 <= n; i += 8)
-            for (size_t j = 0; j < 8; j++) {
-                float v = y[i + j] * scale;
-                out[i + j] = v;
-                acc[j] += (double)v * (double)v;
-            }
-        for (size_t j = 0; i < n; i++, j++) {
-            float v = y[i] * scale;
-            out[i] = v;
-            acc[j] += (double)v * (double)v;
-        }
-    }
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/* Floats per chunk of the fused reduce-and-update pass: the reduced chunk
- * is still in L1 when the optimizer reads it. */
-#define DPT__FUSE_CHUNK 2048
-
-static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
-{
-    int n = t->cfg.num_devices, d = w->index;
-    w->rc = dpt__tower_compute(t, w, t->params.data);
-    if (w->rc)
-        atomic_store(&t->job_failed, 1);
-    /* One barrier suffices: the flag is reset by dpt_towers_optimize()
-     * before the next job, after every device has returned from this one. */
-    dpt__barrier(t);
-    if (atomic_load(&t->job_failed))
-        return w->rc;
-    size_t lo, hi;
-    dpt__slice(t->nparams, n, d, &lo, &hi);
-    /* Reduce in place into tower 0's gradient: device d owns slice d of it,
-     * and nothing reads the towers' gradients after this step. Fixed tower
-     * order ((g0 + g1) + g2) ..., then the scale, in one pass with the sum of
-     * squares: the result does not depend on thread timing. */
-    float *gs = t->towers[0].grads.data;
-    float scale = t->cfg.reduce_sum ? 1.0f : 1.0f / (float)n;
-    for (int i = 1; i + 1 < n; i++)
-        dpt_vec_axpy(gs + lo, t->towers[i].grads.data + lo, hi - lo, 1.0f);
-    const float *last = n > 1 ? t->towers[n - 1].grads.data : NULL;
-    if (t->params_next.data) {
-        /* Stateless optimizer, no clipping: the update needs no global norm,
-         * so it follows the reduction chunk by chunk, written to the next
-         * weights. dpt_towers_optimize() keeps them only when the norm is
-         * finite: a refused step leaves the weights untouched. */
-        /* The reduced chunk goes to a buffer on the stack, not back to the
-         * gradient: nothing reads it later. The optimizer has no slots, so
-         * it can be given pointers offset to the chunk. */
-        _Alignas(64) float g[DPT__FUSE_CHUNK];
-        double sq = 0.0;
-        for (size_t c = lo; c < hi; c += DPT__FUSE_CHUNK) {
-            size_t len = hi - c < DPT__FUSE_CHUNK ? hi - c : DPT__FUSE_CHUNK;
-            sq += dpt__add_scale_sumsq(g, gs + c, last ? last + c : NULL, len, scale);
-            dpt_optim_update_into(t->opt, t->params.data + c, t->params_next.data + c, g, 0,
-                                  len, t->job_t, t->job_lr);
-        }
-        t->slice_sumsq[d] = sq;
-        return DPT_OK;
-    }
-    t->slice_sumsq[d] =
-        dpt__add_scale_sumsq(gs + lo, gs + lo, last ? last + lo : NULL, hi - lo, scale);
-    dpt__barrier(t);
-    double sq = 0.0;
-    for (int i = 0; i < n; i++)
-        sq += t->slice_sumsq[i];
-    double norm = sqrt(sq);
-    w->norm = norm;
-    if (!isfinite(norm))
-        return d == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
-    float f = dpt_clip_factor(norm, t->cfg.grad_clip);
-    if (f != 1.0f)
-        dpt_vec_scale(gs + lo, hi - lo, f);
-    dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->job_t, t->job_lr);
-    return DPT_OK;
-}
-
-static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
-{
-    w->rc = dpt__tower_compute(t, w, w->params);
-    if (w->rc)
-        atomic_store(&t->job_failed, 1);
-    dpt__barrier(t); /* one barrier: see dpt__job_step_ps() */
-    if (atomic_load(&t->job_failed))
-        return w->rc;
-    int rc = dpt_comm_allreduce(w->comm, w->grads.data, t->nparams,
-                                t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG);
-    if (rc)
-        return rc;
-    /* Every replica holds the same bits now, so every replica computes the
-     * same norm and applies the same update. */
-    double norm = sqrt(dpt_vec_sumsq(w->grads.data, t->nparams));
-    w->norm = norm;
-    if (!isfinite(norm))
-        return w->index == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm)
-                             : 0;
-    float f = dpt_clip_factor(norm, t->cfg.grad_clip);
-    if (f != 1.0f)
-        dpt_vec_scale(w->grads.data, t->nparams, f);
-    dpt_optim_update(w->own_opt, w->params, w->grads.data, 0, t->nparams, t->job_t, t->job_lr);
-    return DPT_OK;
-}
-
-static int dpt__job_step_async(dpt_towers_t *t, dpt__tower_t *w)
-{
-    size_t chunk = DPT_ASYNC_CHUNK;
-    /* Snapshot under the chunk locks: the forward pass then reads private
-     * memory while other towers update the shared arena. */
-    for (size_t c = 0; c < t->nchunks; c++) {
-        size_t lo = c * chunk, hi = lo + chunk < t->nparams ? lo + chunk : t->nparams;
-        pthread_mutex_lock(&t->chunk_locks[c]);
-        memcpy(w->params + lo, t->params.data + lo, (hi - lo) * sizeof(float));
-        pthread_mutex_unlock(&t->chunk_locks[c]);
-    }
-    w->rc = dpt__tower_compute(t, w, w->params);
-    if (w->rc)
-        return w->rc;
-    double norm = sqrt(dpt_vec_sumsq(w->grads.data, t->nparams));
-    w->norm = norm;
-    if (!isfinite(norm))
-        return (w->rc = dpt_error(DPT_ENUMERIC, "gradient norm is %g; update skipped", norm));
-    float scale = t->cfg.async_scale > 0.0f ? t->cfg.async_scale
-                                            : 1.0f / (float)t->cfg.num_devices;
-    scale *= dpt_clip_factor(norm, t->cfg.grad_clip);
-    dpt_vec_scale(w->grads.data, t->nparams, scale);
-    uint64_t step = atomic_fetch_add(&t->async_t, 1) + 1;
-    for (size_t c = 0; c < t->nchunks; c++) {
-        size_t lo = c * chunk, hi = lo + chunk < t->nparams ? lo + chunk : t->nparams;
-        pthread_mutex_lock(&t->chunk_locks[c]);
-        dpt_optim_update(t->opt, t->params.data, w->grads.data, lo, hi, step, t->job_lr);
-        pthread_mutex_unlock(&t->chunk_locks[c]);
-    }
-    return DPT_OK;
-}
-
-/* Sentinel for the gradient-set check: -0.0 turns into +0.0 (or anything
- * else) as soon as a model adds a value to it. */
-#define DPT__SENTINEL_BITS 0x80000000u
-
-static int dpt__job_gradset(dpt_towers_t *t, dpt__tower_t *w)
-{
-    const dpt__stack_info_t *si = &t->stacks[t->job_stack];
-    dpt_batch_t view;
-    dpt__tower_view(t, w, t->job_stack, 0, si->per_device_batch, &view);
-    uint32_t bits = DPT__SENTINEL_BITS;
-    float s;
-    memcpy(&s, &bits, sizeof s);
-    for (size_t i = 0; i < t->nparams; i++)
-        w->grads.data[i] = s;
-    dpt_loss_out_t out;
-    const float *params = t->cfg.mode == DPT_TOWERS_REPLICATED ? w->params : t->params.data;
-    return t->model.loss_grad(w->ctx, params, w->grads.data, &view, &out);
-}
-
-static int dpt__device_job(void *arg, int device)
-{
-    dpt_towers_t *t = arg;
-    dpt__tower_t *w = &t->towers[device];
-    switch (t->job) {
-    case DPT__JOB_LOAD: return dpt__job_load(t, w);
-    case DPT__JOB_GRADSET: return dpt__job_gradset(t, w);
-    case DPT__JOB_STEP:
-        switch (t->cfg.mode) {
-        case DPT_TOWERS_PS: return dpt__job_step_ps(t, w);
-        case DPT_TOWERS_REPLICATED: return dpt__job_step_replicated(t, w);
-        case DPT_TOWERS_ASYNC: return dpt__job_step_async(t, w);
-        default: break;
-        }
-        break;
-    }
-    return dpt_error(DPT_ESTATE, "towers: unknown job");
 }
 
 /* ---- create / destroy ------------------------------------------------------ */
@@ -651,7 +306,7 @@ int dpt_towers_load(dpt_towers_t *t, int stack, const dpt_batch_t *b,
     t->job_rows_per_device = li.rows_per_device;
     t->job_seqs_per_device = b->seq_len ? seqs_per_device : li.rows_per_device;
     t->stacks[stack].loaded = 0;
-    if ((rc = dpt_device_pool_run(t->pool, dpt__device_job, t)) != 0)
+    if ((rc = dpt_device_pool_run(t->pool, dpt__towers_job, t)) != 0)
         return rc;
     t->stacks[stack].loaded = 1;
     t->stacks[stack].rows_per_device = li.rows_per_device;
@@ -690,7 +345,7 @@ int dpt_towers_check_grad_sets(dpt_towers_t *t, int stack)
         return rc;
     t->job = DPT__JOB_GRADSET;
     t->job_stack = stack;
-    if ((rc = dpt_device_pool_run(t->pool, dpt__device_job, t)) != 0)
+    if ((rc = dpt_device_pool_run(t->pool, dpt__towers_job, t)) != 0)
         return rc;
     const dpt_vartable_t *vars = t->model.vars;
     int n = t->cfg.num_devices;
@@ -746,7 +401,7 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
      * step, not the engine's: Adam's bias correction continues on resume. */
     t->job_t = dpt_optim_get_t(dpt_towers_optimizer(t)) + 1;
     atomic_store(&t->job_failed, 0);
-    rc = dpt_device_pool_run(t->pool, dpt__device_job, t);
+    rc = dpt_device_pool_run(t->pool, dpt__towers_job, t);
     if (rc && t->cfg.mode != DPT_TOWERS_ASYNC)
         return rc;
     if (t->params_next.data) {

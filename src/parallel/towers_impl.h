@@ -1,0 +1,95 @@
+/*
+ * Internal to the towers engine (src/parallel/towers.c, towers_jobs.c): the
+ * engine's state and the device job that runs every phase. Not installed.
+ */
+#ifndef DPT_TOWERS_IMPL_H
+#define DPT_TOWERS_IMPL_H
+
+#include "dpt/arena.h"
+#include "dpt/batch.h"
+#include "dpt/comm.h"
+#include "dpt/device.h"
+#include "dpt/towers.h"
+#include "sync.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* async: the arena is updated in chunks of this many floats, one lock each. */
+#define DPT_ASYNC_CHUNK 16384
+
+/* Sentinel for the gradient-set check: -0.0 turns into +0.0 (or anything
+ * else) as soon as a model adds a value to it. */
+#define DPT__SENTINEL_BITS 0x80000000u
+
+typedef struct dpt__stack_info {
+    int loaded;
+    size_t rows_per_device, per_device_batch, seqs_per_device;
+} dpt__stack_info_t;
+
+typedef struct dpt__tower {
+    int index;
+    void *ctx;                 /* model context (own replica, or the shared one) */
+    int own_ctx;
+    dpt_arena_t grads;         /* this tower's gradient */
+    dpt_arena_t own_params;    /* replicated: replica; async: snapshot */
+    float *params;             /* the parameters this tower reads */
+    dpt_optim_t *own_opt;      /* replicated: own optimizer */
+    dpt_comm_t *comm;          /* replicated */
+    void **stack_data;         /* [num_stacks * ncols] column buffers */
+    /* results of the current step */
+    int rc;
+    dpt_loss_out_t out;
+    double norm;
+} dpt__tower_t;
+
+typedef enum { DPT__JOB_LOAD, DPT__JOB_STEP, DPT__JOB_GRADSET } dpt__job_kind_t;
+
+struct dpt_towers {
+    dpt_towers_config_t cfg;
+    dpt_model_t model;
+    dpt_batch_t layout;
+    size_t nparams;
+    size_t cap_rows;              /* per device per stack */
+    dpt_device_pool_t *pool;
+    dpt__tower_t *towers;
+    dpt__stack_info_t *stacks;
+    dpt_arena_t params;           /* ps/async: shared parameters */
+    dpt_arena_t params_next;      /* ps with a stateless optimizer and no clipping:
+                                     the next weights, kept if the step succeeds */
+    dpt_optim_t *opt;             /* ps/async: shared optimizer */
+    double *slice_sumsq;          /* ps: per-device partial sums of squares */
+    dpt__barrier_t barrier;
+    int barrier_ready;
+    dpt_comm_threads_group_t *group;
+    pthread_mutex_t *chunk_locks;
+    size_t nchunks;
+    int nchunk_locks_ready;
+    atomic_uint_fast64_t async_t;
+    uint64_t steps;
+    int grad_sets_checked;
+    /* the job being run */
+    dpt__job_kind_t job;
+    int job_stack;
+    size_t job_offset;
+    float job_lr;
+    uint64_t job_t;               /* optimizer step number of this step (ps, replicated) */
+    const dpt_batch_t *job_src;
+    size_t job_rows_per_device, job_seqs_per_device;
+    atomic_int job_failed;        /* set between barriers in ps/replicated */
+};
+
+/* Bytes of one row (or one sequence) of a column. */
+static inline size_t dpt__col_row_bytes(const dpt_column_t *c)
+{
+    return c->width * dpt_dtype_size(c->dtype);
+}
+
+/* The job of device `device` for the phase set in t->job (arg is the
+ * dpt_towers_t): load, gradient-set check or step. Run by
+ * dpt_device_pool_run(); returns 0 or a DPT_E... code with its message. */
+int dpt__towers_job(void *arg, int device);
+
+#endif /* DPT_TOWERS_IMPL_H */
