@@ -1,0 +1,75 @@
+/*
+ * Internal: the interface between the portable GEMM's drivers (gemm.c) and
+ * its packers and micro-kernels (gemm_kernels.c).
+ *
+ * A kernel is a descriptor: a micro-kernel for an MR x NR tile of C and the
+ * two packers that lay operand blocks out the way it reads them. The kernels
+ * file holds a table of them, one per instruction set, and picks the widest
+ * one the CPU runs once per process; the drivers ask for that pick on every
+ * call and run its functions through the descriptor.
+ */
+#ifndef DPT_NN_GEMM_IMPL_H
+#define DPT_NN_GEMM_IMPL_H
+
+#include <stddef.h>
+
+/* A micro-kernel: acc = sum over p < k of a[i*rsa + p*csa] * b[p*NR + j] for
+ * the full MR x NR tile, then for i < m, j < n:
+ *     c[i*rsc + j*csc] = alpha * acc[i][j] + beta * c[...]
+ * with c not read when beta == 0. A is either a packed panel (rsa = 1,
+ * csa = MR) or MR rows read in place (csa = 1); `b` is a packed panel,
+ * aligned to 64 bytes. */
+typedef void (*dpt__ukernel_fn)(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                                const float *restrict b, float *restrict c, size_t rsc,
+                                size_t csc, float alpha, float beta, size_t m, size_t n);
+
+/* A packer copies one operand block into micro-panels:
+ *   pack_a: op(A)[0:len, 0:kc] (element (i, p) at x[i*rs + p*cs]) into
+ *           `width`-row panels; panel q holds, for each p, the values of
+ *           rows q*width.. side by side, zeros past row len.
+ *   pack_b: op(B)[0:kc, 0:len] (element (p, j) at x[p*rs + j*cs]) into
+ *           `width`-column panels, zeros past column len.
+ * Both are transposes or strided copies; each ISA has its own copy of the
+ * common layouts, and plain loops handle the rest. */
+typedef void (*dpt__pack_fn)(size_t width, size_t len, size_t kc, const float *x, size_t rs,
+                             size_t cs, float *restrict dst);
+
+/* One portable kernel variant. The drivers' blocking (DPT__GEMM_MC and
+ * DPT__GEMM_NC in gemm.c) is a multiple of every kernel's mr and nr. */
+typedef struct dpt__gemm_kernel {
+    const char *name;     /* accepted by dpt__gemm_set_kernel() */
+    const char *describe; /* returned by dpt_gemm_describe() */
+    size_t mr, nr;        /* micro-tile */
+    dpt__ukernel_fn fn;
+    dpt__pack_fn pack_a, pack_b;
+    int (*supported)(void);
+} dpt__gemm_kernel_t;
+
+/* The kernel index meaning the unpacked loop without workspace (tests select
+ * it to exercise the out-of-memory path); it names no table entry. */
+#define DPT__GEMM_KERNEL_UNPACKED (-1)
+
+/* The index of the kernel in use: the dispatcher's pick (made on the first
+ * call, once per process) unless dpt__gemm_set_kernel() changed it since;
+ * DPT__GEMM_KERNEL_UNPACKED for the unpacked loop. Thread-safe. */
+int dpt__gemm_kernel_current(void);
+
+/* The descriptor of kernel `index`, an index returned by
+ * dpt__gemm_kernel_current() other than DPT__GEMM_KERNEL_UNPACKED. Static
+ * storage, never freed. */
+const dpt__gemm_kernel_t *dpt__gemm_kernel(int index);
+
+/* Test hook, deliberately not in the public header (tests/test_gemm.c
+ * declares it): selects the portable kernel by name ("c", "avx2", "avx512f",
+ * or "unpacked" for the no-workspace loop), or the one the dispatcher would
+ * pick for NULL. Returns 0, DPT_ENOTSUP when the CPU lacks the instructions
+ * or this build does not have the kernel, DPT_EINVAL for other names. */
+int dpt__gemm_set_kernel(const char *name);
+
+/* The smaller of a and b. */
+static inline size_t dpt__gemm_min(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+#endif
