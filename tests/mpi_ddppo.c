@@ -11,6 +11,7 @@
 #include "dpt/comm.h"
 #include "dpt/trainer.h"
 
+#if DPT_HAVE_MPI
 static dpt_comm_t *comm;
 
 static void test_ddppo_mpi_identical_weights(void)
@@ -41,6 +42,8 @@ static void test_ddppo_mpi_identical_weights(void)
                (unsigned long long)h, r.episode_reward_mean);
     dpt_ddppo_worker_destroy(w);
 }
+
+#endif /* DPT_HAVE_MPI */
 
 int main(int argc, char **argv)
 {

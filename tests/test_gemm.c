@@ -13,7 +13,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-/* Test hook defined in src/nn/gemm.c (not part of the public API): selects a
+/* Test hook defined in src/nn/gemm_kernels.c (not part of the public API): selects a
  * portable kernel by name, NULL restores the dispatcher's choice. */
 int dpt__gemm_set_kernel(const char *name);
 
