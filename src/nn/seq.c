@@ -187,6 +187,27 @@ static void dpt__tanh_backward(const dpt__layer_t *l, const float *params, float
         dx[i] += dy[i] * (1.0f - y[i] * y[i]);
 }
 
+/* A linear layer followed by ReLU, in one go: the product without the bias
+ * (beta = 0, so no bias rows are copied in and read back), then
+ * y = max(z + b, 0) in one pass. z, the linear layer's buffer, is left
+ * without the bias: nothing reads it (the ReLU's backward uses its output
+ * y, the linear layer's its input x). */
+static void dpt__linear_relu_forward(const dpt__layer_t *l, const float *params, const float *x,
+                                     float *z, float *y, size_t batch)
+{
+    const float *w = params + l->w_off, *b = params + l->b_off;
+    dpt_gemm(0, 1, batch, l->out, l->in, 1.0f, x, l->in, w, l->in, 0.0f, z, l->out);
+    for (size_t r = 0; r < batch; r++) {
+        const float *zr = z + r * l->out;
+        float *yr = y + r * l->out;
+        for (size_t o = 0; o < l->out; o++) {
+            union { float f; int32_t i; } u = {zr[o] + b[o]};
+            u.i &= -(int32_t)(u.i > 0);
+            yr[o] = u.f;
+        }
+    }
+}
+
 /* Indexed by dpt_layer_kind_t; the order follows DPT_LAYER_LIST. */
 static const dpt__layer_ops_t dpt__layer_ops[DPT_LAYER_COUNT] = {
     [DPT_LAYER_LINEAR] = {"linear", 1, dpt__linear_forward, dpt__linear_backward},
@@ -459,6 +480,12 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
     const float *in = x;
     for (size_t i = 0; i < s->nlayers; i++) {
         const dpt__layer_t *l = &s->layers[i];
+        if (l->spec.kind == DPT_LAYER_LINEAR && i + 1 < s->nlayers &&
+            s->layers[i + 1].spec.kind == DPT_LAYER_RELU) {
+            dpt__linear_relu_forward(l, params, in, s->act[i], s->act[i + 1], batch);
+            in = s->act[++i];
+            continue;
+        }
         dpt__layer_ops[l->spec.kind].forward(l, params, in, s->act[i], batch);
         in = s->act[i];
     }
