@@ -193,6 +193,16 @@ if [ "$(untimed sup_full/result.jsonl)" = "$(untimed sup_half/result.jsonl)" ]; 
 else
     bad "supervised resume metrics differ"
 fi
+# The same with plain SGD: ps towers then update into a second weight arena.
+expect 0 "test accuracy" -- train sup.conf --set output_dir=sgd_full --set optimizer=sgd --set lr=0.1
+expect 0 "" -- train sup.conf --set output_dir=sgd_half --set optimizer=sgd --set lr=0.1 --set stop_iters=2 --quiet
+expect 0 "" -- train --resume sgd_half --set stop_iters=0 --quiet
+if "$cmp" sgd_full/checkpoints/checkpoint-00000004.safetensors \
+          sgd_half/checkpoints/checkpoint-00000004.safetensors >cmp.out 2>&1; then
+    ok "supervised, sgd: 2+2 epochs with resume equal 4 epochs bitwise"
+else
+    bad "supervised sgd resume differs: $(cat cmp.out)"
+fi
 acc=$(tail -1 sup_full/progress.csv | cut -d, -f8)
 if awk -v a="$acc" 'BEGIN { exit !(a > 0.8) }'; then ok "supervised csv test accuracy $acc > 0.8"; else bad "supervised accuracy $acc"; fi
 expect 0 "accuracy" -- eval sup_full/checkpoints/checkpoint-00000004.safetensors
