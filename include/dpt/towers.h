@@ -27,7 +27,14 @@
  *    device d sums the towers' gradients over its 1/N slice of the arena
  *    (fixed tower order), scales for the average, and applies the optimizer
  *    to that slice; the global norm for clipping is combined from per-slice
- *    sums in slice order.
+ *    sums in slice order. With an optimizer that has no slots (SGD) and no
+ *    clipping, the update follows the sum chunk by chunk in the same pass
+ *    and goes to a second parameter arena, which becomes the current one
+ *    only when the global norm is finite (so a refused step still changes
+ *    nothing); the weights come out bitwise as in the two-pass form.
+ *
+ * Models flagged DPT_MODEL_STORES_GRADS (dpt/nn.h; the built-in MLP) write
+ * their whole gradient, so the towers do not zero it before each step.
  *  - replicated: every tower owns parameters and optimizer state; gradients
  *    are all-reduced with the threads collective backend (dpt/comm.h) and
  *    every tower applies the identical update. Replicas start equal
