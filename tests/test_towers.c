@@ -52,6 +52,7 @@ static dpt_batch_t layout(void)
 /* The comparisons with one device run twice: Adam with clipping (the
  * two-pass ps step) and plain SGD without clipping (the fused one). */
 static int use_sgd;
+static double clip_override; /* > 0: the clip bound instead of the default */
 
 static dpt_towers_config_t config(dpt_towers_mode_t mode, int n, size_t m)
 {
@@ -60,7 +61,7 @@ static dpt_towers_config_t config(dpt_towers_mode_t mode, int n, size_t m)
     c.num_devices = n;
     c.max_per_device_batch_size = m;
     c.max_load_rows = ROWS;
-    c.grad_clip = use_sgd ? 0.0 : 0.5;
+    c.grad_clip = clip_override > 0.0 ? clip_override : (use_sgd ? 0.0 : 0.5);
     c.optim = dpt_optim_defaults(use_sgd ? DPT_OPTIM_SGD : DPT_OPTIM_ADAM);
     return c;
 }
@@ -207,6 +208,26 @@ static void test_ps_matches_single_device(void)
     use_sgd = 1;
     check_mode_matches_reference(DPT_TOWERS_PS);
     use_sgd = 0;
+}
+
+/* ps with SGD: the fused update (no clipping) and the two-pass one (a clip
+ * bound that is never reached) give bitwise the same weights. */
+static void test_ps_fused_update_is_two_pass(void)
+{
+    size_t count = nparams();
+    REQUIRE(count > 0);
+    float *a = calloc(count, sizeof *a), *b = calloc(count, sizeof *b);
+    REQUIRE(a && b);
+    use_sgd = 1;
+    for (int n = 1; n <= 3; n++) {
+        REQUIRE_OK(run_towers(DPT_TOWERS_PS, n, 2, a, count));
+        clip_override = 1e30;
+        REQUIRE_OK(run_towers(DPT_TOWERS_PS, n, 2, b, count));
+        clip_override = 0.0;
+        CHECK(memcmp(a, b, count * sizeof(float)) == 0);
+    }
+    use_sgd = 0;
+    free(a), free(b);
 }
 
 static void test_replicated_matches_single_device(void)
@@ -642,6 +663,7 @@ int main(void)
     make_data();
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_ps_matches_single_device),
+        DPT_TEST(test_ps_fused_update_is_two_pass),
         DPT_TEST(test_replicated_matches_single_device),
         DPT_TEST(test_load_rules),
         DPT_TEST(test_sequence_rules),
