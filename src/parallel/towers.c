@@ -197,7 +197,9 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
             if ((rc = dpt_arena_init(&w->own_params, t->nparams)) != 0)
                 goto fail;
         }
-        w->params = cfg->mode == DPT_TOWERS_PS ? t->params.data : w->own_params.data;
+        /* ps towers read t->params, whose arena changes place when the fused
+         * update swaps it with t->params_next: no pointer is kept here. */
+        w->params = cfg->mode == DPT_TOWERS_PS ? NULL : w->own_params.data;
         if (!shared) {
             if ((rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0)
                 goto fail;

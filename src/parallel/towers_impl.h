@@ -35,7 +35,8 @@ typedef struct dpt__tower {
     int own_ctx;
     dpt_arena_t grads;         /* this tower's gradient */
     dpt_arena_t own_params;    /* replicated: replica; async: snapshot */
-    float *params;             /* the parameters this tower reads */
+    float *params;             /* replicated: its replica; async: its snapshot;
+                                  ps: NULL (the towers read t->params) */
     dpt_optim_t *own_opt;      /* replicated: own optimizer */
     dpt_comm_t *comm;          /* replicated */
     void **stack_data;         /* [num_stacks * ncols] column buffers */
