@@ -4,6 +4,8 @@
 
 #include "dpt/optim.h"
 
+#include <string.h>
+
 static dpt_optim_t *make(dpt_optim_kind_t kind, float wd, int nesterov, size_t n)
 {
     dpt_optim_config_t c = dpt_optim_defaults(kind);
@@ -25,7 +27,13 @@ static void test_sgd(void)
     CHECK_CLOSE(p[0], 0.94, 1e-6);
     CHECK_CLOSE(p[1], -2.005, 1e-6);
     CHECK(dpt_optim_num_slots(o) == 0 && dpt_optim_slot(o, 0) == NULL);
+    CHECK(dpt_optim_slot_name(o, 0) == NULL);
     CHECK(dpt_optim_get_t(o) == 1);
+    /* update_into leaves the input alone and writes the same values. */
+    float p2[2] = {1.0f, -2.0f}, out[2] = {0.0f, 0.0f};
+    dpt_optim_update_into(o, p2, out, g, 0, 2, 2, 0.1f);
+    CHECK(p2[0] == 1.0f && p2[1] == -2.0f);
+    CHECK(out[0] == p[0] && out[1] == p[1]);
     dpt_optim_destroy(o);
 }
 
@@ -87,6 +95,12 @@ static void test_adam(void)
     dpt_optim_step(o, &q, &zero, 0.01f);
     CHECK_CLOSE(q, 2.0 - 0.01 * 0.5 * 2.0, 1e-6);
     CHECK(dpt_optim_num_slots(o) == 2);
+    CHECK(!strcmp(dpt_optim_slot_name(o, 0), "m") && !strcmp(dpt_optim_slot_name(o, 1), "v"));
+    CHECK(dpt_optim_slot_name(o, 2) == NULL && dpt_optim_slot_name(o, -1) == NULL);
+    dpt_optim_destroy(o);
+    o = make(DPT_OPTIM_MOMENTUM, 0.0f, 0, 1);
+    REQUIRE(o);
+    CHECK(!strcmp(dpt_optim_slot_name(o, 0), "momentum") && dpt_optim_slot_name(o, 1) == NULL);
     dpt_optim_destroy(o);
 }
 

@@ -131,7 +131,11 @@ static int sup_build(sup_t *s)
     return dpt_towers_set_weights(s->towers, s->params.data, n);
 }
 
-static const char *const sup_slot_prefix[2] = {"optim.s0.", "optim.s1."};
+/* "optim.<slot name>." (dpt_optim_slot_name): the names the RL jobs use. */
+static void sup_slot_prefix(const dpt_optim_t *opt, int k, char *buf, size_t size)
+{
+    snprintf(buf, size, "optim.%s.", dpt_optim_slot_name(opt, k));
+}
 
 static int sup_checkpoint(sup_t *s, double time_total)
 {
@@ -142,9 +146,12 @@ static int sup_checkpoint(sup_t *s, double time_total)
     if (rc || (rc = dpt_safetensors_writer_create(&w)) != 0)
         return rc;
     rc = dpt_safetensors_add_arena(w, "params.", vars, s->params.data, s->params.count);
-    for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++)
-        rc = dpt_safetensors_add_arena(w, sup_slot_prefix[k], vars, dpt_optim_slot(opt, k),
+    for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++) {
+        char prefix[32];
+        sup_slot_prefix(opt, k, prefix, sizeof prefix);
+        rc = dpt_safetensors_add_arena(w, prefix, vars, dpt_optim_slot(opt, k),
                                        dpt_optim_count(opt));
+    }
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "optim_step", dpt_optim_get_t(opt));
     if (!rc)
@@ -177,9 +184,11 @@ static int sup_restore(sup_t *s, const dpt_safetensors_t *st)
     if (!tmp)
         return dpt_error(DPT_ENOMEM, "resume: cannot allocate");
     rc = dpt_safetensors_load_arena(st, "params.", vars, tmp, n);
-    for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++)
-        rc = dpt_safetensors_load_arena(st, sup_slot_prefix[k], vars, tmp + (size_t)(k + 1) * n,
-                                        n);
+    for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++) {
+        char prefix[32];
+        sup_slot_prefix(opt, k, prefix, sizeof prefix);
+        rc = dpt_safetensors_load_arena(st, prefix, vars, tmp + (size_t)(k + 1) * n, n);
+    }
     if (!rc)
         rc = dpt_towers_set_weights(s->towers, tmp, n);
     if (!rc) {

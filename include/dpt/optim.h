@@ -89,6 +89,11 @@ void dpt_optim_set_t(dpt_optim_t *opt, uint64_t t);
  * Adam v. Returns NULL for a slot that does not exist. */
 int dpt_optim_num_slots(const dpt_optim_t *opt);
 float *dpt_optim_slot(dpt_optim_t *opt, int slot);
+/* The name of slot `slot`: "momentum" for the momentum optimizer, "m" and
+ * "v" (first and second moments) for Adam and AdamW; NULL when there is no
+ * such slot. Checkpoints store slot values of variable V as
+ * "optim.<name>.V". */
+const char *dpt_optim_slot_name(const dpt_optim_t *opt, int slot);
 size_t dpt_optim_count(const dpt_optim_t *opt);
 const dpt_optim_config_t *dpt_optim_config(const dpt_optim_t *opt);
 

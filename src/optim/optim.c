@@ -175,6 +175,14 @@ int dpt_optim_num_slots(const dpt_optim_t *o) { return o->nslots; }
 size_t dpt_optim_count(const dpt_optim_t *o) { return o->count; }
 const dpt_optim_config_t *dpt_optim_config(const dpt_optim_t *o) { return &o->cfg; }
 
+const char *dpt_optim_slot_name(const dpt_optim_t *o, int slot)
+{
+    static const char *const adam[2] = {"m", "v"};
+    if (slot < 0 || slot >= o->nslots)
+        return NULL;
+    return o->cfg.kind == DPT_OPTIM_MOMENTUM ? "momentum" : adam[slot];
+}
+
 float *dpt_optim_slot(dpt_optim_t *o, int slot)
 {
     if (slot < 0 || slot >= o->nslots)
