@@ -6,10 +6,9 @@
  * mode and device count it reports samples/s (median of repeated timed
  * runs), the scaling over one device (median of the per-round ratios), and
  * the fraction of the machine's FLOP limit: training costs ~6 x weights
- * FLOPs per sample (forward 2x,
- * backward 4x); the limit is (devices) x the single-thread GFLOP/s of the
- * largest layer's forward GEMM at the per-device batch, measured in the same
- * run with the GEMM backend dpt uses.
+ * FLOPs per sample (forward 2x, backward 4x); the limit is (devices) x the
+ * single-thread GFLOP/s of the largest layer's forward GEMM at the
+ * per-device batch, measured in the same run with the GEMM backend dpt uses.
  */
 #include "cli.h"
 #include "dpt/dpt.h"
