@@ -179,30 +179,28 @@ num_devices = 2
 epochs = 4
 lr = 0.01
 CONF
-expect 0 "test accuracy" -- train sup.conf --set output_dir=sup_full
-expect 0 "" -- train sup.conf --set output_dir=sup_half --set stop_iters=2 --quiet
-expect 0 "" -- train --resume sup_half --set stop_iters=0 --quiet
-if "$cmp" sup_full/checkpoints/checkpoint-00000004.safetensors \
-          sup_half/checkpoints/checkpoint-00000004.safetensors >cmp.out 2>&1; then
-    ok "supervised: 2+2 epochs with resume equal 4 epochs bitwise"
-else
-    bad "supervised resume differs: $(cat cmp.out)"
-fi
-if [ "$(untimed sup_full/result.jsonl)" = "$(untimed sup_half/result.jsonl)" ]; then
-    ok "supervised: resumed run has identical metrics"
-else
-    bad "supervised resume metrics differ"
-fi
-# The same with plain SGD: ps towers then update into a second weight arena.
-expect 0 "test accuracy" -- train sup.conf --set output_dir=sgd_full --set optimizer=sgd --set lr=0.1
-expect 0 "" -- train sup.conf --set output_dir=sgd_half --set optimizer=sgd --set lr=0.1 --set stop_iters=2 --quiet
-expect 0 "" -- train --resume sgd_half --set stop_iters=0 --quiet
-if "$cmp" sgd_full/checkpoints/checkpoint-00000004.safetensors \
-          sgd_half/checkpoints/checkpoint-00000004.safetensors >cmp.out 2>&1; then
-    ok "supervised, sgd: 2+2 epochs with resume equal 4 epochs bitwise"
-else
-    bad "supervised sgd resume differs: $(cat cmp.out)"
-fi
+# sup_resume NAME [--set ...]: a 4-epoch run, and 2 epochs then --resume for the
+# rest; the last checkpoints and the metrics must be identical.
+sup_resume() {
+    name="$1"; shift
+    expect 0 "test accuracy" -- train sup.conf --set output_dir=${name}_full "$@"
+    expect 0 "" -- train sup.conf --set output_dir=${name}_half --set stop_iters=2 --quiet "$@"
+    expect 0 "" -- train --resume ${name}_half --set stop_iters=0 --quiet
+    if "$cmp" ${name}_full/checkpoints/checkpoint-00000004.safetensors \
+              ${name}_half/checkpoints/checkpoint-00000004.safetensors >cmp.out 2>&1; then
+        ok "supervised ($name): 2+2 epochs with resume equal 4 epochs bitwise"
+    else
+        bad "supervised ($name) resume differs: $(cat cmp.out)"
+    fi
+    if [ "$(untimed ${name}_full/result.jsonl)" = "$(untimed ${name}_half/result.jsonl)" ]; then
+        ok "supervised ($name): resumed run has identical metrics"
+    else
+        bad "supervised ($name) resume metrics differ"
+    fi
+}
+sup_resume sup
+# Plain SGD: the ps towers update into a second weight arena.
+sup_resume sgd --set optimizer=sgd --set lr=0.1
 acc=$(tail -1 sup_full/progress.csv | cut -d, -f8)
 if awk -v a="$acc" 'BEGIN { exit !(a > 0.8) }'; then ok "supervised csv test accuracy $acc > 0.8"; else bad "supervised accuracy $acc"; fi
 expect 0 "accuracy" -- eval sup_full/checkpoints/checkpoint-00000004.safetensors

@@ -105,18 +105,11 @@ static void dpt__relu_backward(const dpt__layer_t *l, const float *params, float
     if (!dx)
         return;
     size_t n = batch * l->out;
-    if (mode & DPT__STORE_DX) {
-        for (size_t i = 0; i < n; i++) {
-            union { float f; int32_t i; } uy = {y[i]}, ud = {dy[i]};
-            ud.i &= -(int32_t)(uy.i != 0);
-            dx[i] = ud.f;
-        }
-        return;
-    }
+    int add = !(mode & DPT__STORE_DX);
     for (size_t i = 0; i < n; i++) {
         union { float f; int32_t i; } uy = {y[i]}, ud = {dy[i]};
         ud.i &= -(int32_t)(uy.i != 0);
-        dx[i] += ud.f;
+        dx[i] = add ? dx[i] + ud.f : ud.f;
     }
 }
 
@@ -178,13 +171,11 @@ static void dpt__tanh_backward(const dpt__layer_t *l, const float *params, float
     if (!dx)
         return;
     size_t n = batch * l->out;
-    if (mode & DPT__STORE_DX) {
-        for (size_t i = 0; i < n; i++)
-            dx[i] = dy[i] * (1.0f - y[i] * y[i]);
-        return;
+    int add = !(mode & DPT__STORE_DX);
+    for (size_t i = 0; i < n; i++) {
+        float g = dy[i] * (1.0f - y[i] * y[i]);
+        dx[i] = add ? dx[i] + g : g;
     }
-    for (size_t i = 0; i < n; i++)
-        dx[i] += dy[i] * (1.0f - y[i] * y[i]);
 }
 
 /* A linear layer followed by ReLU, in one go: the product without the bias
