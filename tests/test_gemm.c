@@ -156,6 +156,10 @@ static const size_t shapes[][3] = {
     {8, 32, 4},    {4, 8, 3},     {17, 33, 65}, {1, 100, 300}, {100, 1, 300},
     {128, 2, 64},  {2, 64, 128},  {3, 50, 2},   {20, 30, 600}, {10, 1100, 20},
     {300, 257, 129}, {64, 10, 512}, {64, 512, 40},
+    /* One or two rows past the full tiles (the edge kernel): its fast store
+     * (48 columns), a partial third panel, a group of fewer panels, past an
+     * MC block, and the per-device batch of the benchmark. */
+    {14, 48, 7},   {13, 40, 9},   {98, 100, 20}, {128, 512, 196},
 };
 
 static const float alphas[] = {1.0f, -0.5f, 2.5f};
@@ -318,6 +322,43 @@ static void test_deterministic(void)
     free(c3);
 }
 
+/* Every row of C is the same bits whatever M is: the last rows of a
+ * product, which go to the edge kernel (M = 98 leaves 2 rows past an MC block
+ * of 96 and 0 tiles of 6), equal those rows computed inside full tiles
+ * (M = 102), for A read in place and packed (transposed). */
+static void test_rows_independent_of_m(void)
+{
+    enum { MS = 98, ML = 102, N = 100, K = 37 };
+    float *a = malloc(sizeof(float) * ML * K), *at = malloc(sizeof(float) * ML * K);
+    float *b = malloc(sizeof(float) * K * N);
+    float *cs = malloc(sizeof(float) * ML * N), *cl = malloc(sizeof(float) * ML * N);
+    REQUIRE(a && at && b && cs && cl);
+    for (size_t i = 0; i < (size_t)ML * K; i++)
+        a[i] = rnd();
+    for (size_t i = 0; i < ML; i++)
+        for (size_t p = 0; p < K; p++)
+            at[p * ML + i] = a[i * K + p];
+    for (size_t i = 0; i < (size_t)K * N; i++)
+        b[i] = rnd();
+    for (size_t v = 0; v < sizeof kernel_names / sizeof kernel_names[0]; v++) {
+        if (dpt__gemm_set_kernel(kernel_names[v]) != DPT_OK)
+            continue;
+        for (int ta = 0; ta < 2; ta++) {
+            const float *x = ta ? at : a;
+            size_t lda = ta ? ML : K;
+            dpt_gemm_ex(DPT_GEMM_PORTABLE, ta, 0, MS, N, K, 1.0f, x, lda, b, N, 0.0f, cs, N);
+            dpt_gemm_ex(DPT_GEMM_PORTABLE, ta, 0, ML, N, K, 1.0f, x, lda, b, N, 0.0f, cl, N);
+            CHECK(memcmp(cs, cl, sizeof(float) * MS * N) == 0);
+        }
+    }
+    CHECK_OK(dpt__gemm_set_kernel(NULL));
+    free(a);
+    free(at);
+    free(b);
+    free(cs);
+    free(cl);
+}
+
 static void test_backend_selection(void)
 {
     dpt_gemm_backend_t saved = dpt_gemm_get_backend();
@@ -358,6 +399,7 @@ int main(void)
         DPT_TEST(test_backend_selection), DPT_TEST(test_degenerate),
         DPT_TEST(test_portable_kernels),  DPT_TEST(test_cblas),
         DPT_TEST(test_cblas_vs_portable), DPT_TEST(test_deterministic),
+        DPT_TEST(test_rows_independent_of_m),
     };
     printf("default backend: %s\n", dpt_gemm_describe(dpt_gemm_get_backend()));
     return DPT_TEST_RUN(cases);

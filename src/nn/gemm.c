@@ -142,6 +142,32 @@ static void gemm_unpacked(const dpt__gemm_args_t *g)
     }
 }
 
+/* The last `rem` rows (starting at row `full` of the block) against the
+ * panels of one group of `gn` columns: one edge-kernel call when the group
+ * has all its panels, else the full-tile kernel panel by panel. */
+static void edge_rows(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g, float *abuf,
+                      const float *ablock, size_t direct, size_t full, size_t rem, size_t kc,
+                      const float *bgroup, float *c, float beta, size_t gn)
+{
+    size_t nr = kr->nr;
+    const float *ap = full < direct ? ablock + full * g->rsa : abuf + (full - direct) * kc;
+    size_t rsa = full < direct ? g->rsa : 1, csa = full < direct ? 1 : kr->mr;
+    if (gn > (kr->edge_panels - 1) * nr) {
+        kr->edge(kc, ap, rsa, csa, bgroup, kc * nr, c, g->rsc, g->csc, g->alpha, beta, rem, gn);
+        return;
+    }
+    /* The full-tile kernel reads mr rows: only a packed panel has them. */
+    if (full < direct) {
+        kr->pack_a(kr->mr, rem, kc, ap, g->rsa, g->csa, abuf);
+        ap = abuf;
+        rsa = 1;
+        csa = kr->mr;
+    }
+    for (size_t jr = 0; jr < gn; jr += nr)
+        kr->fn(kc, ap, rsa, csa, bgroup + jr * kc, c + jr * g->csc, g->rsc, g->csc, g->alpha,
+               beta, rem, dpt__gemm_min(nr, gn - jr));
+}
+
 static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g, float *ws)
 {
     float *abuf = ws;
@@ -169,22 +195,33 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
             for (size_t ic = 0; ic < g->m; ic += DPT__GEMM_MC) {
                 size_t mc = dpt__gemm_min(DPT__GEMM_MC, g->m - ic);
                 const float *ablock = g->a + ic * g->rsa + pc * g->csa;
-                size_t direct = in_place ? mc / mr * mr : 0;
+                size_t full = mc / mr * mr, rem = mc - full;
+                /* A last panel of only a few rows goes to the edge kernel,
+                 * which reads them in place when the rows are contiguous. */
+                int edge = kr->edge && rem > 0 && rem <= kr->edge_mr;
+                size_t direct = in_place ? (edge ? mc : full) : 0;
                 if (direct < mc)
                     kr->pack_a(mr, mc - direct, kc, ablock + direct * g->rsa, g->rsa, g->csa, abuf);
-                for (size_t jr = 0; jr < nc; jr += nr) {
-                    size_t n = dpt__gemm_min(nr, nc - jr);
-                    const float *bpanel = bbuf + jr * kc;
-                    for (size_t ir = 0; ir < mc; ir += mr) {
-                        size_t m = dpt__gemm_min(mr, mc - ir);
-                        float *c = g->c + (ic + ir) * g->rsc + (jc + jr) * g->csc;
-                        if (ir < direct)
-                            kr->fn(kc, ablock + ir * g->rsa, g->rsa, 1, bpanel, c, g->rsc,
-                                   g->csc, g->alpha, beta, m, n);
-                        else
-                            kr->fn(kc, abuf + (ir - direct) * kc, 1, mr, bpanel, c, g->rsc,
-                                   g->csc, g->alpha, beta, m, n);
+                size_t tiled = edge ? full : mc;
+                size_t group = edge ? kr->edge_panels * nr : nr;
+                for (size_t jg = 0; jg < nc; jg += group) {
+                    size_t gn = dpt__gemm_min(group, nc - jg);
+                    for (size_t jr = jg; jr < jg + gn; jr += nr) {
+                        size_t n = dpt__gemm_min(nr, nc - jr);
+                        const float *bpanel = bbuf + jr * kc;
+                        for (size_t ir = 0; ir < tiled; ir += mr) {
+                            size_t m = dpt__gemm_min(mr, mc - ir);
+                            float *c = g->c + (ic + ir) * g->rsc + (jc + jr) * g->csc;
+                            const float *ap = ir < direct ? ablock + ir * g->rsa
+                                                          : abuf + (ir - direct) * kc;
+                            kr->fn(kc, ap, ir < direct ? g->rsa : 1, ir < direct ? 1 : mr,
+                                   bpanel, c, g->rsc, g->csc, g->alpha, beta, m, n);
+                        }
                     }
+                    if (edge)
+                        edge_rows(kr, g, abuf, ablock, direct, full, rem, kc,
+                                  bbuf + jg * kc, g->c + (ic + full) * g->rsc + (jc + jg) * g->csc,
+                                  beta, gn);
                 }
             }
         }

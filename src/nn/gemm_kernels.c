@@ -352,6 +352,80 @@ static void ukernel_avx2(size_t k, const float *restrict a, size_t rsa, size_t c
     store_tile(t, DPT__AVX2_NR, c, rsc, csc, alpha, beta, m, n);
 }
 
+/* The edge kernel for the last one or two rows of an M block (M = 128 leaves
+ * two rows after 21 full tiles, M = 512 too): 2 rows x 48 columns, the three
+ * packed B panels b, b + bs, b + 2*bs side by side. The 6 x 16 kernel would
+ * run its whole tile for those rows, 3 times the work; this one has 12
+ * accumulators and 6 B loads per 2 broadcasts, as busy as the full tile.
+ * Every element is the same chain of FMAs over p as in ukernel_avx2, so the
+ * results are bitwise the same. For m == 1 the second row re-reads the
+ * first (nothing past the matrix is read); b must hold three full panels. */
+#define DPT__AVX2_EDGE_MR 2
+#define DPT__AVX2_EDGE_PANELS 3
+
+#define DPT__AVX2_EDGE_COL(bp, r0, r1)                   \
+    do {                                                 \
+        __m256 v_ = _mm256_load_ps(bp);                  \
+        r0 = _mm256_fmadd_ps(x0, v_, r0);                \
+        r1 = _mm256_fmadd_ps(x1, v_, r1);                \
+    } while (0)
+
+/* c[0:48] = alpha * (r0..r5) + beta * c[0:48], c not read when beta == 0. */
+#define DPT__AVX2_EDGE_UPDATE(cp, r0, r1, r2, r3, r4, r5)  \
+    do {                                                   \
+        DPT__AVX2_UPDATE(cp, r0, r1);                      \
+        DPT__AVX2_UPDATE((cp) + 16, r2, r3);               \
+        DPT__AVX2_UPDATE((cp) + 32, r4, r5);               \
+    } while (0)
+
+__attribute__((target("avx2,fma")))
+static void ukernel_avx2_edge(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                              const float *restrict b, size_t bs, float *restrict c, size_t rsc,
+                              size_t csc, float alpha, float beta, size_t m, size_t n)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c04 = c00, c05 = c00;
+    __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00, c14 = c00, c15 = c00;
+    const float *a0 = a, *a1 = m > 1 ? a + rsa : a;
+    const float *b1 = b + bs, *b2 = b + 2 * bs;
+    prefetch_c(c, rsc, csc, m, n);
+    for (size_t p = 0; p < k; p++) {
+        __m256 x0 = _mm256_broadcast_ss(a0), x1 = _mm256_broadcast_ss(a1);
+        DPT__AVX2_EDGE_COL(b, c00, c10);
+        DPT__AVX2_EDGE_COL(b + 8, c01, c11);
+        DPT__AVX2_EDGE_COL(b1, c02, c12);
+        DPT__AVX2_EDGE_COL(b1 + 8, c03, c13);
+        DPT__AVX2_EDGE_COL(b2, c04, c14);
+        DPT__AVX2_EDGE_COL(b2 + 8, c05, c15);
+        a0 += csa;
+        a1 += csa;
+        b += DPT__AVX2_NR;
+        b1 += DPT__AVX2_NR;
+        b2 += DPT__AVX2_NR;
+    }
+    enum { W = DPT__AVX2_EDGE_PANELS * DPT__AVX2_NR };
+    if (n == W && csc == 1) {
+        __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+        DPT__AVX2_EDGE_UPDATE(c, c00, c01, c02, c03, c04, c05);
+        if (m > 1)
+            DPT__AVX2_EDGE_UPDATE(c + rsc, c10, c11, c12, c13, c14, c15);
+        return;
+    }
+    _Alignas(32) float t[DPT__AVX2_EDGE_MR * W];
+    _mm256_store_ps(t + 0, c00);
+    _mm256_store_ps(t + 8, c01);
+    _mm256_store_ps(t + 16, c02);
+    _mm256_store_ps(t + 24, c03);
+    _mm256_store_ps(t + 32, c04);
+    _mm256_store_ps(t + 40, c05);
+    _mm256_store_ps(t + 48, c10);
+    _mm256_store_ps(t + 56, c11);
+    _mm256_store_ps(t + 64, c12);
+    _mm256_store_ps(t + 72, c13);
+    _mm256_store_ps(t + 80, c14);
+    _mm256_store_ps(t + 88, c15);
+    store_tile(t, W, c, rsc, csc, alpha, beta, m, n);
+}
+
 /* ---- AVX-512F: 8 x 32 tile ----------------------------------------------- */
 
 /* The same scheme on zmm registers: 16 accumulators + 2 B vectors + 1
@@ -471,12 +545,13 @@ static int cpu_avx512(void)
  * supports. */
 static const dpt__gemm_kernel_t kernels[] = {
     {"c", "portable (plain C, 4x8 tiles)", DPT__C_MR, DPT__C_NR, ukernel_c, pack_a_generic,
-     pack_b_generic, cpu_any},
+     pack_b_generic, cpu_any, NULL, 0, 0},
 #if DPT__GEMM_X86
     {"avx2", "portable (avx2+fma, 6x16 tiles)", DPT__AVX2_MR, DPT__AVX2_NR, ukernel_avx2,
-     pack_a_avx, pack_b_avx, cpu_avx2},
+     pack_a_avx, pack_b_avx, cpu_avx2, ukernel_avx2_edge, DPT__AVX2_EDGE_MR,
+     DPT__AVX2_EDGE_PANELS},
     {"avx512f", "portable (avx512f, 8x32 tiles)", DPT__AVX512_MR, DPT__AVX512_NR, ukernel_avx512,
-     pack_a_avx, pack_b_avx, cpu_avx512},
+     pack_a_avx, pack_b_avx, cpu_avx512, NULL, 0, 0},
 #endif
 };
 #define DPT__NKERNELS (sizeof kernels / sizeof kernels[0])
