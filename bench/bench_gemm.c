@@ -2,7 +2,7 @@
  * bench_gemm — GFLOP/s of each GEMM backend built in, at the shapes dpt
  * trains, on one thread.
  *
- *     bench_gemm [--json] [--repeats N] [--min-ms MS]
+ *     bench_gemm [--json] [--repeats N] [--min-ms MS] [--net NAME] [--batch B]
  *
  * For a dense layer `in -> out` with weights W [out, in] and a batch of B rows,
  * the three products of a training step are
@@ -15,7 +15,8 @@
  * table adds up, per network and batch, the time of all its products (the
  * GEMM time of one training step). Plain text by default; --json prints one
  * JSON object per line (a header object, one per shape, the load average at
- * the end, one per step total).
+ * the end, one per step total). --net and --batch keep only the layers of one
+ * network (mlp, ppo) and one batch size, for quick before/after comparisons.
  */
 #include "dpt/gemm.h"
 #include "dpt/stats.h"
@@ -159,10 +160,12 @@ static double load_average(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_gemm [--json] [--repeats N] [--min-ms MS]\n"
+    fprintf(f, "usage: bench_gemm [--json] [--repeats N] [--min-ms MS] [--net NAME] [--batch B]\n"
                "  --json        one JSON object per line\n"
                "  --repeats N   timed runs per figure, median reported (default 7, max %d)\n"
-               "  --min-ms MS   minimum length of one timed run (default 50)\n",
+               "  --min-ms MS   minimum length of one timed run (default 50)\n"
+               "  --net NAME    only this network's layers (mlp or ppo)\n"
+               "  --batch B     only this batch size\n",
             MAX_REPEATS);
 }
 
@@ -170,6 +173,8 @@ int main(int argc, char **argv)
 {
     int json = 0, repeats = 7;
     double min_ms = 50.0;
+    const char *only_net = NULL;
+    long only_batch = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -177,6 +182,14 @@ int main(int argc, char **argv)
             repeats = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--min-ms") == 0 && i + 1 < argc) {
             min_ms = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--net") == 0 && i + 1 < argc) {
+            only_net = argv[++i];
+        } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            only_batch = atol(argv[++i]);
+            if (only_batch <= 0) {
+                usage(stderr);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
@@ -187,6 +200,20 @@ int main(int argc, char **argv)
     }
     if (repeats < 1 || repeats > MAX_REPEATS || !(min_ms > 0.0)) {
         usage(stderr);
+        return 2;
+    }
+
+    size_t matched = 0;
+    for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++)
+        for (size_t bi = 0; bi < 3 && layers[l].batches[bi]; bi++)
+            matched += (!only_net || strcmp(only_net, layers[l].net) == 0) &&
+                       (!only_batch || layers[l].batches[bi] == (size_t)only_batch);
+    if (matched == 0) {
+        char b[32] = "any";
+        if (only_batch)
+            snprintf(b, sizeof b, "%ld", only_batch);
+        fprintf(stderr, "bench_gemm: no layer of net %s at batch %s (nets: mlp, ppo)\n",
+                only_net ? only_net : "any", b);
         return 2;
     }
 
@@ -252,7 +279,11 @@ int main(int argc, char **argv)
     unsigned seed = 12345u;
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
         const layer_t *ly = &layers[l];
+        if (only_net && strcmp(only_net, ly->net) != 0)
+            continue;
         for (size_t bi = 0; bi < 3 && ly->batches[bi]; bi++) {
+            if (only_batch && ly->batches[bi] != (size_t)only_batch)
+                continue;
             for (int which = 0; which < 3; which++) {
                 product_t p = make_product(which, ly->batches[bi], ly->in, ly->out);
                 float *a = random_matrix((p.ta ? p.k : p.m) * p.lda, &seed);
