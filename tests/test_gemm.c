@@ -156,10 +156,12 @@ static const size_t shapes[][3] = {
     {8, 32, 4},    {4, 8, 3},     {17, 33, 65}, {1, 100, 300}, {100, 1, 300},
     {128, 2, 64},  {2, 64, 128},  {3, 50, 2},   {20, 30, 600}, {10, 1100, 20},
     {300, 257, 129}, {64, 10, 512}, {64, 512, 40},
-    /* One or two rows past the full tiles (the edge kernel): its fast store
-     * (48 columns), a partial third panel, a group of fewer panels, past an
-     * MC block, and the per-device batch of the benchmark. */
+    /* One to four rows past the full tiles (the edge kernels): the 2-row
+     * kernel's fast store (48 columns), a partial third panel, a group of
+     * fewer panels, past an MC block, the per-device batch of the benchmark;
+     * the 4-row kernel with 3 and 4 rows. */
     {14, 48, 7},   {13, 40, 9},   {98, 100, 20}, {128, 512, 196},
+    {9, 70, 33},   {64, 512, 100}, {100, 20, 64},
 };
 
 static const float alphas[] = {1.0f, -0.5f, 2.5f};
@@ -323,12 +325,12 @@ static void test_deterministic(void)
 }
 
 /* Every row of C is the same bits whatever M is: the last rows of a
- * product, which go to the edge kernel (M = 98 leaves 2 rows past an MC block
- * of 96 and 0 tiles of 6), equal those rows computed inside full tiles
- * (M = 102), for A read in place and packed (transposed). */
+ * product, which go to the edge kernels (M = 97..100 leave 1 to 4 rows past
+ * an MC block of 96), equal those rows computed inside full tiles (M = 102),
+ * for A read in place and packed (transposed). */
 static void test_rows_independent_of_m(void)
 {
-    enum { MS = 98, ML = 102, N = 100, K = 37 };
+    enum { ML = 102, N = 100, K = 37 };
     float *a = malloc(sizeof(float) * ML * K), *at = malloc(sizeof(float) * ML * K);
     float *b = malloc(sizeof(float) * K * N);
     float *cs = malloc(sizeof(float) * ML * N), *cl = malloc(sizeof(float) * ML * N);
@@ -343,12 +345,14 @@ static void test_rows_independent_of_m(void)
     for (size_t v = 0; v < sizeof kernel_names / sizeof kernel_names[0]; v++) {
         if (dpt__gemm_set_kernel(kernel_names[v]) != DPT_OK)
             continue;
-        for (int ta = 0; ta < 2; ta++) {
-            const float *x = ta ? at : a;
-            size_t lda = ta ? ML : K;
-            dpt_gemm_ex(DPT_GEMM_PORTABLE, ta, 0, MS, N, K, 1.0f, x, lda, b, N, 0.0f, cs, N);
-            dpt_gemm_ex(DPT_GEMM_PORTABLE, ta, 0, ML, N, K, 1.0f, x, lda, b, N, 0.0f, cl, N);
-            CHECK(memcmp(cs, cl, sizeof(float) * MS * N) == 0);
+        for (size_t ms = 97; ms <= 100; ms++) {
+            for (int ta = 0; ta < 2; ta++) {
+                const float *x = ta ? at : a;
+                size_t lda = ta ? ML : K;
+                dpt_gemm_ex(DPT_GEMM_PORTABLE, ta, 0, ms, N, K, 1.0f, x, lda, b, N, 0.0f, cs, N);
+                dpt_gemm_ex(DPT_GEMM_PORTABLE, ta, 0, ML, N, K, 1.0f, x, lda, b, N, 0.0f, cl, N);
+                CHECK(memcmp(cs, cl, sizeof(float) * ms * N) == 0);
+            }
         }
     }
     CHECK_OK(dpt__gemm_set_kernel(NULL));

@@ -145,15 +145,16 @@ static void gemm_unpacked(const dpt__gemm_args_t *g)
 /* The last `rem` rows (starting at row `full` of the block) against the
  * panels of one group of `gn` columns: one edge-kernel call when the group
  * has all its panels, else the full-tile kernel panel by panel. */
-static void edge_rows(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g, float *abuf,
-                      const float *ablock, size_t direct, size_t full, size_t rem, size_t kc,
-                      const float *bgroup, float *c, float beta, size_t gn)
+static void edge_rows(const dpt__gemm_kernel_t *kr, const dpt__gemm_edge_t *e,
+                      const dpt__gemm_args_t *g, float *abuf, const float *ablock, size_t direct,
+                      size_t full, size_t rem, size_t kc, const float *bgroup, float *c,
+                      float beta, size_t gn)
 {
     size_t nr = kr->nr;
     const float *ap = full < direct ? ablock + full * g->rsa : abuf + (full - direct) * kc;
     size_t rsa = full < direct ? g->rsa : 1, csa = full < direct ? 1 : kr->mr;
-    if (gn > (kr->edge_panels - 1) * nr) {
-        kr->edge(kc, ap, rsa, csa, bgroup, kc * nr, c, g->rsc, g->csc, g->alpha, beta, rem, gn);
+    if (gn > (e->panels - 1) * nr) {
+        e->fn(kc, ap, rsa, csa, bgroup, kc * nr, c, g->rsc, g->csc, g->alpha, beta, rem, gn);
         return;
     }
     /* The full-tile kernel reads mr rows: only a packed panel has them. */
@@ -198,12 +199,15 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
                 size_t full = mc / mr * mr, rem = mc - full;
                 /* A last panel of only a few rows goes to the edge kernel,
                  * which reads them in place when the rows are contiguous. */
-                int edge = kr->edge && rem > 0 && rem <= kr->edge_mr;
+                const dpt__gemm_edge_t *edge = NULL;
+                for (size_t e = 0; rem > 0 && !edge && e < 2; e++)
+                    if (kr->edges[e].fn && rem <= kr->edges[e].mr)
+                        edge = &kr->edges[e];
                 size_t direct = in_place ? (edge ? mc : full) : 0;
                 if (direct < mc)
                     kr->pack_a(mr, mc - direct, kc, ablock + direct * g->rsa, g->rsa, g->csa, abuf);
                 size_t tiled = edge ? full : mc;
-                size_t group = edge ? kr->edge_panels * nr : nr;
+                size_t group = edge ? edge->panels * nr : nr;
                 for (size_t jg = 0; jg < nc; jg += group) {
                     size_t gn = dpt__gemm_min(group, nc - jg);
                     for (size_t jr = jg; jr < jg + gn; jr += nr) {
@@ -219,7 +223,7 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
                         }
                     }
                     if (edge)
-                        edge_rows(kr, g, abuf, ablock, direct, full, rem, kc,
+                        edge_rows(kr, edge, g, abuf, ablock, direct, full, rem, kc,
                                   bbuf + jg * kc, g->c + (ic + full) * g->rsc + (jc + jg) * g->csc,
                                   beta, gn);
                 }

@@ -31,12 +31,18 @@ typedef void (*dpt__ukernel_fn)(size_t k, const float *restrict a, size_t rsa, s
  *           `width`-column panels, zeros past column len.
  * Both are transposes or strided copies; each ISA has its own copy of the
  * common layouts, and plain loops handle the rest. */
-/* An edge kernel: the same sums for the last m <= edge_mr rows of an M
- * block, over edge_panels packed B panels at once (panel q at b + q*bs), n
- * columns in all (n > (edge_panels - 1) * NR: every panel it reads exists). */
+/* An edge kernel: the same sums for the last m <= mr rows of an M block
+ * (mr of its dpt__gemm_edge_t), over `panels` packed B panels at once (panel
+ * q at b + q*bs), n columns in all (n > (panels - 1) * NR: every panel it
+ * reads exists). */
 typedef void (*dpt__edge_fn)(size_t k, const float *restrict a, size_t rsa, size_t csa,
                              const float *restrict b, size_t bs, float *restrict c, size_t rsc,
                              size_t csc, float alpha, float beta, size_t m, size_t n);
+
+typedef struct dpt__gemm_edge {
+    dpt__edge_fn fn; /* NULL: none */
+    size_t mr, panels;
+} dpt__gemm_edge_t;
 
 typedef void (*dpt__pack_fn)(size_t width, size_t len, size_t kc, const float *x, size_t rs,
                              size_t cs, float *restrict dst);
@@ -50,8 +56,10 @@ typedef struct dpt__gemm_kernel {
     dpt__ukernel_fn fn;
     dpt__pack_fn pack_a, pack_b;
     int (*supported)(void);
-    dpt__edge_fn edge;         /* NULL: partial row panels run the full tile */
-    size_t edge_mr, edge_panels;
+    /* Edge kernels by increasing mr: the last, partial row panel of an M
+     * block goes to the first that has enough rows; with none, it runs the
+     * full tile. */
+    dpt__gemm_edge_t edges[2];
 } dpt__gemm_kernel_t;
 
 /* The kernel index meaning the unpacked loop without workspace (tests select

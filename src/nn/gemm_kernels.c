@@ -426,6 +426,56 @@ static void ukernel_avx2_edge(size_t k, const float *restrict a, size_t rsa, siz
     store_tile(t, W, c, rsc, csc, alpha, beta, m, n);
 }
 
+/* The edge kernel for three or four rows (M = 64 and 256 leave four): a 4 x 16
+ * tile, 8 accumulators, two B loads and four broadcasts per p, 8 FMAs where
+ * the full tile would issue 12. Rows past m re-read row 0. */
+__attribute__((target("avx2,fma")))
+static void ukernel_avx2_edge4(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                               const float *restrict b, size_t bs, float *restrict c, size_t rsc,
+                               size_t csc, float alpha, float beta, size_t m, size_t n)
+{
+    (void)bs;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00;
+    __m256 c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    const float *a0 = a, *a1 = m > 1 ? a + rsa : a;
+    const float *a2 = m > 2 ? a + 2 * rsa : a, *a3 = m > 3 ? a + 3 * rsa : a;
+    prefetch_c(c, rsc, csc, m, n);
+    for (size_t p = 0; p < k; p++) {
+        __m256 b0 = _mm256_load_ps(b);
+        __m256 b1 = _mm256_load_ps(b + 8);
+        DPT__AVX2_ROW(a0, c00, c01);
+        DPT__AVX2_ROW(a1, c10, c11);
+        DPT__AVX2_ROW(a2, c20, c21);
+        DPT__AVX2_ROW(a3, c30, c31);
+        a0 += csa;
+        a1 += csa;
+        a2 += csa;
+        a3 += csa;
+        b += DPT__AVX2_NR;
+    }
+    if (n == DPT__AVX2_NR && csc == 1) {
+        __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+        DPT__AVX2_UPDATE(c, c00, c01);
+        if (m > 1)
+            DPT__AVX2_UPDATE(c + rsc, c10, c11);
+        if (m > 2)
+            DPT__AVX2_UPDATE(c + 2 * rsc, c20, c21);
+        if (m > 3)
+            DPT__AVX2_UPDATE(c + 3 * rsc, c30, c31);
+        return;
+    }
+    _Alignas(32) float t[4 * DPT__AVX2_NR];
+    _mm256_store_ps(t + 0, c00);
+    _mm256_store_ps(t + 8, c01);
+    _mm256_store_ps(t + 16, c10);
+    _mm256_store_ps(t + 24, c11);
+    _mm256_store_ps(t + 32, c20);
+    _mm256_store_ps(t + 40, c21);
+    _mm256_store_ps(t + 48, c30);
+    _mm256_store_ps(t + 56, c31);
+    store_tile(t, DPT__AVX2_NR, c, rsc, csc, alpha, beta, m, n);
+}
+
 /* ---- AVX-512F: 8 x 32 tile ----------------------------------------------- */
 
 /* The same scheme on zmm registers: 16 accumulators + 2 B vectors + 1
@@ -545,13 +595,13 @@ static int cpu_avx512(void)
  * supports. */
 static const dpt__gemm_kernel_t kernels[] = {
     {"c", "portable (plain C, 4x8 tiles)", DPT__C_MR, DPT__C_NR, ukernel_c, pack_a_generic,
-     pack_b_generic, cpu_any, NULL, 0, 0},
+     pack_b_generic, cpu_any, {{NULL, 0, 0}, {NULL, 0, 0}}},
 #if DPT__GEMM_X86
     {"avx2", "portable (avx2+fma, 6x16 tiles)", DPT__AVX2_MR, DPT__AVX2_NR, ukernel_avx2,
-     pack_a_avx, pack_b_avx, cpu_avx2, ukernel_avx2_edge, DPT__AVX2_EDGE_MR,
-     DPT__AVX2_EDGE_PANELS},
+     pack_a_avx, pack_b_avx, cpu_avx2,
+     {{ukernel_avx2_edge, DPT__AVX2_EDGE_MR, DPT__AVX2_EDGE_PANELS}, {ukernel_avx2_edge4, 4, 1}}},
     {"avx512f", "portable (avx512f, 8x32 tiles)", DPT__AVX512_MR, DPT__AVX512_NR, ukernel_avx512,
-     pack_a_avx, pack_b_avx, cpu_avx512, NULL, 0, 0},
+     pack_a_avx, pack_b_avx, cpu_avx512, {{NULL, 0, 0}, {NULL, 0, 0}}},
 #endif
 };
 #define DPT__NKERNELS (sizeof kernels / sizeof kernels[0])
