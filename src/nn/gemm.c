@@ -200,7 +200,8 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
                 /* A last panel of only a few rows goes to the edge kernel,
                  * which reads them in place when the rows are contiguous. */
                 const dpt__gemm_edge_t *edge = NULL;
-                for (size_t e = 0; rem > 0 && !edge && e < 2; e++)
+                size_t nedges = sizeof kr->edges / sizeof kr->edges[0];
+                for (size_t e = 0; rem > 0 && !edge && e < nedges; e++)
                     if (kr->edges[e].fn && rem <= kr->edges[e].mr)
                         edge = &kr->edges[e];
                 size_t direct = in_place ? (edge ? mc : full) : 0;
