@@ -296,6 +296,13 @@ static void pack_a_avx(size_t mr, size_t mc, size_t kc, const float *a, size_t r
         _mm256_storeu_ps((cp) + 8, x1_);                                     \
     } while (0)
 
+/* Row i of a tile (NR columns, the two vectors r0, r1) into the buffer t. */
+#define DPT__AVX2_SPILL(t, i, r0, r1)                            \
+    do {                                                         \
+        _mm256_store_ps((t) + (i) * DPT__AVX2_NR, r0);           \
+        _mm256_store_ps((t) + (i) * DPT__AVX2_NR + 8, r1);       \
+    } while (0)
+
 __attribute__((target("avx2,fma")))
 static void ukernel_avx2(size_t k, const float *restrict a, size_t rsa, size_t csa,
                          const float *restrict b, float *restrict c, size_t rsc, size_t csc,
@@ -337,18 +344,12 @@ static void ukernel_avx2(size_t k, const float *restrict a, size_t rsa, size_t c
         return;
     }
     _Alignas(32) float t[DPT__AVX2_MR * DPT__AVX2_NR];
-    _mm256_store_ps(t + 0, c00);
-    _mm256_store_ps(t + 8, c01);
-    _mm256_store_ps(t + 16, c10);
-    _mm256_store_ps(t + 24, c11);
-    _mm256_store_ps(t + 32, c20);
-    _mm256_store_ps(t + 40, c21);
-    _mm256_store_ps(t + 48, c30);
-    _mm256_store_ps(t + 56, c31);
-    _mm256_store_ps(t + 64, c40);
-    _mm256_store_ps(t + 72, c41);
-    _mm256_store_ps(t + 80, c50);
-    _mm256_store_ps(t + 88, c51);
+    DPT__AVX2_SPILL(t, 0, c00, c01);
+    DPT__AVX2_SPILL(t, 1, c10, c11);
+    DPT__AVX2_SPILL(t, 2, c20, c21);
+    DPT__AVX2_SPILL(t, 3, c30, c31);
+    DPT__AVX2_SPILL(t, 4, c40, c41);
+    DPT__AVX2_SPILL(t, 5, c50, c51);
     store_tile(t, DPT__AVX2_NR, c, rsc, csc, alpha, beta, m, n);
 }
 
@@ -411,18 +412,12 @@ static void ukernel_avx2_edge(size_t k, const float *restrict a, size_t rsa, siz
         return;
     }
     _Alignas(32) float t[DPT__AVX2_EDGE_MR * W];
-    _mm256_store_ps(t + 0, c00);
-    _mm256_store_ps(t + 8, c01);
-    _mm256_store_ps(t + 16, c02);
-    _mm256_store_ps(t + 24, c03);
-    _mm256_store_ps(t + 32, c04);
-    _mm256_store_ps(t + 40, c05);
-    _mm256_store_ps(t + 48, c10);
-    _mm256_store_ps(t + 56, c11);
-    _mm256_store_ps(t + 64, c12);
-    _mm256_store_ps(t + 72, c13);
-    _mm256_store_ps(t + 80, c14);
-    _mm256_store_ps(t + 88, c15);
+    DPT__AVX2_SPILL(t, 0, c00, c01);
+    DPT__AVX2_SPILL(t, 1, c02, c03);
+    DPT__AVX2_SPILL(t, 2, c04, c05);
+    DPT__AVX2_SPILL(t, 3, c10, c11);
+    DPT__AVX2_SPILL(t, 4, c12, c13);
+    DPT__AVX2_SPILL(t, 5, c14, c15);
     store_tile(t, W, c, rsc, csc, alpha, beta, m, n);
 }
 
@@ -465,14 +460,10 @@ static void ukernel_avx2_edge4(size_t k, const float *restrict a, size_t rsa, si
         return;
     }
     _Alignas(32) float t[4 * DPT__AVX2_NR];
-    _mm256_store_ps(t + 0, c00);
-    _mm256_store_ps(t + 8, c01);
-    _mm256_store_ps(t + 16, c10);
-    _mm256_store_ps(t + 24, c11);
-    _mm256_store_ps(t + 32, c20);
-    _mm256_store_ps(t + 40, c21);
-    _mm256_store_ps(t + 48, c30);
-    _mm256_store_ps(t + 56, c31);
+    DPT__AVX2_SPILL(t, 0, c00, c01);
+    DPT__AVX2_SPILL(t, 1, c10, c11);
+    DPT__AVX2_SPILL(t, 2, c20, c21);
+    DPT__AVX2_SPILL(t, 3, c30, c31);
     store_tile(t, DPT__AVX2_NR, c, rsc, csc, alpha, beta, m, n);
 }
 
