@@ -1,0 +1,512 @@
+/*
+ * dpt/train.h — training: jobs, their configuration, the trainer interface
+ * every job implements, and runs (run directories, metrics, checkpoints,
+ * resume, launch over threads and MPI).
+ *
+ * Three layers, each usable on its own:
+ *
+ *  1. Configuration (dpt_config_*). One key table (DPT_CONFIG_KEYS below)
+ *     defines every key once: name, type, range or choices, the jobs it
+ *     applies to, its default, and help text; DPT_CONFIG_JOB_DEFAULTS
+ *     overrides the default for one job (PPO uses CleanRL's settings,
+ *     DD-PPO the seed's DD-PPO keys, supervised its own). A config file is
+ *     `key = value` lines with `#` comments; dpt_config_set() applies
+ *     `key=value` overrides. dpt_config_finalize() fills every key the job
+ *     uses with that job's default when it was not given, and refuses a key
+ *     that does not apply to the job (naming both). The command's parser,
+ *     `dpt train --help`, `dpt init` and validation all read this table.
+ *
+ *  2. Trainers (dpt_trainer_*). A trainer owns one job's model, optimizer
+ *     state, RNG positions, envs or dataset cursor, and (for DD-PPO) its
+ *     worker threads and communicator. iterate() does one unit of work (an
+ *     epoch for supervised, an iteration for PPO/DD-PPO) and fills one
+ *     result; checkpoint()/restore() carry everything needed to continue
+ *     bitwise as if never interrupted; weights() and evaluate() give the
+ *     current model. A new engine is a new dpt_trainer_ops_t, listed in
+ *     DPT_JOB_LIST: no loop is written anywhere else.
+ *
+ *  3. Runs (dpt_train_run). The loop every job shares: a run directory
+ *     (never reused by a fresh run), config.conf written once atomically,
+ *     result.jsonl and progress.csv, checkpoints with rotation, resume from
+ *     the newest valid checkpoint, stop conditions, stop requests (signals),
+ *     and launch under mpirun (rank 0 writes files). It never prints: events
+ *     go to a callback.
+ *
+ * Typical embedding (errors elided; examples/embed_train.c is complete):
+ *
+ *     dpt_config_t *c;
+ *     dpt_config_create(&c);
+ *     dpt_config_set(c, "job=ppo");
+ *     dpt_config_set(c, "env=CartPole-v1");
+ *     dpt_config_finalize(c);
+ *     dpt_trainer_t *t;
+ *     dpt_trainer_create(&t, c, NULL);
+ *     dpt_train_result_t r;
+ *     do dpt_trainer_iterate(t, &r); while (!r.finished);
+ *     dpt_trainer_destroy(t);
+ *     dpt_config_destroy(c);
+ *
+ * Errors: every function returns 0 or a negative DPT_E... code with a
+ * message in dpt_last_error() naming the input and the problem. DPT_EINVAL
+ * is a bad config or argument (the command exits 2), anything else a
+ * runtime failure (exit 1).
+ */
+#ifndef DPT_TRAIN_H
+#define DPT_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpt/arena.h"
+#include "dpt/checkpoint.h"
+#include "dpt/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- jobs ------------------------------------------------------------------ */
+
+/* X(symbol, name, summary) */
+#define DPT_JOB_LIST(X)                                                                       \
+    X(DPT_JOB_SUPERVISED, "supervised", "supervised classification of a dataset on towers")  \
+    X(DPT_JOB_PPO, "ppo", "PPO on the towers engine (one sampler)")                           \
+    X(DPT_JOB_DDPPO, "ddppo", "decentralized DD-PPO over worker threads and MPI ranks")
+
+typedef enum dpt_job {
+#define DPT__JOB_ENUM(sym, name, summary) sym,
+    DPT_JOB_LIST(DPT__JOB_ENUM)
+#undef DPT__JOB_ENUM
+    DPT_JOB_COUNT
+} dpt_job_t;
+
+/* "supervised", "ppo", "ddppo"; "unknown" otherwise. */
+const char *dpt_job_name(dpt_job_t job);
+/* One-line description of a job; "" for an unknown value. */
+const char *dpt_job_summary(dpt_job_t job);
+/* Parses a job name. DPT_EINVAL listing the jobs otherwise. */
+int dpt_job_parse(const char *name, dpt_job_t *job);
+
+/* ---- configuration ------------------------------------------------------------ */
+
+/* Which jobs a key applies to (bit i = job i). */
+#define DPT_JOBS_SUP (1u << DPT_JOB_SUPERVISED)
+#define DPT_JOBS_PPO (1u << DPT_JOB_PPO)
+#define DPT_JOBS_DDPPO (1u << DPT_JOB_DDPPO)
+#define DPT_JOBS_RL (DPT_JOBS_PPO | DPT_JOBS_DDPPO)
+#define DPT_JOBS_TOWERS (DPT_JOBS_SUP | DPT_JOBS_PPO)
+#define DPT_JOBS_ALL (DPT_JOBS_SUP | DPT_JOBS_RL)
+
+/* Keys that may change when a run is resumed: stop conditions, checkpoint
+ * and evaluation settings, timeouts, where the data lives. Every other key
+ * must equal the run's saved value (docs/TRAINING.md). */
+#define DPT_CFG_RESUMABLE 1u
+/* Keys that do not change the numbers a run computes (left out of the
+ * cross-rank and resume comparisons). */
+#define DPT_CFG_BOOKKEEPING 2u
+
+/* X(name, type, jobs, flags, default, min, max, choices, help)
+ * types: INT (int64), FLOAT (double), STR, BOOL (true/false, yes/no, 1/0),
+ * ENUM (one of `choices`, separated by '|'). min/max bound INT and FLOAT. */
+#define DPT_CONFIG_KEYS(X)                                                                        \
+    X(job, ENUM, DPT_JOBS_ALL, 0, "supervised", 0, 0, "supervised|ppo|ddppo",                     \
+      "what to train: supervised classification, PPO, or decentralized DD-PPO")                  \
+    X(seed, INT, DPT_JOBS_ALL, 0, "1", 0, 4294967295.0, "", "random seed of every stream")      \
+    X(output_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",       \
+      "run directory (empty: a new runs/JOB-ENV_OR_DATASET-TIMESTAMP); a fresh run refuses a "    \
+      "non-empty one")                                                                            \
+    X(checkpoint_every, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "1", 0, 1e9,   \
+      "", "write a checkpoint every N iterations (0 = only at the end)")                          \
+    X(keep_checkpoints, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "3", 1, 1000, \
+      "", "how many of this run's newest checkpoints to keep")                                    \
+    X(stop_iters, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", 0, 1e12, "",   \
+      "stop once training_iteration reaches this (0 = off); schedules still span epochs or "      \
+      "total_timesteps")                                                                          \
+    X(comm_timeout_s, FLOAT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "300", 0.01,  \
+      1e6, "", "seconds a participant waits for the others in a collective before failing")      \
+    /* supervised */                                                                              \
+    X(dataset, ENUM, DPT_JOBS_SUP, 0, "fashion_mnist", 0, 0, "fashion_mnist|csv|spirals",         \
+      "data: Fashion-MNIST IDX files, CSV files, or two interleaved spirals made from the seed")  \
+    X(data_dir, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING,                       \
+      "/usr/share/datasets/fashion-mnist", 0, 0, "", "fashion_mnist: directory of the IDX files") \
+    X(train_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",        \
+      "csv: training file (relative to the config file)")                                        \
+    X(test_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",         \
+      "csv: test file (relative to the config file)")                                            \
+    X(label_column, STR, DPT_JOBS_SUP, 0, "label", 0, 0, "", "csv: name of the label column")    \
+    X(hidden, STR, DPT_JOBS_SUP, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")  \
+    X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")        \
+    X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")            \
+    X(batch_size, INT, DPT_JOBS_SUP, 0, "128", 1, 1e6, "", "minibatch rows per step (all devices)") \
+    X(optimizer, ENUM, DPT_JOBS_SUP, 0, "adam", 0, 0, "sgd|momentum|adam|adamw", "optimizer")    \
+    X(lr_end, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "", "final learning rate of the linear schedule") \
+    X(momentum, FLOAT, DPT_JOBS_SUP, 0, "0.9", 0, 0.999999, "", "momentum coefficient")         \
+    X(nesterov, BOOL, DPT_JOBS_SUP, 0, "false", 0, 0, "", "Nesterov momentum")                   \
+    X(weight_decay, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                       \
+      "weight decay (L2, or decoupled for adamw)")                                               \
+    X(shuffle, BOOL, DPT_JOBS_SUP, 0, "true", 0, 0, "", "shuffle the training set every epoch")  \
+    X(spirals_points, INT, DPT_JOBS_SUP, 0, "4096", 16, 1e7, "",                                 \
+      "spirals: training points (plus a quarter as many test points)")                           \
+    /* shared by supervised and RL */                                                            \
+    X(lr, FLOAT, DPT_JOBS_ALL, 0, "0.001", 0, 10, "", "learning rate")                           \
+    X(lr_schedule, ENUM, DPT_JOBS_ALL, 0, "constant", 0, 0, "constant|linear",                    \
+      "learning-rate schedule: linear decays to lr_end (supervised) or to 0 at total_timesteps "  \
+      "(RL)")                                                                                     \
+    X(adam_eps, FLOAT, DPT_JOBS_ALL, 0, "1e-8", 1e-30, 1, "", "Adam epsilon")                    \
+    X(grad_clip, FLOAT, DPT_JOBS_ALL, 0, "0", 0, 1e9, "", "global-norm gradient clipping (0 = off)") \
+    X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, "ps|replicated|async",                   \
+      "how tower gradients combine")                                                             \
+    X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "", "towers (CPU threads) per process") \
+    /* reinforcement learning */                                                                 \
+    X(env, STR, DPT_JOBS_RL, 0, "CartPole-v1", 0, 0, "",                                          \
+      "environment: a built-in name, or the path of a plug-in .so (relative to the config file)") \
+    X(num_workers, INT, DPT_JOBS_DDPPO, 0, "2", 1, 1024, "", "worker threads per process")       \
+    X(num_envs_per_worker, INT, DPT_JOBS_RL, 0, "4", 1, 65536, "",                                \
+      "envs stepped by the sampler (ppo) or by each worker (ddppo)")                             \
+    X(rollout_fragment_length, INT, DPT_JOBS_RL, 0, "128", 1, 1e7, "",                            \
+      "steps per env per iteration")                                                             \
+    X(train_batch_size, INT, DPT_JOBS_PPO, 0, "0", 0, 1e9, "",                                    \
+      "rows per iteration (0 = rollout_fragment_length x num_envs_per_worker, the only value "    \
+      "allowed)")                                                                                \
+    X(sgd_minibatch_size, INT, DPT_JOBS_RL, 0, "128", 1, 1e9, "",                                 \
+      "rows per SGD minibatch (all devices; per worker for ddppo)")                              \
+    X(num_sgd_iter, INT, DPT_JOBS_RL, 0, "4", 1, 1000, "", "epochs over each batch")             \
+    X(total_timesteps, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE, "500000", 1, 1e12, "",                \
+      "env steps to train for (all workers); the linear schedule spans them")                    \
+    X(stop_reward, FLOAT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", -1e30, 1e30, \
+      "", "stop once episode_reward_mean over >= 20 episodes reaches this (0 = off)")             \
+    X(gamma, FLOAT, DPT_JOBS_RL, 0, "0.99", 0, 1, "", "discount factor")                         \
+    X(lambda, FLOAT, DPT_JOBS_RL, 0, "0.95", 0, 1, "", "GAE lambda")                              \
+    X(clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 10, "", "PPO ratio clip")                      \
+    X(vf_clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 1e9, "", "value clip (0 = off)")           \
+    X(vf_loss_coeff, FLOAT, DPT_JOBS_RL, 0, "0.5", 0, 1e6, "", "value loss coefficient")         \
+    X(entropy_coeff, FLOAT, DPT_JOBS_RL, 0, "0.01", 0, 1e6, "", "entropy bonus coefficient")     \
+    X(reward_scale, FLOAT, DPT_JOBS_RL, 0, "1", 1e-9, 1e9, "",                                    \
+      "multiply rewards by this for learning (returns are reported unscaled)")                   \
+    X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, "minibatch|batch|off",       \
+      "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")      \
+    X(policy_hidden, STR, DPT_JOBS_RL, 0, "64,64", 0, 0, "", "actor and critic hidden sizes")     \
+    X(sync_frac, FLOAT, DPT_JOBS_DDPPO, 0, "0.6", 0, 1, "",                                       \
+      "preempt stragglers once this fraction of workers finished collecting (1 = off)")          \
+    X(check_weights_every, INT, DPT_JOBS_DDPPO, DPT_CFG_BOOKKEEPING, "10", 0, 1e9, "",            \
+      "verify that workers hold identical weights every N iterations (0 = off)")                 \
+    X(eval_episodes, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "10", 0, 1e6, "", \
+      "episodes of the greedy policy evaluated at the end of a run")
+
+/* Per-job defaults that differ from the table's: X(job, key, value). */
+#define DPT_CONFIG_JOB_DEFAULTS(X)                                                 \
+    X(DPT_JOB_PPO, lr, "0.00025")                                                  \
+    X(DPT_JOB_PPO, lr_schedule, "linear")                                          \
+    X(DPT_JOB_PPO, adam_eps, "1e-5")                                               \
+    X(DPT_JOB_PPO, grad_clip, "0.5")                                               \
+    X(DPT_JOB_PPO, num_devices, "1")                                               \
+    X(DPT_JOB_PPO, checkpoint_every, "100")                                        \
+    X(DPT_JOB_DDPPO, lr, "0.00025")                                                \
+    X(DPT_JOB_DDPPO, lr_schedule, "linear")                                        \
+    X(DPT_JOB_DDPPO, adam_eps, "1e-5")                                             \
+    X(DPT_JOB_DDPPO, grad_clip, "0.5")                                             \
+    X(DPT_JOB_DDPPO, checkpoint_every, "50")                                       \
+    X(DPT_JOB_DDPPO, rollout_fragment_length, "100")                               \
+    X(DPT_JOB_DDPPO, num_envs_per_worker, "5")                                     \
+    X(DPT_JOB_DDPPO, sgd_minibatch_size, "50")                                     \
+    X(DPT_JOB_DDPPO, num_sgd_iter, "10")
+
+typedef enum dpt_config_key {
+#define DPT__CFG_ENUM(name, type, jobs, flags, def, lo, hi, choices, help) DPT_CFG_##name,
+    DPT_CONFIG_KEYS(DPT__CFG_ENUM)
+#undef DPT__CFG_ENUM
+    DPT_CFG_COUNT
+} dpt_config_key_t;
+
+typedef enum dpt_config_type {
+    DPT_CFG_T_INT,
+    DPT_CFG_T_FLOAT,
+    DPT_CFG_T_STR,
+    DPT_CFG_T_BOOL,
+    DPT_CFG_T_ENUM
+} dpt_config_type_t;
+
+/* Longest value of a key, in bytes, with the terminating NUL. */
+#define DPT_CONFIG_STR_MAX 1024
+
+/* What the table says about one key (static storage). */
+typedef struct dpt_config_key_info {
+    const char *name;
+    dpt_config_type_t type;
+    unsigned jobs;       /* DPT_JOBS_... mask */
+    unsigned flags;      /* DPT_CFG_RESUMABLE, DPT_CFG_BOOKKEEPING */
+    const char *def;     /* the table's default; dpt_config_default() gives a job's */
+    double min, max;     /* INT and FLOAT */
+    const char *choices; /* ENUM: "a|b|c" */
+    const char *help;
+} dpt_config_key_info_t;
+
+/* Table entry of key k; NULL when k is out of range. */
+const dpt_config_key_info_t *dpt_config_key_info(dpt_config_key_t k);
+/* The key called `name`, or -1. */
+int dpt_config_key_find(const char *name);
+/* The default of key k for `job` (the table's, or the job's override). */
+const char *dpt_config_default(dpt_config_key_t k, dpt_job_t job);
+/* "int", "float", "string", "bool", "choice". */
+const char *dpt_config_type_name(dpt_config_type_t type);
+
+/* A configuration: one value per key. Opaque; caller owns. */
+typedef struct dpt_config dpt_config_t;
+
+/* Every key starts at the table's default, nothing marked as given.
+ * Errors: DPT_ENOMEM. */
+int dpt_config_create(dpt_config_t **c);
+void dpt_config_destroy(dpt_config_t *c);
+/* A deep copy. Errors: DPT_ENOMEM. */
+int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c);
+
+/* Reads a config file: `key = value` lines, `#` starts a comment. Paths in
+ * path-valued keys (env when it names a plug-in, train_csv, test_csv,
+ * data_dir) are later resolved relative to this file's directory.
+ * Errors naming "FILE:LINE": DPT_ENOENT (missing file), DPT_EINVAL (a
+ * directory or non-regular file, a NUL byte or other control character, a
+ * value longer than DPT_CONFIG_STR_MAX - 1, syntax, unknown key with the
+ * closest valid key, duplicate key, bad type or range). */
+int dpt_config_load(dpt_config_t *c, const char *path);
+/* Applies "key=value" (an override given after the file). Errors as for
+ * dpt_config_load, prefixed "--set key=value". */
+int dpt_config_set(dpt_config_t *c, const char *assignment);
+
+/* Completes the config for its job: keys not given take the job's
+ * default; a key given that does not apply to the job is DPT_EINVAL
+ * ("key hidden does not apply to job ppo (it is a supervised key)");
+ * cross-key rules are checked (batch_size divisible by num_devices,
+ * train_batch_size consistent, sgd_minibatch_size within the batch, ...);
+ * relative paths are resolved against the config file's directory (plug-in
+ * env paths become absolute, so a run resumes and evaluates from any
+ * directory). Idempotent. Required before a trainer or run uses it. */
+int dpt_config_finalize(dpt_config_t *c);
+/* 1 once finalized (and not changed since). */
+int dpt_config_finalized(const dpt_config_t *c);
+
+/* Typed values. Asking for the wrong type is a broken invariant (abort). */
+int64_t dpt_config_int(const dpt_config_t *c, dpt_config_key_t k);   /* INT, BOOL, ENUM index */
+double dpt_config_float(const dpt_config_t *c, dpt_config_key_t k);  /* FLOAT */
+const char *dpt_config_str(const dpt_config_t *c, dpt_config_key_t k); /* any: the value's text */
+/* 1 when the key was given in a file or by dpt_config_set. */
+int dpt_config_given(const dpt_config_t *c, dpt_config_key_t k);
+/* The job (valid for any config; the table's default until `job` is set). */
+dpt_job_t dpt_config_job(const dpt_config_t *c);
+/* 1 when key k applies to the config's job. */
+int dpt_config_applies(const dpt_config_t *c, dpt_config_key_t k);
+/* The file the config was read from ("" if none). */
+const char *dpt_config_source(const dpt_config_t *c);
+
+/* The config as text: a comment line, then `key = value` for every key of
+ * its job, in table order. Returns the text's length; writes at most `size`
+ * bytes including the NUL (like snprintf). */
+size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size);
+/* Writes dpt_config_format() to `path` atomically (temporary file, fsync,
+ * rename). Errors: DPT_EIO with the path and reason, DPT_ENOMEM. */
+int dpt_config_save(const dpt_config_t *c, const char *path);
+/* A commented starter config for `job` (every key with its default and
+ * help) into buf, snprintf-style. */
+size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size);
+
+/* 64-bit FNV-1a of "name=value\n" of key k (0 when k does not apply to the
+ * job), and of every key whose flags do not include `skip_flags`. Used to
+ * compare configs across ranks and against a checkpoint. */
+uint64_t dpt_config_key_hash(const dpt_config_t *c, dpt_config_key_t k);
+uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags);
+
+/* ---- trainers --------------------------------------------------------------- */
+
+/* One named number of a result. Names follow RLlib's where they mean the
+ * same ("episode_reward_mean", "info/learner/default_policy/policy_loss",
+ * "timing_breakdown/sample_time_ms"); '/' nests them in result.jsonl. */
+typedef struct dpt_metric {
+    const char *name; /* static storage */
+    double value;
+} dpt_metric_t;
+
+#define DPT_TRAIN_MAX_METRICS 64
+
+/* What one iterate() did. */
+typedef struct dpt_train_result {
+    uint64_t iteration;        /* training_iteration: iterations done in the run so far */
+    uint64_t timesteps_total;  /* env steps (RL) or training samples (supervised) so far */
+    double progress;           /* fraction of the job's length done, in [0, 1] */
+    int finished;              /* 1 when the job's length (epochs or total_timesteps) is done */
+    double reward_mean;        /* RL: episode_reward_mean over the window; NAN otherwise */
+    size_t episodes_in_window; /* RL: episodes behind reward_mean (<= 100) */
+    char line[256];            /* one line for a progress display */
+    size_t nmetrics;
+    dpt_metric_t metrics[DPT_TRAIN_MAX_METRICS]; /* in the same order every iteration */
+} dpt_train_result_t;
+
+/* Appends a metric to r (ignored past DPT_TRAIN_MAX_METRICS). */
+void dpt_train_result_add(dpt_train_result_t *r, const char *name, double value);
+/* The value of metric `name` in r, or NAN. */
+double dpt_train_result_get(const dpt_train_result_t *r, const char *name);
+
+/* What evaluate() measured. */
+typedef struct dpt_eval_result {
+    size_t count;        /* episodes (RL) or test samples (supervised) */
+    double mean_return;  /* RL: mean episode return; supervised: NAN */
+    double mean_length;  /* RL: mean episode length */
+    double loss;         /* supervised: mean test loss; RL: NAN */
+    double accuracy;     /* supervised: test accuracy; RL: NAN */
+} dpt_eval_result_t;
+
+typedef struct dpt_trainer dpt_trainer_t;
+
+/* Where a trainer runs. Caller's storage; zero it (or use NULL) for the
+ * defaults: a single process with the job's own threads. */
+typedef struct dpt_trainer_env {
+    /* Multi-process: an MPI world joined by dpt_train_run (or by the
+     * caller: dpt_comm_mpi_init); 0 = one process. */
+    int use_mpi;
+    /* Stop request read at the start of each iterate() (e.g. set by a
+     * signal handler); may be NULL. Not used by trainers themselves: the
+     * run loop agrees on it across ranks. */
+    const volatile int *stop_flag;
+} dpt_trainer_env_t;
+
+/* The operations a job implements. self is the job's own state. Every
+ * operation is called from one thread (the process's main thread); under
+ * MPI every rank calls each one in the same order (they are collective for
+ * multi-process jobs). */
+typedef struct dpt_trainer_ops {
+    dpt_job_t job;
+    /* Builds everything from a finalized config. Validates first. */
+    int (*create)(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env);
+    void (*destroy)(void *self);
+    /* One unit of work; fills *r completely (nmetrics from 0). */
+    int (*iterate)(void *self, dpt_train_result_t *r);
+    /* Adds parameters, optimizer slots and private state to w (rank 0's
+     * writer; other ranks pass NULL and only take part). Data added is
+     * borrowed until the caller saves w; no iterate() in between. */
+    int (*checkpoint)(void *self, dpt_safetensors_writer_t *w);
+    /* Restores what checkpoint() wrote; on error the trainer is unchanged. */
+    int (*restore)(void *self, const dpt_safetensors_t *st);
+    /* The model's variable table (borrowed, valid until destroy). */
+    const dpt_vartable_t *(*vars)(void *self);
+    /* Copies the current parameters (table total floats) into out. */
+    int (*get_weights)(void *self, float *out, size_t count);
+    /* Evaluates the current parameters: RL runs `episodes` greedy episodes
+     * on fresh envs seeded from `seed`; supervised scores the test set. */
+    int (*evaluate)(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out);
+    /* Adds metadata that describes the model and data (env name and
+     * spaces, layer sizes, dataset...) so a checkpoint loads with no
+     * config. */
+    int (*describe)(void *self, dpt_safetensors_writer_t *w);
+    /* Evaluates a checkpoint of this job without a trainer (no training
+     * data, no worker threads): builds the model from cfg (the config the
+     * checkpoint carries, with the user's overrides; finalized), loads
+     * "params." from st, and measures as evaluate() does. */
+    int (*eval_checkpoint)(const dpt_config_t *cfg, const dpt_safetensors_t *st,
+                           size_t episodes, uint64_t seed, dpt_eval_result_t *out);
+} dpt_trainer_ops_t;
+
+/* The ops of a job (static storage); NULL for an unknown job. */
+const dpt_trainer_ops_t *dpt_trainer_ops(dpt_job_t job);
+
+/* Creates the trainer of cfg's job (cfg must be finalized; it is copied).
+ * env may be NULL. Errors: DPT_EINVAL naming the key or input, DPT_ENOENT
+ * (a dataset or plug-in file), DPT_ENOMEM, DPT_ETHREAD, DPT_ECOMM. */
+int dpt_trainer_create(dpt_trainer_t **t, const dpt_config_t *cfg, const dpt_trainer_env_t *env);
+void dpt_trainer_destroy(dpt_trainer_t *t);
+int dpt_trainer_iterate(dpt_trainer_t *t, dpt_train_result_t *r);
+/* Adds the whole trainer state and its self-description (model metadata,
+ * the config text under "config", job, dpt version, GEMM kernel, CPU
+ * features, counters) to w. Collective (see dpt_trainer_ops_t). */
+int dpt_trainer_checkpoint(dpt_trainer_t *t, dpt_safetensors_writer_t *w);
+int dpt_trainer_restore(dpt_trainer_t *t, const dpt_safetensors_t *st);
+const dpt_vartable_t *dpt_trainer_vars(dpt_trainer_t *t);
+int dpt_trainer_get_weights(dpt_trainer_t *t, float *out, size_t count);
+int dpt_trainer_evaluate(dpt_trainer_t *t, size_t episodes, uint64_t seed, dpt_eval_result_t *out);
+/* The trainer's config (finalized; borrowed). */
+const dpt_config_t *dpt_trainer_config(const dpt_trainer_t *t);
+/* MPI rank and size of this process in the run (0 and 1 without MPI). */
+int dpt_trainer_rank(const dpt_trainer_t *t);
+
+/* ---- evaluation of a saved model -------------------------------------------- */
+
+/* Evaluates a checkpoint (a file, or a run directory: its newest valid
+ * checkpoint) with no config file: the model, env or dataset come from the
+ * checkpoint's metadata; `overrides` (may be NULL, else n "key=value"
+ * strings) change keys such as data_dir or test_csv. episodes 0 = the
+ * saved eval_episodes. *path_out (may be NULL) receives the checkpoint
+ * read. Errors: DPT_ENOENT, DPT_EFORMAT (not a dpt checkpoint, or one
+ * written before dpt 0.2 without metadata: the message says so), DPT_EINVAL
+ * (bad override). */
+int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n,
+                        size_t episodes, uint64_t seed, dpt_eval_result_t *out, char *path_out,
+                        size_t path_size, dpt_job_t *job_out);
+
+/* ---- runs ------------------------------------------------------------------- */
+
+/* What a run reports while it goes. */
+typedef enum dpt_run_event_kind {
+    DPT_RUN_START,  /* dir chosen (and created, or resumed); text: a description */
+    DPT_RUN_RESULT, /* one iteration: result */
+    DPT_RUN_NOTE,   /* something the user should know (a skipped corrupt checkpoint, ...) */
+    DPT_RUN_END     /* text: the stop reason; eval: the final evaluation (RL) */
+} dpt_run_event_kind_t;
+
+typedef struct dpt_run_event {
+    dpt_run_event_kind_t kind;
+    const char *dir;                  /* the run directory */
+    const char *text;
+    const dpt_train_result_t *result; /* DPT_RUN_RESULT, and the last one at DPT_RUN_END */
+    const dpt_eval_result_t *eval;    /* DPT_RUN_END when an evaluation ran */
+    double elapsed_s;                 /* wall time of this process's part of the run */
+    uint64_t timesteps_this_run;      /* timesteps done by this process's part */
+    int resumed;
+} dpt_run_event_t;
+
+typedef struct dpt_run_options {
+    /* Continue the run in this directory from its newest valid
+     * checkpoint, with its saved config.conf (the config passed to
+     * dpt_train_run then only carries overrides of resumable keys; NULL is
+     * allowed). NULL: a fresh run. */
+    const char *resume_dir;
+    /* Called on rank 0 only (may be NULL). */
+    void (*on_event)(void *user, const dpt_run_event_t *ev);
+    void *user;
+    /* Set (to non-zero) by a signal handler to ask the run to stop after
+     * the current iteration with a checkpoint; may be NULL. */
+    const volatile int *stop_flag;
+} dpt_run_options_t;
+
+/* Why a run ended (dpt_train_run's *reason). */
+#define DPT_RUN_REASON_LIST(X)                              \
+    X(DPT_RUN_DONE, "finished")                             \
+    X(DPT_RUN_STOP_ITERS, "reached stop_iters")             \
+    X(DPT_RUN_STOP_REWARD, "reached stop_reward")           \
+    X(DPT_RUN_STOPPED, "stopped by a signal")               \
+    X(DPT_RUN_ALREADY_DONE, "already finished; nothing to do")
+
+typedef enum dpt_run_reason {
+#define DPT__RUN_REASON_ENUM(sym, text) sym,
+    DPT_RUN_REASON_LIST(DPT__RUN_REASON_ENUM)
+#undef DPT__RUN_REASON_ENUM
+    DPT_RUN_REASON_COUNT
+} dpt_run_reason_t;
+
+const char *dpt_run_reason_text(dpt_run_reason_t reason);
+
+/* Runs a whole job: validates, chooses and creates the run directory
+ * (rank 0), builds the trainer, resumes when asked, iterates until a stop
+ * condition, writes metrics and checkpoints, evaluates at the end (RL,
+ * eval_episodes), and reports through options->on_event. cfg need not be
+ * finalized (it is copied and finalized here). Under mpirun (the world has
+ * more than one process) MPI is initialized and every rank must call this
+ * with the same config: the ranks compare their configs first and refuse
+ * to start when they differ (DPT_EINVAL naming the keys).
+ * Nothing is written before the config is validated and the trainer built;
+ * a fresh run refuses a non-empty directory (DPT_EINVAL, naming
+ * --resume); a start that fails removes the directory it created.
+ * Errors: DPT_EINVAL (usage: exit 2) and runtime errors (exit 1). */
+int dpt_train_run(const dpt_config_t *cfg, const dpt_run_options_t *options,
+                  dpt_run_reason_t *reason);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPT_TRAIN_H */

@@ -1,0 +1,719 @@
+/*
+ * The configuration of every job, from one key table (dpt/train.h): files,
+ * overrides, per-job defaults, applicability, paths, text and digests.
+ */
+#define _GNU_SOURCE /* realpath with a NULL buffer is POSIX; getline too */
+#include "dpt/train.h"
+#include "dpt/status.h"
+#include "train_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- jobs ------------------------------------------------------------------ */
+
+static const char *const dpt__job_names[DPT_JOB_COUNT] = {
+#define DPT__JOB_NAME(sym, name, summary) [sym] = name,
+    DPT_JOB_LIST(DPT__JOB_NAME)
+#undef DPT__JOB_NAME
+};
+
+static const char *const dpt__job_summaries[DPT_JOB_COUNT] = {
+#define DPT__JOB_SUMMARY(sym, name, summary) [sym] = summary,
+    DPT_JOB_LIST(DPT__JOB_SUMMARY)
+#undef DPT__JOB_SUMMARY
+};
+
+const char *dpt_job_name(dpt_job_t job)
+{
+    return (unsigned)job < DPT_JOB_COUNT ? dpt__job_names[job] : "unknown";
+}
+
+const char *dpt_job_summary(dpt_job_t job)
+{
+    return (unsigned)job < DPT_JOB_COUNT ? dpt__job_summaries[job] : "";
+}
+
+int dpt_job_parse(const char *name, dpt_job_t *job)
+{
+    for (int j = 0; j < DPT_JOB_COUNT; j++)
+        if (strcmp(name, dpt__job_names[j]) == 0) {
+            *job = (dpt_job_t)j;
+            return DPT_OK;
+        }
+    return dpt_error(DPT_EINVAL, "unknown job \"%s\" (known: supervised, ppo, ddppo)", name);
+}
+
+/* ---- the key table ------------------------------------------------------------ */
+
+static const dpt_config_key_info_t dpt__keys[DPT_CFG_COUNT] = {
+#define DPT__CFG_INFO(name, type, jobs, flags, def, lo, hi, choices, help) \
+    {#name, DPT_CFG_T_##type, jobs, flags, def, lo, hi, choices, help},
+    DPT_CONFIG_KEYS(DPT__CFG_INFO)
+#undef DPT__CFG_INFO
+};
+
+typedef struct dpt__job_default {
+    dpt_job_t job;
+    dpt_config_key_t key;
+    const char *value;
+} dpt__job_default_t;
+
+static const dpt__job_default_t dpt__job_defaults[] = {
+#define DPT__JOB_DEF(job, key, value) {job, DPT_CFG_##key, value},
+    DPT_CONFIG_JOB_DEFAULTS(DPT__JOB_DEF)
+#undef DPT__JOB_DEF
+};
+
+static const char *const dpt__type_names[] = {"int", "float", "string", "bool", "choice"};
+
+const dpt_config_key_info_t *dpt_config_key_info(dpt_config_key_t k)
+{
+    return (unsigned)k < DPT_CFG_COUNT ? &dpt__keys[k] : NULL;
+}
+
+const char *dpt_config_type_name(dpt_config_type_t type)
+{
+    return (unsigned)type <= DPT_CFG_T_ENUM ? dpt__type_names[type] : "?";
+}
+
+int dpt_config_key_find(const char *name)
+{
+    for (int k = 0; k < DPT_CFG_COUNT; k++)
+        if (strcmp(dpt__keys[k].name, name) == 0)
+            return k;
+    return -1;
+}
+
+const char *dpt_config_default(dpt_config_key_t k, dpt_job_t job)
+{
+    if ((unsigned)k >= DPT_CFG_COUNT)
+        return "";
+    for (size_t i = 0; i < sizeof dpt__job_defaults / sizeof dpt__job_defaults[0]; i++)
+        if (dpt__job_defaults[i].job == job && dpt__job_defaults[i].key == k)
+            return dpt__job_defaults[i].value;
+    return dpt__keys[k].def;
+}
+
+/* ---- values ------------------------------------------------------------------ */
+
+typedef struct dpt__value {
+    int64_t i;                   /* INT, BOOL, ENUM (index into choices) */
+    double f;                    /* FLOAT */
+    char s[DPT_CONFIG_STR_MAX];  /* the value's text */
+    int given;                   /* from a file or dpt_config_set */
+    int from_file;               /* given in the file (paths resolve against it) */
+} dpt__value_t;
+
+struct dpt_config {
+    dpt__value_t v[DPT_CFG_COUNT];
+    char source[PATH_MAX];
+    int finalized;
+};
+
+int dpt_config_create(dpt_config_t **out)
+{
+    *out = NULL;
+    dpt_config_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return dpt_error(DPT_ENOMEM, "config: cannot allocate");
+    for (int k = 0; k < DPT_CFG_COUNT; k++) {
+        /* A default that does not parse is a bug in the table itself. */
+        if (dpt__config_assign(c, (dpt_config_key_t)k, dpt__keys[k].def, "default") != 0)
+            abort();
+    }
+    *out = c;
+    return DPT_OK;
+}
+
+void dpt_config_destroy(dpt_config_t *c)
+{
+    free(c);
+}
+
+int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c)
+{
+    *out = malloc(sizeof **out);
+    if (!*out)
+        return dpt_error(DPT_ENOMEM, "config: cannot allocate");
+    memcpy(*out, c, sizeof *c);
+    return DPT_OK;
+}
+
+/* Copies `s` into `dst` (size n) with control and non-ASCII bytes shown
+ * as \xNN, so a message never echoes raw binary. */
+static const char *dpt__printable(char *dst, size_t n, const char *s, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch < 0x7f)
+            dst[o++] = (char)ch;
+        else
+            o += (size_t)snprintf(dst + o, n - o, "\\x%02x", ch);
+    }
+    if (o + 5 >= n && n > 4)
+        memcpy(dst + n - 4, "...", 4), o = n - 1;
+    dst[o < n ? o : n - 1] = '\0';
+    return dst;
+}
+
+/* Levenshtein distance, for "did you mean" (keys are short). */
+static size_t dpt__edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return (size_t)-1;
+    size_t prev[64], cur[64];
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof *prev);
+    }
+    return prev[lb];
+}
+
+/* 1 when `abbr` abbreviates `name`: same first letter, its letters in
+ * `name` in order ("lr" of "learning_rate"). */
+static int dpt__abbreviates(const char *abbr, const char *name)
+{
+    if (strlen(abbr) < 2 || abbr[0] != name[0] || strlen(abbr) >= strlen(name))
+        return 0;
+    for (; *name && *abbr; name++)
+        if (*name == *abbr)
+            abbr++;
+    return *abbr == '\0';
+}
+
+static const char *dpt__closest_key(const char *name)
+{
+    size_t best = (size_t)-1;
+    const char *found = dpt__keys[0].name;
+    for (int k = 0; k < DPT_CFG_COUNT; k++) {
+        size_t d = dpt__edit_distance(name, dpt__keys[k].name);
+        if (dpt__abbreviates(dpt__keys[k].name, name) && d > 1)
+            d = 1;
+        if (d < best) {
+            best = d;
+            found = dpt__keys[k].name;
+        }
+    }
+    return found;
+}
+
+/* Index of `value` among '|'-separated choices, or -1. */
+static int dpt__choice_index(const char *choices, const char *value)
+{
+    int idx = 0;
+    size_t n = strlen(value);
+    for (const char *p = choices; *p; idx++) {
+        const char *end = strchr(p, '|');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, value, n) == 0)
+            return idx;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return -1;
+}
+
+int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where)
+{
+    const dpt_config_key_info_t *ki = &dpt__keys[k];
+    dpt__value_t *v = &c->v[k];
+    char shown[160];
+    char *end;
+    if (strlen(text) >= DPT_CONFIG_STR_MAX)
+        return dpt_error(DPT_EINVAL, "%s: value of %s is longer than %d characters", where,
+                         ki->name, DPT_CONFIG_STR_MAX - 1);
+    dpt__printable(shown, sizeof shown, text, strlen(text));
+    switch (ki->type) {
+    case DPT_CFG_T_INT: {
+        errno = 0;
+        long long x = strtoll(text, &end, 10);
+        if (errno || end == text || *end)
+            return dpt_error(DPT_EINVAL, "%s: %s expects an integer, got \"%s\"", where, ki->name,
+                             shown);
+        if ((double)x < ki->min || (double)x > ki->max)
+            return dpt_error(DPT_EINVAL, "%s: %s = %lld is out of range [%.15g, %.15g]", where,
+                             ki->name, x, ki->min, ki->max);
+        v->i = x;
+        break;
+    }
+    case DPT_CFG_T_FLOAT: {
+        errno = 0;
+        double x = strtod(text, &end);
+        if (errno || end == text || *end || !isfinite(x))
+            return dpt_error(DPT_EINVAL, "%s: %s expects a number, got \"%s\"", where, ki->name,
+                             shown);
+        if (x < ki->min || x > ki->max)
+            return dpt_error(DPT_EINVAL, "%s: %s = %g is out of range [%g, %g]", where, ki->name,
+                             x, ki->min, ki->max);
+        v->f = x;
+        break;
+    }
+    case DPT_CFG_T_BOOL:
+        if (!strcmp(text, "true") || !strcmp(text, "yes") || !strcmp(text, "1"))
+            v->i = 1;
+        else if (!strcmp(text, "false") || !strcmp(text, "no") || !strcmp(text, "0"))
+            v->i = 0;
+        else
+            return dpt_error(DPT_EINVAL, "%s: %s expects true or false, got \"%s\"", where,
+                             ki->name, shown);
+        break;
+    case DPT_CFG_T_ENUM: {
+        int idx = dpt__choice_index(ki->choices, text);
+        if (idx < 0)
+            return dpt_error(DPT_EINVAL, "%s: %s must be one of %s, got \"%s\"", where, ki->name,
+                             ki->choices, shown);
+        v->i = idx;
+        break;
+    }
+    case DPT_CFG_T_STR:
+        for (const char *p = text; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                return dpt_error(DPT_EINVAL, "%s: %s contains a control character: \"%s\"",
+                                 where, ki->name, shown);
+        break;
+    }
+    snprintf(v->s, sizeof v->s, "%s", text);
+    c->finalized = 0;
+    return DPT_OK;
+}
+
+static char *dpt__trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+/* One "key = value" (comment already removed). */
+static int dpt__apply_line(dpt_config_t *c, char *line, const char *where, int from_file)
+{
+    char shown[160];
+    char *eq = strchr(line, '=');
+    if (!eq)
+        return dpt_error(DPT_EINVAL, "%s: expected \"key = value\", got \"%s\"", where,
+                         dpt__printable(shown, sizeof shown, line, strlen(line)));
+    *eq = '\0';
+    char *key = dpt__trim(line), *val = dpt__trim(eq + 1);
+    if (!*key)
+        return dpt_error(DPT_EINVAL, "%s: missing key before '='", where);
+    int k = dpt_config_key_find(key);
+    if (k < 0)
+        return dpt_error(DPT_EINVAL, "%s: unknown key \"%s\" (did you mean \"%s\"?)", where,
+                         dpt__printable(shown, sizeof shown, key, strlen(key)),
+                         dpt__closest_key(key));
+    if (from_file && c->v[k].given && c->v[k].from_file)
+        return dpt_error(DPT_EINVAL, "%s: duplicate key \"%s\"", where, key);
+    int rc = dpt__config_assign(c, (dpt_config_key_t)k, val, where);
+    if (rc)
+        return rc;
+    c->v[k].given = 1;
+    c->v[k].from_file = from_file;
+    return DPT_OK;
+}
+
+int dpt_config_load(dpt_config_t *c, const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s",
+                         path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return dpt_error(DPT_EINVAL, "config %s: not a regular file (%s)", path,
+                         S_ISDIR(sb.st_mode) ? "a directory" : "a special file");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s",
+                         path, strerror(errno));
+    char *line = NULL, where[PATH_MAX + 32];
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, rc = DPT_OK;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        /* The comment goes first, so a long or odd comment is harmless. */
+        char *hash = memchr(line, '#', (size_t)len);
+        size_t keep = hash ? (size_t)(hash - line) : (size_t)len;
+        for (size_t i = 0; i < keep; i++) {
+            unsigned char ch = (unsigned char)line[i];
+            if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f) {
+                rc = dpt_error(DPT_EINVAL, "%s: byte %zu is a control character (0x%02x); a "
+                               "config is a text file of `key = value` lines", where, i + 1, ch);
+                break;
+            }
+        }
+        if (rc)
+            break;
+        line[keep] = '\0';
+        if (keep > DPT_CONFIG_STR_MAX + 64) {
+            rc = dpt_error(DPT_EINVAL, "%s: line longer than %d characters", where,
+                           DPT_CONFIG_STR_MAX + 64);
+            break;
+        }
+        char *s = dpt__trim(line);
+        if (!*s)
+            continue;
+        if ((rc = dpt__apply_line(c, s, where, 1)) != 0)
+            break;
+    }
+    if (!rc && ferror(f))
+        rc = dpt_error(DPT_EIO, "config %s: read error", path);
+    free(line);
+    fclose(f);
+    if (!rc)
+        snprintf(c->source, sizeof c->source, "%s", path);
+    return rc;
+}
+
+int dpt_config_set(dpt_config_t *c, const char *assignment)
+{
+    char where[300], shown[200];
+    snprintf(where, sizeof where, "--set %s",
+             dpt__printable(shown, sizeof shown, assignment, strlen(assignment)));
+    size_t n = strlen(assignment);
+    if (n >= DPT_CONFIG_STR_MAX + 64)
+        return dpt_error(DPT_EINVAL, "%s: assignment too long", where);
+    char *buf = malloc(n + 1);
+    if (!buf)
+        return dpt_error(DPT_ENOMEM, "config: cannot allocate");
+    memcpy(buf, assignment, n + 1);
+    int rc = dpt__apply_line(c, dpt__trim(buf), where, 0);
+    free(buf);
+    return rc;
+}
+
+/* ---- finalize ---------------------------------------------------------------- */
+
+dpt_job_t dpt_config_job(const dpt_config_t *c)
+{
+    return (dpt_job_t)c->v[DPT_CFG_job].i;
+}
+
+int dpt_config_applies(const dpt_config_t *c, dpt_config_key_t k)
+{
+    return (unsigned)k < DPT_CFG_COUNT && (dpt__keys[k].jobs & (1u << dpt_config_job(c))) != 0;
+}
+
+/* The jobs of a mask, as text ("supervised, ppo"). */
+static void dpt__jobs_text(unsigned mask, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    for (int j = 0; j < DPT_JOB_COUNT; j++)
+        if (mask & (1u << j)) {
+            size_t len = strlen(buf);
+            snprintf(buf + len, n - len, "%s%s", len ? ", " : "", dpt__job_names[j]);
+        }
+}
+
+/* A path-valued key: is its value a path (plug-in envs name a file)? */
+static int dpt__is_path_key(const dpt_config_t *c, dpt_config_key_t k)
+{
+    const char *s = c->v[k].s;
+    if (!s[0])
+        return 0;
+    if (k == DPT_CFG_env)
+        return strchr(s, '/') != NULL || strstr(s, ".so") != NULL;
+    return k == DPT_CFG_train_csv || k == DPT_CFG_test_csv || k == DPT_CFG_data_dir;
+}
+
+/* Makes a relative path absolute: against the config file's directory when
+ * it came from the file, against the working directory otherwise. */
+static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
+{
+    dpt__value_t *v = &c->v[k];
+    if (v->s[0] == '/')
+        return DPT_OK;
+    char base[PATH_MAX], joined[PATH_MAX + DPT_CONFIG_STR_MAX + 2];
+    if (v->from_file && c->source[0]) {
+        snprintf(base, sizeof base, "%s", c->source);
+        char *slash = strrchr(base, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(base, sizeof base, ".");
+    } else {
+        snprintf(base, sizeof base, ".");
+    }
+    char *abs = realpath(base, NULL);
+    if (!abs)
+        return dpt_error(DPT_EINVAL, "%s = %s: cannot resolve directory %s: %s",
+                         dpt__keys[k].name, v->s, base, strerror(errno));
+    snprintf(joined, sizeof joined, "%s/%s", abs, v->s);
+    free(abs);
+    /* Tidy the path when it exists ("a/../b"); keep it as joined if not, so
+     * the error that follows names what was looked for. */
+    char *real = realpath(joined, NULL);
+    const char *use = real ? real : joined;
+    if (strlen(use) >= DPT_CONFIG_STR_MAX) {
+        free(real);
+        return dpt_error(DPT_EINVAL, "%s: the resolved path is longer than %d characters",
+                         dpt__keys[k].name, DPT_CONFIG_STR_MAX - 1);
+    }
+    snprintf(v->s, sizeof v->s, "%s", use);
+    free(real);
+    return DPT_OK;
+}
+
+static int dpt__cross_checks(const dpt_config_t *c)
+{
+    dpt_job_t job = dpt_config_job(c);
+    if (job == DPT_JOB_SUPERVISED) {
+        int64_t b = c->v[DPT_CFG_batch_size].i, d = c->v[DPT_CFG_num_devices].i;
+        if (b % d)
+            return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by num_devices %lld",
+                             (long long)b, (long long)d);
+        if (c->v[DPT_CFG_dataset].i == 1 &&
+            (!c->v[DPT_CFG_train_csv].s[0] || !c->v[DPT_CFG_test_csv].s[0]))
+            return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");
+        size_t sizes[16];
+        int n = dpt__config_sizes(c, DPT_CFG_hidden, sizes, 8);
+        if (n < 0)
+            return n;
+        return DPT_OK;
+    }
+    int64_t envs = c->v[DPT_CFG_num_envs_per_worker].i;
+    int64_t frag = c->v[DPT_CFG_rollout_fragment_length].i;
+    int64_t rows = envs * frag, mb = c->v[DPT_CFG_sgd_minibatch_size].i;
+    if (mb > rows)
+        return dpt_error(DPT_EINVAL,
+                         "sgd_minibatch_size %lld exceeds the %lld rows of a %s batch "
+                         "(rollout_fragment_length %lld x num_envs_per_worker %lld)",
+                         (long long)mb, (long long)rows,
+                         job == DPT_JOB_DDPPO ? "worker's" : "", (long long)frag,
+                         (long long)envs);
+    if (job == DPT_JOB_PPO) {
+        int64_t tb = c->v[DPT_CFG_train_batch_size].i;
+        if (tb != 0 && tb != rows)
+            return dpt_error(DPT_EINVAL, "train_batch_size %lld must equal num_envs_per_worker x "
+                             "rollout_fragment_length = %lld (or be left out)", (long long)tb,
+                             (long long)rows);
+        int64_t d = c->v[DPT_CFG_num_devices].i;
+        if (mb % d)
+            return dpt_error(DPT_EINVAL, "sgd_minibatch_size %lld must be divisible by "
+                             "num_devices %lld", (long long)mb, (long long)d);
+    }
+    if (job == DPT_JOB_DDPPO && c->v[DPT_CFG_sync_frac].f < 1.0 && mb < 4)
+        return dpt_error(DPT_EINVAL, "sgd_minibatch_size must be >= 4 when sync_frac < 1 (a "
+                         "preempted worker may hold a quarter of its rows)");
+    size_t sizes[16];
+    int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, 8);
+    return n < 0 ? n : DPT_OK;
+}
+
+int dpt_config_finalize(dpt_config_t *c)
+{
+    if (c->finalized)
+        return DPT_OK;
+    dpt_job_t job = dpt_config_job(c);
+    char jobs[64];
+    for (int k = 0; k < DPT_CFG_COUNT; k++) {
+        dpt__value_t *v = &c->v[k];
+        if (!(dpt__keys[k].jobs & (1u << job))) {
+            if (!v->given)
+                continue;
+            if (k == DPT_CFG_train_batch_size && job == DPT_JOB_DDPPO)
+                return dpt_error(DPT_EINVAL,
+                                 "train_batch_size is derived for ddppo (rollout_fragment_length "
+                                 "x num_envs_per_worker per worker); remove it from the config");
+            dpt__jobs_text(dpt__keys[k].jobs, jobs, sizeof jobs);
+            return dpt_error(DPT_EINVAL, "key %s does not apply to job %s (it is used by: %s)",
+                             dpt__keys[k].name, dpt_job_name(job), jobs);
+        }
+        if (!v->given) {
+            int rc = dpt__config_assign(c, (dpt_config_key_t)k,
+                                        dpt_config_default((dpt_config_key_t)k, job), "default");
+            if (rc)
+                return rc;
+        }
+    }
+    for (int k = 0; k < DPT_CFG_COUNT; k++) {
+        if (!(dpt__keys[k].jobs & (1u << job)) || !dpt__is_path_key(c, (dpt_config_key_t)k))
+            continue;
+        int rc = dpt__resolve_path(c, (dpt_config_key_t)k);
+        if (rc)
+            return rc;
+    }
+    int rc = dpt__cross_checks(c);
+    if (rc)
+        return rc;
+    c->finalized = 1;
+    return DPT_OK;
+}
+
+int dpt_config_finalized(const dpt_config_t *c)
+{
+    return c->finalized;
+}
+
+/* ---- typed access -------------------------------------------------------------- */
+
+int64_t dpt_config_int(const dpt_config_t *c, dpt_config_key_t k)
+{
+    if ((unsigned)k >= DPT_CFG_COUNT || dpt__keys[k].type == DPT_CFG_T_FLOAT ||
+        dpt__keys[k].type == DPT_CFG_T_STR)
+        abort();
+    return c->v[k].i;
+}
+
+double dpt_config_float(const dpt_config_t *c, dpt_config_key_t k)
+{
+    if ((unsigned)k >= DPT_CFG_COUNT || dpt__keys[k].type != DPT_CFG_T_FLOAT)
+        abort();
+    return c->v[k].f;
+}
+
+const char *dpt_config_str(const dpt_config_t *c, dpt_config_key_t k)
+{
+    if ((unsigned)k >= DPT_CFG_COUNT)
+        abort();
+    return c->v[k].s;
+}
+
+int dpt_config_given(const dpt_config_t *c, dpt_config_key_t k)
+{
+    return (unsigned)k < DPT_CFG_COUNT && c->v[k].given;
+}
+
+const char *dpt_config_source(const dpt_config_t *c)
+{
+    return c->source;
+}
+
+int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, int max)
+{
+    const char *s = c->v[k].s;
+    const char *name = dpt__keys[k].name;
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < 1 || x > 1000000)
+            return dpt_error(DPT_EINVAL, "%s = \"%s\": expected comma-separated integers in "
+                             "[1, 1000000]", name, s);
+        if (n == max)
+            return dpt_error(DPT_EINVAL, "%s = \"%s\": more than %d layers", name, s, max);
+        out[n++] = (size_t)x;
+        while (isspace((unsigned char)*end))
+            end++;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return dpt_error(DPT_EINVAL, "%s = \"%s\": unexpected \"%s\"", name, s, end);
+        while (isspace((unsigned char)*end))
+            end++;
+        p = end;
+    }
+    if (n == 0)
+        return dpt_error(DPT_EINVAL, "%s: empty list", name);
+    return n;
+}
+
+/* ---- text and digests ------------------------------------------------------------ */
+
+#define DPT__APPEND(buf, size, len, ...)                                                  \
+    do {                                                                                  \
+        int w_ = snprintf((len) < (size) ? (buf) + (len) : NULL,                          \
+                          (len) < (size) ? (size) - (len) : 0, __VA_ARGS__);              \
+        if (w_ > 0)                                                                       \
+            (len) += (size_t)w_;                                                          \
+    } while (0)
+
+size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size)
+{
+    size_t len = 0;
+    dpt_job_t job = dpt_config_job(c);
+    if (size)
+        buf[0] = '\0';
+    DPT__APPEND(buf, size, len, "# dpt run configuration: job %s (the keys of this job)\n",
+                dpt_job_name(job));
+    for (int k = 0; k < DPT_CFG_COUNT; k++)
+        if (dpt__keys[k].jobs & (1u << job))
+            DPT__APPEND(buf, size, len, "%s = %s\n", dpt__keys[k].name, c->v[k].s);
+    return len;
+}
+
+size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size)
+{
+    size_t len = 0;
+    if (size)
+        buf[0] = '\0';
+    DPT__APPEND(buf, size, len,
+                "# A dpt config for job %s: %s.\n"
+                "# Every key of the job is listed with its default; change what you need\n"
+                "# and delete the rest. Train with: dpt train THIS_FILE\n\n"
+                "job = %s\n",
+                dpt_job_name(job), dpt_job_summary(job), dpt_job_name(job));
+    for (int k = 0; k < DPT_CFG_COUNT; k++) {
+        const dpt_config_key_info_t *ki = &dpt__keys[k];
+        if (k == DPT_CFG_job || !(ki->jobs & (1u << job)))
+            continue;
+        char type[200];
+        if (ki->type == DPT_CFG_T_ENUM)
+            snprintf(type, sizeof type, "one of %s", ki->choices);
+        else if (ki->type == DPT_CFG_T_INT || ki->type == DPT_CFG_T_FLOAT)
+            snprintf(type, sizeof type, "%s in [%g, %g]", dpt__type_names[ki->type], ki->min,
+                     ki->max);
+        else
+            snprintf(type, sizeof type, "%s", dpt__type_names[ki->type]);
+        DPT__APPEND(buf, size, len, "\n# %s (%s)\n%s = %s\n", ki->help, type, ki->name,
+                    dpt_config_default((dpt_config_key_t)k, job));
+    }
+    return len;
+}
+
+int dpt_config_save(const dpt_config_t *c, const char *path)
+{
+    size_t n = dpt_config_format(c, NULL, 0);
+    char *text = malloc(n + 1);
+    if (!text)
+        return dpt_error(DPT_ENOMEM, "config: cannot allocate");
+    dpt_config_format(c, text, n + 1);
+    int rc = dpt__write_file_atomic(path, text, n);
+    free(text);
+    return rc;
+}
+
+uint64_t dpt_config_key_hash(const dpt_config_t *c, dpt_config_key_t k)
+{
+    if ((unsigned)k >= DPT_CFG_COUNT || !dpt_config_applies(c, k))
+        return 0;
+    uint64_t h = dpt_fnv1a64(DPT_FNV1A64_INIT, dpt__keys[k].name, strlen(dpt__keys[k].name));
+    h = dpt_fnv1a64(h, "=", 1);
+    h = dpt_fnv1a64(h, c->v[k].s, strlen(c->v[k].s));
+    return dpt_fnv1a64(h, "\n", 1);
+}
+
+uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags)
+{
+    uint64_t h = DPT_FNV1A64_INIT;
+    for (int k = 0; k < DPT_CFG_COUNT; k++) {
+        if (dpt__keys[k].flags & skip_flags)
+            continue;
+        uint64_t kh = dpt_config_key_hash(c, (dpt_config_key_t)k);
+        h = dpt_fnv1a64(h, &kh, sizeof kh);
+    }
+    return h;
+}

@@ -1,0 +1,118 @@
+/* Files of a run: atomic writes, directories; the launcher's world. */
+#include "dpt/status.h"
+#include "train_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int dpt__mkdirs(const char *path)
+{
+    char buf[PATH_MAX];
+    if (!path[0])
+        return dpt_error(DPT_EINVAL, "empty directory name");
+    if (strlen(path) >= sizeof buf)
+        return dpt_error(DPT_EINVAL, "path too long: %.100s...", path);
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return dpt_error(DPT_EIO, "cannot create directory %s: %s", buf, strerror(errno));
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return dpt_error(DPT_EIO, "%s is not a directory", path);
+    return DPT_OK;
+}
+
+int dpt__write_file_atomic(const char *path, const void *data, size_t n)
+{
+    char tmp[PATH_MAX + 64], dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (strlen(path) >= PATH_MAX)
+        return dpt_error(DPT_EINVAL, "path too long: %.100s...", path);
+    if (slash) {
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir[0] ? dir : "/", slash + 1,
+                 (long)getpid());
+    } else {
+        snprintf(dir, sizeof dir, ".");
+        snprintf(tmp, sizeof tmp, ".%s.tmp.%ld", path, (long)getpid());
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(errno));
+    const char *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(w < 0 ? e : EIO));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return dpt_error(DPT_EIO, "cannot write %s: fsync: %s", path, strerror(e));
+    }
+    if (close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return dpt_error(DPT_EIO, "cannot write %s: close: %s", path, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return dpt_error(DPT_EIO, "cannot write %s: rename: %s", path, strerror(e));
+    }
+    int dfd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        int bad = fsync(dfd) != 0;
+        close(dfd);
+        if (bad)
+            return dpt_error(DPT_EIO, "%s: fsync of its directory failed", path);
+    }
+    return DPT_OK;
+}
+
+static int dpt__env_int(const char *a, const char *b, int dflt)
+{
+    const char *s = getenv(a);
+    if (!s)
+        s = getenv(b);
+    if (!s || !*s)
+        return dflt;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return (*end || v < 0 || v > INT_MAX) ? dflt : (int)v;
+}
+
+int dpt__mpi_world_size(void)
+{
+    int n = dpt__env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
+    return n < 1 ? 1 : n;
+}
+
+int dpt__mpi_rank(void)
+{
+    return dpt__env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);
+}

@@ -1,0 +1,63 @@
+/*
+ * Internal to src/train/: what the config, the trainers and the run loop
+ * share. Not installed. Tests include it for the hooks they need.
+ */
+#ifndef DPT_TRAIN_INTERNAL_H
+#define DPT_TRAIN_INTERNAL_H
+
+#include "dpt/checkpoint.h"
+#include "dpt/train.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- config ---- */
+
+/* Parses `text` into key k (type and range checked); `where` prefixes
+ * messages ("file:3", "--set ..."). Does not mark the key as given. */
+int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where);
+/* Parses a comma-separated list of sizes in [1, 1e6] ("64,64") from key k
+ * into out (at most max); returns the count or DPT_EINVAL naming the key. */
+int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, int max);
+
+/* Shorthands for trainers (c is a finalized config). */
+#define DPT_CI(c, key) dpt_config_int((c), DPT_CFG_##key)
+#define DPT_CF(c, key) dpt_config_float((c), DPT_CFG_##key)
+#define DPT_CS(c, key) dpt_config_str((c), DPT_CFG_##key)
+
+/* ---- files ---- */
+
+/* Writes n bytes to path atomically: a temporary file beside it
+ * (".NAME.tmp.PID"), fsync, rename, fsync of the directory. On failure the
+ * old file is untouched and the temporary removed. DPT_EIO naming path. */
+int dpt__write_file_atomic(const char *path, const void *data, size_t n);
+/* mkdir -p. DPT_EIO naming the path that could not be made. */
+int dpt__mkdirs(const char *path);
+
+/* ---- processes ---- */
+
+/* The size of the MPI world this process was started in and its rank, from
+ * the launcher's environment (Open MPI's OMPI_COMM_WORLD_*, PMI_* of MPICH
+ * and Slurm): 1 and 0 when not started by a launcher. */
+int dpt__mpi_world_size(void);
+int dpt__mpi_rank(void);
+
+/* ---- trainers ---- */
+
+extern const dpt_trainer_ops_t dpt__supervised_ops;
+extern const dpt_trainer_ops_t dpt__ppo_ops;
+extern const dpt_trainer_ops_t dpt__ddppo_ops;
+
+/* A built-in env by name, or a plug-in by path (a shared library exporting
+ * DPT_ENV_PLUGIN_SYMBOL, kept loaded for the life of the process); NULL
+ * with a DPT_EINVAL/DPT_ENOENT message otherwise. */
+struct dpt_env_class;
+const struct dpt_env_class *dpt__find_env(const char *name);
+
+/* Metadata every RL trainer's describe() adds: env name, obs_dim,
+ * action kind and size, policy layer sizes. */
+struct dpt_policy;
+int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *policy,
+                         const char *env);
+
+#endif

@@ -1,0 +1,213 @@
+/*
+ * The trainer interface (dpt/train.h): dispatch to a job's ops, and the
+ * self-description every checkpoint carries.
+ */
+#include "dpt/dpt.h"
+#include "dpt/gemm.h"
+#include "dpt/status.h"
+#include "dpt/train.h"
+#include "dpt_config.h"
+#include "train_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const dpt_trainer_ops_t *const dpt__ops[DPT_JOB_COUNT] = {
+    [DPT_JOB_SUPERVISED] = &dpt__supervised_ops,
+    [DPT_JOB_PPO] = &dpt__ppo_ops,
+    [DPT_JOB_DDPPO] = &dpt__ddppo_ops,
+};
+
+const dpt_trainer_ops_t *dpt_trainer_ops(dpt_job_t job)
+{
+    return (unsigned)job < DPT_JOB_COUNT ? dpt__ops[job] : NULL;
+}
+
+struct dpt_trainer {
+    const dpt_trainer_ops_t *ops;
+    void *self;
+    dpt_config_t *cfg;
+    dpt_trainer_env_t env;
+    uint64_t iteration, timesteps; /* of the last result (or the restored checkpoint) */
+};
+
+void dpt_train_result_add(dpt_train_result_t *r, const char *name, double value)
+{
+    if (r->nmetrics < DPT_TRAIN_MAX_METRICS) {
+        r->metrics[r->nmetrics].name = name;
+        r->metrics[r->nmetrics].value = value;
+        r->nmetrics++;
+    }
+}
+
+double dpt_train_result_get(const dpt_train_result_t *r, const char *name)
+{
+    for (size_t i = 0; i < r->nmetrics; i++)
+        if (strcmp(r->metrics[i].name, name) == 0)
+            return r->metrics[i].value;
+    return NAN;
+}
+
+int dpt_trainer_create(dpt_trainer_t **out, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
+{
+    *out = NULL;
+    if (!dpt_config_finalized(cfg))
+        return dpt_error(DPT_EINVAL, "trainer: the config is not finalized "
+                         "(call dpt_config_finalize first)");
+    const dpt_trainer_ops_t *ops = dpt_trainer_ops(dpt_config_job(cfg));
+    if (!ops)
+        return dpt_error(DPT_EINVAL, "trainer: unknown job %d", (int)dpt_config_job(cfg));
+    dpt_trainer_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return dpt_error(DPT_ENOMEM, "trainer: cannot allocate");
+    int rc = dpt_config_clone(&t->cfg, cfg);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    if (env)
+        t->env = *env;
+    t->ops = ops;
+    if ((rc = ops->create(&t->self, t->cfg, &t->env)) != 0) {
+        dpt_config_destroy(t->cfg);
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return DPT_OK;
+}
+
+void dpt_trainer_destroy(dpt_trainer_t *t)
+{
+    if (!t)
+        return;
+    if (t->self)
+        t->ops->destroy(t->self);
+    dpt_config_destroy(t->cfg);
+    free(t);
+}
+
+int dpt_trainer_iterate(dpt_trainer_t *t, dpt_train_result_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->reward_mean = NAN;
+    int rc = t->ops->iterate(t->self, r);
+    if (rc)
+        return rc;
+    t->iteration = r->iteration;
+    t->timesteps = r->timesteps_total;
+    return DPT_OK;
+}
+
+/* "avx2,fma,avx512f": the instruction-set extensions this CPU reports
+ * that dpt's kernels care about. */
+static void dpt__cpu_flags(char *buf, size_t n)
+{
+    buf[0] = '\0';
+#if defined(__x86_64__) || defined(__i386__)
+    static const struct {
+        const char *name;
+        int on;
+    } f[] = {{"sse4.2", 0}, {"avx", 0}, {"avx2", 0}, {"fma", 0}, {"avx512f", 0}};
+    int on[5];
+    __builtin_cpu_init();
+    on[0] = __builtin_cpu_supports("sse4.2");
+    on[1] = __builtin_cpu_supports("avx");
+    on[2] = __builtin_cpu_supports("avx2");
+    on[3] = __builtin_cpu_supports("fma");
+    on[4] = __builtin_cpu_supports("avx512f");
+    for (size_t i = 0; i < 5; i++)
+        if (on[i]) {
+            size_t len = strlen(buf);
+            snprintf(buf + len, n - len, "%s%s", len ? "," : "", f[i].name);
+        }
+#else
+    snprintf(buf, n, "unknown");
+#endif
+}
+
+int dpt_trainer_checkpoint(dpt_trainer_t *t, dpt_safetensors_writer_t *w)
+{
+    int rc = t->ops->checkpoint(t->self, w);
+    if (rc || !w)
+        return rc;
+    if ((rc = t->ops->describe(t->self, w)) != 0)
+        return rc;
+    size_t n = dpt_config_format(t->cfg, NULL, 0);
+    char *text = malloc(n + 1);
+    if (!text)
+        return dpt_error(DPT_ENOMEM, "checkpoint: cannot allocate the config text");
+    dpt_config_format(t->cfg, text, n + 1);
+    char feats[64] = "", cpu[96];
+    for (int f = 0; f < DPT_FEATURE_COUNT; f++)
+        if (dpt_has_feature((dpt_feature_t)f)) {
+            size_t len = strlen(feats);
+            snprintf(feats + len, sizeof feats - len, "%s%s", len ? "," : "",
+                     dpt_feature_name((dpt_feature_t)f));
+        }
+    dpt__cpu_flags(cpu, sizeof cpu);
+    if ((rc = dpt_safetensors_set_meta(w, "config", text)) == 0 &&
+        (rc = dpt_safetensors_set_meta(w, "job", dpt_job_name(t->ops->job))) == 0 &&
+        (rc = dpt_safetensors_set_meta(w, "dpt_version", dpt_version())) == 0 &&
+        (rc = dpt_safetensors_set_meta(w, "dpt_commit", DPT_COMMIT)) == 0 &&
+        (rc = dpt_safetensors_set_meta(w, "features", feats)) == 0 &&
+        (rc = dpt_safetensors_set_meta(w, "gemm", dpt_gemm_describe(dpt_gemm_get_backend()))) ==
+            0 &&
+        (rc = dpt_safetensors_set_meta(w, "cpu_flags", cpu)) == 0 &&
+        (rc = dpt_safetensors_set_meta_u64(w, "training_iteration", t->iteration)) == 0)
+        rc = dpt_safetensors_set_meta_u64(w, "timesteps_total", t->timesteps);
+    free(text);
+    return rc;
+}
+
+int dpt_trainer_restore(dpt_trainer_t *t, const dpt_safetensors_t *st)
+{
+    const char *job = dpt_safetensors_meta(st, "job");
+    if (!job || !dpt_safetensors_meta(st, "config"))
+        return dpt_error(DPT_EFORMAT, "checkpoint %s has no dpt run metadata (written by dpt "
+                         "before 0.2, or not by dpt train)", dpt_safetensors_path(st));
+    if (strcmp(job, dpt_job_name(t->ops->job)) != 0)
+        return dpt_error(DPT_EINVAL, "checkpoint %s is a %s checkpoint, this trainer is %s",
+                         dpt_safetensors_path(st), job, dpt_job_name(t->ops->job));
+    uint64_t it = 0, ts = 0;
+    int rc = dpt_safetensors_meta_u64(st, "training_iteration", &it);
+    if (!rc)
+        rc = dpt_safetensors_meta_u64(st, "timesteps_total", &ts);
+    if (!rc)
+        rc = t->ops->restore(t->self, st);
+    if (rc)
+        return rc;
+    t->iteration = it;
+    t->timesteps = ts;
+    return DPT_OK;
+}
+
+const dpt_vartable_t *dpt_trainer_vars(dpt_trainer_t *t)
+{
+    return t->ops->vars(t->self);
+}
+
+int dpt_trainer_get_weights(dpt_trainer_t *t, float *out, size_t count)
+{
+    return t->ops->get_weights(t->self, out, count);
+}
+
+int dpt_trainer_evaluate(dpt_trainer_t *t, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+{
+    out->count = 0;
+    out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
+    return t->ops->evaluate(t->self, episodes, seed, out);
+}
+
+const dpt_config_t *dpt_trainer_config(const dpt_trainer_t *t)
+{
+    return t->cfg;
+}
+
+int dpt_trainer_rank(const dpt_trainer_t *t)
+{
+    (void)t;
+    return dpt__mpi_rank();
+}
