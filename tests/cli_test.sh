@@ -1,14 +1,20 @@
 #!/bin/sh
-# Runs the built `dpt` binary and checks exit codes, messages, training runs,
-# checkpoints and resume.
-# usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [ENV_PLUGIN]
-dpt="$1" cmp="$2" work="$3" plugin="$4"
+# Runs the built `dpt` binary and checks exit codes, messages, run
+# directories, training runs, checkpoints, resume, signals and evaluation.
+# Each numbered "defect" below was reproducible before the trainer layer and
+# must stay fixed.
+# usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [ENV_PLUGIN [EMBED_TRAIN]]
+dpt="$1" cmp="$2" work="$3" plugin="$4" embed="$5"
 fails=0 passes=0
 rm -rf "$work" && mkdir -p "$work" || exit 1
 cd "$work" || exit 1
 
 ok()   { echo "ok   $*"; passes=$((passes + 1)); }
 bad()  { echo "FAIL $*"; fails=$((fails + 1)); }
+check() { # check "description" COMMAND...: ok when the command succeeds
+    what="$1"; shift
+    if "$@"; then ok "$what"; else bad "$what"; fi
+}
 expect() { # expect CODE PATTERN -- ARGS...
     code="$1" pattern="$2"; shift 3
     out=$("$dpt" "$@" 2>&1); rc=$?
@@ -22,26 +28,37 @@ expect() { # expect CODE PATTERN -- ARGS...
 }
 # Metrics without the fields that measure wall time.
 untimed() { sed -E 's/"(time_[a-z_]*|env_steps_per_s|samples_per_s|timing_breakdown)":(\{[^}]*\}|[^,}]*),?//g' "$1"; }
+rows() { wc -l < "$1" | tr -d ' '; }
 
 # ---- basics ----------------------------------------------------------------
 expect 0 "features:"            -- info
-expect 0 "gemm:"                -- info
 expect 2 "unexpected argument"  -- info extra
 expect 0 "usage: dpt COMMAND"   -- --help
 expect 2 "usage: dpt COMMAND"   --
 expect 2 "unknown command \"nope\"" -- nope
-expect 0 "dpt "                 -- --version
+expect 0 "dpt 0.2"              -- --version
 expect 0 "usage: dpt demo"      -- demo --help
 expect 2 "unknown argument"     -- demo --bogus
-expect 2 "--epochs must be"     -- demo --epochs 0
+expect 2 "--epochs expects an integer" -- demo --epochs 0
 expect 0 "test accuracy"        -- demo --epochs 2 --quiet
 expect 2 "unknown benchmark"    -- bench nope
 expect 0 "allreduce"            -- bench --help
 expect 2 "rounds 1..101"         -- bench towers --rounds 0
 expect 0 '"mode":"ps","devices":2,"batch":32' -- bench towers --mode ps --batch 32 --seconds 0.2 --rounds 3 --json
-expect 0 "sgd_minibatch_size"   -- train --help
+expect 0 "keys of job = ppo"    -- train --help
+expect 0 "standardize advantages over each minibatch" -- train --help
 expect 2 "CONFIG file or --resume" -- train
 expect 0 "usage: dpt eval"      -- eval --help
+expect 2 "needs a value"        -- train --set
+
+# ---- dpt init: a starter config that trains --------------------------------------
+expect 0 "wrote starter_ppo.conf" -- init ppo starter_ppo.conf
+expect 2 "exists; not overwritten" -- init ppo starter_ppo.conf
+expect 2 "unknown job \"sarsa\"" -- init sarsa
+check "dpt init ppo lists CleanRL's lr and the per-minibatch normalization" \
+    grep -q "^lr = 0.00025" starter_ppo.conf
+check "dpt init ppo lists normalize_advantages = minibatch" grep -q "^normalize_advantages = minibatch" starter_ppo.conf
+expect 0 "reached stop_iters" -- train starter_ppo.conf --set stop_iters=1 --set output_dir=starter_run
 
 # ---- config errors (exit 2, file and line named) ----------------------------
 printf 'job = ppo\nlearning_rate = 0.1\n' > unknown.conf
@@ -64,6 +81,32 @@ printf 'job = ddppo\ntrain_batch_size = 512\n' > ddtb.conf
 expect 2 'train_batch_size is derived for ddppo' -- train ddtb.conf
 printf 'job = ppo\nenv = NoSuchEnv-v0\n' > env.conf
 expect 2 'NoSuchEnv-v0' -- train env.conf
+# Defect 7: usage errors that used to run, crash or exit 1.
+mkdir -p adir
+expect 2 'config adir: not a regular file (a directory)' -- train adir
+printf 'job = ppo\nenv = Cart\000Pole-v1\n' > nul.conf
+expect 2 'nul.conf:2: byte 10 is a control character (0x00)' -- train nul.conf
+head -c 300 "$dpt" > binary.conf
+out=$("$dpt" train binary.conf 2>&1); rc=$?
+if [ $rc -eq 2 ] && ! printf '%s' "$out" | LC_ALL=C grep -q '[^[:print:][:space:]]'; then
+    ok "a binary file as config: exit 2, no raw bytes echoed"
+else
+    bad "binary config: exit $rc, output: $(printf '%s' "$out" | head -c 200 | od -c | head -3)"
+fi
+{ printf 'job = ppo\n# '; head -c 3000 /dev/zero | tr '\0' 'x'; printf '\nstop_iters = 1\n'; } > longcomment.conf
+expect 0 "reached stop_iters" -- train longcomment.conf --set output_dir=longcomment --quiet
+# Defect 8: keys of another job are refused (exit 2, naming job and key), and
+# PPO's defaults are CleanRL's, not the supervised job's.
+printf 'job = ppo\nhidden = 32\n' > hidden.conf
+expect 2 'key hidden does not apply to job ppo' -- train hidden.conf
+expect 2 'key num_workers does not apply to job supervised' -- train ok.conf --set job=supervised --set num_workers=2
+if grep -q '^lr = 0.00025$' starter_run/config.conf && grep -q '^num_devices = 1$' starter_run/config.conf &&
+   grep -q '^grad_clip = 0.5$' starter_run/config.conf && grep -q '^adam_eps = 1e-5$' starter_run/config.conf &&
+   ! grep -q '^hidden' starter_run/config.conf && ! grep -q '^epochs' starter_run/config.conf; then
+    ok "config.conf of a ppo run: CleanRL's defaults, only ppo keys"
+else
+    bad "ppo defaults in config.conf"; cat starter_run/config.conf | head -20
+fi
 
 # ---- PPO: train, checkpoint, eval, bitwise resume ----------------------------
 cat > ppo.conf <<'CONF'
@@ -74,20 +117,41 @@ rollout_fragment_length = 64
 sgd_minibatch_size = 64
 total_timesteps = 5120
 checkpoint_every = 5
-lr_schedule = linear
-lr = 0.00025
+eval_episodes = 3
 CONF
 expect 0 "" -- train ppo.conf --quiet --set output_dir=ppo_full
-expect 0 "evaluation" -- train ppo.conf --set output_dir=ppo_full2 --set eval_episodes=3
+expect 0 "evaluation" -- train ppo.conf --set output_dir=ppo_full2
 if [ -f ppo_full/checkpoints/checkpoint-00000020.safetensors ] && [ -f ppo_full/result.jsonl ] &&
-   [ "$(wc -l < ppo_full/result.jsonl)" -eq 20 ] && [ "$(wc -l < ppo_full/progress.csv)" -eq 21 ]; then
+   [ "$(rows ppo_full/result.jsonl)" -eq 20 ] && [ "$(rows ppo_full/progress.csv)" -eq 21 ]; then
     ok "ppo run wrote 20 metrics rows, a csv header and checkpoint 20"
 else
     bad "ppo run outputs"; ls -R ppo_full | head
 fi
+# Defect 1: a fresh run into a used directory is refused and deletes nothing.
+ls ppo_full/checkpoints > before.txt
+expect 2 "not empty: continue that run with \`dpt train --resume ppo_full\`" -- train ppo.conf --set output_dir=ppo_full
+ls ppo_full/checkpoints > after.txt
+check "defect 1: the refused run left the old run's checkpoints alone" cmp -s before.txt after.txt
+# The default directory is new for every run.
+mkdir -p dflt && cd dflt || exit 1
+"$dpt" train ../ppo.conf --set stop_iters=1 --quiet >/dev/null 2>&1
+"$dpt" train ../ppo.conf --set stop_iters=1 --quiet >/dev/null 2>&1
+n=$(ls -d runs/ppo-CartPole-v1-* 2>/dev/null | wc -l)
+cd .. || exit 1
+[ "$n" -eq 2 ] && ok "two runs without output_dir get two run directories" || bad "default run directories: $n"
 # Half the steps, then resume for the rest: same weights, same metrics.
 expect 0 "" -- train ppo.conf --quiet --set output_dir=ppo_half --set stop_iters=10
-expect 0 "" -- train --resume ppo_half --quiet --set stop_iters=0
+cp ppo_half/config.conf config_before.txt
+# Defect 2: orphaned temporaries of a killed write are removed on resume.
+touch ppo_half/checkpoints/checkpoint-00000011.safetensors.tmp-999-0 ppo_half/config.conf.tmp-999
+expect 0 "removed 2 temporary files" -- train --resume ppo_half --set stop_iters=0
+check "defect 2: resume never rewrites config.conf" cmp -s config_before.txt ppo_half/config.conf
+if [ ! -e ppo_half/checkpoints/checkpoint-00000011.safetensors.tmp-999-0 ] && [ ! -e ppo_half/config.conf.tmp-999 ]; then
+    ok "defect 2: temporaries of a killed write are gone after resume"
+else
+    bad "temporaries left"
+fi
+check "the resume recorded its override" grep -q "stop_iters = 0 (was 10)" ppo_half/overrides.log
 if "$cmp" ppo_full/checkpoints/checkpoint-00000020.safetensors \
           ppo_half/checkpoints/checkpoint-00000020.safetensors >cmp.out 2>&1; then
     ok "ppo: resumed run ends with bitwise-identical weights, optimizer and env state"
@@ -99,19 +163,70 @@ if [ "$(untimed ppo_full/result.jsonl)" = "$(untimed ppo_half/result.jsonl)" ]; 
 else
     bad "ppo resume metrics differ"
 fi
+# Defect 3: resuming a finished run does no work.
+n0=$(rows ppo_half/result.jsonl)
+expect 0 "already finished; nothing to do" -- train --resume ppo_half
+check "defect 3: no iteration was added to a finished run" [ "$(rows ppo_half/result.jsonl)" -eq "$n0" ]
+# ...unless a stop condition is raised: then the steps/s count this process only.
+expect 0 "reached stop_iters after iteration 22" -- train --resume ppo_half --set total_timesteps=10240 --set stop_iters=22
+out=$("$dpt" train --resume ppo_half --set total_timesteps=10240 --set stop_iters=23 2>&1)
+if printf '%s\n' "$out" | grep -q "dpt train: 256 env steps in"; then
+    ok "defect 3: a resumed run reports the steps it made itself"
+else
+    bad "resumed steps/s: $(printf '%s\n' "$out" | grep 'env steps')"
+fi
+# eval: a checkpoint or a run directory, no config needed, from any directory.
 expect 0 "mean return" -- eval ppo_full/checkpoints/checkpoint-00000020.safetensors --episodes 2
-# A corrupted newest checkpoint: resume falls back to the previous one.
+expect 0 "checkpoint-00000020.safetensors: greedy policy, 3 episodes" -- eval ppo_full
+expect 0 '"episodes":2,"mean_return"' -- eval ppo_full --episodes 2 --json --seed 5
+expect 2 "--episodes expects an integer in \[1, 1000000\], got \"99999999999999999999\"" -- eval ppo_full --episodes 99999999999999999999
+expect 2 "--episodes expects an integer" -- eval ppo_full --episodes 12abc
+expect 2 "unexpected argument" -- eval ppo_full ppo.conf
+# A corrupted newest checkpoint: resume falls back to the previous one, and
+# the checkpoints it writes are not rotated away by the corrupt newer one.
 cp -r ppo_half ppo_corrupt
-printf 'garbage' | dd of=ppo_corrupt/checkpoints/checkpoint-00000020.safetensors bs=1 seek=200 conv=notrunc 2>/dev/null
-expect 0 "skipping checkpoint" -- train --resume ppo_corrupt --set stop_iters=0
-expect 1 "checksum\|corrupt\|malformed" -- eval ppo_corrupt/checkpoints/checkpoint-00000020.safetensors.bak
+printf 'garbage' | dd of=ppo_corrupt/checkpoints/checkpoint-00000023.safetensors bs=1 seek=200 conv=notrunc 2>/dev/null
+expect 0 "skipping checkpoint" -- train --resume ppo_corrupt --set stop_iters=23 --set total_timesteps=10240
+check "rotation kept the checkpoint this run wrote (23 again, valid)" \
+    "$cmp" ppo_half/checkpoints/checkpoint-00000023.safetensors ppo_corrupt/checkpoints/checkpoint-00000023.safetensors
+expect 1 "checkpoint.*: cannot open\|No such file" -- eval ppo_corrupt/checkpoints/checkpoint-00000099.safetensors
 head -c 100 ppo_full/checkpoints/checkpoint-00000010.safetensors > trunc.safetensors
-expect 1 "trunc.safetensors" -- eval trunc.safetensors ppo.conf
-expect 2 "ok_missing_dir/config.conf: cannot open" -- train --resume ok_missing_dir
-mkdir -p empty_run && cp ppo.conf empty_run/config.conf
+expect 1 "trunc.safetensors" -- eval trunc.safetensors
+expect 2 "not a run directory" -- train --resume ok_missing_dir
+mkdir -p empty_run && cp ppo_full/config.conf empty_run/config.conf
 expect 1 "no valid checkpoint" -- train --resume empty_run
-# Resuming with a config that changes the results is refused.
-expect 2 "different config" -- train --resume ppo_half --set lr=0.1
+# Resuming with a key that changes the results is refused, naming the key.
+expect 2 "these keys cannot change: lr (0.00025, now 0.1)" -- train --resume ppo_half --set lr=0.1
+expect 2 "give CONFIG or --resume DIR, not both" -- train ppo.conf --resume ppo_half
+
+# ---- SIGINT / SIGTERM: finish the iteration, checkpoint, exit 130 / 143 ------------
+cat > long.conf <<'CONF'
+job = ppo
+env = CartPole-v1
+total_timesteps = 100000000
+checkpoint_every = 0
+eval_episodes = 0
+CONF
+for sig in INT TERM; do
+    "$dpt" train long.conf --set output_dir=sig_$sig --quiet > sig_$sig.out 2>&1 &
+    pid=$!
+    i=0; while [ ! -s sig_$sig/result.jsonl ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -$sig $pid; wait $pid; rc=$?
+    want=130; [ $sig = TERM ] && want=143
+    last=$(ls sig_$sig/checkpoints 2>/dev/null | tail -1)
+    if [ $rc -eq $want ] && [ -n "$last" ]; then
+        ok "SIG$sig: exit $rc with checkpoint $last written"
+    else
+        bad "SIG$sig: exit $rc (want $want), checkpoints: $last"; cat sig_$sig.out | tail -3
+    fi
+done
+# The stopped run resumes bitwise like one that was never interrupted.
+its=$(rows sig_INT/result.jsonl)
+expect 0 "" -- train long.conf --set output_dir=sig_ref --set stop_iters=$((its + 2)) --quiet
+expect 0 "" -- train --resume sig_INT --set stop_iters=$((its + 2)) --quiet
+check "a run stopped by SIGINT resumes bitwise" "$cmp" \
+    sig_ref/checkpoints/checkpoint-$(printf %08d $((its + 2))).safetensors \
+    sig_INT/checkpoints/checkpoint-$(printf %08d $((its + 2))).safetensors
 
 # ---- DD-PPO with threads --------------------------------------------------------
 cat > dd.conf <<'CONF'
@@ -121,11 +236,12 @@ num_workers = 2
 num_envs_per_worker = 2
 rollout_fragment_length = 64
 sgd_minibatch_size = 64
+num_sgd_iter = 4
 total_timesteps = 5120
 checkpoint_every = 10
 eval_episodes = 2
 CONF
-expect 0 "identical weights" -- train dd.conf --set output_dir=dd_full
+expect 0 "evaluation: greedy policy, 2 episodes" -- train dd.conf --set output_dir=dd_full
 expect 0 "" -- train dd.conf --quiet --set output_dir=dd_half --set stop_iters=10
 expect 0 "" -- train --resume dd_half --quiet --set stop_iters=0
 if "$cmp" dd_full/checkpoints/checkpoint-00000020.safetensors \
@@ -139,26 +255,76 @@ if [ "$(untimed dd_full/result.jsonl)" = "$(untimed dd_half/result.jsonl)" ]; th
 else
     bad "ddppo resume metrics differ"
 fi
+# Defect 4: a minibatch that does not divide the worker's batch (500 rows,
+# minibatches of 128) used to overflow the heap.
+expect 0 "" -- train dd.conf --set rollout_fragment_length=100 --set num_envs_per_worker=5 \
+    --set sgd_minibatch_size=128 --set total_timesteps=4000 --set output_dir=dd_odd --quiet
+# The seed's DD-PPO defaults (fragment 100, 5 envs, minibatch 50, 10 epochs).
+printf 'job = ddppo\nstop_iters = 1\noutput_dir = dd_defaults\n' > ddd.conf
+expect 0 "" -- train ddd.conf --quiet
+if grep -q '^rollout_fragment_length = 100$' dd_defaults/config.conf && grep -q '^num_envs_per_worker = 5$' dd_defaults/config.conf &&
+   grep -q '^sgd_minibatch_size = 50$' dd_defaults/config.conf && grep -q '^num_sgd_iter = 10$' dd_defaults/config.conf; then
+    ok "ddppo defaults are the seed's DD-PPO keys"
+else
+    bad "ddppo defaults"
+fi
 
-# ---- DD-PPO across MPI ranks (when this build has MPI) ---------------------------
+# ---- under mpirun (when this build has MPI) ------------------------------------------
 if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     # Open MPI's own leaks are not dpt's (sanitizer builds); local transports only.
     mpienv="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 OMPI_MCA_btl=self,vader"
+    mpirun_() { env $mpienv mpirun --oversubscribe "$@"; }
     for layout in "1 mpi" "2 hier"; do
         set -- $layout
-        out=$(env $mpienv mpirun --oversubscribe -np 2 "$dpt" train dd.conf --set num_workers=$1 \
-              --set output_dir=dd_$2 2>&1); rc=$?
-        workers=$((2 * $1))
-        if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q "$workers DD-PPO workers hold identical weights" &&
-           [ "$(wc -l < dd_$2/result.jsonl)" -eq $((5120 / (256 * $1))) ]; then
-            ok "ddppo under mpirun -np 2 ($2, $workers workers): identical weights, rank 0 wrote the metrics"
+        out=$(mpirun_ -np 2 "$dpt" train dd.conf --set num_workers=$1 --set output_dir=dd_$2 2>&1); rc=$?
+        if [ $rc -eq 0 ] && [ "$(rows dd_$2/result.jsonl)" -eq $((5120 / (256 * $1))) ] &&
+           [ "$(ls dd_$2 | wc -l)" -ge 4 ]; then
+            ok "ddppo under mpirun -np 2 ($2, $((2 * $1)) workers): rank 0 wrote the run"
         else
             bad "ddppo under mpirun ($2): exit $rc"; printf '%s\n' "$out" | tail -5
         fi
     done
+    # 2 MPI ranks x 1 worker equal 2 worker threads in one process.
+    check "ddppo: 2 MPI ranks hold bitwise the weights of 2 threads" "$cmp" \
+        dd_full/checkpoints/checkpoint-00000020.safetensors dd_mpi/checkpoints/checkpoint-00000020.safetensors
+    # Defect 5: jobs that do not run across processes are refused before any work.
+    out=$(mpirun_ -np 2 "$dpt" train ppo.conf --set output_dir=mpi_ppo 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "use job = ddppo" && [ ! -e mpi_ppo ]; then
+        ok "defect 5: ppo under mpirun is refused (exit 2) naming ddppo, nothing written"
+    else
+        bad "ppo under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+    printf 'job = supervised\ndataset = spirals\nspirals_points = 256\nepochs = 1\nbatch_size = 32\n' > sp.conf
+    out=$(mpirun_ -np 2 "$dpt" train sp.conf --set output_dir=mpi_sup 2>&1); rc=$?
+    if [ $rc -eq 2 ] && [ ! -e mpi_sup ]; then
+        ok "defect 5: supervised under mpirun is refused before any work (exit 2)"
+    else
+        bad "supervised under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+    # Defect 6: ranks started with different configs (MPMD) are refused by every
+    # rank, rank 0 naming the keys.
+    out=$(mpirun_ -np 1 "$dpt" train dd.conf --set output_dir=mpmd : -np 1 "$dpt" train dd.conf \
+          --set output_dir=mpmd --set num_workers=1 --set seed=2 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "differing from rank 0: seed (rank 1), num_workers (rank 1)"; then
+        ok "defect 6: ranks with different configs exit 2 naming seed and num_workers"
+    else
+        bad "mpmd configs: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+    out=$(mpirun_ -np 1 "$dpt" train dd.conf --set output_dir=mpmd2 : -np 1 "$dpt" train dd.conf \
+          --set output_dir=mpmd2 --set rollout_fragment_length=32 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "rollout_fragment_length (rank 1)"; then
+        ok "defect 6: a different fragment length per rank is refused, not a heap overflow"
+    else
+        bad "mpmd fragment: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+    # Bitwise resume across ranks.
+    mpirun_ -np 2 "$dpt" train dd.conf --set num_workers=1 --set output_dir=dd_mpi_half --set stop_iters=10 --quiet >/dev/null 2>&1
+    mpirun_ -np 2 "$dpt" train --resume dd_mpi_half --set stop_iters=0 --quiet >/dev/null 2>&1
+    check "ddppo under mpirun -np 2: resume is bitwise" "$cmp" \
+        dd_mpi/checkpoints/checkpoint-00000020.safetensors dd_mpi_half/checkpoints/checkpoint-00000020.safetensors
 else
-    echo "skipped: DD-PPO under mpirun (no MPI in this build)"
+    echo "skipped: runs under mpirun (no MPI in this build)"
 fi
 
 # ---- supervised on a CSV dataset (made here), with resume ----------------------
@@ -203,23 +369,50 @@ sup_resume sup
 sup_resume sgd --set optimizer=sgd --set lr=0.1
 acc=$(tail -1 sup_full/progress.csv | cut -d, -f8)
 if awk -v a="$acc" 'BEGIN { exit !(a > 0.8) }'; then ok "supervised csv test accuracy $acc > 0.8"; else bad "supervised accuracy $acc"; fi
-expect 0 "accuracy" -- eval sup_full/checkpoints/checkpoint-00000004.safetensors
+# eval from another directory: the data paths were saved absolute.
+mkdir -p elsewhere && cd elsewhere || exit 1
+expect 0 "200 test samples, loss" -- eval ../sup_full
+cd .. || exit 1
+cp test.csv moved_test.csv
+expect 0 "200 test samples" -- eval sup_full --set test_csv=moved_test.csv
 printf 'a,b,c,label\n1,2,x,0\n' > badcell.csv
+# Defect 2: a start that fails removes what it created.
 expect 1 'line 2, column 3' -- train sup.conf --set train_csv=badcell.csv --set output_dir=sup_bad
 expect 1 'nothere.csv' -- train sup.conf --set train_csv=nothere.csv --set output_dir=sup_bad
-expect 2 'divisible by num_devices\|batch_size' -- train sup.conf --set batch_size=33 --set output_dir=sup_bad
+check "defect 2: a failed start leaves no run directory behind" [ ! -e sup_bad ]
+expect 2 'divisible by num_devices' -- train sup.conf --set batch_size=33 --set output_dir=sup_bad
+# The built-in spirals dataset.
+printf 'job = supervised\ndataset = spirals\nhidden = 64,64\nactivation = tanh\nbatch_size = 128\nlr = 0.01\nepochs = 3\n' > spirals.conf
+expect 0 "test accuracy" -- train spirals.conf --set output_dir=spirals
+expect 0 "1024 test samples" -- eval spirals
 
 # ---- a user-written env (examples/custom_env) loaded as a plug-in ------------------
 if [ -n "$plugin" ] && [ -f "$plugin" ]; then
-    printf 'job = ppo\nenv = %s\nnum_envs_per_worker = 8\nsgd_minibatch_size = 256\nlr = 3e-4\ntotal_timesteps = 40960\neval_episodes = 5\n' "$plugin" > plug.conf
-    expect 0 "episodes of Corridor-v0" -- train plug.conf --set output_dir=plug
-    expect 0 "Corridor-v0, 3 episodes" -- eval plug/checkpoints/checkpoint-00000040.safetensors --episodes 3
+    # The plug-in path is relative to the config file, and saved absolute.
+    mkdir -p plugdir && cp "$plugin" plugdir/libcorridor.so
+    printf 'job = ppo\nenv = libcorridor.so\nnum_envs_per_worker = 8\nsgd_minibatch_size = 256\nlr = 3e-4\ntotal_timesteps = 40960\neval_episodes = 5\n' > plugdir/plug.conf
+    expect 0 "evaluation: greedy policy, 5 episodes" -- train plugdir/plug.conf --set output_dir=plug
+    cd elsewhere || exit 1
+    expect 0 "greedy policy, 3 episodes" -- eval ../plug --episodes 3
+    cd .. || exit 1
     ret=$(tail -1 plug/progress.csv | cut -d, -f6)
     if awk -v r="$ret" 'BEGIN { exit !(r > 0.5) }'; then ok "plug-in env learned: return $ret"; else bad "plug-in env return $ret"; fi
     printf 'job = ppo\nenv = ./nothere.so\n' > noplug.conf
     expect 2 "nothere.so" -- train noplug.conf
 else
     echo "skipped: plug-in env (not built)"
+fi
+
+# ---- examples/embed_train.c: PPO through dpt/train.h alone, capped -----------------
+if [ -n "$embed" ] && [ -x "$embed" ]; then
+    out=$("$embed" 20480 2>&1); rc=$?
+    if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q "after 20480 steps: mean return"; then
+        ok "embed_train (20480 steps): $(printf '%s\n' "$out" | tail -1)"
+    else
+        bad "embed_train: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+else
+    echo "skipped: embed_train (not built)"
 fi
 
 # ---- the Fashion-MNIST job for real, when Debian's dataset package is installed --
@@ -233,7 +426,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] &&
     else
         bad "fashion-mnist: test accuracy $acc after one epoch"
     fi
-    expect 0 "10000 test samples" -- eval fmnist/checkpoints/checkpoint-00000001.safetensors
+    expect 0 "10000 test samples" -- eval fmnist
 else
     echo "skipped: Fashion-MNIST job (install dataset-fashion-mnist; needs zlib)"
 fi

@@ -2,11 +2,14 @@
  * tools/cli.h — subcommands of the `dpt` command.
  *
  * Each subcommand is `int fn(int argc, char **argv)` where argv[0] is the
- * subcommand's own name; it returns the process exit code: 0 success,
- * 1 runtime failure, 2 usage error. Subcommands print; the library does not.
+ * subcommand's own name; it returns the process exit code. The command
+ * parses, prints and maps errors to exit codes; training itself is the
+ * library's (dpt/train.h).
  */
 #ifndef DPT_TOOLS_CLI_H
 #define DPT_TOOLS_CLI_H
+
+#include <stdint.h>
 
 #define DPT_EXIT_OK 0
 #define DPT_EXIT_FAIL 1
@@ -17,12 +20,36 @@ int dpt_cmd_demo(int argc, char **argv);
 int dpt_cmd_bench(int argc, char **argv);
 int dpt_cmd_train(int argc, char **argv);
 int dpt_cmd_eval(int argc, char **argv);
+int dpt_cmd_init(int argc, char **argv);
 
-/* Benchmarks reachable as `dpt bench NAME` (tools/bench_*.c). */
+/* Benchmarks reachable as `dpt bench NAME` (bench/cli/). */
 int dpt_bench_allreduce(int argc, char **argv);
 int dpt_bench_towers(int argc, char **argv);
 int dpt_bench_env(int argc, char **argv);
 int dpt_bench_ppo(int argc, char **argv);
 int dpt_bench_ddppo(int argc, char **argv);
+
+/* The exit code of a library error: 2 for a bad config or argument
+ * (DPT_EINVAL), 1 otherwise. */
+int dpt_cli_exit_code(int rc);
+
+/* Parses a whole decimal integer in [lo, hi] ("--episodes 10"). Returns 0,
+ * or prints "dpt CMD: OPTION expects an integer in [lo, hi], got \"s\"" and
+ * returns DPT_EXIT_USAGE. */
+int dpt_cli_parse_u64(const char *cmd, const char *option, const char *s, uint64_t lo,
+                      uint64_t hi, uint64_t *out);
+
+/* Progress display: a live line on a terminal, plain lines otherwise. */
+typedef struct dpt_progress {
+    int tty, quiet;
+    double last_print, start;
+} dpt_progress_t;
+
+void dpt_progress_init(dpt_progress_t *p, int quiet);
+/* `line` is the status text; frac in [0, 1] gives the ETA (negative: none).
+ * force prints even when the last print was recent. */
+void dpt_progress_update(dpt_progress_t *p, const char *line, double frac, int force);
+/* Ends the live line (a newline on a terminal). */
+void dpt_progress_done(dpt_progress_t *p);
 
 #endif

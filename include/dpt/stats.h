@@ -19,6 +19,10 @@ extern "C" {
 /* Monotonic time in seconds (CLOCK_MONOTONIC), for intervals only. */
 double dpt_now(void);
 
+/* The median of v[0..n) (the mean of the two middle values when n is
+ * even; NAN when n is 0). Sorts v in place. */
+double dpt_median(double *v, size_t n);
+
 /* A window of the last `capacity` doubles. The struct is the caller's; the
  * value storage is owned by the window until dpt_window_deinit(). Not
  * thread-safe: one writer, or external locking. */

@@ -431,7 +431,7 @@ int dpt_trainer_rank(const dpt_trainer_t *t);
  * checkpoint) with no config file: the model, env or dataset come from the
  * checkpoint's metadata; `overrides` (may be NULL, else n "key=value"
  * strings) change keys such as data_dir or test_csv. episodes 0 = the
- * saved eval_episodes. *path_out (may be NULL) receives the checkpoint
+ * saved eval_episodes; seed UINT64_MAX = the run's seed. *path_out (may be NULL) receives the checkpoint
  * read. Errors: DPT_ENOENT, DPT_EFORMAT (not a dpt checkpoint, or one
  * written before dpt 0.2 without metadata: the message says so), DPT_EINVAL
  * (bad override). */

@@ -122,3 +122,11 @@ double dpt_window_quantile(dpt_window_t *w, double q)
     double frac = pos - (double)lo;
     return w->scratch[lo] + frac * (w->scratch[lo + 1] - w->scratch[lo]);
 }
+
+double dpt_median(double *v, size_t n)
+{
+    if (n == 0)
+        return NAN;
+    qsort(v, n, sizeof *v, dpt__cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

@@ -332,26 +332,16 @@ static int dpt__apply_line(dpt_config_t *c, char *line, const char *where, int f
     return DPT_OK;
 }
 
-int dpt_config_load(dpt_config_t *c, const char *path)
+/* Reads `key = value` lines from f; `name` prefixes messages. */
+static int dpt__config_read(dpt_config_t *c, FILE *f, const char *name)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s",
-                         path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return dpt_error(DPT_EINVAL, "config %s: not a regular file (%s)", path,
-                         S_ISDIR(sb.st_mode) ? "a directory" : "a special file");
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s",
-                         path, strerror(errno));
     char *line = NULL, where[PATH_MAX + 32];
     size_t cap = 0;
     ssize_t len;
     int lineno = 0, rc = DPT_OK;
     while ((len = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        snprintf(where, sizeof where, "%s:%d", name, lineno);
         /* The comment goes first, so a long or odd comment is harmless. */
         char *hash = memchr(line, '#', (size_t)len);
         size_t keep = hash ? (size_t)(hash - line) : (size_t)len;
@@ -378,11 +368,40 @@ int dpt_config_load(dpt_config_t *c, const char *path)
             break;
     }
     if (!rc && ferror(f))
-        rc = dpt_error(DPT_EIO, "config %s: read error", path);
+        rc = dpt_error(DPT_EIO, "config %s: read error", name);
     free(line);
+    return rc;
+}
+
+int dpt_config_load(dpt_config_t *c, const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s",
+                         path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return dpt_error(DPT_EINVAL, "config %s: not a regular file (%s)", path,
+                         S_ISDIR(sb.st_mode) ? "a directory" : "a special file");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s",
+                         path, strerror(errno));
+    int rc = dpt__config_read(c, f, path);
     fclose(f);
     if (!rc)
         snprintf(c->source, sizeof c->source, "%s", path);
+    return rc;
+}
+
+int dpt__config_load_text(dpt_config_t *c, const char *text, const char *name)
+{
+    if (!text[0])
+        return DPT_OK;
+    FILE *f = fmemopen((void *)(uintptr_t)text, strlen(text), "r");
+    if (!f)
+        return dpt_error(DPT_ENOMEM, "config %s: cannot open the text", name);
+    int rc = dpt__config_read(c, f, name);
+    fclose(f);
     return rc;
 }
 
@@ -716,4 +735,19 @@ uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags)
         h = dpt_fnv1a64(h, &kh, sizeof kh);
     }
     return h;
+}
+
+int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides)
+{
+    for (int k = 0; k < DPT_CFG_COUNT; k++) {
+        if (!overrides->v[k].given)
+            continue;
+        int rc = dpt__config_assign(dst, (dpt_config_key_t)k, overrides->v[k].s, "--set");
+        if (rc)
+            return rc;
+        dst->v[k].given = 1;
+        dst->v[k].from_file = 0;
+    }
+    dst->finalized = 0;
+    return DPT_OK;
 }

@@ -2,6 +2,7 @@
 #include "dpt/status.h"
 #include "train_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -42,14 +43,13 @@ int dpt__write_file_atomic(const char *path, const void *data, size_t n)
     const char *slash = strrchr(path, '/');
     if (strlen(path) >= PATH_MAX)
         return dpt_error(DPT_EINVAL, "path too long: %.100s...", path);
-    if (slash) {
+    if (slash)
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-        snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir[0] ? dir : "/", slash + 1,
-                 (long)getpid());
-    } else {
+    else
         snprintf(dir, sizeof dir, ".");
-        snprintf(tmp, sizeof tmp, ".%s.tmp.%ld", path, (long)getpid());
-    }
+    /* The same pattern as checkpoint temporaries (NAME.tmp-PID-...), so one
+     * rule finds the leftovers of a killed write. */
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
         return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(errno));
@@ -115,4 +115,23 @@ int dpt__mpi_world_size(void)
 int dpt__mpi_rank(void)
 {
     return dpt__env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);
+}
+
+int dpt__remove_temporaries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    char path[PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        if (!strstr(e->d_name, ".tmp-"))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
 }

@@ -10,12 +10,20 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* ---- config ---- */
 
 /* Parses `text` into key k (type and range checked); `where` prefixes
  * messages ("file:3", "--set ..."). Does not mark the key as given. */
 int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where);
+/* Reads config text (the "config" metadata of a checkpoint); `name`
+ * prefixes messages. Keys count as given in a file. */
+int dpt__config_load_text(dpt_config_t *c, const char *text, const char *name);
+/* Copies every key given in `overrides` into dst, as given on the command
+ * line (relative paths resolve against the working directory at the next
+ * finalize). dst must be finalized again. */
+int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides);
 /* Parses a comma-separated list of sizes in [1, 1e6] ("64,64") from key k
  * into out (at most max); returns the count or DPT_EINVAL naming the key. */
 int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, int max);
@@ -28,11 +36,43 @@ int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, in
 /* ---- files ---- */
 
 /* Writes n bytes to path atomically: a temporary file beside it
- * (".NAME.tmp.PID"), fsync, rename, fsync of the directory. On failure the
+ * ("NAME.tmp-PID"), fsync, rename, fsync of the directory. On failure the
  * old file is untouched and the temporary removed. DPT_EIO naming path. */
 int dpt__write_file_atomic(const char *path, const void *data, size_t n);
 /* mkdir -p. DPT_EIO naming the path that could not be made. */
 int dpt__mkdirs(const char *path);
+
+/* Removes the temporary files a killed write left in dir (names containing
+ * ".tmp-"); returns how many were removed. */
+int dpt__remove_temporaries(const char *dir);
+
+/* ---- metrics files ---- */
+
+/* result.jsonl (one JSON object per iteration, '/' in names nests) and
+ * progress.csv (the same numbers; the first row fixes the columns). */
+typedef struct dpt__metrics {
+    FILE *jsonl, *csv;
+    int header_written;
+    size_t ncols;
+    const char *columns[DPT_TRAIN_MAX_METRICS + 8];
+} dpt__metrics_t;
+
+/* Opens both files in dir, appending (resume) or creating them. */
+int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append);
+void dpt__metrics_close(dpt__metrics_t *m);
+/* Writes one row and flushes. Names must stay valid while m is open. */
+int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n);
+/* Keeps the complete lines whose training_iteration is at most `last` in
+ * both files (rewritten atomically); a cut-off last line is dropped. */
+int dpt__metrics_truncate(const char *dir, uint64_t last);
+
+/* ---- run directories ---- */
+
+/* Loads the newest checkpoint in dir/checkpoints that validates; corrupt
+ * newer ones are reported through note (may be NULL) and skipped. *st is
+ * NULL (and 0 returned) when there is none. */
+int dpt__find_checkpoint(const char *dir, dpt_safetensors_t **st,
+                         void (*note)(void *ctx, const char *text), void *ctx);
 
 /* ---- processes ---- */
 

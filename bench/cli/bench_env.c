@@ -10,7 +10,7 @@
  * (uniform over the discrete actions or the box) into a table of 256 rounds
  * that the timed loop cycles through, so the policy costs nothing.
  */
-#include "cli.h"
+#include "../../tools/cli.h"
 #include "dpt/env.h"
 #include "dpt/rng.h"
 #include "dpt/stats.h"
@@ -44,12 +44,6 @@ typedef struct be_result {
     uint64_t steps;     /* in the timed runs */
 } be_result_t;
 
-static int be_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* This thread's CPU time in seconds: on a shared machine, steps per CPU
  * second measure the code, steps per wall second also the contention. */
 static double be_cpu_now(void)
@@ -58,12 +52,6 @@ static double be_cpu_now(void)
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
         return 0.0;
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double be_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, be_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Runs the benchmark for one class; 0 or a DPT_E code (message set). */
@@ -132,10 +120,10 @@ static int be_run(const be_args_t *a, const dpt_env_class_t *cls, be_result_t *r
     }
     res->steps = dpt_vecenv_total_steps(v) - steps0;
     res->episodes = dpt_vecenv_total_episodes(v) - eps0;
-    res->steps_per_s = be_median(rates, a->reps); /* sorts rates */
+    res->steps_per_s = dpt_median(rates, (size_t)a->reps); /* sorts rates */
     res->min_sps = rates[0];
     res->max_sps = rates[a->reps - 1];
-    res->cpu_steps_per_s = be_median(cpu_rates, a->reps);
+    res->cpu_steps_per_s = dpt_median(cpu_rates, (size_t)a->reps);
 out:
     free(obs), free(final_obs), free(rewards), free(term), free(trunc);
     free(rates), free(cpu_rates), free(fact), free(iact);

@@ -10,7 +10,7 @@
  * single-thread GFLOP/s of the largest layer's forward GEMM at the
  * per-device batch, measured in the same run with the GEMM backend dpt uses.
  */
-#include "cli.h"
+#include "../../tools/cli.h"
 #include "dpt/dpt.h"
 #include "dpt/towers.h"
 
@@ -34,19 +34,12 @@ typedef struct bt_args {
     int modes[DPT_TOWERS_MODE_COUNT];
 } bt_args_t;
 
-static int bt_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median of v[0..n) (n <= BT_ROUNDS_MAX); v keeps its order. */
 static double bt_median(const double *in, int n)
 {
     double v[BT_ROUNDS_MAX];
     memcpy(v, in, (size_t)n * sizeof *v);
-    qsort(v, (size_t)n, sizeof *v, bt_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return dpt_median(v, (size_t)n);
 }
 
 /* One timing of Y[rows, 512] = X[rows, 784] W^T on this thread: GFLOP/s

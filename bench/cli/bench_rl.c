@@ -7,26 +7,27 @@
  *                    the scaling over one worker.
  * Figures are medians of repeated runs, printed with the command line.
  */
-#include "cli.h"
-#include "dpt/comm.h"
+#include "../../tools/cli.h"
 #include "dpt/dpt.h"
-#include "dpt/trainer.h"
+#include "dpt/train.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int br_cmp(const void *a, const void *b)
+/* A trainer from "key=value" settings. */
+static int br_trainer(dpt_trainer_t **t, const char *const *sets, size_t n)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double br_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, br_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    dpt_config_t *c;
+    int rc = dpt_config_create(&c);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = dpt_config_set(c, sets[i]);
+    if (!rc)
+        rc = dpt_config_finalize(c);
+    if (!rc)
+        rc = dpt_trainer_create(t, c, NULL);
+    dpt_config_destroy(c);
+    return rc;
 }
 
 static void br_command(int argc, char **argv)
@@ -65,7 +66,6 @@ int dpt_bench_ppo(int argc, char **argv)
                         "1 <= --devices <= 64\n");
         return DPT_EXIT_USAGE;
     }
-    const dpt_env_class_t *cls = dpt_env_find("CartPole-v1");
     double times[100];
     int solved = 0;
     if (!json) {
@@ -74,112 +74,77 @@ int dpt_bench_ppo(int argc, char **argv)
                "return_last20");
     }
     for (long s = 1; s <= seeds; s++) {
-        dpt_rl_config_t c = dpt_rl_defaults();
-        c.seed = (uint64_t)s;
-        c.total_timesteps = (uint64_t)steps;
-        c.num_devices = (int)devices;
-        dpt_ppo_t *p;
-        if (dpt_ppo_create(&p, cls, &c)) {
+        char set_seed[64], set_steps[64], set_dev[64];
+        snprintf(set_seed, sizeof set_seed, "seed=%ld", s);
+        snprintf(set_steps, sizeof set_steps, "total_timesteps=%ld", steps);
+        snprintf(set_dev, sizeof set_dev, "num_devices=%ld", devices);
+        const char *sets[] = {"job=ppo", "env=CartPole-v1", set_seed, set_steps, set_dev};
+        dpt_trainer_t *t = NULL;
+        dpt_train_result_t r;
+        memset(&r, 0, sizeof r);
+        double t0 = 0.0;
+        int rc = br_trainer(&t, sets, sizeof sets / sizeof sets[0]);
+        if (!rc)
+            t0 = dpt_now();
+        while (!rc && !r.finished)
+            rc = dpt_trainer_iterate(t, &r);
+        double dt = dpt_now() - t0;
+        dpt_trainer_destroy(t);
+        if (rc) {
             fprintf(stderr, "dpt bench ppo: %s\n", dpt_last_error());
             return DPT_EXIT_FAIL;
         }
-        dpt_rl_result_t r;
-        double t0 = dpt_now();
-        do {
-            if (dpt_ppo_train(p, &r)) {
-                fprintf(stderr, "dpt bench ppo: %s\n", dpt_last_error());
-                dpt_ppo_destroy(p);
-                return DPT_EXIT_FAIL;
-            }
-        } while (r.timesteps_total < (uint64_t)steps);
-        double dt = dpt_now() - t0;
-        dpt_ppo_destroy(p);
+        double last20 = dpt_train_result_get(&r, "episode_reward_mean_last20");
         times[s - 1] = dt;
-        solved += r.episode_reward_mean_20 >= 475.0;
+        solved += last20 >= 475.0;
         if (json)
             printf("{\"bench\":\"ppo\",\"seed\":%ld,\"steps\":%llu,\"wall_s\":%.3f,"
                    "\"steps_per_s\":%.0f,\"return_last20\":%.1f}\n",
                    s, (unsigned long long)r.timesteps_total, dt,
-                   (double)r.timesteps_total / dt, r.episode_reward_mean_20);
+                   (double)r.timesteps_total / dt, last20);
         else
             printf("%-6ld %10llu %10.2f %12.0f %14.1f\n", s,
                    (unsigned long long)r.timesteps_total, dt, (double)r.timesteps_total / dt,
-                   r.episode_reward_mean_20);
+                   last20);
         fflush(stdout);
     }
     if (!json)
         printf("median wall time %.2f s; %d of %ld seeds reached a last-20 return >= 475\n",
-               br_median(times, (int)seeds), solved, seeds);
+               dpt_median(times, (size_t)seeds), solved, seeds);
     return DPT_EXIT_OK;
 }
 
 /* ---- DD-PPO scaling ------------------------------------------------------------ */
 
-typedef struct br_dd {
-    dpt_comm_threads_group_t *group;
-    dpt_ddppo_shared_t *shared;
-    dpt_rl_config_t cfg;
-    int iterations;
-    int rc;
-    double steps_per_s;
-} br_dd_t;
-
-typedef struct {
-    br_dd_t *b;
-    int rank;
-} br_arg_t;
-
-static void *br_worker(void *p)
+/* Env steps/s of DD-PPO with `workers` threads over `iterations` iterations
+ * after two warm-up ones; -1 on failure. */
+static double br_dd_once(int workers, int iterations, int envs)
 {
-    br_arg_t *a = p;
-    dpt_comm_t *comm = NULL;
-    dpt_ddppo_t *w = NULL;
-    int rc = dpt_comm_threads_join(a->b->group, a->rank, &comm);
-    if (!rc)
-        rc = dpt_ddppo_worker_create(&w, dpt_env_find("CartPole-v1"), &a->b->cfg, comm,
-                                     a->b->shared);
-    dpt_rl_result_t r;
+    char set_w[64], set_e[64];
+    snprintf(set_w, sizeof set_w, "num_workers=%d", workers);
+    snprintf(set_e, sizeof set_e, "num_envs_per_worker=%d", envs);
+    /* CleanRL's learning settings per worker; no preemption, no weight
+     * check: raw scaling. */
+    const char *sets[] = {"job=ddppo", "env=CartPole-v1", set_w, set_e,
+                          "rollout_fragment_length=128", "sgd_minibatch_size=128",
+                          "num_sgd_iter=4", "sync_frac=1", "check_weights_every=0",
+                          "total_timesteps=1000000000000"};
+    dpt_trainer_t *t = NULL;
+    dpt_train_result_t r;
+    memset(&r, 0, sizeof r);
+    int rc = br_trainer(&t, sets, sizeof sets / sizeof sets[0]);
     double t0 = 0.0;
     uint64_t s0 = 0;
-    for (int i = 0; !rc && i < a->b->iterations + 2; i++) {
-        if (i == 2) { /* two warm-up iterations */
+    for (int i = 0; !rc && i < iterations + 2; i++) {
+        if (i == 2) {
             t0 = dpt_now();
             s0 = r.timesteps_total;
         }
-        rc = dpt_ddppo_worker_train(w, &r);
+        rc = dpt_trainer_iterate(t, &r);
     }
-    if (!rc && a->rank == 0)
-        a->b->steps_per_s = (double)(r.timesteps_total - s0) / (dpt_now() - t0);
-    if (rc)
-        a->b->rc = rc;
-    dpt_ddppo_worker_destroy(w);
-    dpt_comm_destroy(comm);
-    return NULL;
-}
-
-static double br_dd_once(int workers, int iterations, int envs)
-{
-    br_dd_t b;
-    memset(&b, 0, sizeof b);
-    b.cfg = dpt_rl_defaults();
-    b.cfg.num_envs = (size_t)envs;
-    b.cfg.sync_frac = 1.0; /* measure raw scaling, no preemption */
-    b.cfg.check_weights_every = 0;
-    b.iterations = iterations;
-    if (dpt_comm_threads_group_create(&b.group, workers, NULL) ||
-        dpt_ddppo_shared_create(&b.shared, workers))
-        return -1.0;
-    pthread_t th[64];
-    br_arg_t args[64];
-    for (int i = 0; i < workers; i++) {
-        args[i] = (br_arg_t){&b, i};
-        pthread_create(&th[i], NULL, br_worker, &args[i]);
-    }
-    for (int i = 0; i < workers; i++)
-        pthread_join(th[i], NULL);
-    dpt_ddppo_shared_destroy(b.shared);
-    dpt_comm_threads_group_destroy(b.group);
-    return b.rc ? -1.0 : b.steps_per_s;
+    double v = rc ? -1.0 : (double)(r.timesteps_total - s0) / (dpt_now() - t0);
+    dpt_trainer_destroy(t);
+    return v;
 }
 
 int dpt_bench_ddppo(int argc, char **argv)
@@ -228,7 +193,7 @@ int dpt_bench_ddppo(int argc, char **argv)
         }
         double runs[99];
         memcpy(runs, v, (size_t)reps * sizeof *v);
-        double med = br_median(v, reps);
+        double med = dpt_median(v, (size_t)reps);
         if (w == 1)
             one = med;
         if (json) {

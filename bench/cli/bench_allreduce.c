@@ -25,7 +25,7 @@
 #include "dpt/comm.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
-#include "cli.h"
+#include "../../tools/cli.h"
 
 #define BENCH_REPS 7
 #define BENCH_MAX_PARTICIPANTS 256
@@ -63,18 +63,6 @@ typedef struct bench_part {
     int rc;    /* first failure */
     char msg[512];
 } bench_part_t;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Enough iterations for ~256 MB of data per repetition, 10 at least. */
 static int auto_iters(size_t bytes)
@@ -168,8 +156,8 @@ static void part_body(bench_part_t *p)
                 }
                 m[r] = (dpt_now() - t0) / iters;
             }
-            row->time_s = median(t, BENCH_REPS);
-            row->memcpy_s = median(m, BENCH_REPS);
+            row->time_s = dpt_median(t, BENCH_REPS);
+            row->memcpy_s = dpt_median(m, BENCH_REPS);
         }
         if ((rc = dpt_comm_barrier(p->comm)) < 0)
             part_fail(p, rc, "barrier");

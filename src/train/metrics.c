@@ -1,0 +1,226 @@
+/* result.jsonl and progress.csv of a run (see train_internal.h). */
+#define _GNU_SOURCE /* getline */
+#include "dpt/status.h"
+#include "train_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append)
+{
+    memset(m, 0, sizeof *m);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/result.jsonl", dir);
+    m->jsonl = fopen(path, append ? "a" : "w");
+    if (!m->jsonl)
+        return dpt_error(DPT_EIO, "cannot open %s: %s", path, strerror(errno));
+    snprintf(path, sizeof path, "%s/progress.csv", dir);
+    if (append) {
+        /* An existing non-empty CSV already has its header. */
+        struct stat st;
+        m->header_written = stat(path, &st) == 0 && st.st_size > 0;
+    }
+    m->csv = fopen(path, append ? "a" : "w");
+    if (!m->csv) {
+        int e = errno;
+        fclose(m->jsonl);
+        m->jsonl = NULL;
+        return dpt_error(DPT_EIO, "cannot open %s: %s", path, strerror(e));
+    }
+    return DPT_OK;
+}
+
+void dpt__metrics_close(dpt__metrics_t *m)
+{
+    if (m->jsonl)
+        fclose(m->jsonl);
+    if (m->csv)
+        fclose(m->csv);
+    m->jsonl = m->csv = NULL;
+}
+
+/* JSON has no NaN or infinity: write null. Integers print without a
+ * fraction; others with enough digits to round-trip. */
+static void dpt__json_number(FILE *f, double v)
+{
+    if (!isfinite(v))
+        fputs("null", f);
+    else if (v == floor(v) && fabs(v) < 1e15)
+        fprintf(f, "%.0f", v);
+    else
+        fprintf(f, "%.17g", v);
+}
+
+/* Splits a key at '/' into at most 8 parts. */
+static int dpt__split(const char *key, const char *parts[8], size_t lens[8])
+{
+    int n = 0;
+    const char *p = key;
+    while (n < 8) {
+        const char *s = n < 7 ? strchr(p, '/') : NULL;
+        parts[n] = p;
+        lens[n] = s ? (size_t)(s - p) : strlen(p);
+        n++;
+        if (!s)
+            break;
+        p = s + 1;
+    }
+    return n;
+}
+
+static double dpt__find(const dpt_metric_t *metrics, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(metrics[i].name, name) == 0)
+            return metrics[i].value;
+    return NAN;
+}
+
+int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
+{
+    if (!m->header_written) {
+        m->ncols = n < sizeof m->columns / sizeof m->columns[0] ? n
+                                                               : sizeof m->columns /
+                                                                     sizeof m->columns[0];
+        for (size_t i = 0; i < m->ncols; i++) {
+            m->columns[i] = metrics[i].name;
+            fprintf(m->csv, "%s%s", i ? "," : "", metrics[i].name);
+        }
+        fputc('\n', m->csv);
+        m->header_written = 1;
+    }
+    /* CSV: one value per column, by name (empty when absent). After a
+     * resume the header is already there, in the rows' own order. */
+    size_t cols = m->ncols ? m->ncols : n;
+    for (size_t c = 0; c < cols; c++) {
+        double v = m->ncols ? dpt__find(metrics, n, m->columns[c]) : metrics[c].value;
+        if (c)
+            fputc(',', m->csv);
+        if (isfinite(v))
+            dpt__json_number(m->csv, v);
+    }
+    fputc('\n', m->csv);
+    /* JSON: open and close nested objects as the '/' prefixes change. */
+    const char *prev[8] = {0};
+    size_t prevlen[8] = {0};
+    int depth = 0, first[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    fputc('{', m->jsonl);
+    for (size_t i = 0; i < n; i++) {
+        const char *parts[8];
+        size_t lens[8];
+        int np = dpt__split(metrics[i].name, parts, lens);
+        int common = 0;
+        while (common < depth && common < np - 1 && lens[common] == prevlen[common] &&
+               strncmp(parts[common], prev[common], lens[common]) == 0)
+            common++;
+        while (depth > common) {
+            fputc('}', m->jsonl);
+            depth--;
+        }
+        while (depth < np - 1) {
+            fprintf(m->jsonl, "%s\"%.*s\":{", first[depth] ? "" : ",", (int)lens[depth],
+                    parts[depth]);
+            first[depth] = 0;
+            prev[depth] = parts[depth];
+            prevlen[depth] = lens[depth];
+            depth++;
+            first[depth] = 1;
+        }
+        fprintf(m->jsonl, "%s\"%.*s\":", first[depth] ? "" : ",", (int)lens[np - 1],
+                parts[np - 1]);
+        first[depth] = 0;
+        dpt__json_number(m->jsonl, metrics[i].value);
+    }
+    while (depth-- > 0)
+        fputc('}', m->jsonl);
+    fputs("}\n", m->jsonl);
+    if (fflush(m->jsonl) != 0 || fflush(m->csv) != 0 || ferror(m->jsonl) || ferror(m->csv))
+        return dpt_error(DPT_EIO, "writing metrics failed: %s", strerror(errno));
+    return DPT_OK;
+}
+
+/* The value of column `col` of a CSV line (or -1). */
+static long long dpt__csv_field(const char *line, int col)
+{
+    const char *p = line;
+    for (int c = 0; p && c < col; c++) {
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    if (!p || col < 0)
+        return -1;
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    return end == p ? -1 : v;
+}
+
+/* Keeps the complete lines whose iteration is <= last; rewrites atomically. */
+static int dpt__filter_file(const char *path, int csv, uint64_t last)
+{
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return DPT_OK; /* nothing to truncate */
+    char *out = NULL, *line = NULL;
+    size_t out_len = 0, cap = 0;
+    FILE *mem = open_memstream(&out, &out_len);
+    if (!mem) {
+        fclose(in);
+        return dpt_error(DPT_ENOMEM, "%s: cannot allocate", path);
+    }
+    ssize_t len;
+    int col = -1, lineno = 0;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        lineno++;
+        if (line[len - 1] != '\n')
+            break; /* cut off by a kill: not a row */
+        long long it = -1;
+        if (csv && lineno == 1) {
+            int c = 0;
+            for (char *p = line; p; c++) {
+                if (strncmp(p, "training_iteration", 18) == 0 && (p[18] == ',' || p[18] == '\n'))
+                    col = c;
+                p = strchr(p, ',');
+                if (p)
+                    p++;
+            }
+            fputs(line, mem);
+            continue;
+        }
+        if (csv) {
+            it = dpt__csv_field(line, col);
+        } else {
+            char *p = strstr(line, "\"training_iteration\":");
+            if (p)
+                it = strtoll(p + 21, NULL, 10);
+        }
+        if (it >= 0 && (uint64_t)it <= last)
+            fputs(line, mem);
+    }
+    free(line);
+    fclose(in);
+    if (fclose(mem) != 0) {
+        free(out);
+        return dpt_error(DPT_ENOMEM, "%s: cannot allocate", path);
+    }
+    int rc = dpt__write_file_atomic(path, out, out_len);
+    free(out);
+    return rc;
+}
+
+int dpt__metrics_truncate(const char *dir, uint64_t last)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/result.jsonl", dir);
+    int rc = dpt__filter_file(path, 0, last);
+    if (rc)
+        return rc;
+    snprintf(path, sizeof path, "%s/progress.csv", dir);
+    return dpt__filter_file(path, 1, last);
+}
