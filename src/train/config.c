@@ -456,6 +456,36 @@ static int dpt__is_path_key(const dpt_config_t *c, dpt_config_key_t k)
     return k == DPT_CFG_train_csv || k == DPT_CFG_test_csv || k == DPT_CFG_data_dir;
 }
 
+/* Removes "." and ".." components and repeated slashes from an absolute
+ * path, in place, without touching the filesystem (the file may not exist
+ * yet). */
+static void dpt__normalize_path(char *p)
+{
+    char *out = p, *in = p;
+    while (*in) {
+        while (*in == '/')
+            in++;
+        char *end = strchr(in, '/');
+        size_t len = end ? (size_t)(end - in) : strlen(in);
+        if (len == 0)
+            break;
+        if (len == 1 && in[0] == '.') {
+            /* skip */
+        } else if (len == 2 && in[0] == '.' && in[1] == '.') {
+            while (out > p && *--out != '/')
+                ;
+        } else {
+            *out++ = '/';
+            memmove(out, in, len);
+            out += len;
+        }
+        in += len;
+    }
+    if (out == p)
+        *out++ = '/';
+    *out = '\0';
+}
+
 /* Makes a relative path absolute: against the config file's directory when
  * it came from the file, against the working directory otherwise. */
 static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
@@ -480,17 +510,13 @@ static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
                          dpt__keys[k].name, v->s, base, strerror(errno));
     snprintf(joined, sizeof joined, "%s/%s", abs, v->s);
     free(abs);
-    /* Tidy the path when it exists ("a/../b"); keep it as joined if not, so
-     * the error that follows names what was looked for. */
-    char *real = realpath(joined, NULL);
-    const char *use = real ? real : joined;
-    if (strlen(use) >= DPT_CONFIG_STR_MAX) {
-        free(real);
+    /* "a/../b" becomes "b" (lexically: the file may not exist yet, and then
+     * the error that follows names what was looked for). */
+    dpt__normalize_path(joined);
+    if (strlen(joined) >= DPT_CONFIG_STR_MAX)
         return dpt_error(DPT_EINVAL, "%s: the resolved path is longer than %d characters",
                          dpt__keys[k].name, DPT_CONFIG_STR_MAX - 1);
-    }
-    snprintf(v->s, sizeof v->s, "%s", use);
-    free(real);
+    snprintf(v->s, sizeof v->s, "%s", joined);
     return DPT_OK;
 }
 

@@ -1,0 +1,334 @@
+/*
+ * The configuration of dpt/train.h: per-job defaults from the one key
+ * table, keys that do not apply to a job, files (comments, control
+ * characters, directories), overrides, path resolution, text round trips,
+ * starter configs and digests.
+ */
+#define _GNU_SOURCE /* realpath, mkdtemp */
+#include "dpt_test.h"
+
+#include "dpt/train.h"
+#include "train/train_internal.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static dpt_config_t *make(const char *const *sets, size_t n)
+{
+    dpt_config_t *c;
+    if (dpt_config_create(&c) != 0)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (dpt_config_set(c, sets[i]) != 0) {
+            dpt_config_destroy(c);
+            return NULL;
+        }
+    return c;
+}
+
+static void write_file(const char *path, const char *text, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    REQUIRE(fwrite(text, 1, n, f) == n);
+    fclose(f);
+}
+
+static void test_job_defaults(void)
+{
+    const char *ppo[] = {"job=ppo"};
+    dpt_config_t *c = make(ppo, 1);
+    REQUIRE(c);
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK(dpt_config_job(c) == DPT_JOB_PPO);
+    /* CleanRL's settings, not the supervised job's. */
+    CHECK(dpt_config_float(c, DPT_CFG_lr) == 0.00025);
+    CHECK(dpt_config_float(c, DPT_CFG_grad_clip) == 0.5);
+    CHECK(dpt_config_float(c, DPT_CFG_adam_eps) == 1e-5);
+    CHECK(dpt_config_int(c, DPT_CFG_num_devices) == 1);
+    CHECK(strcmp(dpt_config_str(c, DPT_CFG_lr_schedule), "linear") == 0);
+    CHECK(strcmp(dpt_config_str(c, DPT_CFG_normalize_advantages), "minibatch") == 0);
+    CHECK(!dpt_config_applies(c, DPT_CFG_hidden) && dpt_config_applies(c, DPT_CFG_policy_hidden));
+    dpt_config_destroy(c);
+
+    const char *dd[] = {"job=ddppo"};
+    c = make(dd, 1);
+    REQUIRE(c);
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK(dpt_config_int(c, DPT_CFG_rollout_fragment_length) == 100);
+    CHECK(dpt_config_int(c, DPT_CFG_num_envs_per_worker) == 5);
+    CHECK(dpt_config_int(c, DPT_CFG_sgd_minibatch_size) == 50);
+    CHECK(dpt_config_int(c, DPT_CFG_num_sgd_iter) == 10);
+    CHECK(dpt_config_float(c, DPT_CFG_lr) == 0.00025);
+    dpt_config_destroy(c);
+
+    const char *sup[] = {"job=supervised"};
+    c = make(sup, 1);
+    REQUIRE(c);
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK(dpt_config_float(c, DPT_CFG_lr) == 0.001);
+    CHECK(dpt_config_int(c, DPT_CFG_num_devices) == 2);
+    CHECK(strcmp(dpt_config_default(DPT_CFG_lr, DPT_JOB_SUPERVISED), "0.001") == 0);
+    dpt_config_destroy(c);
+
+    /* A given value wins over the job's default, and a later job change
+     * re-derives the defaults of keys that were not given. */
+    const char *given[] = {"job=ppo", "lr=0.5"};
+    c = make(given, 2);
+    REQUIRE(c);
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK(dpt_config_float(c, DPT_CFG_lr) == 0.5);
+    REQUIRE_OK(dpt_config_set(c, "job=ddppo"));
+    CHECK(!dpt_config_finalized(c));
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK(dpt_config_int(c, DPT_CFG_num_sgd_iter) == 10 && dpt_config_float(c, DPT_CFG_lr) == 0.5);
+    dpt_config_destroy(c);
+}
+
+static void test_keys_of_other_jobs(void)
+{
+    const char *a[] = {"job=ppo", "hidden=32"};
+    dpt_config_t *c = make(a, 2);
+    REQUIRE(c);
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, "key hidden does not apply to job ppo");
+    dpt_config_destroy(c);
+    const char *b[] = {"job=supervised", "num_workers=2"};
+    c = make(b, 2);
+    REQUIRE(c);
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, "used by: ddppo");
+    dpt_config_destroy(c);
+    const char *d[] = {"job=ddppo", "train_batch_size=500"};
+    c = make(d, 2);
+    REQUIRE(c);
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, "train_batch_size is derived for ddppo");
+    dpt_config_destroy(c);
+    /* Cross-key rules. */
+    const char *e[] = {"job=supervised", "batch_size=33"};
+    c = make(e, 2);
+    REQUIRE(c);
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, "divisible by num_devices");
+    dpt_config_destroy(c);
+    const char *f[] = {"job=ppo", "sgd_minibatch_size=4096"};
+    c = make(f, 2);
+    REQUIRE(c);
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, "sgd_minibatch_size 4096 exceeds the 512 rows");
+    dpt_config_destroy(c);
+    const char *g[] = {"job=ppo", "policy_hidden=64,0"};
+    c = make(g, 2);
+    REQUIRE(c);
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, "policy_hidden = \"64,0\"");
+    dpt_config_destroy(c);
+    const char *h[] = {"job=ppo", "train_batch_size=100"};
+    c = make(h, 2);
+    REQUIRE(c);
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, "must equal num_envs_per_worker");
+    dpt_config_destroy(c);
+    /* A trainer refuses a config that was not finalized. */
+    const char *i[] = {"job=ppo"};
+    c = make(i, 1);
+    REQUIRE(c);
+    dpt_trainer_t *t;
+    CHECK_ERR(dpt_trainer_create(&t, c, NULL), DPT_EINVAL, "not finalized");
+    dpt_config_destroy(c);
+}
+
+static void test_values(void)
+{
+    dpt_config_t *c;
+    REQUIRE_OK(dpt_config_create(&c));
+    CHECK_ERR(dpt_config_set(c, "lr=abc"), DPT_EINVAL, "lr expects a number");
+    CHECK_ERR(dpt_config_set(c, "gamma=1.5"), DPT_EINVAL, "out of range");
+    CHECK_ERR(dpt_config_set(c, "seed=-1"), DPT_EINVAL, "out of range");
+    CHECK_ERR(dpt_config_set(c, "epochs=1e3"), DPT_EINVAL, "expects an integer");
+    CHECK_ERR(dpt_config_set(c, "shuffle=maybe"), DPT_EINVAL, "expects true or false");
+    CHECK_ERR(dpt_config_set(c, "towers_mode=mirror"), DPT_EINVAL, "ps|replicated|async");
+    CHECK_ERR(dpt_config_set(c, "learning_rate=1"), DPT_EINVAL, "did you mean \"lr\"");
+    CHECK_ERR(dpt_config_set(c, "novalue"), DPT_EINVAL, "expected \"key = value\"");
+    CHECK_ERR(dpt_config_set(c, "=3"), DPT_EINVAL, "missing key");
+    CHECK_ERR(dpt_config_set(c, "env=Cart\x01Pole"), DPT_EINVAL, "control character");
+    char big[DPT_CONFIG_STR_MAX + 16];
+    memset(big, 'a', sizeof big);
+    memcpy(big, "env=", 4);
+    big[sizeof big - 1] = '\0';
+    CHECK_ERR(dpt_config_set(c, big), DPT_EINVAL, "longer than");
+    REQUIRE_OK(dpt_config_set(c, "  shuffle =  no  "));
+    CHECK(dpt_config_int(c, DPT_CFG_shuffle) == 0 && dpt_config_given(c, DPT_CFG_shuffle));
+    CHECK(!dpt_config_given(c, DPT_CFG_lr));
+    dpt_config_destroy(c);
+}
+
+static void test_files(void)
+{
+    char dir[] = "/tmp/dpt_cfg_XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    char path[PATH_MAX], sub[PATH_MAX];
+    dpt_config_t *c;
+
+    /* Comments may be long and hold anything; keys may not repeat. */
+    snprintf(path, sizeof path, "%s/a.conf", dir);
+    char text[4000];
+    size_t n = (size_t)snprintf(text, sizeof text, "job = ppo  # trailing\n# ");
+    memset(text + n, 'x', 3000);
+    n += 3000;
+    n += (size_t)snprintf(text + n, sizeof text - n, "\n\n  gamma = 0.9\n");
+    write_file(path, text, n);
+    REQUIRE_OK(dpt_config_create(&c));
+    CHECK_OK(dpt_config_load(c, path));
+    CHECK(dpt_config_float(c, DPT_CFG_gamma) == 0.9);
+    CHECK(strcmp(dpt_config_source(c), path) == 0);
+    dpt_config_destroy(c);
+
+    write_file(path, "lr = 1\nlr = 2\n", 14);
+    REQUIRE_OK(dpt_config_create(&c));
+    CHECK_ERR(dpt_config_load(c, path), DPT_EINVAL, "a.conf:2: duplicate key \"lr\"");
+    dpt_config_destroy(c);
+
+    write_file(path, "job = ppo\nenv = a\0b\n", 20);
+    REQUIRE_OK(dpt_config_create(&c));
+    CHECK_ERR(dpt_config_load(c, path), DPT_EINVAL, "a.conf:2: byte 8 is a control character (0x00)");
+    dpt_config_destroy(c);
+
+    REQUIRE_OK(dpt_config_create(&c));
+    CHECK_ERR(dpt_config_load(c, dir), DPT_EINVAL, "not a regular file (a directory)");
+    snprintf(sub, sizeof sub, "%s/none.conf", dir);
+    CHECK_ERR(dpt_config_load(c, sub), DPT_ENOENT, "none.conf: cannot open");
+    dpt_config_destroy(c);
+
+    /* Paths from a file resolve against the file's directory; from --set,
+     * against the working directory. */
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    REQUIRE(mkdir(sub, 0777) == 0);
+    snprintf(path, sizeof path, "%s/sub/b.conf", dir);
+    const char *b = "job = supervised\ndataset = csv\ntrain_csv = ../train.csv\ntest_csv = t.csv\n";
+    write_file(path, b, strlen(b));
+    REQUIRE_OK(dpt_config_create(&c));
+    REQUIRE_OK(dpt_config_load(c, path));
+    REQUIRE_OK(dpt_config_finalize(c));
+    char want[PATH_MAX + 32], *real = realpath(dir, NULL);
+    REQUIRE(real);
+    snprintf(want, sizeof want, "%s/train.csv", real);
+    CHECK(strcmp(dpt_config_str(c, DPT_CFG_train_csv), want) == 0);
+    snprintf(want, sizeof want, "%s/sub/t.csv", real);
+    CHECK(strcmp(dpt_config_str(c, DPT_CFG_test_csv), want) == 0);
+    REQUIRE_OK(dpt_config_set(c, "test_csv=rel.csv"));
+    REQUIRE_OK(dpt_config_finalize(c));
+    char cwd[PATH_MAX];
+    REQUIRE(getcwd(cwd, sizeof cwd));
+    char *rcwd = realpath(cwd, NULL);
+    REQUIRE(rcwd);
+    snprintf(want, sizeof want, "%s/rel.csv", rcwd);
+    CHECK(strcmp(dpt_config_str(c, DPT_CFG_test_csv), want) == 0);
+    free(rcwd);
+
+    /* The saved text lists the job's keys only and reads back equal. */
+    snprintf(path, sizeof path, "%s/saved.conf", dir);
+    REQUIRE_OK(dpt_config_save(c, path));
+    dpt_config_t *d;
+    REQUIRE_OK(dpt_config_create(&d));
+    REQUIRE_OK(dpt_config_load(d, path));
+    REQUIRE_OK(dpt_config_finalize(d));
+    CHECK(dpt_config_digest(c, 0) == dpt_config_digest(d, 0));
+    size_t len = dpt_config_format(c, NULL, 0);
+    char *t = malloc(len + 1);
+    REQUIRE(t);
+    CHECK(dpt_config_format(c, t, len + 1) == len && strlen(t) == len);
+    CHECK(strstr(t, "\nhidden = ") && !strstr(t, "\npolicy_hidden") && !strstr(t, "\nenv ="));
+    /* snprintf-style truncation. */
+    char small[16];
+    CHECK(dpt_config_format(c, small, sizeof small) == len && strlen(small) == 15);
+    free(t);
+    dpt_config_destroy(d);
+    dpt_config_destroy(c);
+    free(real);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+static void test_starter_and_digest(void)
+{
+    for (int j = 0; j < DPT_JOB_COUNT; j++) {
+        size_t n = dpt_config_format_starter((dpt_job_t)j, NULL, 0);
+        char *text = malloc(n + 1);
+        REQUIRE(text);
+        dpt_config_format_starter((dpt_job_t)j, text, n + 1);
+        /* A starter config loads and finalizes as it is. */
+        dpt_config_t *c;
+        REQUIRE_OK(dpt_config_create(&c));
+        CHECK_OK(dpt__config_load_text(c, text, "starter"));
+        CHECK_OK(dpt_config_finalize(c));
+        CHECK(dpt_config_job(c) == (dpt_job_t)j);
+        dpt_config_destroy(c);
+        free(text);
+    }
+    const char *a[] = {"job=ppo"}, *b[] = {"job=ppo", "seed=2"}, *d[] = {"job=ppo", "stop_iters=5"};
+    dpt_config_t *x = make(a, 1), *y = make(b, 2), *z = make(d, 2);
+    REQUIRE(x && y && z);
+    REQUIRE_OK(dpt_config_finalize(x));
+    REQUIRE_OK(dpt_config_finalize(y));
+    REQUIRE_OK(dpt_config_finalize(z));
+    CHECK(dpt_config_digest(x, 0) != dpt_config_digest(y, 0));
+    CHECK(dpt_config_key_hash(x, DPT_CFG_seed) != dpt_config_key_hash(y, DPT_CFG_seed));
+    CHECK(dpt_config_key_hash(x, DPT_CFG_lr) == dpt_config_key_hash(y, DPT_CFG_lr));
+    CHECK(dpt_config_key_hash(x, DPT_CFG_hidden) == 0); /* not a ppo key */
+    /* Bookkeeping keys are left out when asked. */
+    CHECK(dpt_config_digest(x, 0) != dpt_config_digest(z, 0));
+    CHECK(dpt_config_digest(x, DPT_CFG_BOOKKEEPING) == dpt_config_digest(z, DPT_CFG_BOOKKEEPING));
+    /* Overrides copy only the given keys. */
+    REQUIRE_OK(dpt__config_apply_overrides(x, z));
+    REQUIRE_OK(dpt_config_finalize(x));
+    CHECK(dpt_config_int(x, DPT_CFG_stop_iters) == 5 && dpt_config_int(x, DPT_CFG_seed) == 1);
+    dpt_config_destroy(x);
+    dpt_config_destroy(y);
+    dpt_config_destroy(z);
+    dpt_job_t job;
+    CHECK_OK(dpt_job_parse("ddppo", &job));
+    CHECK(job == DPT_JOB_DDPPO && strcmp(dpt_job_name(job), "ddppo") == 0);
+    CHECK_ERR(dpt_job_parse("sarsa", &job), DPT_EINVAL, "unknown job \"sarsa\"");
+    CHECK(strcmp(dpt_job_name((dpt_job_t)99), "unknown") == 0);
+    CHECK(dpt_config_key_find("lr") == DPT_CFG_lr && dpt_config_key_find("nope") == -1);
+    CHECK(dpt_config_key_info((dpt_config_key_t)DPT_CFG_COUNT) == NULL);
+    CHECK(dpt_trainer_ops((dpt_job_t)99) == NULL);
+    for (int j = 0; j < DPT_JOB_COUNT; j++)
+        CHECK(dpt_trainer_ops((dpt_job_t)j) && dpt_trainer_ops((dpt_job_t)j)->job == (dpt_job_t)j);
+}
+
+static void test_atomic_file(void)
+{
+    char dir[] = "/tmp/dpt_atomic_XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    char path[PATH_MAX], bad[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/f.txt", dir);
+    REQUIRE_OK(dpt__write_file_atomic(path, "one", 3));
+    REQUIRE_OK(dpt__write_file_atomic(path, "two!", 4));
+    FILE *f = fopen(path, "r");
+    REQUIRE(f);
+    char buf[8] = {0};
+    CHECK(fread(buf, 1, sizeof buf, f) == 4 && strcmp(buf, "two!") == 0);
+    fclose(f);
+    snprintf(bad, sizeof bad, "%s/no/such/dir/f.txt", dir);
+    CHECK_ERR(dpt__write_file_atomic(bad, "x", 1), DPT_EIO, "no/such/dir/f.txt");
+    /* Leftover temporaries are found and removed; other files stay. */
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s/f.txt.tmp-123", dir);
+    write_file(tmp, "x", 1);
+    CHECK(dpt__remove_temporaries(dir) == 1);
+    CHECK(access(tmp, F_OK) != 0 && access(path, F_OK) == 0);
+    snprintf(bad, sizeof bad, "%s/a/b/c", dir);
+    CHECK_OK(dpt__mkdirs(bad));
+    CHECK_ERR(dpt__mkdirs(""), DPT_EINVAL, "empty directory name");
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+int main(void)
+{
+    static const dpt_test_case_t cases[] = {
+        DPT_TEST(test_job_defaults), DPT_TEST(test_keys_of_other_jobs), DPT_TEST(test_values),
+        DPT_TEST(test_files),        DPT_TEST(test_starter_and_digest), DPT_TEST(test_atomic_file),
+    };
+    return DPT_TEST_RUN(cases);
+}
