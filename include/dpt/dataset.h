@@ -1,6 +1,7 @@
 /*
  * dpt/dataset.h — in-memory datasets for supervised jobs: IDX files (the
- * MNIST / Fashion-MNIST format) and CSV files.
+ * MNIST / Fashion-MNIST format), CSV files, and two interleaved spirals
+ * generated from a seed.
  *
  * A dataset is `rows` samples of `dim` float features (row-major) and one
  * int32 class label each, all in memory and owned by the dpt_dataset_t.
@@ -120,6 +121,21 @@ int dpt_dataset_find_mnist(dpt_mnist_files_t *files, const char *dir);
  * split with num_classes 10. Errors: those of dpt_dataset_find_mnist and
  * dpt_dataset_load_idx. */
 int dpt_dataset_load_mnist(dpt_dataset_t *ds, const char *dir, dpt_split_t split);
+
+/* Two interleaved spirals in the plane (2 features, 2 classes): a task no
+ * linear model solves, small enough to train in seconds. Point i of the
+ * sequence train points then test points (i counted across both) has
+ *   class c = i & 1,  r = 0.05 + 0.95 u,  angle t = 3.5 pi r + c pi,
+ *   x = (r cos t + 0.02 n1, r sin t + 0.02 n2)
+ * with u uniform in [0, 1) and n1, n2 standard normal, all drawn in that
+ * order from the one stream (seed, rank 0, index 0, DPT_RNG_DATA), so the
+ * data are a pure function of (train_points, test_points, seed), and the
+ * labels alternate 0, 1, 0, ... (within the test part too when
+ * train_points is even). Both structs are filled (pass zeroed or
+ * deinitialised ones); on failure both are zeroed.
+ * Errors: DPT_EINVAL (a count of 0), DPT_EOVERFLOW, DPT_ENOMEM. */
+int dpt_dataset_make_spirals(dpt_dataset_t *train, dpt_dataset_t *test, size_t train_points,
+                             size_t test_points, uint64_t seed);
 
 #ifdef __cplusplus
 }

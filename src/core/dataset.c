@@ -1,6 +1,8 @@
-/* Dataset readers: IDX (MNIST format) and CSV, plain or gzipped. */
+/* Dataset readers: IDX (MNIST format) and CSV, plain or gzipped; the spirals
+ * generator. */
 #include "dpt/dataset.h"
 #include "dpt/arena.h"
+#include "dpt/rng.h"
 #include "dpt/status.h"
 
 #include "dpt_config.h"
@@ -620,4 +622,58 @@ int dpt_dataset_load_mnist(dpt_dataset_t *ds, const char *dir, dpt_split_t split
         rc = dpt_dataset_load_idx(ds, f->train_images, f->train_labels, 10);
     free(f);
     return rc;
+}
+
+/* ---- two spirals ------------------------------------------------------------ */
+
+/* Allocates a dataset of `rows` 2-D points of 2 classes. */
+static int spirals_alloc(dpt_dataset_t *ds, size_t rows)
+{
+    memset(ds, 0, sizeof *ds);
+    if (rows > ((size_t)-1) / (2 * sizeof(float)))
+        return dpt_error(DPT_EOVERFLOW, "dataset spirals: %zu points overflow the size", rows);
+    ds->x = malloc(rows * 2 * sizeof(float));
+    ds->labels = malloc(rows * sizeof(int32_t));
+    if (!ds->x || !ds->labels) {
+        dpt_dataset_deinit(ds);
+        return dpt_error(DPT_ENOMEM, "dataset spirals: cannot allocate %zu points", rows);
+    }
+    ds->rows = rows;
+    ds->dim = 2;
+    ds->num_classes = 2;
+    return DPT_OK;
+}
+
+int dpt_dataset_make_spirals(dpt_dataset_t *train, dpt_dataset_t *test, size_t train_points,
+                             size_t test_points, uint64_t seed)
+{
+    memset(train, 0, sizeof *train);
+    memset(test, 0, sizeof *test);
+    if (train_points == 0 || test_points == 0)
+        return dpt_error(DPT_EINVAL, "dataset spirals: %zu training and %zu test points (both "
+                         "must be at least 1)", train_points, test_points);
+    if (train_points > (size_t)-1 - test_points)
+        return dpt_error(DPT_EOVERFLOW, "dataset spirals: %zu + %zu points overflow the size",
+                         train_points, test_points);
+    int rc = spirals_alloc(train, train_points);
+    if (rc == DPT_OK && (rc = spirals_alloc(test, test_points)) != DPT_OK)
+        dpt_dataset_deinit(train);
+    if (rc)
+        return rc;
+    dpt_rng_t rng;
+    dpt_rng_init(&rng, seed, 0, 0, DPT_RNG_DATA);
+    /* One stream and one index over both parts, as `dpt demo` drew them,
+     * so its data (4096 + 1024 points) are reproduced exactly. The pi
+     * literal is the demo's too: M_PI would move the points by an ulp. */
+    for (size_t i = 0; i < train_points + test_points; i++) {
+        dpt_dataset_t *ds = i < train_points ? train : test;
+        size_t j = i < train_points ? i : i - train_points;
+        int c = (int)(i & 1);
+        double r = 0.05 + 0.95 * dpt_rng_uniform_double(&rng);
+        double t = 3.5 * 3.14159265358979 * r + c * 3.14159265358979;
+        ds->x[2 * j] = (float)(r * cos(t) + 0.02 * dpt_rng_normal(&rng));
+        ds->x[2 * j + 1] = (float)(r * sin(t) + 0.02 * dpt_rng_normal(&rng));
+        ds->labels[j] = c;
+    }
+    return DPT_OK;
 }

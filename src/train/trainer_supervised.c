@@ -1,0 +1,610 @@
+/*
+ * The supervised job as a trainer (dpt/train.h): an MLP classifier trained
+ * on towers over a dataset (Fashion-MNIST IDX files, CSV files, or two
+ * spirals made from the seed), one iterate() per epoch, evaluated on the
+ * test set after each epoch, checkpointed and resumable bitwise.
+ *
+ * Every random choice has its own stream of the seed: the initial weights
+ * (DPT_RNG_INIT), each epoch's order (DPT_RNG_SHUFFLE, whose position is
+ * checkpointed) and the spirals (DPT_RNG_DATA). So a run resumed from a
+ * checkpoint continues exactly as an uninterrupted one.
+ */
+#include "dpt/dataset.h"
+#include "dpt/dpt.h"
+#include "dpt/towers.h"
+#include "train_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* config.c's cross-check allows at most 8 hidden sizes. */
+#define SUP_MAX_HIDDEN 8
+#define SUP_MAX_LAYERS (2 * SUP_MAX_HIDDEN + 1)
+/* Rows per chunk of a test-set evaluation. The chunking sets the order in
+ * which the loss is summed, so the trainer and eval_checkpoint must use the
+ * same value to agree bitwise (and it is the CLI's old value). */
+#define SUP_EVAL_BATCH 1000
+
+/* The choices of the `dataset` key, in the key table's order. */
+#define SUP_DATASET_LIST(X)                    \
+    X(SUP_FASHION_MNIST, "fashion_mnist")      \
+    X(SUP_CSV, "csv")                          \
+    X(SUP_SPIRALS, "spirals")
+
+typedef enum sup_dataset {
+#define SUP__DATASET_ENUM(sym, name) sym,
+    SUP_DATASET_LIST(SUP__DATASET_ENUM)
+#undef SUP__DATASET_ENUM
+    SUP_DATASET_COUNT
+} sup_dataset_t;
+
+static const char *const sup_dataset_names[SUP_DATASET_COUNT] = {
+#define SUP__DATASET_NAME(sym, name) [sym] = name,
+    SUP_DATASET_LIST(SUP__DATASET_NAME)
+#undef SUP__DATASET_NAME
+};
+
+/* The model a config describes: hidden linear layers each followed by the
+ * activation, then a linear output of `classes`. */
+typedef struct sup_spec {
+    size_t hidden[SUP_MAX_HIDDEN];
+    int nhidden;
+    dpt_layer_kind_t act;
+    dpt_layer_spec_t layers[SUP_MAX_LAYERS];
+    size_t nlayers;
+} sup_spec_t;
+
+typedef struct sup {
+    sup_dataset_t dataset;
+    char data_location[DPT_CONFIG_STR_MAX + 32];
+    sup_spec_t spec;
+    dpt_dataset_t train, test;
+    dpt_mlp_t *mlp;      /* the towers' model (per-device batches) */
+    dpt_mlp_t *eval_mlp; /* the same layout, SUP_EVAL_BATCH rows */
+    dpt_towers_t *towers;
+    /* The current weights, copied out of the towers for evaluation and
+     * checkpoints: a checkpoint's "params." tensors borrow it until the
+     * writer is saved. */
+    dpt_arena_t params;
+    float *xs;   /* the epoch's shuffled copy of the training set [rows, dim] */
+    int32_t *ys; /* [rows] */
+    size_t *perm;
+    dpt_rng_t shuffle_rng;
+    dpt_schedule_t sched;
+    int shuffle;
+    uint64_t epochs;
+    uint64_t epoch, samples, steps; /* done so far (checkpointed) */
+} sup_t;
+
+static int sup_dataset_parse(const char *name, sup_dataset_t *out)
+{
+    for (int i = 0; i < SUP_DATASET_COUNT; i++)
+        if (strcmp(name, sup_dataset_names[i]) == 0) {
+            *out = (sup_dataset_t)i;
+            return DPT_OK;
+        }
+    return dpt_error(DPT_EINVAL, "dataset = %s: unknown (known: fashion_mnist, csv, spirals)",
+                     name);
+}
+
+/* Fills m from the config's hidden and activation, with `classes` outputs. */
+static int sup_spec(const dpt_config_t *c, size_t classes, sup_spec_t *m)
+{
+    memset(m, 0, sizeof *m);
+    int nh = dpt__config_sizes(c, DPT_CFG_hidden, m->hidden, SUP_MAX_HIDDEN);
+    if (nh < 0)
+        return nh;
+    int rc = dpt_layer_kind_parse(DPT_CS(c, activation), &m->act);
+    if (rc)
+        return rc;
+    m->nhidden = nh;
+    for (int i = 0; i < nh; i++) {
+        m->layers[m->nlayers++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, m->hidden[i],
+                                                     DPT_INIT_DEFAULT, 0};
+        m->layers[m->nlayers++] = (dpt_layer_spec_t){m->act, 0, DPT_INIT_DEFAULT, 0};
+    }
+    m->layers[m->nlayers++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, classes, DPT_INIT_DEFAULT, 0};
+    return DPT_OK;
+}
+
+/* "784,256,128,10": input, hidden and output sizes. */
+static void sup_layers_text(const sup_spec_t *m, size_t in_dim, char *buf, size_t size)
+{
+    size_t len = (size_t)snprintf(buf, size, "%zu", in_dim);
+    for (int i = 0; i < m->nhidden && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, ",%zu", m->hidden[i]);
+    if (len < size)
+        snprintf(buf + len, size - len, ",%zu", m->layers[m->nlayers - 1].out);
+}
+
+/* Loads the data of config c. train may be NULL (only the test split is
+ * read; spirals are generated whole and the training part dropped). With
+ * train NULL and a CSV file, `classes` bounds the test labels; otherwise
+ * the test labels must fit the training set's classes. */
+static int sup_load_data(const dpt_config_t *c, sup_dataset_t kind, dpt_dataset_t *train,
+                         dpt_dataset_t *test, int classes)
+{
+    int rc;
+    memset(test, 0, sizeof *test);
+    if (kind == SUP_FASHION_MNIST) {
+        if (train && (rc = dpt_dataset_load_mnist(train, DPT_CS(c, data_dir), DPT_SPLIT_TRAIN)))
+            return rc;
+        return dpt_dataset_load_mnist(test, DPT_CS(c, data_dir), DPT_SPLIT_TEST);
+    }
+    if (kind == SUP_SPIRALS) {
+        size_t points = (size_t)DPT_CI(c, spirals_points);
+        dpt_dataset_t tmp;
+        rc = dpt_dataset_make_spirals(train ? train : &tmp, test, points, points / 4,
+                                      (uint64_t)DPT_CI(c, seed));
+        if (!rc && !train)
+            dpt_dataset_deinit(&tmp);
+        return rc;
+    }
+    dpt_csv_options_t o = {0};
+    o.header = 1;
+    o.label_name = DPT_CS(c, label_column);
+    if (!DPT_CS(c, test_csv)[0] || (train && !DPT_CS(c, train_csv)[0]))
+        return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");
+    if (train) {
+        if ((rc = dpt_dataset_load_csv(train, DPT_CS(c, train_csv), &o)) != 0)
+            return rc;
+        classes = train->num_classes;
+    }
+    o.num_classes = classes;
+    if ((rc = dpt_dataset_load_csv(test, DPT_CS(c, test_csv), &o)) != 0)
+        return rc;
+    if (train && test->dim != train->dim)
+        return dpt_error(DPT_EINVAL, "dataset %s has %zu features, %s has %zu",
+                         DPT_CS(c, test_csv), test->dim, DPT_CS(c, train_csv), train->dim);
+    return DPT_OK;
+}
+
+/* Where the test data of config c come from, for messages and metadata. */
+static void sup_data_location(const dpt_config_t *c, sup_dataset_t kind, char *buf, size_t size)
+{
+    if (kind == SUP_FASHION_MNIST)
+        snprintf(buf, size, "%s", DPT_CS(c, data_dir));
+    else if (kind == SUP_CSV)
+        snprintf(buf, size, "%s", DPT_CS(c, test_csv));
+    else
+        snprintf(buf, size, "seed %" PRId64, DPT_CI(c, seed));
+}
+
+static void sup_destroy(void *self)
+{
+    sup_t *s = self;
+    if (!s)
+        return;
+    dpt_towers_destroy(s->towers);
+    dpt_mlp_destroy(s->mlp);
+    dpt_mlp_destroy(s->eval_mlp);
+    dpt_arena_deinit(&s->params);
+    dpt_dataset_deinit(&s->train);
+    dpt_dataset_deinit(&s->test);
+    free(s->xs);
+    free(s->ys);
+    free(s->perm);
+    free(s);
+}
+
+/* The model, the towers and the epoch buffers (the data are loaded). */
+static int sup_build(sup_t *s, const dpt_config_t *c)
+{
+    int rc;
+    size_t rows = s->train.rows, dim = s->train.dim;
+    if ((rc = sup_spec(c, (size_t)s->train.num_classes, &s->spec)) != 0)
+        return rc;
+    int devices = (int)DPT_CI(c, num_devices);
+    size_t batch = (size_t)DPT_CI(c, batch_size);
+    if (batch % (size_t)devices)
+        return dpt_error(DPT_EINVAL, "batch_size %zu must be divisible by num_devices %d", batch,
+                         devices);
+    if (rows < (size_t)devices)
+        return dpt_error(DPT_EINVAL, "the %s training set has %zu rows, fewer than "
+                         "num_devices %d", sup_dataset_names[s->dataset], rows, devices);
+    size_t pdb = batch / (size_t)devices;
+    dpt_towers_config_t tc = dpt_towers_defaults();
+    dpt_optim_kind_t kind;
+    if ((rc = dpt_towers_mode_parse(DPT_CS(c, towers_mode), &tc.mode)) != 0 ||
+        (rc = dpt_optim_kind_parse(DPT_CS(c, optimizer), &kind)) != 0 ||
+        (rc = dpt_schedule_kind_parse(DPT_CS(c, lr_schedule), &s->sched.kind)) != 0)
+        return rc;
+    tc.num_devices = devices;
+    tc.max_per_device_batch_size = pdb;
+    tc.max_load_rows = rows;
+    tc.grad_clip = DPT_CF(c, grad_clip);
+    tc.comm_timeout_s = DPT_CF(c, comm_timeout_s);
+    tc.optim = dpt_optim_defaults(kind);
+    tc.optim.momentum = (float)DPT_CF(c, momentum);
+    tc.optim.nesterov = (int)DPT_CI(c, nesterov);
+    tc.optim.eps = (float)DPT_CF(c, adam_eps);
+    tc.optim.weight_decay = (float)DPT_CF(c, weight_decay);
+    /* nesterov is a momentum setting; the other optimizers refuse it. */
+    if (tc.optim.kind != DPT_OPTIM_MOMENTUM)
+        tc.optim.nesterov = 0;
+    if ((rc = dpt_mlp_create(&s->mlp, dim, s->spec.layers, s->spec.nlayers,
+                             DPT_LOSS_SOFTMAX_XENT, pdb)) != 0 ||
+        (rc = dpt_mlp_create(&s->eval_mlp, dim, s->spec.layers, s->spec.nlayers,
+                             DPT_LOSS_SOFTMAX_XENT, SUP_EVAL_BATCH)) != 0)
+        return rc;
+    dpt_model_t model = dpt_mlp_model(s->mlp);
+    dpt_batch_t lay;
+    dpt_batch_init(&lay, 0);
+    dpt_batch_add(&lay, DPT_MLP_X, DPT_F32, dim, 0, NULL);
+    dpt_batch_add(&lay, DPT_MLP_LABEL, DPT_I32, 1, 0, NULL);
+    if ((rc = dpt_towers_create(&s->towers, &model, &lay, &tc)) != 0)
+        return rc;
+    size_t n = model.vars->total;
+    if ((rc = dpt_arena_init(&s->params, n)) != 0)
+        return rc;
+    uint64_t seed = (uint64_t)DPT_CI(c, seed);
+    dpt_rng_t init;
+    dpt_rng_init(&init, seed, 0, 0, DPT_RNG_INIT);
+    dpt_mlp_init_params(s->mlp, s->params.data, &init);
+    dpt_rng_init(&s->shuffle_rng, seed, 0, 0, DPT_RNG_SHUFFLE);
+    if (dim && rows > ((size_t)-1) / sizeof(float) / dim)
+        return dpt_error(DPT_EOVERFLOW, "the %s training set: %zu rows of %zu features "
+                         "overflow the size", sup_dataset_names[s->dataset], rows, dim);
+    s->xs = malloc(rows * dim * sizeof(float));
+    s->ys = malloc(rows * sizeof(int32_t));
+    s->perm = malloc(rows * sizeof(size_t));
+    if (!s->xs || !s->ys || !s->perm)
+        return dpt_error(DPT_ENOMEM, "supervised: cannot allocate the epoch buffers (%zu rows)",
+                         rows);
+    /* Steps per epoch as the towers take them: rows / batch_size, or one
+     * smaller step when the training set is smaller than a batch. */
+    uint64_t steps_per_epoch = rows >= batch ? rows / batch : 1;
+    s->epochs = (uint64_t)DPT_CI(c, epochs);
+    s->sched.lr0 = (float)DPT_CF(c, lr);
+    s->sched.lr_end = (float)DPT_CF(c, lr_end);
+    s->sched.total_steps = s->epochs * steps_per_epoch;
+    s->shuffle = (int)DPT_CI(c, shuffle);
+    return dpt_towers_set_weights(s->towers, s->params.data, n);
+}
+
+static int sup_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t *env)
+{
+    *out = NULL;
+    /* The towers are threads of one process; ranks would each train alone. */
+    if (env && env->use_mpi && dpt__mpi_world_size() > 1)
+        return dpt_error(DPT_EINVAL, "supervised training under mpirun is not supported yet: "
+                         "run it in one process (num_devices towers)");
+    sup_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return dpt_error(DPT_ENOMEM, "supervised: cannot allocate the trainer");
+    int rc = sup_dataset_parse(DPT_CS(c, dataset), &s->dataset);
+    if (rc)
+        goto fail;
+    sup_data_location(c, s->dataset, s->data_location, sizeof s->data_location);
+    if ((rc = sup_load_data(c, s->dataset, &s->train, &s->test, 0)) != 0 ||
+        (rc = sup_build(s, c)) != 0)
+        goto fail;
+    *out = s;
+    return DPT_OK;
+fail:
+    sup_destroy(s);
+    return rc;
+}
+
+/* Test-set loss and accuracy of the towers' current weights (copied into
+ * s->params on the way). */
+static int sup_eval(sup_t *s, dpt_loss_out_t *out)
+{
+    int rc = dpt_towers_get_weights(s->towers, s->params.data, s->params.count);
+    if (rc)
+        return rc;
+    dpt_batch_t tb;
+    dpt_batch_init(&tb, s->test.rows);
+    dpt_batch_add(&tb, DPT_MLP_X, DPT_F32, s->test.dim, 0, s->test.x);
+    dpt_batch_add(&tb, DPT_MLP_LABEL, DPT_I32, 1, 0, s->test.labels);
+    return dpt_mlp_evaluate(s->eval_mlp, s->params.data, &tb, out);
+}
+
+/* One epoch. A failure inside it (a refused step) leaves the trainer part
+ * way through the epoch; a checkpoint restores a consistent state. */
+static int sup_iterate(void *self, dpt_train_result_t *r)
+{
+    sup_t *s = self;
+    if (s->epoch >= s->epochs)
+        return dpt_error(DPT_ESTATE, "supervised: all %" PRIu64 " epochs are done", s->epochs);
+    double t0 = dpt_now();
+    size_t rows = s->train.rows, dim = s->train.dim;
+    /* Each epoch's order depends only on the stream position, so a resumed
+     * run shuffles exactly as an uninterrupted one. */
+    for (size_t i = 0; i < rows; i++)
+        s->perm[i] = i;
+    if (s->shuffle)
+        dpt_rng_shuffle(&s->shuffle_rng, s->perm, rows);
+    for (size_t i = 0; i < rows; i++) {
+        memcpy(s->xs + i * dim, s->train.x + s->perm[i] * dim, dim * sizeof(float));
+        s->ys[i] = s->train.labels[s->perm[i]];
+    }
+    dpt_batch_t b;
+    dpt_batch_init(&b, rows);
+    dpt_batch_add(&b, DPT_MLP_X, DPT_F32, dim, 0, s->xs);
+    dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, s->ys);
+    dpt_towers_load_info_t li;
+    int rc = dpt_towers_load(s->towers, 0, &b, &li);
+    if (rc)
+        return rc;
+    double loss = 0.0, hits = 0.0;
+    size_t used = 0;
+    double tl = dpt_now();
+    for (size_t k = 0; k < li.steps; k++) {
+        dpt_towers_stats_t st;
+        float lr = dpt_schedule_lr(&s->sched, s->steps);
+        if ((rc = dpt_towers_optimize(s->towers, 0, k * li.per_device_batch, lr, &st)) != 0)
+            return rc;
+        s->steps++;
+        loss += st.loss * (double)st.rows;
+        hits += st.correct;
+        used += st.rows;
+    }
+    double train_time = dpt_now() - tl;
+    s->samples += used;
+    s->epoch++;
+    double te = dpt_now();
+    dpt_loss_out_t test;
+    if ((rc = sup_eval(s, &test)) != 0)
+        return rc;
+    double eval_time = dpt_now() - te;
+    double train_loss = used ? loss / (double)used : (double)NAN;
+    double train_acc = used ? hits / (double)used : (double)NAN;
+    double test_acc = test.correct / (double)s->test.rows;
+    double rate = train_time > 0 ? (double)used / train_time : 0.0;
+
+    r->iteration = s->epoch;
+    r->timesteps_total = s->samples;
+    r->progress = (double)s->epoch / (double)s->epochs;
+    r->finished = s->epoch >= s->epochs;
+    r->reward_mean = NAN;
+    r->episodes_in_window = 0;
+    snprintf(r->line, sizeof r->line,
+             "epoch %" PRIu64 "/%" PRIu64 "  train loss %.4f acc %.4f  test loss %.4f acc %.4f  "
+             "%.0f samples/s",
+             s->epoch, s->epochs, train_loss, train_acc, test.loss, test_acc, rate);
+    r->nmetrics = 0;
+    dpt_train_result_add(r, "training_iteration", (double)s->epoch);
+    dpt_train_result_add(r, "epoch", (double)s->epoch);
+    dpt_train_result_add(r, "samples_total", (double)s->samples);
+    dpt_train_result_add(r, "steps_total", (double)s->steps);
+    dpt_train_result_add(r, "train_loss", train_loss);
+    dpt_train_result_add(r, "train_accuracy", train_acc);
+    dpt_train_result_add(r, "test_loss", test.loss);
+    dpt_train_result_add(r, "test_accuracy", test_acc);
+    dpt_train_result_add(r, "lr", (double)dpt_schedule_lr(&s->sched, s->steps));
+    dpt_train_result_add(r, "rows_dropped", (double)li.rows_dropped);
+    dpt_train_result_add(r, "samples_per_s", rate);
+    dpt_train_result_add(r, "time_this_iter_s", dpt_now() - t0);
+    dpt_train_result_add(r, "timing_breakdown/train_time_ms", train_time * 1e3);
+    dpt_train_result_add(r, "timing_breakdown/eval_time_ms", eval_time * 1e3);
+    return DPT_OK;
+}
+
+/* "optim.<slot name>." (dpt_optim_slot_name): the names the RL jobs use. */
+static void sup_slot_prefix(const dpt_optim_t *opt, int k, char *buf, size_t size)
+{
+    snprintf(buf, size, "optim.%s.", dpt_optim_slot_name(opt, k));
+}
+
+static int sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
+{
+    sup_t *s = self;
+    if (!w)
+        return DPT_OK;
+    const dpt_vartable_t *vars = dpt_mlp_vars(s->mlp);
+    dpt_optim_t *opt = dpt_towers_optimizer(s->towers);
+    int rc = dpt_towers_get_weights(s->towers, s->params.data, s->params.count);
+    if (!rc)
+        rc = dpt_safetensors_add_arena(w, "params.", vars, s->params.data, s->params.count);
+    for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++) {
+        char prefix[64];
+        sup_slot_prefix(opt, k, prefix, sizeof prefix);
+        rc = dpt_safetensors_add_arena(w, prefix, vars, dpt_optim_slot(opt, k),
+                                       dpt_optim_count(opt));
+    }
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(w, "optim_step", dpt_optim_get_t(opt));
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(w, "shuffle_rng", dpt_rng_tell(&s->shuffle_rng));
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(w, "samples_total", s->samples);
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(w, "steps_total", s->steps);
+    return rc;
+}
+
+static int sup_restore(void *self, const dpt_safetensors_t *st)
+{
+    sup_t *s = self;
+    const dpt_vartable_t *vars = dpt_mlp_vars(s->mlp);
+    dpt_optim_t *opt = dpt_towers_optimizer(s->towers);
+    size_t n = vars->total;
+    int slots = dpt_optim_num_slots(opt);
+    uint64_t t, pos, samples, steps, epoch;
+    int rc;
+    if ((rc = dpt_safetensors_meta_u64(st, "optim_step", &t)) != 0 ||
+        (rc = dpt_safetensors_meta_u64(st, "shuffle_rng", &pos)) != 0 ||
+        (rc = dpt_safetensors_meta_u64(st, "samples_total", &samples)) != 0 ||
+        (rc = dpt_safetensors_meta_u64(st, "steps_total", &steps)) != 0 ||
+        (rc = dpt_safetensors_meta_u64(st, "training_iteration", &epoch)) != 0)
+        return rc;
+    if (epoch > s->epochs)
+        return dpt_error(DPT_EINVAL,
+                         "checkpoint %s is at epoch %" PRIu64 ", past epochs = %" PRIu64,
+                         dpt_safetensors_path(st), epoch, s->epochs);
+    /* Read every tensor into scratch before changing anything, so a
+     * checkpoint that does not fit leaves the trainer as it was. */
+    float *tmp = calloc((size_t)(slots + 1) * n, sizeof(float));
+    if (!tmp)
+        return dpt_error(DPT_ENOMEM, "checkpoint %s: cannot allocate %zu floats to restore",
+                         dpt_safetensors_path(st), (size_t)(slots + 1) * n);
+    rc = dpt_safetensors_load_arena(st, "params.", vars, tmp, n);
+    for (int k = 0; !rc && k < slots; k++) {
+        char prefix[64];
+        sup_slot_prefix(opt, k, prefix, sizeof prefix);
+        rc = dpt_safetensors_load_arena(st, prefix, vars, tmp + (size_t)(k + 1) * n, n);
+    }
+    /* From here nothing can fail on a valid trainer: the sizes and the
+     * optimizer kind are the towers' own. */
+    if (!rc)
+        rc = dpt_towers_set_weights(s->towers, tmp, n);
+    if (!rc) {
+        for (int k = 0; k < slots; k++)
+            memcpy(dpt_optim_slot(opt, k), tmp + (size_t)(k + 1) * n, n * sizeof(float));
+        dpt_optim_set_t(opt, t);
+        rc = dpt_towers_set_optimizer_state(s->towers, opt);
+    }
+    free(tmp);
+    if (rc)
+        return rc;
+    dpt_rng_seek(&s->shuffle_rng, pos);
+    s->samples = samples;
+    s->steps = steps;
+    s->epoch = epoch;
+    return DPT_OK;
+}
+
+static const dpt_vartable_t *sup_vars(void *self)
+{
+    sup_t *s = self;
+    return dpt_mlp_vars(s->mlp);
+}
+
+static int sup_get_weights(void *self, float *out, size_t count)
+{
+    sup_t *s = self;
+    return dpt_towers_get_weights(s->towers, out, count);
+}
+
+static int sup_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+{
+    (void)episodes, (void)seed; /* the test set is fixed */
+    sup_t *s = self;
+    out->count = 0;
+    out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
+    dpt_loss_out_t o;
+    int rc = sup_eval(s, &o);
+    if (rc)
+        return rc;
+    out->count = s->test.rows;
+    out->loss = o.loss;
+    out->accuracy = o.correct / (double)s->test.rows;
+    return DPT_OK;
+}
+
+static int sup_describe(void *self, dpt_safetensors_writer_t *w)
+{
+    sup_t *s = self;
+    char layers[16 * (SUP_MAX_HIDDEN + 2)];
+    sup_layers_text(&s->spec, s->train.dim, layers, sizeof layers);
+    int rc;
+    if ((rc = dpt_safetensors_set_meta(w, "dataset", sup_dataset_names[s->dataset])) != 0 ||
+        (rc = dpt_safetensors_set_meta(w, "data_location", s->data_location)) != 0 ||
+        (rc = dpt_safetensors_set_meta_u64(w, "input_dim", s->train.dim)) != 0 ||
+        (rc = dpt_safetensors_set_meta_u64(w, "num_classes", (uint64_t)s->train.num_classes)) !=
+            0 ||
+        (rc = dpt_safetensors_set_meta(w, "layers", layers)) != 0)
+        return rc;
+    return dpt_safetensors_set_meta(w, "activation", dpt_layer_kind_name(s->spec.act));
+}
+
+/* The number of classes of a checkpoint's model: its "num_classes"
+ * metadata, or else the rows of its output layer's weight. */
+static int sup_ckpt_classes(const dpt_safetensors_t *st, const sup_spec_t *m, size_t *classes)
+{
+    uint64_t k = 0;
+    int rc = dpt_safetensors_meta_u64(st, "num_classes", &k);
+    if (rc == DPT_OK) {
+        if (k < 1 || k > 1000000)
+            return dpt_error(DPT_EFORMAT, "checkpoint %s: num_classes = %" PRIu64
+                             " is out of range", dpt_safetensors_path(st), k);
+        *classes = (size_t)k;
+        return DPT_OK;
+    }
+    if (rc != DPT_ENOENT)
+        return rc;
+    char name[64];
+    snprintf(name, sizeof name, "params.%zu.weight", m->nlayers - 1);
+    const dpt_safetensors_tensor_t *out_w = dpt_safetensors_find(st, name);
+    if (!out_w || out_w->ndim != 2 || out_w->shape[0] < 1)
+        return dpt_error(DPT_EINVAL, "checkpoint %s does not match the config's model (%d "
+                         "hidden layers): it has no num_classes metadata and no 2-D output "
+                         "layer %s", dpt_safetensors_path(st), m->nhidden, name);
+    *classes = out_w->shape[0];
+    return DPT_OK;
+}
+
+static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st,
+                               size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+{
+    (void)episodes, (void)seed; /* the test set is fixed */
+    const char *path = dpt_safetensors_path(st);
+    out->count = 0;
+    out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
+    dpt_dataset_t test;
+    memset(&test, 0, sizeof test);
+    dpt_mlp_t *mlp = NULL;
+    dpt_arena_t p = {0};
+    sup_spec_t m;
+    sup_dataset_t kind = SUP_FASHION_MNIST;
+    size_t classes = 0;
+    char where[DPT_CONFIG_STR_MAX + 32];
+    int rc;
+    if ((rc = sup_dataset_parse(DPT_CS(c, dataset), &kind)) != 0 ||
+        (rc = sup_spec(c, 1, &m)) != 0 || (rc = sup_ckpt_classes(st, &m, &classes)) != 0)
+        goto done;
+    m.layers[m.nlayers - 1].out = classes;
+    sup_data_location(c, kind, where, sizeof where);
+    if ((rc = sup_load_data(c, kind, NULL, &test, (int)classes)) != 0)
+        goto done;
+    if ((size_t)test.num_classes > classes) {
+        rc = dpt_error(DPT_EINVAL, "checkpoint %s has %zu classes, the %s test data (%s) have %d",
+                       path, classes, sup_dataset_names[kind], where, test.num_classes);
+        goto done;
+    }
+    uint64_t in_dim = 0;
+    if (dpt_safetensors_meta_u64(st, "input_dim", &in_dim) == DPT_OK && in_dim != test.dim) {
+        rc = dpt_error(DPT_EINVAL, "checkpoint %s takes %" PRIu64 " features, the %s test data "
+                       "(%s) have %zu", path, in_dim, sup_dataset_names[kind], where, test.dim);
+        goto done;
+    }
+    if ((rc = dpt_mlp_create(&mlp, test.dim, m.layers, m.nlayers, DPT_LOSS_SOFTMAX_XENT,
+                             SUP_EVAL_BATCH)) != 0 ||
+        (rc = dpt_arena_init(&p, dpt_mlp_vars(mlp)->total)) != 0 ||
+        (rc = dpt_safetensors_load_arena(st, "params.", dpt_mlp_vars(mlp), p.data, p.count)) !=
+            0)
+        goto done;
+    dpt_batch_t b;
+    dpt_batch_init(&b, test.rows);
+    dpt_batch_add(&b, DPT_MLP_X, DPT_F32, test.dim, 0, test.x);
+    dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, test.labels);
+    dpt_loss_out_t o;
+    if ((rc = dpt_mlp_evaluate(mlp, p.data, &b, &o)) != 0)
+        goto done;
+    out->count = test.rows;
+    out->loss = o.loss;
+    out->accuracy = o.correct / (double)test.rows;
+done:
+    dpt_arena_deinit(&p);
+    dpt_mlp_destroy(mlp);
+    dpt_dataset_deinit(&test);
+    return rc;
+}
+
+const dpt_trainer_ops_t dpt__supervised_ops = {
+    .job = DPT_JOB_SUPERVISED,
+    .create = sup_create,
+    .destroy = sup_destroy,
+    .iterate = sup_iterate,
+    .checkpoint = sup_checkpoint,
+    .restore = sup_restore,
+    .vars = sup_vars,
+    .get_weights = sup_get_weights,
+    .evaluate = sup_evaluate,
+    .describe = sup_describe,
+    .eval_checkpoint = sup_eval_checkpoint,
+};
