@@ -20,7 +20,7 @@
 /* First SIGINT/SIGTERM: ask the run to stop after this iteration (it
  * writes a checkpoint). Second: leave at once; every file on disk is a
  * complete one (they are written by rename), so nothing saved is lost. */
-static volatile int dpt__stop_flag;
+static volatile sig_atomic_t dpt__stop_flag;
 static volatile sig_atomic_t dpt__stop_signal;
 
 static void dpt__on_signal(int sig)
@@ -111,7 +111,7 @@ static void train_print_keys(FILE *f)
             if (ki->type == DPT_CFG_T_ENUM)
                 snprintf(type, sizeof type, "%s", ki->choices);
             else if (ki->type == DPT_CFG_T_INT || ki->type == DPT_CFG_T_FLOAT)
-                snprintf(type, sizeof type, "%s in [%g, %g]", dpt_config_type_name(ki->type),
+                snprintf(type, sizeof type, "%s in [%.15g, %.15g]", dpt_config_type_name(ki->type),
                          ki->min, ki->max);
             else
                 snprintf(type, sizeof type, "%s", dpt_config_type_name(ki->type));

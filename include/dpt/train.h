@@ -57,9 +57,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <signal.h>
+
 #include "dpt/arena.h"
 #include "dpt/checkpoint.h"
 #include "dpt/comm.h"
+#include "dpt/optim.h"
+#include "dpt/towers.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,6 +101,15 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
 #define DPT_JOBS_TOWERS (DPT_JOBS_SUP | DPT_JOBS_PPO)
 #define DPT_JOBS_ALL (DPT_JOBS_SUP | DPT_JOBS_RL)
 
+/* The choices of an enum key, made from the list that defines the enum
+ * ("a|b|c"), so a name is written once. */
+#define DPT__CHOICE2(sym, name) "|" name
+#define DPT__CHOICE3(sym, name, x) "|" name
+#define DPT_CHOICES_JOB (DPT_JOB_LIST(DPT__CHOICE3) + 1)
+#define DPT_CHOICES_OPTIM (DPT_OPTIM_LIST(DPT__CHOICE3) + 1)
+#define DPT_CHOICES_SCHEDULE (DPT_SCHEDULE_LIST(DPT__CHOICE2) + 1)
+#define DPT_CHOICES_TOWERS_MODE (DPT_TOWERS_MODE_LIST(DPT__CHOICE2) + 1)
+
 /* Keys that may change when a run is resumed: stop conditions, checkpoint
  * and evaluation settings, timeouts, where the data lives. Every other key
  * must equal the run's saved value (docs/TRAINING.md). */
@@ -109,7 +122,7 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
  * types: INT (int64), FLOAT (double), STR, BOOL (true/false, yes/no, 1/0),
  * ENUM (one of `choices`, separated by '|'). min/max bound INT and FLOAT. */
 #define DPT_CONFIG_KEYS(X)                                                                        \
-    X(job, ENUM, DPT_JOBS_ALL, 0, "supervised", 0, 0, "supervised|ppo|ddppo",                     \
+    X(job, ENUM, DPT_JOBS_ALL, 0, "supervised", 0, 0, DPT_CHOICES_JOB,                     \
       "what to train: supervised classification, PPO, or decentralized DD-PPO")                  \
     X(seed, INT, DPT_JOBS_ALL, 0, "1", 0, 4294967295.0, "", "random seed of every stream")      \
     X(output_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",       \
@@ -138,7 +151,7 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
     X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")        \
     X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")            \
     X(batch_size, INT, DPT_JOBS_SUP, 0, "128", 1, 1e6, "", "minibatch rows per step (all devices)") \
-    X(optimizer, ENUM, DPT_JOBS_SUP, 0, "adam", 0, 0, "sgd|momentum|adam|adamw", "optimizer")    \
+    X(optimizer, ENUM, DPT_JOBS_SUP, 0, "adam", 0, 0, DPT_CHOICES_OPTIM, "optimizer")    \
     X(lr_end, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "", "final learning rate of the linear schedule") \
     X(momentum, FLOAT, DPT_JOBS_SUP, 0, "0.9", 0, 0.999999, "", "momentum coefficient")         \
     X(nesterov, BOOL, DPT_JOBS_SUP, 0, "false", 0, 0, "", "Nesterov momentum")                   \
@@ -149,12 +162,12 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
       "spirals: training points (plus a quarter as many test points)")                           \
     /* shared by supervised and RL */                                                            \
     X(lr, FLOAT, DPT_JOBS_ALL, 0, "0.001", 0, 10, "", "learning rate")                           \
-    X(lr_schedule, ENUM, DPT_JOBS_ALL, 0, "constant", 0, 0, "constant|linear",                    \
+    X(lr_schedule, ENUM, DPT_JOBS_ALL, 0, "constant", 0, 0, DPT_CHOICES_SCHEDULE,                    \
       "learning-rate schedule: linear decays to lr_end (supervised) or to 0 at total_timesteps "  \
       "(RL)")                                                                                     \
     X(adam_eps, FLOAT, DPT_JOBS_ALL, 0, "1e-8", 1e-30, 1, "", "Adam epsilon")                    \
     X(grad_clip, FLOAT, DPT_JOBS_ALL, 0, "0", 0, 1e9, "", "global-norm gradient clipping (0 = off)") \
-    X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, "ps|replicated|async",                   \
+    X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, DPT_CHOICES_TOWERS_MODE,                   \
       "how tower gradients combine")                                                             \
     X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "", "towers (CPU threads) per process") \
     /* reinforcement learning */                                                                 \
@@ -361,10 +374,10 @@ typedef struct dpt_trainer_env {
     /* Multi-process: an MPI world joined by dpt_train_run (or by the
      * caller: dpt_comm_mpi_init); 0 = one process. */
     int use_mpi;
-    /* Stop request read at the start of each iterate() (e.g. set by a
-     * signal handler); may be NULL. Not used by trainers themselves: the
-     * run loop agrees on it across ranks. */
-    const volatile int *stop_flag;
+    /* The run's stop request (dpt_run_options_t), for trainers that want
+     * to cut a long iteration short; may be NULL. The run loop agrees on it
+     * across ranks between iterations. */
+    const volatile sig_atomic_t *stop_flag;
 } dpt_trainer_env_t;
 
 /* The operations a job implements. self is the job's own state. Every
@@ -470,8 +483,10 @@ typedef struct dpt_run_options {
     void (*on_event)(void *user, const dpt_run_event_t *ev);
     void *user;
     /* Set (to non-zero) by a signal handler to ask the run to stop after
-     * the current iteration with a checkpoint; may be NULL. */
-    const volatile int *stop_flag;
+     * the current iteration with a checkpoint; may be NULL. (The type a
+     * signal handler may write; the run reads it once per iteration and
+     * never waits on it.) */
+    const volatile sig_atomic_t *stop_flag;
 } dpt_run_options_t;
 
 /* Why a run ended (dpt_train_run's *reason). */

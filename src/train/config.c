@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE /* realpath with a NULL buffer is POSIX; getline too */
 #include "dpt/train.h"
+#include "dpt/rl.h"
 #include "dpt/status.h"
 #include "train_internal.h"
 
@@ -531,8 +532,8 @@ static int dpt__cross_checks(const dpt_config_t *c)
         if (c->v[DPT_CFG_dataset].i == 1 &&
             (!c->v[DPT_CFG_train_csv].s[0] || !c->v[DPT_CFG_test_csv].s[0]))
             return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");
-        size_t sizes[16];
-        int n = dpt__config_sizes(c, DPT_CFG_hidden, sizes, 8);
+        size_t sizes[DPT__MAX_HIDDEN];
+        int n = dpt__config_sizes(c, DPT_CFG_hidden, sizes, DPT__MAX_HIDDEN);
         if (n < 0)
             return n;
         return DPT_OK;
@@ -561,8 +562,8 @@ static int dpt__cross_checks(const dpt_config_t *c)
     if (job == DPT_JOB_DDPPO && c->v[DPT_CFG_sync_frac].f < 1.0 && mb < 4)
         return dpt_error(DPT_EINVAL, "sgd_minibatch_size must be >= 4 when sync_frac < 1 (a "
                          "preempted worker may hold a quarter of its rows)");
-    size_t sizes[16];
-    int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, 8);
+    size_t sizes[DPT_POLICY_MAX_HIDDEN];
+    int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
     return n < 0 ? n : DPT_OK;
 }
 
@@ -719,7 +720,7 @@ size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size)
         if (ki->type == DPT_CFG_T_ENUM)
             snprintf(type, sizeof type, "one of %s", ki->choices);
         else if (ki->type == DPT_CFG_T_INT || ki->type == DPT_CFG_T_FLOAT)
-            snprintf(type, sizeof type, "%s in [%g, %g]", dpt__type_names[ki->type], ki->min,
+            snprintf(type, sizeof type, "%s in [%.15g, %.15g]", dpt__type_names[ki->type], ki->min,
                      ki->max);
         else
             snprintf(type, sizeof type, "%s", dpt__type_names[ki->type]);

@@ -28,6 +28,9 @@ int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides
  * into out (at most max); returns the count or DPT_EINVAL naming the key. */
 int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, int max);
 
+/* Most hidden layers a "hidden" or "policy_hidden" list may name. */
+#define DPT__MAX_HIDDEN 8
+
 /* Shorthands for trainers (c is a finalized config). */
 #define DPT_CI(c, key) dpt_config_int((c), DPT_CFG_##key)
 #define DPT_CF(c, key) dpt_config_float((c), DPT_CFG_##key)

@@ -21,7 +21,7 @@
 #include <string.h>
 
 /* config.c's cross-check allows at most 8 hidden sizes. */
-#define SUP_MAX_HIDDEN 8
+#define SUP_MAX_HIDDEN DPT__MAX_HIDDEN
 #define SUP_MAX_LAYERS (2 * SUP_MAX_HIDDEN + 1)
 /* Rows per chunk of a test-set evaluation. The chunking sets the order in
  * which the loss is summed, so the trainer and eval_checkpoint must use the
