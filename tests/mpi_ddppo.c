@@ -1,46 +1,152 @@
 /*
- * DD-PPO across MPI ranks (run by CTest under mpirun -np 2 and -np 3): one
- * worker per rank on the mpi backend trains CartPole; every rank must end
- * with bitwise-identical weights (checked by the trainer's own check and by
- * comparing checksums gathered here), and the aggregated results must agree.
+ * DD-PPO across MPI ranks (run by CTest under mpirun -np 2 and -np 3)
+ * through the trainer interface (dpt/train.h, job = ddppo, use_mpi = 1):
+ * one worker per rank (the mpi backend) and two worker threads per rank
+ * (hier). Every rank must end with bitwise-identical weights (checked by
+ * the trainer's own check and by checksums gathered here over the test's
+ * own communicator); a checkpoint written collectively (rank 0 writes)
+ * restores on every rank into a fresh trainer that then continues exactly
+ * as the uninterrupted one.
  */
 #include "dpt_config.h"
 #include "dpt_test.h"
 
 #include "dpt/arena.h"
+#include "dpt/checkpoint.h"
 #include "dpt/comm.h"
-#include "dpt/trainer.h"
+#include "dpt/train.h"
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #if DPT_HAVE_MPI
-static dpt_comm_t *comm;
+static dpt_comm_t *comm; /* the test's own communicator over MPI_COMM_WORLD */
+static char path[512];   /* the checkpoint, the same on every rank */
 
-static void test_ddppo_mpi_identical_weights(void)
+static int make_cfg(dpt_config_t **out, int workers)
 {
-    dpt_rl_config_t c = dpt_rl_defaults();
-    c.num_envs = 2;
-    c.total_timesteps = 20 * 256 * (uint64_t)dpt_comm_size(comm);
-    c.check_weights_every = 5;
-    dpt_ddppo_t *w;
-    REQUIRE_OK(dpt_ddppo_worker_create(&w, dpt_env_find("CartPole-v1"), &c, comm, NULL));
-    dpt_rl_result_t r;
-    for (int i = 0; i < 20; i++)
-        REQUIRE_OK(dpt_ddppo_worker_train(w, &r));
-    CHECK_OK(dpt_ddppo_check_weights(w));
-    size_t n = dpt_policy_vars(dpt_ddppo_policy(w))->total;
-    uint64_t h = dpt_vec_checksum(dpt_ddppo_weights(w), n);
-    float mine[4] = {(float)(h & 0xffff), (float)((h >> 16) & 0xffff), (float)((h >> 32) & 0xffff),
-                     (float)(r.episode_reward_mean)};
-    float all[4 * 8];
+    char line[64];
+    static const char *const sets[] = {"job=ddppo", "env=CartPole-v1", "num_envs_per_worker=2",
+                                       "rollout_fragment_length=64", "sgd_minibatch_size=32",
+                                       "num_sgd_iter=2", "sync_frac=1", "check_weights_every=3",
+                                       "total_timesteps=100000"};
+    int rc = dpt_config_create(out);
+    for (size_t i = 0; !rc && i < sizeof sets / sizeof sets[0]; i++)
+        rc = dpt_config_set(*out, sets[i]);
+    snprintf(line, sizeof line, "num_workers=%d", workers);
+    if (!rc)
+        rc = dpt_config_set(*out, line);
+    if (!rc)
+        rc = dpt_config_finalize(*out);
+    return rc;
+}
+
+static float *weights_of(dpt_trainer_t *t, size_t *n)
+{
+    *n = dpt_trainer_vars(t)->total;
+    float *w = malloc(*n * sizeof(float));
+    if (w && dpt_trainer_get_weights(t, w, *n) != 0) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* 1 when every rank's weights have the same checksum as this rank's. */
+static int same_on_all_ranks(const float *w, size_t n, uint64_t *h)
+{
+    *h = dpt_vec_checksum(w, n);
+    /* 16-bit pieces are exact as floats. */
+    float mine[4] = {(float)(*h & 0xffff), (float)((*h >> 16) & 0xffff),
+                     (float)((*h >> 32) & 0xffff), (float)(*h >> 48)};
     int size = dpt_comm_size(comm);
-    REQUIRE(size <= 8);
-    REQUIRE_OK(dpt_comm_allgather(comm, mine, 4, all));
-    for (int k = 1; k < size; k++)
-        CHECK(memcmp(all, all + 4 * k, sizeof mine) == 0);
-    CHECK(r.timesteps_total == 20 * 256 * (uint64_t)size);
-    if (dpt_comm_rank(comm) == 0)
-        printf("%d ranks: identical weights (checksum %016llx), return %.1f\n", size,
-               (unsigned long long)h, r.episode_reward_mean);
-    dpt_ddppo_worker_destroy(w);
+    float *all = malloc((size_t)size * sizeof mine);
+    if (!all || dpt_comm_allgather(comm, mine, 4, all) != 0) {
+        free(all);
+        return 0;
+    }
+    int same = 1;
+    for (int k = 0; k < size; k++)
+        same &= memcmp(all + 4 * k, mine, sizeof mine) == 0;
+    free(all);
+    return same;
+}
+
+static void ddppo_over_mpi(int workers)
+{
+    int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm);
+    dpt_config_t *c;
+    REQUIRE_OK(make_cfg(&c, workers));
+    dpt_trainer_env_t env = {1, NULL};
+    dpt_trainer_t *t = NULL, *t2 = NULL;
+    dpt_train_result_t r, r2;
+    REQUIRE_OK(dpt_trainer_create(&t, c, &env));
+    for (int i = 0; i < 4; i++)
+        REQUIRE_OK(dpt_trainer_iterate(t, &r));
+    uint64_t per_iter = 2 * 64 * (uint64_t)workers * (uint64_t)size;
+    CHECK(r.iteration == 4 && r.timesteps_total == 4 * per_iter);
+    size_t n;
+    uint64_t h;
+    float *w = weights_of(t, &n);
+    REQUIRE(w);
+    CHECK(same_on_all_ranks(w, n, &h));
+    free(w);
+
+    /* Collective checkpoint: rank 0 writes the file, the others take part. */
+    dpt_safetensors_writer_t *wr = NULL;
+    if (rank == 0)
+        REQUIRE_OK(dpt_safetensors_writer_create(&wr));
+    int rc = dpt_trainer_checkpoint(t, wr);
+    CHECK_OK(rc);
+    if (rank == 0) {
+        if (!rc)
+            CHECK_OK(dpt_safetensors_save(wr, path));
+        dpt_safetensors_writer_destroy(wr);
+    }
+    REQUIRE_OK(dpt_comm_barrier(comm));
+    dpt_safetensors_t *st;
+    REQUIRE_OK(dpt_safetensors_load(&st, path));
+    const char *m = dpt_safetensors_meta(st, "workers");
+    char want[16];
+    snprintf(want, sizeof want, "%d", workers * size);
+    CHECK(m && strcmp(m, want) == 0);
+    REQUIRE_OK(dpt_trainer_create(&t2, c, &env));
+    REQUIRE_OK(dpt_trainer_restore(t2, st));
+    dpt_safetensors_destroy(st);
+    /* Both continue: the restored trainer follows the original bitwise. */
+    for (int i = 0; i < 2; i++) {
+        REQUIRE_OK(dpt_trainer_iterate(t, &r));
+        REQUIRE_OK(dpt_trainer_iterate(t2, &r2));
+    }
+    size_t n2;
+    float *wa = weights_of(t, &n), *wb = weights_of(t2, &n2);
+    REQUIRE(wa && wb && n == n2);
+    CHECK(memcmp(wa, wb, n * sizeof(float)) == 0);
+    CHECK(r2.iteration == 6 && r2.timesteps_total == r.timesteps_total);
+    CHECK(memcmp(&r.reward_mean, &r2.reward_mean, sizeof r.reward_mean) == 0);
+    CHECK(same_on_all_ranks(wb, n, &h));
+    if (rank == 0)
+        printf("%d ranks x %d worker%s: identical weights (checksum %016llx), return %.1f; "
+               "resumed bitwise\n", size, workers, workers > 1 ? "s" : "",
+               (unsigned long long)h, r2.reward_mean);
+    free(wa);
+    free(wb);
+    dpt_trainer_destroy(t2);
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+    CHECK_OK(dpt_comm_barrier(comm));
+    if (rank == 0)
+        remove(path);
+}
+
+static void test_ddppo_mpi_one_worker_per_rank(void)
+{
+    ddppo_over_mpi(1);
+}
+
+static void test_ddppo_hier_two_workers_per_rank(void)
+{
+    ddppo_over_mpi(2);
 }
 
 #endif /* DPT_HAVE_MPI */
@@ -51,7 +157,7 @@ int main(int argc, char **argv)
     (void)argc, (void)argv;
     DPT_TEST_SKIP("built without MPI");
 #else
-    if (dpt_comm_mpi_init(&argc, &argv, DPT_COMM_MPI_FUNNELED) != 0) {
+    if (dpt_comm_mpi_init(&argc, &argv, DPT_COMM_MPI_SERIALIZED) != 0) {
         fprintf(stderr, "MPI init: %s\n", dpt_last_error());
         return 1;
     }
@@ -61,7 +167,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "MPI comm: %s\n", dpt_last_error());
         return 1;
     }
-    static const dpt_test_case_t cases[] = {DPT_TEST(test_ddppo_mpi_identical_weights)};
+    /* Rank 0's process id names the checkpoint on every rank (exact as a
+     * float: pids are below 2^24). */
+    float pid = (float)getpid();
+    if (dpt_comm_broadcast(comm, &pid, 1, 0) != 0) {
+        fprintf(stderr, "MPI broadcast: %s\n", dpt_last_error());
+        return 1;
+    }
+    const char *base = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/dpt_mpi_ddppo_%.0f.safetensors", base && *base ? base : "/tmp",
+             (double)pid);
+    static const dpt_test_case_t cases[] = {
+        DPT_TEST(test_ddppo_mpi_one_worker_per_rank),
+        DPT_TEST(test_ddppo_hier_two_workers_per_rank),
+    };
     int rc = DPT_TEST_RUN(cases);
     dpt_comm_destroy(comm);
     dpt_comm_mpi_finalize();

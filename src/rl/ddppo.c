@@ -1,5 +1,5 @@
 /*
- * DD-PPO workers (see dpt/trainer.h).
+ * DD-PPO workers (see rl_trainers.h).
  *
  * Each worker keeps a full copy of the policy and of Adam's state. Per
  * minibatch it computes the mean gradient g_w over its n_w rows, scales it
@@ -10,11 +10,14 @@
  * bitwise the same on every participant).
  *
  * Minibatch plan: every worker runs the same number of minibatches per
- * epoch, M = (fragment x envs) / sgd_minibatch_size, so the collectives
- * match even when a preempted worker holds fewer rows (its minibatches are
- * then smaller: floor(rows / M)).
+ * epoch, M = floor(fragment x envs / sgd_minibatch_size), so the
+ * collectives match even when a preempted worker holds fewer rows. A
+ * minibatch has min(sgd_minibatch_size, floor(rows / M)) rows: never more
+ * than the buffers hold, and smaller for a preempted worker. Rows left over
+ * (rows - M x minibatch) are not visited in that epoch; every epoch
+ * reshuffles, so they differ from epoch to epoch.
  */
-#include "dpt/trainer.h"
+#include "rl_trainers.h"
 #include "dpt/arena.h"
 #include "dpt/optim.h"
 #include "dpt/stats.h"
@@ -78,6 +81,11 @@ struct dpt_ddppo {
     uint64_t local_iters;        /* iterations run by this process (preemption counter base) */
     float minmax[4];             /* this worker's [-min, max] and a spare pair */
     float *gathered;             /* [size * 4] */
+    /* A restore validated by dpt__ddppo_restore_prepare, not yet applied. */
+    float *restore_arenas;       /* [3 * nparams]: params, m, v; NULL when none */
+    uint64_t restore_t, restore_head[4];
+    const void *restore_buf;
+    size_t restore_bytes;
 };
 
 void dpt_ddppo_worker_destroy(dpt_ddppo_t *w)
@@ -98,6 +106,7 @@ void dpt_ddppo_worker_destroy(dpt_ddppo_t *w)
     free(w->mb_val);
     free(w->mb_act);
     free(w->gathered);
+    free(w->restore_arenas);
     free(w);
 }
 
@@ -222,10 +231,13 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
         return rc;
     double t1 = dpt_now();
     double ev = dpt_explained_variance(w->ro.values, w->ro.returns, rows);
-    if (c->normalize_advantages)
+    if (c->normalize_advantages == DPT_RL_ADV_BATCH)
         dpt_normalize(w->ro.adv, rows);
+    /* The same count on every worker (it depends on the config only); the
+     * size is capped by the buffers, and a preempted worker (>= 25% of its
+     * rows, and sgd_minibatch_size >= 4) still has >= 1 row per minibatch. */
     size_t nmb = expected / c->sgd_minibatch_size;
-    size_t mbs = rows / nmb;
+    size_t mbs = rows / nmb < c->sgd_minibatch_size ? rows / nmb : c->sgd_minibatch_size;
     float lr = dpt__rl_lr(c, w->timesteps);
     double sums[6] = {0};
     size_t nsteps = 0;
@@ -240,6 +252,8 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
         for (size_t j = 0; j < nmb; j++) {
             dpt__rollout_gather(&w->ro, w->perm + j * mbs, mbs, w->mb_obs, w->mb_act,
                                 w->mb_logp, w->mb_adv, w->mb_ret, w->mb_val);
+            if (c->normalize_advantages == DPT_RL_ADV_MINIBATCH)
+                dpt_normalize(w->mb_adv, mbs);
             dpt_loss_out_t out;
             float *g = w->grads.data;
             dpt_vec_zero(g, w->grads.count);
@@ -397,10 +411,6 @@ int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr)
     if (!rc)
         rc = dpt__rl_add_optim(wr, w->opt, vars);
     if (!rc)
-        rc = dpt_safetensors_set_meta_u64(wr, "iteration", w->iteration);
-    if (!rc)
-        rc = dpt_safetensors_set_meta_u64(wr, "timesteps_total", w->timesteps);
-    if (!rc)
         rc = dpt_safetensors_set_meta_u64(wr, "workers", (uint64_t)w->size);
     return rc;
 }
@@ -421,16 +431,25 @@ int dpt_ddppo_save_state(const dpt_ddppo_t *w, void *buf, size_t bytes)
     return dpt__rollout_save_state(&w->ro, (char *)buf + sizeof head, bytes - sizeof head);
 }
 
-int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
-                      size_t bytes)
+void dpt__ddppo_restore_abort(dpt_ddppo_t *w)
 {
+    free(w->restore_arenas);
+    w->restore_arenas = NULL;
+    w->restore_buf = NULL;
+    w->restore_bytes = 0;
+}
+
+int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
+                               size_t bytes)
+{
+    dpt__ddppo_restore_abort(w);
     const dpt_vartable_t *vars = w->model.vars;
     size_t n = w->nparams;
-    uint64_t workers = 0, t = 0, head[4] = {0};
+    uint64_t workers = 0, head[4] = {0};
     int rc = dpt_safetensors_meta_u64(st, "workers", &workers);
     if (!rc && workers != (uint64_t)w->size)
-        rc = dpt_error(DPT_EINVAL, "checkpoint %s was written by %llu workers, this run has %d",
-                       dpt_safetensors_path(st), (unsigned long long)workers, w->size);
+        rc = dpt_error(DPT_EINVAL, "checkpoint %s was written by %llu DD-PPO workers, this run "
+                       "has %d", dpt_safetensors_path(st), (unsigned long long)workers, w->size);
     if (!rc && bytes != dpt_ddppo_state_bytes(w))
         rc = dpt_error(DPT_EFORMAT, "checkpoint %s: worker %d state has %zu bytes, expected %zu",
                        dpt_safetensors_path(st), w->rank, bytes, dpt_ddppo_state_bytes(w));
@@ -440,23 +459,53 @@ int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *b
             rc = dpt_error(DPT_EFORMAT, "checkpoint %s: worker %d state is not a DD-PPO state",
                            dpt_safetensors_path(st), w->rank);
     }
+    if (!rc && (rc = dpt__rollout_check_state(&w->ro, (const char *)buf + sizeof head,
+                                              bytes - sizeof head)) != 0)
+        rc = dpt_error(rc, "checkpoint %s: worker %d: %s", dpt_safetensors_path(st), w->rank,
+                       dpt_last_error());
     float *tmp = rc ? NULL : calloc(3 * n, sizeof(float));
     if (!rc && !tmp)
         rc = dpt_error(DPT_ENOMEM, "ddppo restore: cannot allocate");
+    uint64_t t = 0;
     if (!rc)
         rc = dpt__rl_load_arenas(st, vars, tmp, tmp + n, tmp + 2 * n, &t);
-    if (!rc)
-        rc = dpt__rollout_load_state(&w->ro, (const char *)buf + sizeof head,
-                                     bytes - sizeof head);
-    if (!rc) {
-        memcpy(w->params.data, tmp, n * sizeof(float));
-        memcpy(dpt_optim_slot(w->opt, 0), tmp + n, n * sizeof(float));
-        memcpy(dpt_optim_slot(w->opt, 1), tmp + 2 * n, n * sizeof(float));
-        dpt_optim_set_t(w->opt, t);
-        w->iteration = head[1];
-        w->timesteps = head[2];
-        dpt_rng_seek(&w->shuffle_rng, head[3]);
+    if (rc) {
+        free(tmp);
+        return rc;
     }
-    free(tmp);
+    w->restore_arenas = tmp;
+    w->restore_t = t;
+    memcpy(w->restore_head, head, sizeof head);
+    w->restore_buf = buf;
+    w->restore_bytes = bytes;
+    return DPT_OK;
+}
+
+void dpt__ddppo_restore_commit(dpt_ddppo_t *w)
+{
+    if (!w->restore_arenas)
+        return;
+    size_t n = w->nparams, hb = sizeof w->restore_head;
+    /* prepare checked the state, so this load cannot fail. */
+    if (dpt__rollout_load_state(&w->ro, (const char *)w->restore_buf + hb,
+                                w->restore_bytes - hb) != 0)
+        abort();
+    const float *tmp = w->restore_arenas;
+    memcpy(w->params.data, tmp, n * sizeof(float));
+    memcpy(dpt_optim_slot(w->opt, 0), tmp + n, n * sizeof(float));
+    memcpy(dpt_optim_slot(w->opt, 1), tmp + 2 * n, n * sizeof(float));
+    dpt_optim_set_t(w->opt, w->restore_t);
+    w->iteration = w->restore_head[1];
+    w->timesteps = w->restore_head[2];
+    dpt_rng_seek(&w->shuffle_rng, w->restore_head[3]);
+    dpt__ddppo_restore_abort(w);
+}
+
+int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
+                      size_t bytes)
+{
+    int rc = dpt__ddppo_restore_prepare(w, st, buf, bytes);
+    if (!rc)
+        dpt__ddppo_restore_commit(w);
     return rc;
 }

@@ -24,6 +24,7 @@
 #include "dpt/env.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
+#include "rollout.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -508,7 +509,9 @@ int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes)
     return DPT_OK;
 }
 
-int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
+/* Every check of dpt_vecenv_load_state, changing nothing, so a caller that
+ * restores several parts can validate them all before it changes any. */
+int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes)
 {
     if (!v || !buf)
         return dpt_error(DPT_EINVAL, "dpt_vecenv_load_state: runner or buffer is NULL");
@@ -517,8 +520,8 @@ int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
     if (bytes < DPT__STATE_HEADER || memcmp(b + DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8) != 0)
         return dpt_error(DPT_EFORMAT, "env \"%s\": the buffer (%zu bytes) is not a saved runner "
                          "state", cls->name, bytes);
-    uint32_t version, bom, obs_dim, rank, started;
-    uint64_t n, ssz, seed, sum;
+    uint32_t version, bom, obs_dim, started;
+    uint64_t n, ssz, sum;
     dpt__get(b, DPT__OFF_VERSION, &version, 4);
     dpt__get(b, DPT__OFF_BOM, &bom, 4);
     if (version != DPT__STATE_VERSION || bom != DPT__STATE_BOM)
@@ -548,15 +551,11 @@ int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
     if (sum != dpt__fnv1a(b + DPT__STATE_HEADER, need - DPT__STATE_HEADER))
         return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state fails its checksum "
                          "(corrupted)", cls->name);
-    dpt__get(b, DPT__OFF_RANK, &rank, 4);
-    dpt__get(b, DPT__OFF_SEED, &seed, 8);
     dpt__get(b, DPT__OFF_STARTED, &started, 4);
     if (started > 1)
         return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has started = %u",
                          cls->name, started);
     const size_t o_t = DPT__STATE_HEADER + v->n * 8;
-    const size_t o_ret = o_t + v->n * 4;
-    const size_t o_states = o_ret + v->n * 8;
     for (size_t i = 0; i < v->n; i++) {
         uint32_t t;
         dpt__get(b, o_t + i * 4, &t, 4);
@@ -564,7 +563,25 @@ int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
             return dpt_error(DPT_EFORMAT, "env \"%s\" #%zu: saved episode length %u is not below "
                              "the time limit %u", cls->name, i, t, cls->max_episode_steps);
     }
+    return DPT_OK;
+}
+
+int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
+{
+    int rc = dpt__vecenv_check_state(v, buf, bytes);
+    if (rc)
+        return rc;
     /* Everything is checked: from here on the load cannot fail. */
+    const dpt_env_class_t *cls = v->cls;
+    const unsigned char *b = buf;
+    uint32_t rank, started;
+    uint64_t seed;
+    dpt__get(b, DPT__OFF_RANK, &rank, 4);
+    dpt__get(b, DPT__OFF_SEED, &seed, 8);
+    dpt__get(b, DPT__OFF_STARTED, &started, 4);
+    const size_t o_t = DPT__STATE_HEADER + v->n * 8;
+    const size_t o_ret = o_t + v->n * 4;
+    const size_t o_states = o_ret + v->n * 8;
     v->seed = seed;
     v->rank = rank;
     v->started = (int)started;

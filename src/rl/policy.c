@@ -7,6 +7,7 @@
 #include "dpt/rl.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
+#include "rl_trainers.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -110,6 +111,12 @@ fail:
 const dpt_vartable_t *dpt_policy_vars(const dpt_policy_t *p) { return &p->vars; }
 const dpt_env_class_t *dpt_policy_env_class(const dpt_policy_t *p) { return p->cls; }
 size_t dpt_policy_max_batch(const dpt_policy_t *p) { return p->max_batch; }
+
+int dpt__policy_hidden(const dpt_policy_t *p, size_t *out)
+{
+    memcpy(out, p->hidden, (size_t)p->nhidden * sizeof *out);
+    return p->nhidden;
+}
 
 void dpt_policy_init_params(const dpt_policy_t *p, float *params, dpt_rng_t *rng)
 {

@@ -1,10 +1,11 @@
 /*
- * PPO on the towers engine (see dpt/trainer.h). One iteration:
- *   sample T x N steps -> GAE -> normalise advantages -> shuffle rows once
- *   -> load into tower stack 0 -> num_sgd_iter epochs, each visiting the
- *   minibatches in a fresh random order.
+ * PPO on the towers engine (see rl_trainers.h). One iteration:
+ *   sample T x N steps -> GAE -> shuffle rows once -> normalise advantages
+ *   (per minibatch, or over the batch) -> load into tower stack 0 ->
+ *   num_sgd_iter epochs, each visiting the minibatches in a fresh random
+ *   order.
  */
-#include "dpt/trainer.h"
+#include "rl_trainers.h"
 #include "dpt/arena.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
@@ -13,34 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-dpt_rl_config_t dpt_rl_defaults(void)
-{
-    dpt_rl_config_t c;
-    memset(&c, 0, sizeof c);
-    c.seed = 1;
-    c.num_envs = 4;
-    c.rollout_fragment_length = 128;
-    c.sgd_minibatch_size = 128;
-    c.num_sgd_iter = 4;
-    c.gamma = 0.99;
-    c.lambda = 0.95;
-    c.loss = (dpt_ppo_loss_params_t){0.2f, 0.2f, 0.5f, 0.01f};
-    c.lr = 2.5e-4f;
-    c.anneal_lr = 1;
-    c.adam_eps = 1e-5f;
-    c.grad_clip = 0.5;
-    c.normalize_advantages = 1;
-    c.reward_scale = 1.0f;
-    c.hidden[0] = c.hidden[1] = 64;
-    c.nhidden = 2;
-    c.total_timesteps = 500000;
-    c.num_devices = 1;
-    c.towers_mode = DPT_TOWERS_PS;
-    c.sync_frac = 0.6;
-    c.check_weights_every = 10;
-    return c;
-}
 
 struct dpt_ppo {
     dpt_rl_config_t cfg;
@@ -52,6 +25,8 @@ struct dpt_ppo {
     dpt_arena_t params;       /* weights used for sampling */
     size_t rows;              /* T * N */
     size_t *perm;
+    size_t *order;            /* [max_minibatches]: one epoch's minibatch order */
+    size_t max_minibatches;   /* rows / sgd_minibatch_size: a load's most */
     /* shuffled copy of the batch that is loaded */
     float *obs, *logp, *adv, *ret, *val;
     void *act;
@@ -71,6 +46,7 @@ void dpt_ppo_destroy(dpt_ppo_t *p)
     dpt__rollout_deinit(&p->ro);
     dpt_arena_deinit(&p->params);
     free(p->perm);
+    free(p->order);
     free(p->obs);
     free(p->logp);
     free(p->adv);
@@ -135,6 +111,7 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     tc.max_per_device_batch_size = pdb;
     tc.max_load_rows = rows;
     tc.grad_clip = cfg->grad_clip;
+    tc.comm_timeout_s = cfg->comm_timeout_s;
     tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
     tc.optim.eps = cfg->adam_eps;
     dpt_batch_t lay;
@@ -142,14 +119,18 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
         (rc = dpt_towers_create(&p->towers, &model, &lay, &tc)) != 0 ||
         (rc = dpt_towers_set_weights(p->towers, p->params.data, n)) != 0)
         goto fail;
+    /* The towers keep whole minibatches of sgd_minibatch_size rows, so a
+     * load never holds more than rows / sgd_minibatch_size of them. */
+    p->max_minibatches = rows / cfg->sgd_minibatch_size;
     p->perm = malloc(rows * sizeof *p->perm);
+    p->order = malloc(p->max_minibatches * sizeof *p->order);
     p->obs = malloc(rows * cls->obs_dim * sizeof(float));
     p->act = malloc(rows * p->ro.act_w * 4);
     p->logp = malloc(rows * sizeof(float));
     p->adv = malloc(rows * sizeof(float));
     p->ret = malloc(rows * sizeof(float));
     p->val = malloc(rows * sizeof(float));
-    if (!p->perm || !p->obs || !p->act || !p->logp || !p->adv || !p->ret || !p->val) {
+    if (!p->perm || !p->order || !p->obs || !p->act || !p->logp || !p->adv || !p->ret || !p->val) {
         rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate the batch of %zu rows", rows);
         goto fail;
     }
@@ -195,7 +176,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     double t1 = dpt_now();
     size_t rows = p->rows;
     res->vf_explained_var = dpt_explained_variance(p->ro.values, p->ro.returns, rows);
-    if (c->normalize_advantages)
+    if (c->normalize_advantages == DPT_RL_ADV_BATCH)
         dpt_normalize(p->ro.adv, rows);
     /* Shuffle the rows once; the epochs then permute whole minibatches. */
     for (size_t i = 0; i < rows; i++)
@@ -203,15 +184,25 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     dpt_rng_shuffle(&p->shuffle_rng, p->perm, rows);
     dpt__rollout_gather(&p->ro, p->perm, rows, p->obs, p->act, p->logp, p->adv, p->ret,
                         p->val);
+    /* The towers keep the first `keep` rows, device d holding rows
+     * [d keep/D, (d+1) keep/D); minibatch membership is fixed here, so each
+     * minibatch is normalized over all its rows before the load. */
+    size_t D = (size_t)c->num_devices, mb = c->sgd_minibatch_size, pdb = mb / D;
+    size_t keep = rows - rows % mb;
+    if (c->normalize_advantages == DPT_RL_ADV_MINIBATCH)
+        dpt__rl_normalize_minibatches(p->adv, D, keep / D, pdb);
     dpt_batch_t b;
     dpt_towers_load_info_t li;
     if ((rc = dpt_ppo_batch(&b, p->cls, rows, p->obs, p->act, p->logp, p->adv, p->ret,
                             p->val)) != 0 ||
         (rc = dpt_towers_load(p->towers, 0, &b, &li)) != 0)
         return rc;
+    if (li.rows_loaded != keep || li.per_device_batch != pdb || li.steps > p->max_minibatches)
+        return dpt_error(DPT_ESTATE, "ppo: the towers loaded %zu rows in %zu minibatches of %zu "
+                         "rows per device; expected %zu rows in minibatches of %zu",
+                         li.rows_loaded, li.steps, li.per_device_batch, keep, pdb);
     float lr = dpt__rl_lr(c, p->timesteps);
-    size_t order[4096];
-    size_t nmb = li.steps < 4096 ? li.steps : 4096;
+    size_t nmb = li.steps, *order = p->order;
     double sums[6] = {0};
     size_t nsteps = 0;
     for (int e = 0; e < c->num_sgd_iter; e++) {
@@ -257,6 +248,34 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     res->env_steps_per_s = (double)rows / (t2 - t0);
     res->rows_min = rows;
     return DPT_OK;
+}
+
+void dpt__rl_normalize_minibatches(float *adv, size_t devices, size_t rows_per_device,
+                                   size_t per_device)
+{
+    size_t n = devices * per_device;
+    if (n == 0)
+        return;
+    /* The sums run device by device, row by row: with one device this is
+     * dpt_normalize() of each contiguous minibatch, bit for bit. */
+    for (size_t o = 0; o + per_device <= rows_per_device; o += per_device) {
+        double m = 0.0, s = 0.0;
+        for (size_t d = 0; d < devices; d++)
+            for (size_t k = 0; k < per_device; k++)
+                m += (double)adv[d * rows_per_device + o + k];
+        m /= (double)n;
+        for (size_t d = 0; d < devices; d++)
+            for (size_t k = 0; k < per_device; k++) {
+                double x = (double)adv[d * rows_per_device + o + k] - m;
+                s += x * x;
+            }
+        double sd = sqrt(s / (double)n) + 1e-8;
+        for (size_t d = 0; d < devices; d++)
+            for (size_t k = 0; k < per_device; k++) {
+                float *x = &adv[d * rows_per_device + o + k];
+                *x = (float)(((double)*x - m) / sd);
+            }
+    }
 }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
@@ -317,9 +336,7 @@ int dpt_ppo_checkpoint(dpt_ppo_t *p, dpt_safetensors_writer_t *w)
         (rc = dpt_safetensors_add_arena(w, "params.", vars, p->params.data, p->params.count)) !=
             0 ||
         (rc = dpt__rl_add_optim(w, dpt_towers_optimizer(p->towers), vars)) != 0 ||
-        (rc = dpt_safetensors_add_blob(w, "ppo.state", p->blob, bytes)) != 0 ||
-        (rc = dpt_safetensors_set_meta_u64(w, "iteration", p->iteration)) != 0 ||
-        (rc = dpt_safetensors_set_meta_u64(w, "timesteps_total", p->timesteps)) != 0)
+        (rc = dpt_safetensors_add_blob(w, "ppo.state", p->blob, bytes)) != 0)
         return rc;
     return DPT_OK;
 }

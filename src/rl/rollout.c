@@ -212,23 +212,33 @@ int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes)
     return dpt_vecenv_save_state(r->env, p, dpt_vecenv_state_bytes(r->env));
 }
 
-int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes)
+int dpt__rollout_check_state(const dpt__rollout_t *r, const void *buf, size_t bytes)
 {
     if (bytes != dpt__rollout_state_bytes(r))
         return dpt_error(DPT_EFORMAT, "rollout state: %zu bytes, this configuration needs %zu "
                          "(different envs or observation size?)", bytes,
                          dpt__rollout_state_bytes(r));
+    uint64_t head[5];
+    memcpy(head, buf, sizeof head);
+    if (head[0] != DPT__ROLLOUT_MAGIC || head[2] > DPT__EPISODE_WINDOW ||
+        head[3] >= DPT__EPISODE_WINDOW)
+        return dpt_error(DPT_EFORMAT, "rollout state: bad header");
+    return dpt__vecenv_check_state(r->env, (const char *)buf + dpt__rollout_fixed_bytes(r),
+                                   dpt_vecenv_state_bytes(r->env));
+}
+
+int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes)
+{
+    int rc = dpt__rollout_check_state(r, buf, bytes);
+    if (rc)
+        return rc;
+    /* Checked: neither the env load nor the rest can fail from here on. */
     const char *p = buf;
     uint64_t head[5];
     memcpy(head, p, sizeof head);
     p += sizeof head;
-    if (head[0] != DPT__ROLLOUT_MAGIC || head[2] > DPT__EPISODE_WINDOW ||
-        head[3] >= DPT__EPISODE_WINDOW)
-        return dpt_error(DPT_EFORMAT, "rollout state: bad header");
-    int rc = dpt_vecenv_load_state(r->env, p + sizeof r->ret_window + sizeof r->len_window +
-                                                r->N * r->obs_dim * sizeof(float),
-                                   dpt_vecenv_state_bytes(r->env));
-    if (rc)
+    if ((rc = dpt_vecenv_load_state(r->env, (const char *)buf + dpt__rollout_fixed_bytes(r),
+                                    dpt_vecenv_state_bytes(r->env))) != 0)
         return rc;
     dpt_rng_seek(&r->act_rng, head[1]);
     r->wcount = (size_t)head[2];

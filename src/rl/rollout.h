@@ -9,7 +9,7 @@
 #include "dpt/env.h"
 #include "dpt/rl.h"
 #include "dpt/optim.h"
-#include "dpt/trainer.h"
+#include "rl_trainers.h"
 
 #define DPT__EPISODE_WINDOW 100
 
@@ -64,6 +64,10 @@ void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *m
 size_t dpt__rollout_state_bytes(const dpt__rollout_t *r);
 int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes);
 int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes);
+/* Every check of dpt__rollout_load_state, changing nothing. */
+int dpt__rollout_check_state(const dpt__rollout_t *r, const void *buf, size_t bytes);
+/* Every check of dpt_vecenv_load_state, changing nothing (src/rl/env.c). */
+int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes);
 
 /* Shared by both trainers: config validation (rows_per_batch = rows one
  * worker/sampler collects) and the learning rate of an iteration that starts

@@ -1,12 +1,15 @@
 /*
- * dpt/trainer.h — PPO on the towers engine, and DD-PPO workers.
+ * src/rl/rl_trainers.h — internal: the PPO and DD-PPO engines behind the
+ * trainers of src/train/ (dpt/train.h: job = ppo, job = ddppo). Not
+ * installed; tests include it for the lower-level DD-PPO hooks.
  *
  * Both sample fixed-length fragments from vectorized C environments, compute
  * GAE(lambda) advantages (bootstrapping from the value of the last
  * observation when an episode is truncated), and run num_sgd_iter epochs of
  * shuffled minibatches of the PPO loss (dpt/rl.h) with Adam and global-norm
  * clipping, the learning rate optionally annealed linearly to 0 over
- * total_timesteps.
+ * total_timesteps. Advantages are standardized per minibatch (CleanRL), per
+ * batch (RLlib) or not at all (normalize_advantages).
  *
  *  - PPO (dpt_ppo_*): one sampler, learning through the towers engine: the
  *    batch is shuffled once, loaded once, and every epoch visits its
@@ -21,11 +24,11 @@
  *    others stop early, but every worker collects at least 25% of its
  *    fragment (DD-PPO paper, section 4).
  *
- * The trainers never print; each iteration fills a dpt_rl_result_t whose
- * fields the command writes under RLlib's metric names.
+ * The engines never print; each iteration fills a dpt_rl_result_t that the
+ * trainers turn into RLlib's metric names (src/train/rl_common.c).
  */
-#ifndef DPT_TRAINER_H
-#define DPT_TRAINER_H
+#ifndef DPT_RL_TRAINERS_H
+#define DPT_RL_TRAINERS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -35,10 +38,14 @@
 #include "dpt/env.h"
 #include "dpt/rl.h"
 #include "dpt/towers.h"
+#include "dpt/train.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+/* normalize_advantages: the index of the key's choice ("minibatch|batch|off"). */
+typedef enum dpt_rl_adv_norm {
+    DPT_RL_ADV_MINIBATCH = 0, /* each minibatch over its own rows (CleanRL) */
+    DPT_RL_ADV_BATCH = 1,     /* the whole batch of an iteration (RLlib) */
+    DPT_RL_ADV_OFF = 2
+} dpt_rl_adv_norm_t;
 
 typedef struct dpt_rl_config {
     uint64_t seed;
@@ -52,12 +59,13 @@ typedef struct dpt_rl_config {
     int anneal_lr;                   /* linear decay to 0 over total_timesteps */
     float adam_eps;
     double grad_clip;                /* 0 = off */
-    int normalize_advantages;
+    dpt_rl_adv_norm_t normalize_advantages;
     float reward_scale;              /* rewards are multiplied by this for learning (1 = off);
                                       * episode returns are reported unscaled */
     size_t hidden[DPT_POLICY_MAX_HIDDEN];
     int nhidden;
     uint64_t total_timesteps;        /* for annealing (all workers together) */
+    double comm_timeout_s;           /* collectives (replicated towers, DD-PPO threads) */
     /* PPO only */
     int num_devices;                 /* towers */
     dpt_towers_mode_t towers_mode;
@@ -66,12 +74,16 @@ typedef struct dpt_rl_config {
     int check_weights_every;         /* identical-weights check period; 0 = off */
 } dpt_rl_config_t;
 
-/* CleanRL's CartPole PPO settings: 4 envs x 128 steps, 4 minibatches of 128,
- * 4 epochs, lr 2.5e-4 annealed, gamma 0.99, lambda 0.95, clip 0.2, value
- * clip 0.2, entropy 0.01, value coef 0.5, grad norm 0.5, Adam eps 1e-5,
- * 64-64 tanh, 500k steps; PPO: 1 device, ps. DD-PPO: sync_frac 0.6,
- * weight check every 10 iterations. */
-dpt_rl_config_t dpt_rl_defaults(void);
+/* The engine settings of a finalized config of job ppo or ddppo (the key
+ * table is the only source of defaults). DPT_EINVAL naming the key when a
+ * value does not fit (policy_hidden with more than DPT_POLICY_MAX_HIDDEN
+ * layers), or when the config is not finalized or not an RL job. */
+int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out);
+/* The key table's defaults of `job` (DPT_JOB_PPO: CleanRL's CartPole
+ * settings; DPT_JOB_DDPPO: the DD-PPO keys) as engine settings: a config
+ * with only job set, finalized and converted. Errors: DPT_ENOMEM,
+ * DPT_EINVAL (not an RL job). */
+int dpt_rl_defaults(dpt_job_t job, dpt_rl_config_t *out);
 
 /* What an iteration did; for DD-PPO, aggregated over every worker. */
 typedef struct dpt_rl_result {
@@ -92,7 +104,9 @@ typedef struct dpt_rl_result {
 
 typedef struct dpt_ppo dpt_ppo_t;
 
-/* Creates the trainer for envs of class `cls` (borrowed). Errors: DPT_EINVAL
+/* Creates the trainer for envs of class `cls` (borrowed). The minibatch
+ * order buffer is sized here from the config (rows / sgd_minibatch_size
+ * minibatches per epoch), so no batch size is capped. Errors: DPT_EINVAL
  * naming the bad field (e.g. a minibatch larger than the batch), and those
  * of the towers engine. */
 int dpt_ppo_create(dpt_ppo_t **ppo, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg);
@@ -104,17 +118,24 @@ dpt_policy_t *dpt_ppo_policy(dpt_ppo_t *ppo);
 int dpt_ppo_get_weights(dpt_ppo_t *ppo, float *out, size_t count);
 
 /* Adds the trainer's complete state to a checkpoint writer: parameters
- * ("params." + variable), Adam's moments ("optim.m.", "optim.v."), and a
- * blob "ppo.state" (envs, RNG positions, counters); metadata
- * "dpt.job"-independent keys "iteration", "timesteps_total",
- * "optim_step". Data is borrowed until the writer saves; do not train in
- * between. */
+ * ("params." + variable), Adam's moments ("optim.m.", "optim.v."), a blob
+ * "ppo.state" (envs, RNG positions, the iteration and timestep counters)
+ * and metadata "optim_step". Data is borrowed until the writer saves; do
+ * not train in between. */
 int dpt_ppo_checkpoint(dpt_ppo_t *ppo, dpt_safetensors_writer_t *w);
 /* Restores what dpt_ppo_checkpoint wrote, so training continues exactly as
  * if never interrupted. Errors name the checkpoint and the mismatch; on
  * error the trainer is unchanged. */
 int dpt_ppo_restore(dpt_ppo_t *ppo, const dpt_safetensors_t *st);
 uint64_t dpt_ppo_iteration(const dpt_ppo_t *ppo);
+
+/* Per-minibatch advantage normalization for a batch laid out as the towers
+ * load it: `devices` contiguous slices of `rows_per_device` rows; the
+ * minibatch at offset o (a multiple of `per_device`) is rows o..o+per_device
+ * of every slice. Each minibatch is standardized over all its rows (every
+ * device's), as dpt_normalize() would standardize them gathered. */
+void dpt__rl_normalize_minibatches(float *adv, size_t devices, size_t rows_per_device,
+                                   size_t per_device);
 
 /* ---- DD-PPO workers ---------------------------------------------------------------- */
 
@@ -150,16 +171,27 @@ int dpt_ddppo_check_weights(dpt_ddppo_t *w);
 
 /* Checkpointing DD-PPO: the parameters and optimizer state are identical on
  * every worker; each worker adds its own envs/RNG state as bytes.
- * dpt_ddppo_checkpoint_common adds "params.", "optim.m.", "optim.v." and the
- * counters of worker `w` (call it for one worker); state_bytes/save_state
- * give one worker's private state (the same size on every worker), stored
- * by the caller as "worker.<rank>". */
+ * dpt_ddppo_checkpoint_common adds "params.", "optim.m.", "optim.v.",
+ * "optim_step" and the worker count "workers" (call it for one worker);
+ * state_bytes/save_state give one worker's private state (the same size on
+ * every worker, with its iteration and timestep counters), stored by the
+ * caller as "worker.<rank>". */
 int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr);
 size_t dpt_ddppo_state_bytes(const dpt_ddppo_t *w);
 int dpt_ddppo_save_state(const dpt_ddppo_t *w, void *buf, size_t bytes);
-/* Restores the common part from `st` and this worker's private bytes. */
+/* Restores the common part from `st` and this worker's private bytes
+ * (validates everything first; on error the worker is unchanged). */
 int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
                       size_t bytes);
+/* The same in two steps, so that workers can agree before any changes:
+ * prepare validates everything (worker count, sizes, the parameter and
+ * optimizer tensors, the private state) and keeps the loaded values;
+ * commit applies them (cannot fail); abort drops them. buf must stay valid
+ * until commit or abort. */
+int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
+                               size_t bytes);
+void dpt__ddppo_restore_commit(dpt_ddppo_t *w);
+void dpt__ddppo_restore_abort(dpt_ddppo_t *w);
 uint64_t dpt_ddppo_iteration(const dpt_ddppo_t *w);
 
 /* The per-worker batch-size rule: a worker that was not preempted must hold
@@ -173,7 +205,8 @@ int dpt_ddppo_check_batch(int worker, size_t rows, size_t expected, int preempte
 int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, size_t episodes,
                     double *mean_return, double *mean_length);
 
-#ifdef __cplusplus
-}
-#endif
-#endif /* DPT_TRAINER_H */
+/* The hidden layer sizes of a policy: copies them into out
+ * (DPT_POLICY_MAX_HIDDEN entries) and returns how many there are. */
+int dpt__policy_hidden(const dpt_policy_t *p, size_t *out);
+
+#endif /* DPT_RL_TRAINERS_H */

@@ -1,0 +1,250 @@
+/*
+ * What the PPO and DD-PPO trainers share: finding an env (built-in or
+ * plug-in), the engine settings of a config, results under RLlib's metric
+ * names, the policy's self-description, and evaluation of a checkpoint.
+ */
+#include "dpt/arena.h"
+#include "dpt/env.h"
+#include "dpt/rl.h"
+#include "dpt/status.h"
+#include "rl_internal.h"
+#include "train_internal.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- envs ---------------------------------------------------------------------- */
+
+int dpt__rl_find_env(const char *name, const dpt_env_class_t **out)
+{
+    *out = NULL;
+    /* The rule config finalize uses to resolve plug-in paths. */
+    if (!strchr(name, '/') && !strstr(name, ".so")) {
+        const dpt_env_class_t *cls = dpt_env_find(name);
+        if (!cls)
+            return dpt_error(DPT_EINVAL, "env = %s: %s", name, dpt_last_error());
+        *out = cls;
+        return DPT_OK;
+    }
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return dpt_error(DPT_ENOENT, "env plug-in %s: %s", name, why ? why : "cannot load");
+    }
+    /* ISO C has no cast from an object pointer to a function pointer. */
+    union {
+        void *p;
+        const dpt_env_class_t *(*fn)(void);
+    } sym;
+    sym.p = dlsym(h, DPT_ENV_PLUGIN_SYMBOL);
+    if (!sym.p) {
+        dlclose(h);
+        return dpt_error(DPT_EINVAL, "env plug-in %s does not export %s()", name,
+                         DPT_ENV_PLUGIN_SYMBOL);
+    }
+    const dpt_env_class_t *cls = sym.fn();
+    int rc = cls ? dpt_env_class_check(cls) : DPT_EINVAL;
+    if (rc) {
+        if (cls)
+            rc = dpt_error(rc, "env plug-in %s: %s", name, dpt_last_error());
+        else
+            rc = dpt_error(DPT_EINVAL, "env plug-in %s returned no class", name);
+        dlclose(h);
+        return rc;
+    }
+    /* The library stays loaded for the life of the process: the class, its
+     * name and its callbacks live in it. */
+    *out = cls;
+    return DPT_OK;
+}
+
+const struct dpt_env_class *dpt__find_env(const char *name)
+{
+    const dpt_env_class_t *cls;
+    return dpt__rl_find_env(name, &cls) ? NULL : cls;
+}
+
+/* ---- settings ------------------------------------------------------------------- */
+
+int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
+{
+    memset(out, 0, sizeof *out);
+    dpt_job_t job = dpt_config_job(c);
+    if (!dpt_config_finalized(c))
+        return dpt_error(DPT_EINVAL, "rl: the config is not finalized");
+    if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO)
+        return dpt_error(DPT_EINVAL, "rl: job %s is not ppo or ddppo", dpt_job_name(job));
+    out->seed = (uint64_t)DPT_CI(c, seed);
+    out->num_envs = (size_t)DPT_CI(c, num_envs_per_worker);
+    out->rollout_fragment_length = (size_t)DPT_CI(c, rollout_fragment_length);
+    out->sgd_minibatch_size = (size_t)DPT_CI(c, sgd_minibatch_size);
+    out->num_sgd_iter = (int)DPT_CI(c, num_sgd_iter);
+    out->gamma = DPT_CF(c, gamma);
+    out->lambda = DPT_CF(c, lambda);
+    out->loss.clip_param = (float)DPT_CF(c, clip_param);
+    out->loss.vf_clip_param = (float)DPT_CF(c, vf_clip_param);
+    out->loss.vf_coef = (float)DPT_CF(c, vf_loss_coeff);
+    out->loss.ent_coef = (float)DPT_CF(c, entropy_coeff);
+    out->lr = (float)DPT_CF(c, lr);
+    out->anneal_lr = DPT_CI(c, lr_schedule) == 1; /* "constant|linear" */
+    out->adam_eps = (float)DPT_CF(c, adam_eps);
+    out->grad_clip = DPT_CF(c, grad_clip);
+    out->normalize_advantages = (dpt_rl_adv_norm_t)DPT_CI(c, normalize_advantages);
+    out->reward_scale = (float)DPT_CF(c, reward_scale);
+    int nh = dpt__config_sizes(c, DPT_CFG_policy_hidden, out->hidden, DPT_POLICY_MAX_HIDDEN);
+    if (nh < 0)
+        return nh;
+    out->nhidden = nh;
+    out->total_timesteps = (uint64_t)DPT_CI(c, total_timesteps);
+    out->comm_timeout_s = DPT_CF(c, comm_timeout_s);
+    if (job == DPT_JOB_PPO) {
+        out->num_devices = (int)DPT_CI(c, num_devices);
+        int rc = dpt_towers_mode_parse(DPT_CS(c, towers_mode), &out->towers_mode);
+        if (rc)
+            return rc;
+        out->sync_frac = 1.0;
+        out->check_weights_every = 0;
+    } else {
+        out->num_devices = 1;
+        out->towers_mode = DPT_TOWERS_PS;
+        out->sync_frac = DPT_CF(c, sync_frac);
+        out->check_weights_every = (int)DPT_CI(c, check_weights_every);
+    }
+    return DPT_OK;
+}
+
+int dpt_rl_defaults(dpt_job_t job, dpt_rl_config_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO)
+        return dpt_error(DPT_EINVAL, "rl defaults: job %s is not ppo or ddppo",
+                         dpt_job_name(job));
+    dpt_config_t *c;
+    int rc = dpt_config_create(&c);
+    if (rc)
+        return rc;
+    char set[32];
+    snprintf(set, sizeof set, "job=%s", dpt_job_name(job));
+    if ((rc = dpt_config_set(c, set)) == 0 && (rc = dpt_config_finalize(c)) == 0)
+        rc = dpt__rl_config_from(c, out);
+    dpt_config_destroy(c);
+    return rc;
+}
+
+/* ---- results -------------------------------------------------------------------- */
+
+void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, int ddppo,
+                         dpt_train_result_t *r)
+{
+    r->iteration = rr->iteration;
+    r->timesteps_total = rr->timesteps_total;
+    double p = total_timesteps ? (double)rr->timesteps_total / (double)total_timesteps : 1.0;
+    r->progress = p < 1.0 ? p : 1.0;
+    r->finished = rr->timesteps_total >= total_timesteps;
+    r->reward_mean = rr->episode_reward_mean;
+    r->episodes_in_window = rr->episodes_in_window;
+    snprintf(r->line, sizeof r->line,
+             "iter %llu  steps %llu/%llu  return %.1f (last 20: %.1f)  %.0f steps/s",
+             (unsigned long long)rr->iteration, (unsigned long long)rr->timesteps_total,
+             (unsigned long long)total_timesteps, rr->episode_reward_mean,
+             rr->episode_reward_mean_20, rr->env_steps_per_s);
+    /* The names and order of the 0.1 command's result.jsonl; time_total_s
+     * is the run's to add. */
+    dpt_train_result_add(r, "training_iteration", (double)rr->iteration);
+    dpt_train_result_add(r, "timesteps_total", (double)rr->timesteps_total);
+    dpt_train_result_add(r, "timesteps_this_iter", (double)rr->timesteps_this_iter);
+    dpt_train_result_add(r, "episodes_total", (double)rr->episodes_total);
+    dpt_train_result_add(r, "episodes_this_iter", (double)rr->episodes_this_iter);
+    dpt_train_result_add(r, "episode_reward_mean", rr->episode_reward_mean);
+    dpt_train_result_add(r, "episode_reward_min", rr->episode_reward_min);
+    dpt_train_result_add(r, "episode_reward_max", rr->episode_reward_max);
+    dpt_train_result_add(r, "episode_len_mean", rr->episode_len_mean);
+    dpt_train_result_add(r, "episode_reward_mean_last20", rr->episode_reward_mean_20);
+    dpt_train_result_add(r, "env_steps_per_s", rr->env_steps_per_s);
+    dpt_train_result_add(r, "time_this_iter_s", rr->iteration_time_s);
+    dpt_train_result_add(r, "info/learner/default_policy/cur_lr", rr->cur_lr);
+    dpt_train_result_add(r, "info/learner/default_policy/policy_loss", rr->policy_loss);
+    dpt_train_result_add(r, "info/learner/default_policy/vf_loss", rr->vf_loss);
+    dpt_train_result_add(r, "info/learner/default_policy/entropy", rr->entropy);
+    dpt_train_result_add(r, "info/learner/default_policy/kl", rr->kl);
+    dpt_train_result_add(r, "info/learner/default_policy/clip_fraction", rr->clipfrac);
+    dpt_train_result_add(r, "info/learner/default_policy/grad_gnorm", rr->grad_norm);
+    dpt_train_result_add(r, "info/learner/default_policy/vf_explained_var",
+                         rr->vf_explained_var);
+    if (ddppo) {
+        dpt_train_result_add(r, "info/preempted_workers", (double)rr->preempted_workers);
+        dpt_train_result_add(r, "info/min_worker_rows", (double)rr->rows_min);
+    }
+    dpt_train_result_add(r, "timing_breakdown/sample_time_ms", rr->sample_time_s * 1e3);
+    dpt_train_result_add(r, "timing_breakdown/learn_time_ms", rr->learn_time_s * 1e3);
+}
+
+/* ---- description and evaluation --------------------------------------------------- */
+
+int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *policy,
+                         const char *env)
+{
+    const dpt_env_class_t *cls = dpt_policy_env_class(policy);
+    size_t hidden[DPT_POLICY_MAX_HIDDEN];
+    int nh = dpt__policy_hidden(policy, hidden);
+    char sizes[DPT_POLICY_MAX_HIDDEN * 12] = "";
+    for (int i = 0; i < nh; i++) {
+        size_t len = strlen(sizes);
+        snprintf(sizes + len, sizeof sizes - len, "%s%zu", i ? "," : "", hidden[i]);
+    }
+    int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
+    int rc = dpt_safetensors_set_meta(w, "env", env);
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(w, "obs_dim", cls->obs_dim);
+    if (!rc)
+        rc = dpt_safetensors_set_meta(w, "action_kind", discrete ? "discrete" : "continuous");
+    if (!rc)
+        rc = discrete ? dpt_safetensors_set_meta_u64(w, "num_actions", cls->num_actions)
+                      : dpt_safetensors_set_meta_u64(w, "action_dim", cls->action_dim);
+    if (!rc)
+        rc = dpt_safetensors_set_meta(w, "policy_hidden", sizes);
+    return rc;
+}
+
+int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t episodes,
+                          uint64_t seed, dpt_eval_result_t *out)
+{
+    if (episodes == 0)
+        return DPT_OK;
+    double ret, len;
+    int rc = dpt_rl_evaluate(policy, params, seed, episodes, &ret, &len);
+    if (rc)
+        return rc;
+    out->count = episodes;
+    out->mean_return = ret;
+    out->mean_length = len;
+    return DPT_OK;
+}
+
+int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st,
+                            size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+{
+    dpt_rl_config_t rc_cfg;
+    const dpt_env_class_t *cls;
+    int rc = dpt__rl_config_from(cfg, &rc_cfg);
+    if (!rc)
+        rc = dpt__rl_find_env(DPT_CS(cfg, env), &cls);
+    if (rc)
+        return rc;
+    dpt_policy_t *pol = NULL;
+    dpt_arena_t p = {0};
+    if ((rc = dpt_policy_create(&pol, cls, rc_cfg.hidden, rc_cfg.nhidden, 1)) != 0 ||
+        (rc = dpt_arena_init(&p, dpt_policy_vars(pol)->total)) != 0 ||
+        (rc = dpt_safetensors_load_arena(st, "params.", dpt_policy_vars(pol), p.data,
+                                         p.count)) != 0)
+        goto cleanup;
+    if (episodes == 0)
+        episodes = (size_t)DPT_CI(cfg, eval_episodes);
+    rc = dpt__rl_evaluate_into(pol, p.data, episodes, seed, out);
+cleanup:
+    dpt_arena_deinit(&p);
+    dpt_policy_destroy(pol);
+    return rc;
+}

@@ -1,0 +1,451 @@
+/*
+ * job = ddppo: the DD-PPO workers (src/rl/ddppo.c) of one process behind
+ * the trainer interface of dpt/train.h.
+ *
+ * The trainer owns num_workers workers and their communicator:
+ *   no MPI (or a world of one process)  threads backend, num_workers participants
+ *   MPI, num_workers == 1                mpi backend, one worker per process
+ *   MPI, num_workers > 1                 hier backend, num_workers threads per process
+ * Worker 0 runs on the calling thread, so the thread that initialized MPI
+ * is the only one that calls it (hier's thread 0; FUNNELED suffices).
+ * Workers 1..T-1 are persistent threads that sleep on a condition variable
+ * until the calling thread publishes a command (a new generation number);
+ * each runs its part and the last one to finish wakes the caller:
+ *
+ *   caller: lock; cmd, gen++, pending = T-1; broadcast; unlock
+ *           run worker 0's part
+ *           lock; wait until pending == 0; unlock; collect every rc
+ *   thread: lock; wait until gen changes; unlock; run its part;
+ *           lock; if --pending == 0 signal the caller; unlock
+ *
+ * A worker that fails never leaves the others blocked: the collectives time
+ * out after comm_timeout_s (threads and hier backends), so every command
+ * ends and its first failure is reported with the worker's index.
+ */
+#include "dpt/arena.h"
+#include "dpt/comm.h"
+#include "dpt/status.h"
+#include "rl_internal.h"
+#include "train_internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum dpt__dd_cmd {
+    DPT__DD_CREATE,
+    DPT__DD_ITERATE,
+    DPT__DD_CHECKPOINT,
+    DPT__DD_RESTORE,
+    DPT__DD_QUIT
+} dpt__dd_cmd_t;
+
+struct dpt__dd_trainer;
+
+typedef struct dpt__dd_worker {
+    struct dpt__dd_trainer *d;
+    int index;          /* thread of this process, 0..T-1 */
+    dpt_comm_t *comm;
+    dpt_ddppo_t *w;
+    pthread_t thread;
+    /* The outcome of the last command: written by the worker, read by the
+     * caller after the command's hand-back under the mutex. */
+    int rc;
+    int peer_only;      /* failed only because another worker did */
+    char msg[512];      /* dpt_last_error() is per thread: a copy */
+    dpt_rl_result_t res;
+    float *state;       /* checkpoint: this worker's private state [state_floats] */
+    float *gathered;    /* checkpoint: every worker's [size * state_floats]; worker 0's
+                         * is borrowed by the writer until it saves */
+} dpt__dd_worker_t;
+
+typedef struct dpt__dd_trainer {
+    const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
+    dpt_rl_config_t rc;
+    const dpt_env_class_t *cls;
+    int T;                   /* workers in this process */
+    int size;                /* workers in the run (all processes) */
+    dpt_comm_threads_group_t *tg;
+    dpt_comm_hier_group_t *hg;
+    dpt_ddppo_shared_t *shared;
+    dpt__dd_worker_t *wk;    /* [T] */
+    int nstarted;            /* threads running: workers 1..nstarted */
+    int sync_ready;          /* mu and the condition variables are initialized */
+    pthread_mutex_t mu;
+    pthread_cond_t cmd_cv;   /* a new command (gen changed) */
+    pthread_cond_t done_cv;  /* pending reached 0 */
+    uint64_t gen;
+    dpt__dd_cmd_t cmd;
+    int pending;
+    /* Arguments of the command in flight (read-only for the workers). */
+    dpt_safetensors_writer_t *writer;
+    const dpt_safetensors_t *st;
+    size_t state_bytes, state_floats;
+} dpt__dd_trainer_t;
+
+/* ---- one worker's part of each command ------------------------------------------- */
+
+/* Collective checkpoint: the weights are compared (so the saved parameters
+ * are every worker's), then every worker's private state is all-gathered
+ * and global rank 0 adds the common part and one blob per worker. */
+static int dpt__dd_checkpoint_part(dpt__dd_worker_t *wk)
+{
+    dpt__dd_trainer_t *d = wk->d;
+    size_t nf = d->state_floats;
+    /* Both buffers were allocated at create: nothing here fails before the
+     * all-gather but the comparison, which is itself collective. */
+    int rc = dpt_ddppo_check_weights(wk->w);
+    if (rc)
+        return rc;
+    rc = dpt_ddppo_save_state(wk->w, wk->state, d->state_bytes);
+    /* Every worker enters the all-gather, even after a local failure, or
+     * the others would wait for it until the collective times out. */
+    int grc = dpt_comm_allgather(wk->comm, wk->state, nf, wk->gathered);
+    if (!rc)
+        rc = grc;
+    if (rc || !d->writer || dpt_comm_rank(wk->comm) != 0)
+        return rc;
+    rc = dpt_ddppo_checkpoint_common(wk->w, d->writer);
+    for (int r = 0; !rc && r < d->size; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "worker.%d", r);
+        rc = dpt_safetensors_add_blob(d->writer, name, wk->gathered + (size_t)r * nf,
+                                      d->state_bytes);
+    }
+    return rc;
+}
+
+/* Every worker validates its part first; one all-reduce tells all whether
+ * every worker of every process can restore, and only then do they apply
+ * it, so a failed restore changes no worker. */
+static int dpt__dd_restore_part(dpt__dd_worker_t *wk)
+{
+    dpt__dd_trainer_t *d = wk->d;
+    char name[32];
+    const void *blob = NULL;
+    size_t bytes = 0;
+    snprintf(name, sizeof name, "worker.%d", dpt_comm_rank(wk->comm));
+    int rc = dpt_safetensors_get_blob(d->st, name, &blob, &bytes);
+    if (!rc)
+        rc = dpt__ddppo_restore_prepare(wk->w, d->st, blob, bytes);
+    float failed = rc ? 1.0f : 0.0f;
+    int grc = dpt_comm_allreduce(wk->comm, &failed, 1, DPT_REDUCE_SUM);
+    if (!rc && grc)
+        rc = grc;
+    if (!rc && failed > 0.0f) {
+        wk->peer_only = 1;
+        rc = dpt_error(DPT_EFORMAT, "checkpoint %s: another worker cannot restore from it "
+                       "(its process reports why); nothing was restored",
+                       dpt_safetensors_path(d->st));
+    }
+    if (rc)
+        dpt__ddppo_restore_abort(wk->w);
+    else
+        dpt__ddppo_restore_commit(wk->w);
+    return rc;
+}
+
+static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
+{
+    dpt__dd_trainer_t *d = wk->d;
+    int rc = DPT_OK;
+    wk->peer_only = 0;
+    switch (cmd) {
+    case DPT__DD_CREATE:
+        rc = dpt_ddppo_worker_create(&wk->w, d->cls, &d->rc, wk->comm, d->shared);
+        break;
+    case DPT__DD_ITERATE:
+        rc = dpt_ddppo_worker_train(wk->w, &wk->res);
+        break;
+    case DPT__DD_CHECKPOINT:
+        rc = dpt__dd_checkpoint_part(wk);
+        break;
+    case DPT__DD_RESTORE:
+        rc = dpt__dd_restore_part(wk);
+        break;
+    case DPT__DD_QUIT:
+        break;
+    }
+    wk->rc = rc;
+    if (rc)
+        snprintf(wk->msg, sizeof wk->msg, "%s", dpt_last_error());
+}
+
+static void *dpt__dd_thread_main(void *arg)
+{
+    dpt__dd_worker_t *wk = arg;
+    dpt__dd_trainer_t *d = wk->d;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (d->gen == seen)
+            pthread_cond_wait(&d->cmd_cv, &d->mu);
+        seen = d->gen;
+        dpt__dd_cmd_t cmd = d->cmd;
+        pthread_mutex_unlock(&d->mu);
+        if (cmd == DPT__DD_QUIT)
+            return NULL;
+        dpt__dd_do(wk, cmd);
+        pthread_mutex_lock(&d->mu);
+        if (--d->pending == 0)
+            pthread_cond_signal(&d->done_cv);
+    }
+}
+
+/* Runs cmd on every worker (worker 0 here, the others on their threads)
+ * and returns the first failure: a worker's own error before one that only
+ * reports another worker's. */
+static int dpt__dd_run(dpt__dd_trainer_t *d, dpt__dd_cmd_t cmd)
+{
+    if (d->T > 1) {
+        pthread_mutex_lock(&d->mu);
+        d->cmd = cmd;
+        d->gen++;
+        d->pending = d->T - 1;
+        pthread_cond_broadcast(&d->cmd_cv);
+        pthread_mutex_unlock(&d->mu);
+    }
+    dpt__dd_do(&d->wk[0], cmd);
+    if (d->T > 1) {
+        pthread_mutex_lock(&d->mu);
+        while (d->pending > 0)
+            pthread_cond_wait(&d->done_cv, &d->mu);
+        pthread_mutex_unlock(&d->mu);
+    }
+    const dpt__dd_worker_t *bad = NULL;
+    for (int pass = 0; pass < 2 && !bad; pass++)
+        for (int i = 0; i < d->T && !bad; i++)
+            if (d->wk[i].rc && (pass == 1 || !d->wk[i].peer_only))
+                bad = &d->wk[i];
+    if (!bad)
+        return DPT_OK;
+    return dpt_error(bad->rc, "ddppo worker %d: %s",
+                     bad->comm ? dpt_comm_rank(bad->comm) : bad->index, bad->msg);
+}
+
+/* ---- trainer ops ----------------------------------------------------------------- */
+
+static void dpt__dd_destroy(void *self)
+{
+    dpt__dd_trainer_t *d = self;
+    if (!d)
+        return;
+    if (d->nstarted > 0) {
+        pthread_mutex_lock(&d->mu);
+        d->cmd = DPT__DD_QUIT;
+        d->gen++;
+        pthread_cond_broadcast(&d->cmd_cv);
+        pthread_mutex_unlock(&d->mu);
+        for (int i = 1; i <= d->nstarted; i++)
+            pthread_join(d->wk[i].thread, NULL);
+    }
+    for (int i = 0; d->wk && i < d->T; i++) {
+        dpt_ddppo_worker_destroy(d->wk[i].w);
+        /* Handles go before their group; MPI calls stay on this thread. */
+        dpt_comm_destroy(d->wk[i].comm);
+        free(d->wk[i].state);
+        free(d->wk[i].gathered);
+    }
+    dpt_comm_threads_group_destroy(d->tg);
+    dpt_comm_hier_group_destroy(d->hg);
+    dpt_ddppo_shared_destroy(d->shared);
+    if (d->sync_ready) {
+        pthread_cond_destroy(&d->done_cv);
+        pthread_cond_destroy(&d->cmd_cv);
+        pthread_mutex_destroy(&d->mu);
+    }
+    free(d->wk);
+    free(d);
+}
+
+/* The communicator of every worker of this process (see the table at the
+ * top of this file). */
+static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
+{
+    int rc;
+    if (mpi && d->T == 1) {
+        dpt_comm_mpi_options_t mo;
+        dpt_comm_mpi_options_init(&mo);
+        return dpt_comm_mpi_create(&d->wk[0].comm, &mo);
+    }
+    if (mpi) {
+        dpt_comm_hier_options_t ho;
+        dpt_comm_hier_options_init(&ho);
+        ho.threads.timeout_s = d->rc.comm_timeout_s;
+        rc = dpt_comm_hier_group_create(&d->hg, d->T, &ho);
+        for (int i = 0; !rc && i < d->T; i++)
+            rc = dpt_comm_hier_join(d->hg, i, &d->wk[i].comm);
+        return rc;
+    }
+    dpt_comm_threads_options_t to;
+    dpt_comm_threads_options_init(&to);
+    to.timeout_s = d->rc.comm_timeout_s;
+    rc = dpt_comm_threads_group_create(&d->tg, d->T, &to);
+    for (int i = 0; !rc && i < d->T; i++)
+        rc = dpt_comm_threads_join(d->tg, i, &d->wk[i].comm);
+    return rc;
+}
+
+static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
+{
+    *self = NULL;
+    dpt__dd_trainer_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the trainer");
+    d->cfg = cfg;
+    int rc = dpt__rl_config_from(cfg, &d->rc);
+    if (!rc)
+        rc = dpt__rl_find_env(DPT_CS(cfg, env), &d->cls);
+    if (rc)
+        goto fail;
+    d->T = (int)DPT_CI(cfg, num_workers);
+    d->wk = calloc((size_t)d->T, sizeof *d->wk);
+    if (!d->wk) {
+        rc = dpt_error(DPT_ENOMEM, "ddppo: cannot allocate %d workers", d->T);
+        goto fail;
+    }
+    for (int i = 0; i < d->T; i++) {
+        d->wk[i].d = d;
+        d->wk[i].index = i;
+    }
+    if (pthread_mutex_init(&d->mu, NULL) != 0) {
+        rc = dpt_error(DPT_ETHREAD, "ddppo: cannot create a mutex");
+        goto fail;
+    }
+    if (pthread_cond_init(&d->cmd_cv, NULL) != 0) {
+        pthread_mutex_destroy(&d->mu);
+        rc = dpt_error(DPT_ETHREAD, "ddppo: cannot create a condition variable");
+        goto fail;
+    }
+    if (pthread_cond_init(&d->done_cv, NULL) != 0) {
+        pthread_cond_destroy(&d->cmd_cv);
+        pthread_mutex_destroy(&d->mu);
+        rc = dpt_error(DPT_ETHREAD, "ddppo: cannot create a condition variable");
+        goto fail;
+    }
+    d->sync_ready = 1;
+    int mpi = env && env->use_mpi && dpt__mpi_world_size() > 1;
+    if ((rc = dpt__dd_comms(d, mpi)) != 0 ||
+        (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
+        goto fail;
+    d->size = dpt_comm_size(d->wk[0].comm);
+    for (int i = 1; i < d->T; i++) {
+        if (pthread_create(&d->wk[i].thread, NULL, dpt__dd_thread_main, &d->wk[i]) != 0) {
+            rc = dpt_error(DPT_ETHREAD, "ddppo: cannot start worker thread %d of %d", i, d->T);
+            goto fail;
+        }
+        d->nstarted = i;
+    }
+    if ((rc = dpt__dd_run(d, DPT__DD_CREATE)) != 0)
+        goto fail;
+    d->state_bytes = dpt_ddppo_state_bytes(d->wk[0].w);
+    d->state_floats = (d->state_bytes + sizeof(float) - 1) / sizeof(float);
+    size_t all;
+    if (dpt_mul_size(d->state_floats, (size_t)d->size, &all)) {
+        rc = dpt_error(DPT_EOVERFLOW, "ddppo: %d workers' checkpoint states overflow", d->size);
+        goto fail;
+    }
+    for (int i = 0; i < d->T; i++) {
+        dpt__dd_worker_t *wk = &d->wk[i];
+        wk->state = calloc(d->state_floats, sizeof(float));
+        wk->gathered = calloc(all, sizeof(float));
+        if (!wk->state || !wk->gathered) {
+            rc = dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the checkpoint states of %d "
+                           "workers (%zu floats)", d->size, all);
+            goto fail;
+        }
+    }
+    *self = d;
+    return DPT_OK;
+fail:
+    dpt__dd_destroy(d);
+    return rc;
+}
+
+static int dpt__dd_iterate(void *self, dpt_train_result_t *r)
+{
+    dpt__dd_trainer_t *d = self;
+    int rc = dpt__dd_run(d, DPT__DD_ITERATE);
+    if (rc)
+        return rc;
+    /* Every worker holds the same aggregated result. */
+    dpt__rl_fill_result(&d->wk[0].res, d->rc.total_timesteps, 1, r);
+    return DPT_OK;
+}
+
+static int dpt__dd_checkpoint(void *self, dpt_safetensors_writer_t *w)
+{
+    dpt__dd_trainer_t *d = self;
+    d->writer = w;
+    int rc = dpt__dd_run(d, DPT__DD_CHECKPOINT);
+    d->writer = NULL;
+    return rc;
+}
+
+static int dpt__dd_restore(void *self, const dpt_safetensors_t *st)
+{
+    dpt__dd_trainer_t *d = self;
+    /* Checked before any collective: every process reads the same file, so
+     * all of them return here together. */
+    uint64_t workers = 0;
+    int rc = dpt_safetensors_meta_u64(st, "workers", &workers);
+    if (rc)
+        return rc;
+    if (workers != (uint64_t)d->size)
+        return dpt_error(DPT_EINVAL, "checkpoint %s was written by %llu DD-PPO workers, this "
+                         "run has %d (num_workers x processes)", dpt_safetensors_path(st),
+                         (unsigned long long)workers, d->size);
+    d->st = st;
+    rc = dpt__dd_run(d, DPT__DD_RESTORE);
+    d->st = NULL;
+    return rc;
+}
+
+static const dpt_vartable_t *dpt__dd_vars(void *self)
+{
+    dpt__dd_trainer_t *d = self;
+    return dpt_policy_vars(dpt_ddppo_policy(d->wk[0].w));
+}
+
+static int dpt__dd_get_weights(void *self, float *out, size_t count)
+{
+    dpt__dd_trainer_t *d = self;
+    size_t n = dpt__dd_vars(self)->total;
+    if (count != n)
+        return dpt_error(DPT_EINVAL, "ddppo weights: %zu floats asked, the policy has %zu",
+                         count, n);
+    memcpy(out, dpt_ddppo_weights(d->wk[0].w), n * sizeof(float));
+    return DPT_OK;
+}
+
+static int dpt__dd_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+{
+    dpt__dd_trainer_t *d = self;
+    /* The workers are idle between commands: worker 0's policy is free. */
+    return dpt__rl_evaluate_into(dpt_ddppo_policy(d->wk[0].w), dpt_ddppo_weights(d->wk[0].w),
+                                 episodes, seed, out);
+}
+
+static int dpt__dd_describe(void *self, dpt_safetensors_writer_t *w)
+{
+    dpt__dd_trainer_t *d = self;
+    int rc = dpt__describe_policy(w, dpt_ddppo_policy(d->wk[0].w), DPT_CS(d->cfg, env));
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(w, "workers", (uint64_t)d->size);
+    return rc;
+}
+
+const dpt_trainer_ops_t dpt__ddppo_ops = {
+    .job = DPT_JOB_DDPPO,
+    .create = dpt__dd_create,
+    .destroy = dpt__dd_destroy,
+    .iterate = dpt__dd_iterate,
+    .checkpoint = dpt__dd_checkpoint,
+    .restore = dpt__dd_restore,
+    .vars = dpt__dd_vars,
+    .get_weights = dpt__dd_get_weights,
+    .evaluate = dpt__dd_evaluate,
+    .describe = dpt__dd_describe,
+    .eval_checkpoint = dpt__rl_eval_checkpoint,
+};

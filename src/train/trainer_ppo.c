@@ -1,0 +1,121 @@
+/*
+ * job = ppo: the PPO engine (src/rl/ppo.c: one sampler, learning through
+ * the towers engine) behind the trainer interface of dpt/train.h.
+ */
+#include "dpt/arena.h"
+#include "dpt/status.h"
+#include "rl_internal.h"
+#include "train_internal.h"
+
+#include <stdlib.h>
+
+typedef struct dpt__ppo_trainer {
+    const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
+    dpt_rl_config_t rc;
+    dpt_ppo_t *ppo;
+    dpt_arena_t eval_params; /* the current weights, for evaluate() */
+} dpt__ppo_trainer_t;
+
+static void dpt__ppo_destroy(void *self)
+{
+    dpt__ppo_trainer_t *t = self;
+    if (!t)
+        return;
+    dpt_ppo_destroy(t->ppo);
+    dpt_arena_deinit(&t->eval_params);
+    free(t);
+}
+
+static int dpt__ppo_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
+{
+    *self = NULL;
+    /* One sampler feeds one set of towers: several processes would each
+     * train their own model and write the same run directory. */
+    if (env && env->use_mpi && dpt__mpi_world_size() > 1)
+        return dpt_error(DPT_EINVAL, "ppo does not run under mpirun (one sampler, one "
+                         "process); use job = ddppo to train across processes");
+    dpt__ppo_trainer_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return dpt_error(DPT_ENOMEM, "ppo: cannot allocate the trainer");
+    t->cfg = cfg;
+    const dpt_env_class_t *cls;
+    int rc = dpt__rl_config_from(cfg, &t->rc);
+    if (!rc)
+        rc = dpt__rl_find_env(DPT_CS(cfg, env), &cls);
+    if (!rc)
+        rc = dpt_ppo_create(&t->ppo, cls, &t->rc);
+    if (!rc)
+        rc = dpt_arena_init(&t->eval_params, dpt_policy_vars(dpt_ppo_policy(t->ppo))->total);
+    if (rc) {
+        dpt__ppo_destroy(t);
+        return rc;
+    }
+    *self = t;
+    return DPT_OK;
+}
+
+static int dpt__ppo_iterate(void *self, dpt_train_result_t *r)
+{
+    dpt__ppo_trainer_t *t = self;
+    dpt_rl_result_t rr;
+    int rc = dpt_ppo_train(t->ppo, &rr);
+    if (rc)
+        return rc;
+    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0, r);
+    return DPT_OK;
+}
+
+static int dpt__ppo_checkpoint(void *self, dpt_safetensors_writer_t *w)
+{
+    dpt__ppo_trainer_t *t = self;
+    /* One process: only a writer's owner has anything to do. */
+    return w ? dpt_ppo_checkpoint(t->ppo, w) : DPT_OK;
+}
+
+static int dpt__ppo_restore(void *self, const dpt_safetensors_t *st)
+{
+    dpt__ppo_trainer_t *t = self;
+    return dpt_ppo_restore(t->ppo, st);
+}
+
+static const dpt_vartable_t *dpt__ppo_vars(void *self)
+{
+    dpt__ppo_trainer_t *t = self;
+    return dpt_policy_vars(dpt_ppo_policy(t->ppo));
+}
+
+static int dpt__ppo_get_weights(void *self, float *out, size_t count)
+{
+    dpt__ppo_trainer_t *t = self;
+    return dpt_ppo_get_weights(t->ppo, out, count);
+}
+
+static int dpt__ppo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+{
+    dpt__ppo_trainer_t *t = self;
+    int rc = dpt_ppo_get_weights(t->ppo, t->eval_params.data, t->eval_params.count);
+    if (rc)
+        return rc;
+    return dpt__rl_evaluate_into(dpt_ppo_policy(t->ppo), t->eval_params.data, episodes, seed,
+                                 out);
+}
+
+static int dpt__ppo_describe(void *self, dpt_safetensors_writer_t *w)
+{
+    dpt__ppo_trainer_t *t = self;
+    return dpt__describe_policy(w, dpt_ppo_policy(t->ppo), DPT_CS(t->cfg, env));
+}
+
+const dpt_trainer_ops_t dpt__ppo_ops = {
+    .job = DPT_JOB_PPO,
+    .create = dpt__ppo_create,
+    .destroy = dpt__ppo_destroy,
+    .iterate = dpt__ppo_iterate,
+    .checkpoint = dpt__ppo_checkpoint,
+    .restore = dpt__ppo_restore,
+    .vars = dpt__ppo_vars,
+    .get_weights = dpt__ppo_get_weights,
+    .evaluate = dpt__ppo_evaluate,
+    .describe = dpt__ppo_describe,
+    .eval_checkpoint = dpt__rl_eval_checkpoint,
+};
