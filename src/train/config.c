@@ -543,10 +543,10 @@ static int dpt__cross_checks(const dpt_config_t *c)
     int64_t rows = envs * frag, mb = c->v[DPT_CFG_sgd_minibatch_size].i;
     if (mb > rows)
         return dpt_error(DPT_EINVAL,
-                         "sgd_minibatch_size %lld exceeds the %lld rows of a %s batch "
+                         "sgd_minibatch_size %lld exceeds the %lld rows of a%s batch "
                          "(rollout_fragment_length %lld x num_envs_per_worker %lld)",
                          (long long)mb, (long long)rows,
-                         job == DPT_JOB_DDPPO ? "worker's" : "", (long long)frag,
+                         job == DPT_JOB_DDPPO ? " worker's" : "", (long long)frag,
                          (long long)envs);
     if (job == DPT_JOB_PPO) {
         int64_t tb = c->v[DPT_CFG_train_batch_size].i;

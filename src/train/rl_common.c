@@ -30,8 +30,10 @@ int dpt__rl_find_env(const char *name, const dpt_env_class_t **out)
     }
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
+        /* The config names a plug-in that cannot be loaded: a config error
+         * (exit 2), like an unknown built-in name. */
         const char *why = dlerror();
-        return dpt_error(DPT_ENOENT, "env plug-in %s: %s", name, why ? why : "cannot load");
+        return dpt_error(DPT_EINVAL, "env plug-in %s: %s", name, why ? why : "cannot load");
     }
     /* ISO C has no cast from an object pointer to a function pointer. */
     union {
