@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dpt/arena.h"
 #include "dpt/status.h"
 #include "dpt_config.h"
 
@@ -279,16 +280,7 @@ void dpt_comm_destroy(dpt_comm_t *comm)
 
 uint64_t dpt_comm_fingerprint(const float *buf, size_t count)
 {
-    uint64_t h = 14695981039346656037ull; /* FNV-1a offset basis */
-    for (size_t i = 0; i < count; i++) {
-        uint32_t bits;
-        memcpy(&bits, &buf[i], sizeof bits);
-        for (int k = 0; k < 4; k++) {
-            h ^= (bits >> (8 * k)) & 0xffu;
-            h *= 1099511628211ull; /* FNV prime */
-        }
-    }
-    return h;
+    return dpt_vec_checksum(buf, count);
 }
 
 int dpt_comm_check_equal(dpt_comm_t *comm, const float *buf, size_t count)

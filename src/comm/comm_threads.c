@@ -39,6 +39,7 @@
  *   The kernels are in comm_kernels.c.
  */
 #include "comm/comm_internal.h"
+#include "core/spin.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -79,15 +80,6 @@ struct dpt__tgroup {
     unsigned char *joined;
     char fail_msg[400]; /* written once, before `failed` is set */
 };
-
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static size_t round_up(size_t n, size_t a)
 {
@@ -396,28 +388,22 @@ static int wait_blocking(dpt__tpart_t *p, const char *what, double t0)
     return rc;
 }
 
+/* The spin's condition: everybody arrived, or the group failed. */
+static int tpart_ready(void *ctx)
+{
+    dpt__tpart_t *p = ctx;
+    return atomic_load_explicit(&p->g->failed, memory_order_acquire) ||
+           all_arrived(p->g, p->rank, p->epoch, memory_order_acquire);
+}
+
 int dpt__tpart_wait(dpt__tpart_t *p, const char *what)
 {
     dpt__tgroup_t *g = p->g;
     double t0 = 0.0;
-    for (unsigned it = 1;; it++) {
-        int code = atomic_load_explicit(&g->failed, memory_order_acquire);
-        if (code)
-            return report_failed(p, code, what);
-        if (all_arrived(g, p->rank, p->epoch, memory_order_acquire))
-            return 0;
-        if (g->oversubscribed)
-            sched_yield();
-        else
-            cpu_relax();
-        if ((it & (g->oversubscribed ? 7u : 63u)) == 0) {
-            double now = dpt_now();
-            if (t0 == 0.0)
-                t0 = now;
-            else if (now - t0 >= g->spin_s)
-                return wait_blocking(p, what, t0);
-        }
-    }
+    if (!dpt__spin_until(tpart_ready, p, g->spin_s, g->oversubscribed, &t0))
+        return wait_blocking(p, what, t0);
+    int code = atomic_load_explicit(&g->failed, memory_order_acquire);
+    return code ? report_failed(p, code, what) : 0;
 }
 
 int dpt__tpart_barrier(dpt__tpart_t *p, const char *what)

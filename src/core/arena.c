@@ -1,5 +1,6 @@
 /* Arenas, aligned allocation and the variable table. */
 #include "dpt/arena.h"
+#include "dpt/checkpoint.h"
 #include "dpt/status.h"
 
 #include <math.h>
@@ -253,11 +254,5 @@ int dpt_vec_all_finite(const float *x, size_t n)
 
 uint64_t dpt_vec_checksum(const float *x, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const unsigned char *p = (const unsigned char *)x;
-    for (size_t i = 0; i < n * sizeof(float); i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
+    return dpt_fnv1a64(DPT_FNV1A64_INIT, x, n * sizeof(float));
 }

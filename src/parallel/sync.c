@@ -2,22 +2,9 @@
 #include "sync.h"
 #include "dpt/status.h"
 
-#include <time.h>
+#include "core/spin.h"
+
 #include <unistd.h>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define DPT__PAUSE() _mm_pause()
-#else
-#define DPT__PAUSE() ((void)0)
-#endif
-
-static int64_t dpt__now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 int dpt__barrier_init(dpt__barrier_t *b, unsigned n, int64_t spin_ns)
 {
@@ -54,19 +41,22 @@ void dpt__notify(dpt__barrier_t *b)
     }
 }
 
+typedef struct dpt__change {
+    atomic_uint *word;
+    unsigned old;
+} dpt__change_t;
+
+static int dpt__changed(void *ctx)
+{
+    const dpt__change_t *c = ctx;
+    return atomic_load(c->word) != c->old;
+}
+
 void dpt__wait_change(dpt__barrier_t *b, atomic_uint *word, unsigned old)
 {
-    if (atomic_load(word) != old)
+    dpt__change_t c = {word, old};
+    if (dpt__spin_until(dpt__changed, &c, (double)b->spin_ns * 1e-9, 0, NULL))
         return;
-    int64_t deadline = dpt__now_ns() + b->spin_ns;
-    for (unsigned i = 0;; i++) {
-        if (atomic_load(word) != old)
-            return;
-        DPT__PAUSE();
-        /* Reading the clock costs ~20 ns: look at it every 64 spins. */
-        if ((i & 63) == 63 && dpt__now_ns() > deadline)
-            break;
-    }
     pthread_mutex_lock(&b->mu);
     atomic_fetch_add(&b->sleepers, 1);
     while (atomic_load(word) == old)

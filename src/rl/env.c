@@ -22,6 +22,7 @@
  *     `ep_head` (oldest first); a push into a full ring drops the oldest.
  */
 #include "dpt/env.h"
+#include "dpt/checkpoint.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
 #include "rollout.h"
@@ -442,15 +443,6 @@ uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v)
 #define DPT__OFF_STARTED 112
 #define DPT__OFF_SUM 120
 
-static uint64_t dpt__fnv1a(const unsigned char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 static void dpt__put(unsigned char *buf, size_t off, const void *x, size_t size)
 {
@@ -504,7 +496,7 @@ int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes)
         dpt__put(b, off, v->states + i * v->stride, cls->state_size);
     dpt__put(b, off, &v->total_steps, 8);
     dpt__put(b, off + 8, &v->total_episodes, 8);
-    uint64_t sum = dpt__fnv1a(b + DPT__STATE_HEADER, need - DPT__STATE_HEADER);
+    uint64_t sum = dpt_fnv1a64(DPT_FNV1A64_INIT, b + DPT__STATE_HEADER, need - DPT__STATE_HEADER);
     dpt__put(b, DPT__OFF_SUM, &sum, 8);
     return DPT_OK;
 }
@@ -548,7 +540,7 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
         return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state is %zu bytes, expected %zu "
                          "(truncated or padded)", cls->name, bytes, need);
     dpt__get(b, DPT__OFF_SUM, &sum, 8);
-    if (sum != dpt__fnv1a(b + DPT__STATE_HEADER, need - DPT__STATE_HEADER))
+    if (sum != dpt_fnv1a64(DPT_FNV1A64_INIT, b + DPT__STATE_HEADER, need - DPT__STATE_HEADER))
         return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state fails its checksum "
                          "(corrupted)", cls->name);
     dpt__get(b, DPT__OFF_STARTED, &started, 4);
