@@ -20,9 +20,10 @@ build:
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: DD-PPO on CartPole with 2 worker threads until solved, then an
-# evaluation of the greedy policy (no MPI, no dataset needed).
+# evaluation of the greedy policy (no MPI, no dataset needed). Every run gets
+# a new directory under runs/.
 demo: build
-	./$(BUILD)/dpt train examples/cartpole_ddppo.conf --set output_dir=runs/demo
+	./$(BUILD)/dpt train examples/cartpole_ddppo.conf
 
 test: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS) -j $(JOBS)
