@@ -356,6 +356,9 @@ static int dpt__agree(dpt__run_t *r, const char *resume_dir)
             }
     free(mine);
     free(all);
+    if (differ && r->rank != 0)
+        return dpt_error(DPT_EINVAL, "rank %d: the ranks were started with different "
+                         "configurations (rank 0 names them)", r->rank);
     if (differ)
         return dpt_error(DPT_EINVAL, "the ranks were started with different configurations; "
                          "differing from rank 0: %s%s", msg, differ > 12 ? ", ..." : "");
