@@ -2,6 +2,7 @@
  * of damaged files, arena helpers, and readers that are not dpt's (one
  * written here by string scanning, and Python's json + struct). */
 #include "dpt_test.h"
+#include "dpt_test_files.h"
 
 #include "dpt/arena.h"
 #include "dpt/checkpoint.h"
@@ -55,25 +56,6 @@ static int spill(const char *path, const void *p, size_t n)
         return -1;
     size_t w = n ? fwrite(p, 1, n, f) : 0;
     return fclose(f) == 0 && w == n ? 0 : -1;
-}
-
-static void rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        rm_tree(sub);
-    }
-    closedir(d);
-    rmdir(path);
 }
 
 /* Number of entries in tmpdir whose name contains ".tmp" (leftovers). */
@@ -1042,6 +1024,6 @@ int main(void)
         DPT_TEST(test_python_reader),
     };
     int rc = DPT_TEST_RUN(cases);
-    rm_tree(tmpdir);
+    dpt_test_rm_tree(tmpdir);
     return rc;
 }

@@ -2,6 +2,7 @@
  * here, every corruption the readers must refuse, the MNIST directory
  * lookup, and the real Fashion-MNIST test set when it is installed. */
 #include "dpt_test.h"
+#include "dpt_test_files.h"
 
 #include "dpt/dataset.h"
 #include "dpt_config.h"
@@ -39,25 +40,6 @@ static int spill(const char *path, const void *p, size_t n)
 static int spill_str(const char *path, const char *s)
 {
     return spill(path, s, strlen(s));
-}
-
-static void rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char sub[8192];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        rm_tree(sub);
-    }
-    closedir(d);
-    rmdir(path);
 }
 
 static void put_be32(unsigned char *p, uint32_t v)
@@ -577,6 +559,6 @@ int main(void)
         DPT_TEST(test_fashion_mnist_installed),
     };
     int rc = DPT_TEST_RUN(cases);
-    rm_tree(tmpdir);
+    dpt_test_rm_tree(tmpdir);
     return rc;
 }

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE /* realpath, mkdtemp */
 #include "dpt_test.h"
+#include "dpt_test_files.h"
 
 #include "dpt/train.h"
 #include "train/train_internal.h"
@@ -242,9 +243,7 @@ static void test_files(void)
     dpt_config_destroy(d);
     dpt_config_destroy(c);
     free(real);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    dpt_test_rm_tree(dir);
 }
 
 static void test_starter_and_digest(void)
@@ -319,9 +318,7 @@ static void test_atomic_file(void)
     snprintf(bad, sizeof bad, "%s/a/b/c", dir);
     CHECK_OK(dpt__mkdirs(bad));
     CHECK_ERR(dpt__mkdirs(""), DPT_EINVAL, "empty directory name");
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    dpt_test_rm_tree(dir);
 }
 
 int main(void)
