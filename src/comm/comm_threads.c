@@ -360,10 +360,10 @@ static int timeout_locked(dpt__tpart_t *p, const char *what, double waited)
     return dpt_error(DPT_ETIMEDOUT, "comm %s", msg);
 }
 
-static int wait_blocking(dpt__tpart_t *p, const char *what, double t0)
+static int wait_blocking(dpt__tpart_t *p, const char *what, double t0, double extra_s)
 {
     dpt__tgroup_t *g = p->g;
-    double deadline = t0 + g->timeout_s;
+    double deadline = t0 + g->timeout_s + extra_s;
     struct timespec ts = to_timespec(deadline);
     int rc = 0;
     pthread_mutex_lock(&g->mu);
@@ -398,6 +398,11 @@ static int wait_blocking(dpt__tpart_t *p, const char *what, double t0)
 
 int dpt__tpart_wait(dpt__tpart_t *p, const char *what)
 {
+    return dpt__tpart_wait_ext(p, what, 0.0);
+}
+
+int dpt__tpart_wait_ext(dpt__tpart_t *p, const char *what, double extra_s)
+{
     dpt__tgroup_t *g = p->g;
     double t0 = 0.0;
     for (unsigned it = 1;; it++) {
@@ -415,7 +420,7 @@ int dpt__tpart_wait(dpt__tpart_t *p, const char *what)
             if (t0 == 0.0)
                 t0 = now;
             else if (now - t0 >= g->spin_s)
-                return wait_blocking(p, what, t0);
+                return wait_blocking(p, what, t0, extra_s);
         }
     }
 }
@@ -424,6 +429,12 @@ int dpt__tpart_barrier(dpt__tpart_t *p, const char *what)
 {
     dpt__tpart_arrive(p);
     return dpt__tpart_wait(p, what);
+}
+
+int dpt__tpart_barrier_ext(dpt__tpart_t *p, const char *what, double extra_s)
+{
+    dpt__tpart_arrive(p);
+    return dpt__tpart_wait_ext(p, what, extra_s);
 }
 
 int dpt__tpart_match(dpt__tpart_t *p)
