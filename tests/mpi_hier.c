@@ -213,6 +213,22 @@ static void test_bad_arguments(void)
               "root");
 }
 
+/* The MPI part's timeout is checked before any communication (every process
+ * makes the same mistake here, so none waits for the others). */
+static void test_bad_timeout(void)
+{
+    dpt_comm_hier_options_t opt;
+    dpt_comm_hier_options_init(&opt);
+    CHECK(opt.mpi.timeout_s == 300.0);
+    dpt_comm_hier_group_t *g = NULL;
+    opt.mpi.timeout_s = 0.0;
+    CHECK_ERR(dpt_comm_hier_group_create(&g, T, &opt), DPT_EINVAL, "timeout_s 0");
+    CHECK(g == NULL);
+    opt.mpi.timeout_s = -2.0;
+    CHECK_ERR(dpt_comm_hier_group_create(&g, T, &opt), DPT_EINVAL, "timeout_s -2");
+    CHECK(g == NULL);
+}
+
 #endif /* DPT_HAVE_MPI */
 
 int main(int argc, char **argv)
@@ -248,6 +264,7 @@ int main(int argc, char **argv)
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_layout),
         DPT_TEST(test_bad_arguments),
+        DPT_TEST(test_bad_timeout),
         DPT_TEST(test_all_ops),
         DPT_TEST(test_mismatch_detected),
     };

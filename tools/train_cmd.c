@@ -233,6 +233,13 @@ int dpt_cmd_train(int argc, char **argv)
         dpt_progress_done(&ui.progress);
         fprintf(stderr, "dpt train: %s\n", dpt_last_error());
         code = dpt_cli_exit_code(rc);
+        /* Under mpirun a failed run leaves MPI up when a peer may hang:
+         * end every rank of the job rather than wait for it. */
+        if (dpt_comm_mpi_initialized()) {
+            fflush(stdout);
+            fflush(stderr);
+            dpt_comm_mpi_abort(code);
+        }
     } else {
         code = why == DPT_RUN_STOPPED ? 128 + (int)dpt__stop_signal : DPT_EXIT_OK;
     }

@@ -29,9 +29,11 @@
  * and layout (size, threads per process) the same inputs give bitwise the
  * same outputs on every participant and in every run. The threads backend
  * adds in rank order, ((x_0 + x_1) + x_2) + ...; the MPI backend follows the
- * MPI library's (fixed for a given size and count) order; hier adds the
- * threads of a process in thread order and then the processes in MPI's order.
- * AVG divides the sum by P (a true division, not a multiplication by 1/P).
+ * order of the MPI library's non-blocking collectives (fixed for a given
+ * size and count; with Open MPI it can differ from that of its blocking
+ * MPI_Allreduce for 3 or more ranks); hier adds the threads of a process in
+ * thread order and then the processes in MPI's order. AVG divides the sum
+ * by P (a true division, not a multiplication by 1/P).
  *
  * Errors: every function returns 0 or a negative DPT_E... code and leaves a
  * message naming the rank and the operation in dpt_last_error(). Argument
@@ -41,12 +43,36 @@
  * (timeout, mismatched calls, MPI error) leaves the communicator failed:
  * later calls on any participant return an error instead of hanging.
  *
+ * Timeouts: every collective of every backend has one (the timeout_s of the
+ * backend's options, default 300 s, measured from the start of the call, or
+ * of dpt_comm_wait). A participant still waiting when it passes fails with
+ * DPT_ETIMEDOUT and a message naming the collective and the ranks missing;
+ * waiting never spins a core for long (threads: a short spin, then a
+ * condition variable; MPI: the non-blocking MPI call polled with a sleeping
+ * back-off after a short no-sleep phase). MPI cannot tell who is missing, so
+ * a timed-out MPI rank asks the others over a side channel and reports,
+ * e.g.
+ *   comm rank 0: allreduce #13 (4096 floats) timed out after 5 s; not
+ *   arrived: rank 1 (did not respond), rank 2 (in barrier #12); ...
+ * ("did not respond": stopped, dead, or busy outside dpt's collectives on
+ * this communicator; #13 counts the communicator's collectives from 1). It
+ * then tells the other ranks, so one waiting in a collective of the same
+ * communicator stops at once with the same code and message ("... aborted:
+ * rank 0 failed: ..."); a rank reaching the collective later fails the same
+ * way, or by its own timeout. hier: a thread that does not arrive is named
+ * by its process's threads (threads timeout), and that failure reaches the
+ * other processes the same way.
+ *
  * Buffers are borrowed for the duration of a call (for iallreduce, until
  * dpt_comm_wait returns); they must not be read or written by the caller
  * meanwhile, and, if a call fails, they must stay valid until every
- * participant has returned from that call (within the timeout). Different
- * participants' buffers must not overlap (the threads backend reads and
- * writes them directly).
+ * participant has returned from that call (within the timeout). MPI and
+ * hier: MPI cannot cancel a collective, so after a failed call (timeout,
+ * a peer's failure, MPI error) MPI may still read and write its buffers
+ * whenever this process calls MPI again (MPI_Finalize included): keep them
+ * allocated, or end the job with dpt_comm_mpi_abort() (what the command
+ * does). Different participants' buffers must not overlap (the threads
+ * backend reads and writes them directly).
  */
 #ifndef DPT_COMM_H
 #define DPT_COMM_H
@@ -125,9 +151,10 @@ dpt_comm_backend_t dpt_comm_backend(const dpt_comm_t *comm);
  * every participant's `buf` holds the same result, bitwise. buf may be NULL
  * only if count is 0. Returns 0; DPT_EINVAL (NULL buffer, unknown op);
  * DPT_ESTATE (an iallreduce on this handle is not yet waited for);
- * DPT_ETIMEDOUT (threads/hier: a participant did not arrive within the
- * timeout; the message lists the missing ranks); DPT_ECOMM (mismatched calls,
- * MPI failure, or the communicator failed earlier). */
+ * DPT_ETIMEDOUT (a participant did not arrive within the timeout, here or,
+ * for MPI and hier, on another rank that told this one; the message lists
+ * the missing ranks); DPT_ECOMM (mismatched calls, MPI failure); or the code
+ * of the earlier failure when the communicator failed earlier. */
 int dpt_comm_allreduce(dpt_comm_t *comm, float *buf, size_t count, dpt_reduce_op_t op);
 
 /* A started non-blocking allreduce. Caller's storage; the fields are
@@ -256,10 +283,19 @@ typedef enum dpt_comm_mpi_thread {
 int dpt_comm_mpi_init(int *argc, char ***argv, dpt_comm_mpi_thread_t required);
 /* Finalizes MPI if dpt_comm_mpi_init initialized it and it is not yet
  * finalized (destroy every mpi/hier communicator first). Returns 0 or
- * DPT_ECOMM; without MPI, 0. */
+ * DPT_ECOMM; without MPI, 0. MPI_Finalize waits for every process of the
+ * job: after a collective failed, prefer dpt_comm_mpi_abort(). */
 int dpt_comm_mpi_finalize(void);
 /* 1 if MPI is initialized and not finalized, else 0. */
 int dpt_comm_mpi_initialized(void);
+/* Ends every process of the MPI job: MPI_Abort(MPI_COMM_WORLD, code), after
+ * which mpirun kills the other ranks, stopped ones included, and exits
+ * non-zero. For the application (the command calls it after printing an
+ * error, so that one failed rank ends the job instead of leaving the others
+ * to time out); the library never calls it. Does not return when MPI is
+ * initialized; returns DPT_ESTATE if MPI is not (or no longer) initialized,
+ * DPT_ENOTSUP in a build without MPI. */
+int dpt_comm_mpi_abort(int code);
 
 typedef struct dpt_comm_mpi_options {
     /* Pointer to the MPI_Comm to use (borrowed, duplicated at create); NULL
@@ -271,6 +307,13 @@ typedef struct dpt_comm_mpi_options {
      * both sides instead of deadlocking. Costs one small allgather per
      * call. Default 0. */
     int check;
+    /* A rank whose collective has not completed this many seconds after the
+     * call (or dpt_comm_wait) started fails with DPT_ETIMEDOUT naming the
+     * ranks missing (see "Timeouts" at the top), after a grace period of
+     * min(1 s, timeout_s / 2) spent asking them; the communicator is then
+     * failed. Also bounds create (the communicator duplication). > 0 and
+     * finite; default 300. All ranks should use the same value. */
+    double timeout_s;
 } dpt_comm_mpi_options_t;
 
 /* Fills *opt with the defaults. */
@@ -279,8 +322,10 @@ void dpt_comm_mpi_options_init(dpt_comm_mpi_options_t *opt);
 /* Creates this process's handle on an MPI communicator (collective over it:
  * every process must call it). MPI must be initialized (dpt_comm_mpi_init or
  * the application's MPI_Init*). rank/size are the MPI ones. Returns 0,
- * DPT_ENOTSUP (built without MPI), DPT_ESTATE (MPI not initialized),
- * DPT_ENOMEM or DPT_ECOMM. */
+ * DPT_EINVAL (timeout_s not > 0 and finite; checked before any
+ * communication), DPT_ENOTSUP (built without MPI), DPT_ESTATE (MPI not
+ * initialized), DPT_ETIMEDOUT (another process did not call it within
+ * timeout_s), DPT_ENOMEM or DPT_ECOMM. */
 int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt);
 
 /* ---- hierarchical backend ----------------------------------------------- */
@@ -289,7 +334,12 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt);
  * size = R * T. Collectives reduce inside the process (threads backend
  * machinery), then thread 0 of each process (the only thread that calls MPI)
  * runs the MPI collective across processes, and the result is copied back to
- * the process's threads. */
+ * the process's threads. Timeouts: threads.timeout_s for the threads of a
+ * process, mpi.timeout_s for the MPI step (whose messages count processes:
+ * "process 1"); threads waiting behind their leader's MPI step wait
+ * mpi.timeout_s + min(1 s, mpi.timeout_s / 2) + 1 s longer. The MPI step
+ * also waits for the slowest thread of every process, so mpi.timeout_s
+ * should not be below threads.timeout_s. */
 typedef struct dpt_comm_hier_group dpt_comm_hier_group_t;
 
 typedef struct dpt_comm_hier_options {
@@ -303,8 +353,10 @@ void dpt_comm_hier_options_init(dpt_comm_hier_options_t *opt);
 /* Creates this process's group of `threads_per_process` (>= 1, the same in
  * every process) participants. Collective over the MPI communicator; must be
  * called by the thread that will be thread 0 or with SERIALIZED support.
- * Returns 0, DPT_EINVAL, DPT_ENOTSUP (no MPI), DPT_ESTATE (MPI not
- * initialized), DPT_ENOMEM or DPT_ECOMM (e.g. processes disagree on T). */
+ * Returns 0, DPT_EINVAL (also a bad option, e.g. mpi.timeout_s <= 0),
+ * DPT_ENOTSUP (no MPI), DPT_ESTATE (MPI not initialized), DPT_ETIMEDOUT (a
+ * process did not take part within mpi.timeout_s), DPT_ENOMEM or DPT_ECOMM
+ * (e.g. processes disagree on T). */
 int dpt_comm_hier_group_create(dpt_comm_hier_group_t **group, int threads_per_process,
                                const dpt_comm_hier_options_t *opt);
 /* Handle of thread `thread` in [0, T) of this process. Returns 0, DPT_EINVAL

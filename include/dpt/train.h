@@ -517,6 +517,10 @@ const char *dpt_run_reason_text(dpt_run_reason_t reason);
  * Nothing is written before the config is validated and the trainer built;
  * a fresh run refuses a non-empty directory (DPT_EINVAL, naming
  * --resume); a start that fails removes the directory it created.
+ * Collectives time out after comm_timeout_s. Under MPI, a failure other
+ * than the ranks' config comparison leaves MPI initialized (another rank
+ * may be stopped or inside a collective, and MPI_Finalize would wait for
+ * it): the caller then ends the job with dpt_comm_mpi_abort().
  * Errors: DPT_EINVAL (usage: exit 2) and runtime errors (exit 1). */
 int dpt_train_run(const dpt_config_t *cfg, const dpt_run_options_t *options,
                   dpt_run_reason_t *reason);

@@ -31,10 +31,20 @@
  * waiting; everything else, including the MPI step, runs in dpt_comm_wait
  * (no overlap with the transfer across processes yet).
  *
- * A leader whose MPI call fails marks the group failed, so the threads
- * waiting for it return the error instead of hanging; a missing thread makes
- * the others time out as in the threads backend. With the debug check
- * (options.mpi.check) mismatches across processes are reported by the
+ * Timeouts and failures. A missing thread makes the others of its process
+ * time out as in the threads backend (options.threads.timeout_s). The
+ * leaders' MPI steps have the mpi backend's timeout (options.mpi.timeout_s,
+ * see comm_mpi_wait.c), and the threads waiting for their leader behind an
+ * MPI step wait that much longer (plus the grace period), so that the MPI
+ * step, which knows more, reports first. A leader whose MPI call fails
+ * marks the group failed, so the threads waiting for it return the error
+ * instead of hanging; a leader whose operation fails for any other reason
+ * (a thread of its process did not arrive) marks the MPI communicator
+ * failed, which tells the other processes' leaders: their waits end at once
+ * with that failure (naming the missing thread) instead of a timeout that
+ * could only say "process 1 did not respond". Messages of the MPI step count
+ * processes ("process 1"), those of the threads global ranks. With the debug
+ * check (options.mpi.check) mismatches across processes are reported by the
  * leaders' MPI fingerprint exchange; inside a process they are always
  * detected at B1.
  */
@@ -53,6 +63,7 @@ struct dpt_comm_hier_group {
     int T, R, proc;
     float *scratch;  /* reduce-scatter vector, grown by the leader */
     size_t scratch_cap;
+    double mpi_wait_s; /* the longest an MPI step can take (see the top) */
 };
 
 typedef struct hcomm {
@@ -117,6 +128,23 @@ static int leader_step(hcomm_t *h, int rc)
     return 0;
 }
 
+/* Every operation returns through here: when it failed on the leader, the
+ * MPI communicator is marked failed too, which tells the other processes
+ * (a no-op when the MPI step itself failed: it is failed already). */
+static int finish(hcomm_t *h, int rc)
+{
+    if (rc < 0 && h->part.rank == 0)
+        dpt__comm_mpi_fail(h->g->mpi, rc, dpt_last_error());
+    return rc;
+}
+
+/* The barrier after a leader's MPI step: the others wait for it as long as
+ * the MPI step may take, on top of the threads' own timeout. */
+static int after_mpi(hcomm_t *h, const char *what)
+{
+    return dpt__tpart_barrier_ext(&h->part, what, h->g->mpi_wait_s);
+}
+
 static void divide(float *buf, size_t n, float d)
 {
     for (size_t i = 0; i < n; i++)
@@ -149,7 +177,7 @@ static int hier_allreduce(hcomm_t *h, float *buf, size_t count, dpt_reduce_op_t 
         if (op == DPT_REDUCE_AVG && h->base.size > 1)
             divide(buf, count, (float)h->base.size);
     }
-    if ((rc = dpt__tpart_barrier(p, what)) < 0)
+    if ((rc = after_mpi(h, what)) < 0)
         return rc;
     if (t != 0 && count > 0)
         memcpy(buf, lead, count * sizeof(float));
@@ -160,7 +188,7 @@ static int h_allreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t 
 {
     hcomm_t *h = (hcomm_t *)c;
     int rc = publish(h, DPT__CALL_ALLREDUCE, (int)op, -1, count, buf, buf);
-    return rc < 0 ? rc : hier_allreduce(h, buf, count, op, DPT__CALL_ALLREDUCE);
+    return finish(h, rc < 0 ? rc : hier_allreduce(h, buf, count, op, DPT__CALL_ALLREDUCE));
 }
 
 /* The start publishes and arrives at B1; the rest (and all MPI) runs in the
@@ -170,7 +198,7 @@ static int h_iallreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t
     hcomm_t *h = (hcomm_t *)c;
     int rc = publish(h, DPT__CALL_IALLREDUCE, (int)op, -1, count, buf, buf);
     if (rc < 0)
-        return rc;
+        return finish(h, rc);
     h->pbuf = buf;
     h->pcount = count;
     h->pop = op;
@@ -180,12 +208,11 @@ static int h_iallreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t
 static int h_wait(dpt_comm_t *c)
 {
     hcomm_t *h = (hcomm_t *)c;
-    return hier_allreduce(h, h->pbuf, h->pcount, h->pop, DPT__CALL_IALLREDUCE);
+    return finish(h, hier_allreduce(h, h->pbuf, h->pcount, h->pop, DPT__CALL_IALLREDUCE));
 }
 
-static int h_broadcast(dpt_comm_t *c, float *buf, size_t count, int root)
+static int broadcast(hcomm_t *h, float *buf, size_t count, int root)
 {
-    hcomm_t *h = (hcomm_t *)c;
     dpt__tpart_t *p = &h->part;
     dpt_comm_hier_group_t *g = h->g;
     int t = p->rank, rp = root / g->T, rt = root % g->T, rc;
@@ -197,16 +224,21 @@ static int h_broadcast(dpt_comm_t *c, float *buf, size_t count, int root)
         return rc;
     if (t == 0 && (rc = leader_step(h, dpt_comm_broadcast(g->mpi, buf, count, rp))) < 0)
         return rc;
-    if ((rc = dpt__tpart_barrier(p, "broadcast")) < 0)
+    if ((rc = after_mpi(h, "broadcast")) < 0)
         return rc;
     if (t != 0 && !(g->proc == rp && t == rt) && count > 0)
         memcpy(buf, dpt__tpart_peer(p, 0)->dst, count * sizeof(float));
     return dpt__tpart_barrier(p, "broadcast");
 }
 
-static int h_allgather(dpt_comm_t *c, const float *send, size_t count, float *recv)
+static int h_broadcast(dpt_comm_t *c, float *buf, size_t count, int root)
 {
     hcomm_t *h = (hcomm_t *)c;
+    return finish(h, broadcast(h, buf, count, root));
+}
+
+static int allgather(hcomm_t *h, const float *send, size_t count, float *recv)
+{
     dpt__tpart_t *p = &h->part;
     dpt_comm_hier_group_t *g = h->g;
     int t = p->rank, rc;
@@ -225,21 +257,30 @@ static int h_allgather(dpt_comm_t *c, const float *send, size_t count, float *re
         (rc = leader_step(h, dpt_comm_allgather(g->mpi, recv + (size_t)g->proc * per_proc,
                                                 per_proc, recv))) < 0)
         return rc;
-    if ((rc = dpt__tpart_barrier(p, "allgather")) < 0)
+    if ((rc = after_mpi(h, "allgather")) < 0)
         return rc;
     if (t != 0 && count > 0)
         memcpy(recv, lead, per_proc * (size_t)g->R * sizeof(float));
     return dpt__tpart_barrier(p, "allgather");
 }
 
-static int h_reduce_scatter(dpt_comm_t *c, const float *send, size_t count, float *recv,
-                            dpt_reduce_op_t op)
+static int h_allgather(dpt_comm_t *c, const float *send, size_t count, float *recv)
 {
     hcomm_t *h = (hcomm_t *)c;
+    return finish(h, allgather(h, send, count, recv));
+}
+
+static int reduce_scatter(hcomm_t *h, const float *send, size_t count, float *recv,
+                          dpt_reduce_op_t op)
+{
     dpt__tpart_t *p = &h->part;
     dpt_comm_hier_group_t *g = h->g;
     int T = g->T, t = p->rank, rc;
-    /* The leader grows the scratch before B1, so the others see it after. */
+    /* The leader grows the scratch before B1, so the others see it after;
+     * never once the group failed: a failed MPI step may still write into
+     * the old one. */
+    if ((rc = dpt__tpart_check(p, "reduce_scatter")) < 0)
+        return rc;
     if (t == 0 && count > g->scratch_cap) {
         float *s = aligned_alloc(64, (count * sizeof(float) + 63) / 64 * 64);
         if (s == NULL)
@@ -265,7 +306,7 @@ static int h_reduce_scatter(dpt_comm_t *c, const float *send, size_t count, floa
     if (t == 0 &&
         (rc = leader_step(h, dpt_comm_allreduce(g->mpi, g->scratch, count, DPT_REDUCE_SUM))) < 0)
         return rc;
-    if ((rc = dpt__tpart_barrier(p, "reduce_scatter")) < 0)
+    if ((rc = after_mpi(h, "reduce_scatter")) < 0)
         return rc;
     int P = h->base.size, r = h->base.rank;
     size_t goff = dpt_comm_block_offset(count, P, r), glen = dpt_comm_block_size(count, P, r);
@@ -276,15 +317,22 @@ static int h_reduce_scatter(dpt_comm_t *c, const float *send, size_t count, floa
     return dpt__tpart_barrier(p, "reduce_scatter");
 }
 
+static int h_reduce_scatter(dpt_comm_t *c, const float *send, size_t count, float *recv,
+                            dpt_reduce_op_t op)
+{
+    hcomm_t *h = (hcomm_t *)c;
+    return finish(h, reduce_scatter(h, send, count, recv, op));
+}
+
 static int h_barrier(dpt_comm_t *c)
 {
     hcomm_t *h = (hcomm_t *)c;
     int rc;
     if ((rc = begin(h, DPT__CALL_BARRIER, -1, -1, 0, NULL, NULL)) < 0)
-        return rc;
+        return finish(h, rc);
     if (h->part.rank == 0 && (rc = leader_step(h, dpt_comm_barrier(h->g->mpi))) < 0)
-        return rc;
-    return dpt__tpart_barrier(&h->part, "barrier");
+        return finish(h, rc);
+    return finish(h, after_mpi(h, "barrier"));
 }
 
 static void h_destroy(dpt_comm_t *c)
@@ -330,22 +378,28 @@ int dpt_comm_hier_group_create(dpt_comm_hier_group_t **group, int threads_per_pr
     int rc = dpt_comm_mpi_create(&g->mpi, &o.mpi);
     if (rc < 0)
         goto fail;
+    dpt__comm_mpi_set_unit(g->mpi, "process");
+    g->mpi_wait_s = dpt__comm_mpi_wait_limit_s(g->mpi);
     g->R = dpt_comm_size(g->mpi);
     g->proc = dpt_comm_rank(g->mpi);
-    /* Every process must have the same T: compare them (exact as floats). */
-    float mine = (float)g->T;
-    float *all = malloc(sizeof(float) * (size_t)g->R);
+    /* Every process must have the same T: compare them (exact as floats).
+     * all[R] is this process's value; if the exchange fails MPI may still
+     * write into `all`, which is then leaked (see dpt__comm_mpi_stuck). */
+    float *all = malloc(sizeof(float) * ((size_t)g->R + 1));
     if (all == NULL) {
         rc = dpt_error(DPT_ENOMEM, "comm hier: out of memory");
         goto fail;
     }
-    rc = dpt_comm_allgather(g->mpi, &mine, 1, all);
+    float *mine = all + g->R;
+    *mine = (float)g->T;
+    rc = dpt_comm_allgather(g->mpi, mine, 1, all);
     for (int q = 0; q < g->R && rc == 0; q++)
-        if (all[q] != mine)
+        if (all[q] != *mine)
             rc = dpt_error(DPT_EINVAL,
                            "comm hier: process %d has %d threads per process, process %d has %d",
                            g->proc, g->T, q, (int)all[q]);
-    free(all);
+    if (!dpt__comm_mpi_stuck(g->mpi))
+        free(all);
     if (rc < 0)
         goto fail;
     if ((rc = dpt__tgroup_create(&g->tg, g->T, &o.threads)) < 0)
@@ -386,7 +440,10 @@ void dpt_comm_hier_group_destroy(dpt_comm_hier_group_t *group)
     if (group == NULL)
         return;
     dpt__tgroup_destroy(group->tg);
+    /* A failed MPI step may still write into the scratch vector: keep it. */
+    int stuck = group->mpi != NULL && dpt__comm_mpi_stuck(group->mpi);
     dpt_comm_destroy(group->mpi);
-    free(group->scratch);
+    if (!stuck)
+        free(group->scratch);
     free(group);
 }

@@ -71,6 +71,21 @@ struct dpt_comm {
     uint64_t pending_id; /* the outstanding iallreduce, 0 if none */
 };
 
+/* ---- the mpi handle inside the hier backend (comm_mpi.c) ----------------- */
+
+/* Names the participants in messages: "process" instead of "rank". */
+void dpt__comm_mpi_set_unit(dpt_comm_t *c, const char *unit);
+/* Marks the handle failed with `code` and `msg` (unless it failed already)
+ * and tells the other processes, whose waits then end with that failure.
+ * Leaves the thread's error message alone. */
+void dpt__comm_mpi_fail(dpt_comm_t *c, int code, const char *msg);
+/* 1 if a collective of the handle failed and is still pending: MPI may still
+ * write into the buffers it was given, which must then never be freed. */
+int dpt__comm_mpi_stuck(const dpt_comm_t *c);
+/* The longest a collective of the handle can take before it returns: the
+ * timeout, the grace period for status replies and a second of slack. */
+double dpt__comm_mpi_wait_limit_s(const dpt_comm_t *c);
+
 /* ---- reduction kernels (comm_threads.c) ---------------------------------- */
 
 /* For i in [0, len): s = ((src[0][i] + src[1][i]) + ...) + src[nsrc-1][i]
@@ -123,8 +138,13 @@ void dpt__tpart_arrive(dpt__tpart_t *p);
  * (timeout: DPT_ETIMEDOUT; group failed: its code). `what` names the
  * operation in messages. */
 int dpt__tpart_wait(dpt__tpart_t *p, const char *what);
+/* The same with the group's timeout extended by extra_s (>= 0): hier's
+ * threads waiting for their leader's MPI step, which has its own timeout. */
+int dpt__tpart_wait_ext(dpt__tpart_t *p, const char *what, double extra_s);
 /* arrive + wait */
 int dpt__tpart_barrier(dpt__tpart_t *p, const char *what);
+/* arrive + wait_ext */
+int dpt__tpart_barrier_ext(dpt__tpart_t *p, const char *what, double extra_s);
 /* After the first wait of an operation: compares every participant's
  * fingerprint with this one's; a mismatch fails the group (DPT_ECOMM). */
 int dpt__tpart_match(dpt__tpart_t *p);

@@ -352,10 +352,10 @@ static int timeout_locked(dpt__tpart_t *p, const char *what, double waited)
     return dpt_error(DPT_ETIMEDOUT, "comm %s", msg);
 }
 
-static int wait_blocking(dpt__tpart_t *p, const char *what, double t0)
+static int wait_blocking(dpt__tpart_t *p, const char *what, double t0, double extra_s)
 {
     dpt__tgroup_t *g = p->g;
-    double deadline = t0 + g->timeout_s;
+    double deadline = t0 + g->timeout_s + extra_s;
     struct timespec ts = to_timespec(deadline);
     int rc = 0;
     pthread_mutex_lock(&g->mu);
@@ -398,10 +398,15 @@ static int tpart_ready(void *ctx)
 
 int dpt__tpart_wait(dpt__tpart_t *p, const char *what)
 {
+    return dpt__tpart_wait_ext(p, what, 0.0);
+}
+
+int dpt__tpart_wait_ext(dpt__tpart_t *p, const char *what, double extra_s)
+{
     dpt__tgroup_t *g = p->g;
     double t0 = 0.0;
     if (!dpt__spin_until(tpart_ready, p, g->spin_s, g->oversubscribed, &t0))
-        return wait_blocking(p, what, t0);
+        return wait_blocking(p, what, t0, extra_s);
     int code = atomic_load_explicit(&g->failed, memory_order_acquire);
     return code ? report_failed(p, code, what) : 0;
 }
@@ -410,6 +415,12 @@ int dpt__tpart_barrier(dpt__tpart_t *p, const char *what)
 {
     dpt__tpart_arrive(p);
     return dpt__tpart_wait(p, what);
+}
+
+int dpt__tpart_barrier_ext(dpt__tpart_t *p, const char *what, double extra_s)
+{
+    dpt__tpart_arrive(p);
+    return dpt__tpart_wait_ext(p, what, extra_s);
 }
 
 int dpt__tpart_match(dpt__tpart_t *p)

@@ -608,7 +608,7 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o,
     dpt_safetensors_t *st = NULL;
     dpt_config_t *saved = NULL;
     dpt_run_reason_t why = DPT_RUN_DONE;
-    int rc, mpi_inited = 0;
+    int rc, mpi_inited = 0, mpi_clean = 0;
     if (reason)
         *reason = DPT_RUN_DONE;
     if (resume_dir && strlen(resume_dir) >= DPT__DIR_MAX)
@@ -648,9 +648,14 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o,
         mpi_inited = 1;
         dpt_comm_mpi_options_t mo;
         dpt_comm_mpi_options_init(&mo);
-        if ((rc = dpt_comm_mpi_create(&r.mpi, &mo)) != 0 ||
-            (rc = dpt__agree(&r, resume_dir)) != 0)
+        mo.timeout_s = dpt_config_float(r.cfg, DPT_CFG_comm_timeout_s);
+        if ((rc = dpt_comm_mpi_create(&r.mpi, &mo)) != 0)
             goto out;
+        if ((rc = dpt__agree(&r, resume_dir)) != 0) {
+            /* Every rank saw the difference: they all leave cleanly. */
+            mpi_clean = 1;
+            goto out;
+        }
     }
 
     /* 3. The trainer (datasets, envs, threads) before the directory. */
@@ -805,8 +810,15 @@ out:
     }
     dpt_safetensors_destroy(st);
     dpt_config_destroy(saved);
+    if (rc && mpi_inited && !mpi_clean) {
+        /* A failed communicator may still be written by MPI: keep it. */
+        r.mpi = NULL;
+    }
     dpt__run_release(&r);
-    if (mpi_inited)
+    /* After a failure another rank may be stopped or still inside a
+     * collective, and MPI_Finalize would wait for it: MPI stays initialized
+     * and the caller ends the job (dpt_comm_mpi_abort; the command does). */
+    if (mpi_inited && (rc == DPT_OK || mpi_clean))
         dpt_comm_mpi_finalize();
     return rc;
 }

@@ -267,12 +267,14 @@ static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
     if (mpi && d->T == 1) {
         dpt_comm_mpi_options_t mo;
         dpt_comm_mpi_options_init(&mo);
+        mo.timeout_s = d->rc.comm_timeout_s;
         return dpt_comm_mpi_create(&d->wk[0].comm, &mo);
     }
     if (mpi) {
         dpt_comm_hier_options_t ho;
         dpt_comm_hier_options_init(&ho);
         ho.threads.timeout_s = d->rc.comm_timeout_s;
+        ho.mpi.timeout_s = d->rc.comm_timeout_s;
         rc = dpt_comm_hier_group_create(&d->hg, d->T, &ho);
         for (int i = 0; !rc && i < d->T; i++)
             rc = dpt_comm_hier_join(d->hg, i, &d->wk[i].comm);
