@@ -318,6 +318,33 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
     else
         bad "mpmd fragment: exit $rc"; printf '%s\n' "$out" | tail -3
     fi
+    # Defect 6: a stopped rank (SIGSTOP) used to hang the others forever; now the
+    # collective times out (comm_timeout_s) naming it, and the job ends.
+    mpirun_ -np 2 "$dpt" train dd.conf --set num_workers=1 --set output_dir=dd_stop \
+        --set total_timesteps=100000000 --set checkpoint_every=5 --set comm_timeout_s=2 \
+        > dd_stop.out 2>&1 &
+    mpid=$!
+    i=0; while [ ! -f dd_stop/checkpoints/checkpoint-00000005.safetensors ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+    victim=""
+    for p in $(pgrep -f "output_dir=dd_stop" 2>/dev/null); do
+        if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then victim=$p; fi
+    done
+    t0=$(date +%s)
+    [ -n "$victim" ] && kill -STOP "$victim"
+    i=0; while kill -0 $mpid 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 $mpid 2>/dev/null; then
+        kill -9 $mpid; [ -n "$victim" ] && kill -9 "$victim"
+        bad "defect 6: a stopped rank still hangs the job after 30 s"
+    else
+        wait $mpid; rc=$?; t=$(( $(date +%s) - t0 ))
+        last=$(ls dd_stop/checkpoints | tail -1)
+        if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $t -le 15 ] && grep -q "timed out after .*rank 1" dd_stop.out &&
+           "$dpt" eval dd_stop/checkpoints/$last --episodes 1 >/dev/null 2>&1; then
+            ok "defect 6: a stopped rank ends the job in ${t} s (exit $rc) naming rank 1; $last still loads"
+        else
+            bad "stopped rank: victim '$victim' exit $rc after ${t} s"; tail -5 dd_stop.out
+        fi
+    fi
     # Bitwise resume across ranks.
     mpirun_ -np 2 "$dpt" train dd.conf --set num_workers=1 --set output_dir=dd_mpi_half --set stop_iters=10 --quiet >/dev/null 2>&1
     mpirun_ -np 2 "$dpt" train --resume dd_mpi_half --set stop_iters=0 --quiet >/dev/null 2>&1
