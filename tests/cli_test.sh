@@ -345,6 +345,24 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
             bad "stopped rank: victim '$victim' exit $rc after ${t} s"; tail -5 dd_stop.out
         fi
     fi
+    # SIGTERM to every rank (as a scheduler does): the ranks agree to stop after
+    # the same iteration, rank 0 checkpoints it, the run resumes.
+    mpirun_ -np 2 "$dpt" train dd.conf --set num_workers=1 --set output_dir=dd_term \
+        --set total_timesteps=20000000 --set checkpoint_every=0 > dd_term.out 2>&1 &
+    mpid=$!
+    i=0; while [ "$(cat dd_term/result.jsonl 2>/dev/null | wc -l)" -lt 5 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+    for p in $(pgrep -f "output_dir=dd_term" 2>/dev/null); do
+        tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=' && kill -TERM $p
+    done
+    wait $mpid; rc=$?
+    its=$(rows dd_term/result.jsonl)
+    if [ $rc -ne 0 ] && [ -f dd_term/checkpoints/checkpoint-$(printf %08d "$its").safetensors ] &&
+       mpirun_ -np 2 "$dpt" train --resume dd_term --set stop_iters=$((its + 2)) --quiet >/dev/null 2>&1 &&
+       [ "$(rows dd_term/result.jsonl)" -eq $((its + 2)) ]; then
+        ok "SIGTERM to both ranks: checkpoint of iteration $its written, the run resumes under mpirun"
+    else
+        bad "SIGTERM under mpirun: exit $rc, iterations $its"; tail -3 dd_term.out; ls dd_term/checkpoints
+    fi
     # Bitwise resume across ranks.
     mpirun_ -np 2 "$dpt" train dd.conf --set num_workers=1 --set output_dir=dd_mpi_half --set stop_iters=10 --quiet >/dev/null 2>&1
     mpirun_ -np 2 "$dpt" train --resume dd_mpi_half --set stop_iters=0 --quiet >/dev/null 2>&1
