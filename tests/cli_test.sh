@@ -295,12 +295,31 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
     else
         bad "ppo under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
     fi
-    printf 'job = supervised\ndataset = spirals\nspirals_points = 256\nepochs = 1\nbatch_size = 32\n' > sp.conf
+    # Supervised under mpirun is data parallel with one device per rank; several
+    # devices per rank (num_devices defaults to 2) are refused before any work.
+    printf 'job = supervised\ndataset = spirals\nspirals_points = 256\nepochs = 4\nbatch_size = 32\n' > sp.conf
     out=$(mpirun_ -np 2 "$dpt" train sp.conf --set output_dir=mpi_sup 2>&1); rc=$?
-    if [ $rc -eq 2 ] && [ ! -e mpi_sup ]; then
-        ok "defect 5: supervised under mpirun is refused before any work (exit 2)"
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "set num_devices = 1" && [ ! -e mpi_sup ]; then
+        ok "defect 5: supervised under mpirun with num_devices=2 is refused before any work (exit 2)"
     else
-        bad "supervised under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
+        bad "supervised under mpirun, num_devices=2: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+    out=$(mpirun_ -np 2 "$dpt" train sp.conf --set num_devices=1 --set output_dir=sup_mpi 2>&1); rc=$?
+    if [ $rc -eq 0 ] && [ "$(rows sup_mpi/result.jsonl)" -eq 4 ] && [ -f sup_mpi/config.conf ] &&
+       [ -f sup_mpi/checkpoints/checkpoint-00000004.safetensors ] &&
+       [ "$(printf '%s\n' "$out" | grep -c "finished after iteration 4")" -eq 1 ]; then
+        ok "supervised under mpirun -np 2 (one device per rank): rank 0 wrote the run"
+    else
+        bad "supervised under mpirun -np 2: exit $rc"; printf '%s\n' "$out" | tail -5
+    fi
+    mpirun_ -np 2 "$dpt" train sp.conf --set num_devices=1 --set output_dir=sup_mpi_half --set stop_iters=2 --quiet >/dev/null 2>&1
+    mpirun_ -np 2 "$dpt" train --resume sup_mpi_half --set stop_iters=0 --quiet >/dev/null 2>&1
+    check "supervised under mpirun -np 2: 2 epochs + --resume equal 4 epochs bitwise" "$cmp" \
+        sup_mpi/checkpoints/checkpoint-00000004.safetensors sup_mpi_half/checkpoints/checkpoint-00000004.safetensors
+    if [ "$(untimed sup_mpi/result.jsonl)" = "$(untimed sup_mpi_half/result.jsonl)" ]; then
+        ok "supervised under mpirun -np 2: resumed run has identical metrics"
+    else
+        bad "supervised under mpirun resume metrics differ"
     fi
     # Defect 6: ranks started with different configs (MPMD) are refused by every
     # rank, rank 0 naming the keys.

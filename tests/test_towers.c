@@ -1,18 +1,23 @@
 /*
  * towers: equivalence with one device on the whole minibatch (ps and
- * replicated, 1-4 devices), bitwise repeatability, load rules, multi-pass
- * reuse, stack independence, async convergence, the gradient-set check and
- * bad input.
+ * replicated, 1-4 devices), bitwise repeatability, load rules (and fixed
+ * per-device batches), multi-pass reuse, stack independence, async
+ * convergence, the gradient-set check and bad input; engines over an
+ * external communicator (participant threads): equal to replicated towers
+ * bitwise, row-weighted means with unequal rows, failures refused by every
+ * participant, the collective replica check, and configuration errors.
  */
 #include "dpt_test.h"
 
 #include "dpt/arena.h"
 #include "dpt/batch.h"
+#include "dpt/comm.h"
 #include "dpt/nn.h"
 #include "dpt/optim.h"
 #include "dpt/rng.h"
 #include "dpt/towers.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 enum { IN = 6, OUT = 3, ROWS = 48, MB = 12 };
@@ -658,6 +663,522 @@ static void test_bad_config(void)
     dpt_mlp_destroy(mlp);
 }
 
+
+/* ---- fixed per-device batches (dpt_towers_load_ex) ----------------------------- */
+
+static void test_load_ex_rules(void)
+{
+    dpt_mlp_t *mlp;
+    dpt_towers_config_t c = config(DPT_TOWERS_PS, 3, 4);
+    dpt_towers_t *t = make_towers(&mlp, c, 0, 0);
+    REQUIRE(t);
+    dpt_towers_load_info_t li;
+    /* 40 rows, 3 rows per device: minibatch 9, keep 36, 4 steps. */
+    dpt_batch_t b = xy(40, data_x, data_y);
+    REQUIRE_OK(dpt_towers_load_ex(t, 0, &b, 3, &li));
+    CHECK(li.minibatch == 9 && li.rows_loaded == 36 && li.rows_dropped == 4);
+    CHECK(li.rows_per_device == 12 && li.per_device_batch == 3 && li.steps == 4);
+    CHECK_OK(dpt_towers_optimize(t, 0, 9, 0.01f, NULL));
+    CHECK_ERR(dpt_towers_optimize(t, 0, 4, 0.01f, NULL), DPT_EINVAL, "offset 4");
+    /* 0: the rules of dpt_towers_load (minibatch 12). */
+    REQUIRE_OK(dpt_towers_load_ex(t, 0, &b, 0, &li));
+    CHECK(li.minibatch == 12 && li.rows_loaded == 36 && li.steps == 3);
+    /* Never shrunk: fewer rows than one minibatch is an error... */
+    b = xy(8, data_x, data_y);
+    CHECK_ERR(dpt_towers_load_ex(t, 0, &b, 3, &li), DPT_EINVAL,
+              "8 rows are fewer than one minibatch of 9");
+    /* ...and so is more than the engine's per-device maximum. */
+    b = xy(40, data_x, data_y);
+    CHECK_ERR(dpt_towers_load_ex(t, 0, &b, 5, &li), DPT_EINVAL,
+              "per_device_batch 5 exceeds max_per_device_batch_size 4");
+    CHECK_ERR(dpt_towers_load_ex(t, 2, &b, 3, &li), DPT_EINVAL, "stack 2");
+    dpt_towers_destroy(t);
+    dpt_mlp_destroy(mlp);
+
+    /* Sequences of 4, 2 devices, M = 8: per_device_batch 4 is one sequence
+     * per device per step. */
+    static float state[ROWS * 2];
+    c = config(DPT_TOWERS_PS, 2, 8);
+    t = make_towers(&mlp, c, 4, 1);
+    REQUIRE(t);
+    b = xy(40, data_x, data_y); /* 10 sequences */
+    b.seq_len = 4;
+    REQUIRE_OK(dpt_batch_add(&b, "state", DPT_F32, 2, 1, state));
+    REQUIRE_OK(dpt_towers_load_ex(t, 0, &b, 4, &li));
+    CHECK(li.minibatch == 8 && li.rows_loaded == 40 && li.rows_dropped == 0);
+    CHECK(li.per_device_batch == 4 && li.rows_per_device == 20 && li.steps == 5);
+    CHECK_ERR(dpt_towers_load_ex(t, 0, &b, 6, &li), DPT_EINVAL,
+              "per_device_batch 6 is not a whole number of sequences of 4");
+    b.rows = 12; /* 3 sequences, 4 per minibatch */
+    CHECK_ERR(dpt_towers_load_ex(t, 0, &b, 8, &li), DPT_EINVAL,
+              "3 sequences are fewer than one minibatch of 4");
+    dpt_towers_destroy(t);
+    dpt_mlp_destroy(mlp);
+}
+
+/* ---- engines over an external communicator ------------------------------------------ */
+
+enum { MAXP = 3 };
+
+/* One participant: its own model, a 1-device engine over its handle of a
+ * threads group, its own rows. Results are checked by the main thread (the
+ * CHECK counters are not thread-safe). */
+typedef struct part {
+    dpt_comm_threads_group_t *group;
+    int rank;
+    dpt_towers_config_t cfg;  /* comm is set by the thread */
+    float *x;                 /* [rows * IN] (read only) */
+    int32_t *y;
+    size_t rows, pdb;         /* rows loaded, rows per step (0: the load rules) */
+    int passes;
+    int bad_step;             /* > 0: before step bad_step (1-based), the rows are
+                               * reloaded with a NaN in this participant's first row
+                               * (when poison), then restored */
+    int poison;
+    float *w;                 /* out: the final weights */
+    int rc, bad_rc, check_rc, corrupt_rc;
+    char msg[512], bad_msg[512];
+    uint64_t steps;
+    double grad_norm;         /* of the last step */
+    double loss;              /* of the last step: this participant's own */
+} part_t;
+
+static void *part_main(void *arg)
+{
+    part_t *p = arg;
+    dpt_comm_t *comm = NULL;
+    dpt_mlp_t *mlp = NULL;
+    dpt_towers_t *t = NULL;
+    float *xbad = NULL;
+    size_t count = 0;
+    int rc = dpt_comm_threads_join(p->group, p->rank, &comm);
+    if (!rc)
+        rc = dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, MB);
+    if (!rc) {
+        dpt_model_t model = dpt_mlp_model(mlp);
+        dpt_towers_config_t c = p->cfg;
+        c.comm = comm;
+        dpt_batch_t lay = layout();
+        count = model.vars->total;
+        rc = dpt_towers_create(&t, &model, &lay, &c);
+    }
+    if (!rc) {
+        dpt_rng_t r;
+        dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
+        dpt_mlp_init_params(mlp, p->w, &r);
+        rc = dpt_towers_set_weights(t, p->w, count);
+    }
+    dpt_batch_t b = xy(p->rows, p->x, p->y);
+    dpt_towers_load_info_t li;
+    if (!rc)
+        rc = dpt_towers_load_ex(t, 0, &b, p->pdb, &li);
+    int step = 0;
+    for (int pass = 0; !rc && pass < p->passes; pass++)
+        for (size_t off = 0; !rc && off < li.rows_per_device; off += li.per_device_batch) {
+            dpt_towers_stats_t st;
+            if (++step == p->bad_step) {
+                /* A step that fails on one participant: every one refuses it,
+                 * the weights stay, and the next step runs everywhere. */
+                if (p->poison) {
+                    xbad = malloc(p->rows * IN * sizeof(float));
+                    if (!xbad) {
+                        rc = DPT_ENOMEM;
+                        break;
+                    }
+                    memcpy(xbad, p->x, p->rows * IN * sizeof(float));
+                    xbad[off * IN] = NAN;
+                    dpt_batch_t bb = xy(p->rows, xbad, p->y);
+                    if ((rc = dpt_towers_load_ex(t, 0, &bb, p->pdb, &li)) != 0)
+                        break;
+                }
+                float before[1024], after[1024];
+                if (count > 1024 || dpt_towers_get_weights(t, before, count) != 0) {
+                    rc = DPT_ESTATE;
+                    break;
+                }
+                p->bad_rc = dpt_towers_optimize(t, 0, off, use_sgd ? 0.1f : 0.01f, &st);
+                snprintf(p->bad_msg, sizeof p->bad_msg, "%s", dpt_last_error());
+                if (dpt_towers_get_weights(t, after, count) != 0 ||
+                    memcmp(before, after, count * sizeof(float)) != 0)
+                    p->bad_rc = 1; /* not a status: "the weights moved" */
+                if (p->poison && (rc = dpt_towers_load_ex(t, 0, &b, p->pdb, &li)) != 0)
+                    break;
+            }
+            rc = dpt_towers_optimize(t, 0, off, use_sgd ? 0.1f : 0.01f, &st);
+            p->grad_norm = st.grad_norm;
+            p->loss = st.loss;
+        }
+    if (!rc) {
+        rc = dpt_towers_get_weights(t, p->w, count);
+        p->steps = dpt_towers_steps(t);
+    }
+    /* The collective replica check: equal, then one participant's copy
+     * perturbed (each participant calls it, as it must). */
+    if (!rc) {
+        p->check_rc = dpt_towers_check_replicas(t);
+        if (p->rank == 1) {
+            float w2[1024];
+            if (count <= 1024 && dpt_towers_get_weights(t, w2, count) == 0) {
+                w2[0] += 1.0f;
+                dpt_towers_set_weights(t, w2, count);
+            }
+        }
+        p->corrupt_rc = dpt_towers_check_replicas(t);
+    }
+    if (rc)
+        snprintf(p->msg, sizeof p->msg, "%s", dpt_last_error());
+    p->rc = rc;
+    free(xbad);
+    dpt_towers_destroy(t);
+    dpt_mlp_destroy(mlp);
+    dpt_comm_destroy(comm);
+    return NULL;
+}
+
+/* Runs n participants on threads; 0 when every one finished (failures are
+ * in parts[i].rc and .msg). */
+static int run_parts(part_t *parts, int n)
+{
+    dpt_comm_threads_group_t *g;
+    dpt_comm_threads_options_t o;
+    dpt_comm_threads_options_init(&o);
+    o.timeout_s = 60.0;
+    if (dpt_comm_threads_group_create(&g, n, &o) != 0)
+        return -1;
+    pthread_t th[MAXP];
+    int started = 0;
+    for (int i = 0; i < n; i++) {
+        parts[i].group = g;
+        parts[i].rank = i;
+        if (pthread_create(&th[i], NULL, part_main, &parts[i]) != 0)
+            break;
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    dpt_comm_threads_group_destroy(g);
+    for (int i = 0; i < n; i++)
+        if (parts[i].rc)
+            fprintf(stderr, "participant %d: %s\n", i, parts[i].msg);
+    return started == n ? 0 : -1;
+}
+
+/* Two participants, each a 1-device engine on the rows one device of a
+ * 2-device engine would hold, average over a threads communicator: the
+ * same gradients, the same (g0 + g1) / 2, the same norm over the whole
+ * arena and the same update as replicated towers with 2 devices, so the
+ * weights are bitwise those (and within 1e-5 of one device on the whole
+ * minibatches); the participants end bitwise equal to each other. */
+static void test_comm_equals_replicated_towers(void)
+{
+    size_t count = nparams();
+    REQUIRE(count > 0 && count <= 1024);
+    float *repl = calloc(count, sizeof *repl), *ref = calloc(count, sizeof *ref);
+    float *w0 = calloc(count, sizeof *w0), *w1 = calloc(count, sizeof *w1);
+    REQUIRE(repl && ref && w0 && w1);
+    for (int sgd = 0; sgd < 2; sgd++) {
+        use_sgd = sgd;
+        REQUIRE_OK(run_towers(DPT_TOWERS_REPLICATED, 2, 3, repl, count));
+        run_reference(2, 3, ref, count);
+        for (int m = 0; m < 2; m++) {
+            dpt_towers_mode_t mode = m ? DPT_TOWERS_REPLICATED : DPT_TOWERS_PS;
+            part_t parts[2];
+            memset(parts, 0, sizeof parts);
+            float *ws[2] = {w0, w1};
+            for (int i = 0; i < 2; i++) {
+                parts[i].cfg = config(mode, 1, MB / 2);
+                parts[i].cfg.max_load_rows = ROWS / 2;
+                parts[i].cfg.check_every = 2; /* the collective check, every 2 steps */
+                parts[i].x = data_x + (size_t)i * (ROWS / 2) * IN;
+                parts[i].y = data_y + (size_t)i * (ROWS / 2);
+                parts[i].rows = ROWS / 2;
+                parts[i].passes = 3;
+                parts[i].w = ws[i];
+            }
+            REQUIRE(run_parts(parts, 2) == 0);
+            CHECK(parts[0].rc == 0 && parts[1].rc == 0);
+            CHECK(parts[0].steps == 12 && parts[1].steps == 12);
+            CHECK(memcmp(w0, w1, count * sizeof(float)) == 0);
+            CHECK(memcmp(w0, repl, count * sizeof(float)) == 0);
+            CHECK(max_rel_diff(w0, ref, count) <= 1e-5);
+            /* The norm is the reduced gradient's; the loss each one's own. */
+            CHECK(parts[0].grad_norm == parts[1].grad_norm && parts[0].grad_norm > 0.0);
+            CHECK(parts[0].loss != parts[1].loss);
+            CHECK_OK(parts[0].check_rc);
+            CHECK_OK(parts[1].check_rc);
+            CHECK(parts[0].corrupt_rc == DPT_ECOMM && parts[1].corrupt_rc == DPT_ECOMM);
+            if (memcmp(w0, repl, count * sizeof(float)) != 0)
+                fprintf(stderr, "%s, %s over a communicator: max relative difference to "
+                        "replicated towers %.3g\n", sgd ? "sgd" : "adam",
+                        dpt_towers_mode_name(mode), max_rel_diff(w0, repl, count));
+        }
+    }
+    use_sgd = 0;
+    free(repl), free(ref), free(w0), free(w1);
+}
+
+/* weight_rows: participant 0 holds 8 rows per step, participant 1 holds 4
+ * (the same 3 steps): the step follows the mean gradient of all 12 rows,
+ * as one engine on those 12-row minibatches does (within float rounding).
+ * Plain averaging of the two means does not (the check is not vacuous). */
+static void test_comm_weight_rows(void)
+{
+    enum { S = 3, R0 = 8, R1 = 4 };
+    size_t count = nparams();
+    REQUIRE(count > 0 && count <= 1024);
+    float *ref = calloc(count, sizeof *ref), *w0 = calloc(count, sizeof *w0);
+    float *w1 = calloc(count, sizeof *w1), *avg = calloc(count, sizeof *avg);
+    REQUIRE(ref && w0 && w1 && avg);
+    /* Participant 0: rows [0, 24), participant 1: rows [24, 36); step k
+     * uses rows [8k, 8k+8) and [24+4k, 24+4k+4). */
+    for (int weighted = 1; weighted >= 0; weighted--) {
+        part_t parts[2];
+        memset(parts, 0, sizeof parts);
+        for (int i = 0; i < 2; i++) {
+            parts[i].cfg = config(DPT_TOWERS_REPLICATED, 1, MB);
+            parts[i].cfg.weight_rows = weighted;
+            parts[i].passes = 2;
+        }
+        parts[0].x = data_x, parts[0].y = data_y, parts[0].rows = S * R0, parts[0].pdb = R0;
+        parts[1].x = data_x + S * R0 * IN, parts[1].y = data_y + S * R0;
+        parts[1].rows = S * R1, parts[1].pdb = R1;
+        parts[0].w = weighted ? w0 : avg;
+        parts[1].w = w1;
+        REQUIRE(run_parts(parts, 2) == 0);
+        CHECK(parts[0].rc == 0 && parts[1].rc == 0);
+        CHECK(parts[0].steps == 2 * S && parts[1].steps == 2 * S);
+        CHECK(memcmp(parts[0].w, w1, count * sizeof(float)) == 0);
+    }
+    /* The reference: one engine, one device, minibatches of 12 rows. */
+    static float x[S * (R0 + R1) * IN];
+    static int32_t y[S * (R0 + R1)];
+    size_t k = 0;
+    for (size_t st = 0; st < S; st++) {
+        for (size_t j = 0; j < R0; j++, k++) {
+            memcpy(x + k * IN, data_x + (st * R0 + j) * IN, IN * sizeof(float));
+            y[k] = data_y[st * R0 + j];
+        }
+        for (size_t j = 0; j < R1; j++, k++) {
+            memcpy(x + k * IN, data_x + (S * R0 + st * R1 + j) * IN, IN * sizeof(float));
+            y[k] = data_y[S * R0 + st * R1 + j];
+        }
+    }
+    dpt_mlp_t *mlp;
+    REQUIRE_OK(dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, MB));
+    dpt_model_t model = dpt_mlp_model(mlp);
+    dpt_towers_config_t c = config(DPT_TOWERS_REPLICATED, 1, MB);
+    dpt_batch_t lay = layout();
+    dpt_towers_t *t;
+    REQUIRE_OK(dpt_towers_create(&t, &model, &lay, &c));
+    dpt_rng_t r;
+    dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
+    dpt_mlp_init_params(mlp, ref, &r);
+    REQUIRE_OK(dpt_towers_set_weights(t, ref, count));
+    dpt_batch_t b = xy(S * (R0 + R1), x, y);
+    dpt_towers_load_info_t li;
+    REQUIRE_OK(dpt_towers_load(t, 0, &b, &li));
+    REQUIRE(li.steps == S && li.per_device_batch == R0 + R1);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t off = 0; off < li.rows_per_device; off += li.per_device_batch)
+            REQUIRE_OK(dpt_towers_optimize(t, 0, off, 0.01f, NULL));
+    REQUIRE_OK(dpt_towers_get_weights(t, ref, count));
+    double d = max_rel_diff(w0, ref, count), da = max_rel_diff(avg, ref, count);
+    printf("weight_rows: max relative difference to one engine on all rows %.3g "
+           "(unweighted average: %.3g)\n", d, da);
+    CHECK(d <= 1e-5);
+    CHECK(da > 1e-4);
+    dpt_towers_destroy(t);
+    dpt_mlp_destroy(mlp);
+    free(ref), free(w0), free(w1), free(avg);
+}
+
+/* A NaN in one participant's rows (the model refuses it): that participant
+ * reports its own error, the others DPT_ECOMM; nobody's weights move, and
+ * the next steps run on every participant (they stay in step and bitwise
+ * equal). */
+static void test_comm_failure_refused_everywhere(void)
+{
+    size_t count = nparams();
+    REQUIRE(count > 0 && count <= 1024);
+    float *w[MAXP];
+    part_t parts[MAXP];
+    memset(parts, 0, sizeof parts);
+    for (int i = 0; i < MAXP; i++) {
+        REQUIRE((w[i] = calloc(count, sizeof(float))) != NULL);
+        parts[i].cfg = config(DPT_TOWERS_PS, 1, 4);
+        parts[i].x = data_x + (size_t)i * 16 * IN;
+        parts[i].y = data_y + (size_t)i * 16;
+        parts[i].rows = 16;
+        parts[i].passes = 2;
+        parts[i].bad_step = 3;
+        parts[i].poison = i == 1;
+        parts[i].w = w[i];
+    }
+    REQUIRE(run_parts(parts, MAXP) == 0);
+    for (int i = 0; i < MAXP; i++) {
+        CHECK(parts[i].rc == 0);
+        CHECK(parts[i].steps == 8); /* the refused step does not count */
+    }
+    CHECK(parts[1].bad_rc == DPT_ENUMERIC && strstr(parts[1].bad_msg, "is nan"));
+    CHECK(parts[0].bad_rc == DPT_ECOMM && strstr(parts[0].bad_msg, "another participant"));
+    CHECK(parts[2].bad_rc == DPT_ECOMM && strstr(parts[2].bad_msg, "step refused"));
+    CHECK(memcmp(w[0], w[1], count * sizeof(float)) == 0);
+    CHECK(memcmp(w[0], w[2], count * sizeof(float)) == 0);
+    printf("refused: participant 1: %s; participant 0: %s\n", parts[1].bad_msg,
+           parts[0].bad_msg);
+    for (int i = 0; i < MAXP; i++)
+        free(w[i]);
+}
+
+/* A finite loss with an infinite gradient on one participant (the linreg
+ * model's switch): the reduced gradient is infinite on every participant,
+ * so every one refuses the step with DPT_ENUMERIC and nothing moves. */
+typedef struct inf_part {
+    dpt_comm_threads_group_t *group;
+    int rank;
+    dpt_model_t model;
+    int rc, bad_rc, moved;
+    char msg[512], bad_msg[512];
+} inf_part_t;
+
+static void *inf_part_main(void *arg)
+{
+    inf_part_t *p = arg;
+    enum { N = 16 };
+    float x[N * 2], y[N], before[32], after[32];
+    for (int i = 0; i < N; i++) {
+        x[2 * i] = (float)i / N;
+        x[2 * i + 1] = 1.0f - (float)i / N;
+        y[i] = x[2 * i] - x[2 * i + 1];
+    }
+    dpt_comm_t *comm = NULL;
+    dpt_towers_t *t = NULL;
+    dpt_batch_t lay, b;
+    dpt_batch_init(&lay, 0);
+    dpt_batch_add(&lay, "x", DPT_F32, 2, 0, NULL);
+    dpt_batch_add(&lay, "y", DPT_F32, 1, 0, NULL);
+    dpt_batch_init(&b, N);
+    dpt_batch_add(&b, "x", DPT_F32, 2, 0, x);
+    dpt_batch_add(&b, "y", DPT_F32, 1, 0, y);
+    dpt_towers_config_t c = dpt_towers_defaults();
+    c.max_per_device_batch_size = N;
+    c.max_load_rows = N;
+    c.grad_clip = 1.0;
+    size_t count = p->model.vars->total;
+    dpt_towers_load_info_t li;
+    int rc = dpt_comm_threads_join(p->group, p->rank, &comm);
+    c.comm = comm;
+    if (!rc)
+        rc = dpt_towers_create(&t, &p->model, &lay, &c);
+    if (!rc) {
+        memset(before, 0, sizeof before);
+        rc = dpt_towers_set_weights(t, before, count);
+    }
+    if (!rc && p->rank == 1)
+        y[0] = -1e38f;
+    if (!rc)
+        rc = dpt_towers_load(t, 0, &b, &li);
+    if (!rc) {
+        p->bad_rc = dpt_towers_optimize(t, 0, 0, 0.1f, NULL);
+        snprintf(p->bad_msg, sizeof p->bad_msg, "%s", dpt_last_error());
+        rc = dpt_towers_get_weights(t, after, count);
+        p->moved = memcmp(before, after, count * sizeof(float)) != 0;
+    }
+    y[0] = x[0] - x[1];
+    if (!rc)
+        rc = dpt_towers_load(t, 0, &b, &li);
+    if (!rc)
+        rc = dpt_towers_optimize(t, 0, 0, 0.1f, NULL);
+    if (rc)
+        snprintf(p->msg, sizeof p->msg, "%s", dpt_last_error());
+    p->rc = rc;
+    dpt_towers_destroy(t);
+    dpt_comm_destroy(comm);
+    return NULL;
+}
+
+static void test_comm_infinite_norm_refused_everywhere(void)
+{
+    linreg_t lr;
+    memset(&lr, 0, sizeof lr);
+    dpt_vartable_init(&lr.vars);
+    size_t s2[1] = {2}, s1[1] = {1};
+    REQUIRE_OK(dpt_vartable_add(&lr.vars, "a", 1, s2, NULL));
+    REQUIRE_OK(dpt_vartable_add(&lr.vars, "b", 1, s1, NULL));
+    linreg_copy_t base = {&lr, 0};
+    dpt_model_t model = {.vars = &lr.vars, .ctx = &base, .loss_grad = linreg_loss_grad};
+    dpt_comm_threads_group_t *g;
+    REQUIRE_OK(dpt_comm_threads_group_create(&g, 2, NULL));
+    inf_part_t parts[2];
+    memset(parts, 0, sizeof parts);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        parts[i].group = g;
+        parts[i].rank = i;
+        parts[i].model = model;
+        REQUIRE(pthread_create(&th[i], NULL, inf_part_main, &parts[i]) == 0);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    dpt_comm_threads_group_destroy(g);
+    for (int i = 0; i < 2; i++) {
+        if (parts[i].rc)
+            fprintf(stderr, "participant %d: %s\n", i, parts[i].msg);
+        CHECK(parts[i].rc == 0);
+        CHECK(parts[i].bad_rc == DPT_ENUMERIC &&
+              strstr(parts[i].bad_msg, "gradient norm is inf; step refused"));
+        CHECK(!parts[i].moved);
+    }
+    dpt_vartable_deinit(&lr.vars);
+}
+
+static void test_comm_config_errors(void)
+{
+    dpt_comm_threads_group_t *g;
+    dpt_comm_t *comm;
+    REQUIRE_OK(dpt_comm_threads_group_create(&g, 1, NULL));
+    REQUIRE_OK(dpt_comm_threads_join(g, 0, &comm));
+    dpt_mlp_t *mlp;
+    REQUIRE_OK(dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, 8));
+    dpt_model_t model = dpt_mlp_model(mlp);
+    dpt_batch_t lay = layout();
+    dpt_towers_t *t = NULL;
+    dpt_towers_config_t c = config(DPT_TOWERS_PS, 2, 4);
+    c.comm = comm;
+    CHECK_ERR(dpt_towers_create(&t, &model, &lay, &c), DPT_EINVAL,
+              "several devices per participant with an external communicator are not "
+              "supported yet");
+    c = config(DPT_TOWERS_ASYNC, 1, 4);
+    c.comm = comm;
+    CHECK_ERR(dpt_towers_create(&t, &model, &lay, &c), DPT_EINVAL, "mode async");
+    c = config(DPT_TOWERS_REPLICATED, 1, 4);
+    c.comm = comm;
+    c.weight_rows = 1;
+    c.reduce_sum = 1;
+    CHECK_ERR(dpt_towers_create(&t, &model, &lay, &c), DPT_EINVAL, "reduce_sum");
+    c = config(DPT_TOWERS_PS, 2, 4);
+    c.weight_rows = 1;
+    CHECK_ERR(dpt_towers_create(&t, &model, &lay, &c), DPT_EINVAL,
+              "weight_rows needs an external communicator");
+    CHECK(t == NULL);
+    /* One participant: a valid engine that trains alone. */
+    c = config(DPT_TOWERS_PS, 1, 4);
+    c.comm = comm;
+    c.weight_rows = 1;
+    REQUIRE_OK(dpt_towers_create(&t, &model, &lay, &c));
+    dpt_batch_t b = xy(8, data_x, data_y);
+    dpt_towers_load_info_t li;
+    REQUIRE_OK(dpt_towers_load(t, 0, &b, &li));
+    dpt_towers_stats_t st;
+    CHECK_OK(dpt_towers_optimize(t, 0, 4, 0.01f, &st));
+    CHECK(st.rows == 4 && st.grad_norm > 0.0);
+    CHECK_OK(dpt_towers_check_replicas(t));
+    dpt_towers_destroy(t);
+    dpt_mlp_destroy(mlp);
+    dpt_comm_destroy(comm);
+    dpt_comm_threads_group_destroy(g);
+}
+
 int main(void)
 {
     make_data();
@@ -671,6 +1192,12 @@ int main(void)
         DPT_TEST(test_async_learns),
         DPT_TEST(test_user_model_and_gradsets),
         DPT_TEST(test_bad_config),
+        DPT_TEST(test_load_ex_rules),
+        DPT_TEST(test_comm_equals_replicated_towers),
+        DPT_TEST(test_comm_weight_rows),
+        DPT_TEST(test_comm_failure_refused_everywhere),
+        DPT_TEST(test_comm_infinite_norm_refused_everywhere),
+        DPT_TEST(test_comm_config_errors),
     };
     return DPT_TEST_RUN(cases);
 }

@@ -183,7 +183,7 @@ static void test_ppo_config_and_create_errors(void)
     /* PPO refuses a multi-process world (read from the launcher's
      * environment, as mpirun sets it). */
     REQUIRE_OK(make_cfg(&c, "ppo", NULL, 0));
-    dpt_trainer_env_t env = {1, NULL};
+    dpt_trainer_env_t env = {.use_mpi = 1};
     REQUIRE(setenv("OMPI_COMM_WORLD_SIZE", "2", 1) == 0);
     CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "ppo does not run under mpirun");
     unsetenv("OMPI_COMM_WORLD_SIZE");

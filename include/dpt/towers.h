@@ -49,6 +49,40 @@
  * A step whose loss or gradient is not finite, or whose model call fails, is
  * refused: nothing is applied (in async, that tower's update is skipped) and
  * the error names the device.
+ *
+ * External communicator (cfg.comm != NULL): the engine is one participant
+ * of a data-parallel job spread over comm's participants (threads of this
+ * process, MPI ranks, or both: any dpt_comm_t backend). Each participant
+ * creates its own engine with the same model, config and communicator size,
+ * loads its own rows and calls every optimize() in the same order as the
+ * others (the step is collective). Only num_devices == 1 is supported, in
+ * ps or replicated mode (both mean the same here: this participant holds a
+ * full copy of the parameters and optimizer state). One step:
+ *
+ *   g_p  = mean gradient of participant p's per_device_batch rows
+ *   allreduce over comm of (g_p, s_p), nparams + 1 floats, where the slot
+ *   s_p is 0, or NaN when p's own forward/backward failed:
+ *     average (default)  g = (sum_p g_p) / P            (DPT_REDUCE_AVG)
+ *     reduce_sum         g =  sum_p g_p                 (DPT_REDUCE_SUM)
+ *     weight_rows        s_p = n_p, the rows p used; each participant sends
+ *                        n_p g_p, and g = (sum_p n_p g_p) * (1 / sum_p n_p):
+ *                        the mean gradient over all rows whatever each
+ *                        participant held (DPT_REDUCE_SUM)
+ *   norm = ||g||; clip to grad_clip; optimizer update of the local copy.
+ *
+ * The all-reduce gives every participant the same bits, so every
+ * participant computes the same norm and applies the same update: the
+ * copies stay bitwise equal when they start equal (set the same weights on
+ * every participant, e.g. after a dpt_comm_broadcast). A non-finite reduced
+ * slot or norm refuses the step on every participant at once: the one whose
+ * step failed returns its own error, the others DPT_ECOMM ("another
+ * participant's step failed") or DPT_ENUMERIC (non-finite norm), and the
+ * engines stay in step for the next call. The fused SGD update of ps mode
+ * is not used. The stats of optimize() (loss, correct, rows, extra) are
+ * this participant's own; grad_norm is the norm of the reduced gradient.
+ * dpt_towers_check_replicas() compares every participant's parameters and
+ * optimizer state (a collective), and with check_every > 0 runs every
+ * check_every steps in either mode.
  */
 #ifndef DPT_TOWERS_H
 #define DPT_TOWERS_H
@@ -57,6 +91,7 @@
 #include <stdint.h>
 
 #include "dpt/batch.h"
+#include "dpt/comm.h"
 #include "dpt/nn.h"
 #include "dpt/optim.h"
 
@@ -92,10 +127,15 @@ typedef struct dpt_towers_config {
     int check_every;                  /* replicated: replica check period; 0 = off */
     int pin_devices;                  /* pin device threads to cores */
     double comm_timeout_s;            /* replicated: collective timeout; 0 = 300 */
+    dpt_comm_t *comm;                 /* external communicator (borrowed, must outlive the
+                                       * engine); NULL = the devices of this engine only */
+    int weight_rows;                  /* with comm: weight each participant's gradient by
+                                       * its rows (excludes reduce_sum) */
 } dpt_towers_config_t;
 
-/* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam;
- * check_every 50 in debug builds (NDEBUG undefined), 0 otherwise. */
+/* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam, no
+ * external communicator; check_every 50 in debug builds (NDEBUG
+ * undefined), 0 otherwise. */
 dpt_towers_config_t dpt_towers_defaults(void);
 
 /* What a load did. */
@@ -127,7 +167,8 @@ typedef struct dpt_towers dpt_towers_t;
  * flags; data may be NULL) fix what load() accepts, and `seq_len` (0 = no
  * sequences) is taken from it. Parameters start at zero: set them with
  * dpt_towers_set_weights(). Errors: DPT_EINVAL (bad config, naming the
- * key), DPT_ENOMEM, DPT_ETHREAD. */
+ * key; with comm: num_devices != 1, async mode, weight_rows with
+ * reduce_sum; weight_rows without comm), DPT_ENOMEM, DPT_ETHREAD. */
 int dpt_towers_create(dpt_towers_t **towers, const dpt_model_t *model,
                       const dpt_batch_t *layout, const dpt_towers_config_t *cfg);
 void dpt_towers_destroy(dpt_towers_t *towers);
@@ -139,6 +180,18 @@ void dpt_towers_destroy(dpt_towers_t *towers);
  * sequences than devices, a sequence length differing from the layout's. */
 int dpt_towers_load(dpt_towers_t *towers, int stack, const dpt_batch_t *batch,
                     dpt_towers_load_info_t *info);
+
+/* dpt_towers_load() with the rows per device per step fixed for this load:
+ * per_device_batch P (1 <= P <= max_per_device_batch_size; 0 = the rules
+ * above). The minibatch is P*N rows, never shrunk: a batch with fewer rows
+ * (or, with sequences, P not a whole number of sequences, or fewer
+ * sequences than one minibatch holds) is DPT_EINVAL; otherwise the batch is
+ * truncated to a multiple of the minibatch as above. Participants of a
+ * communicator that hold different numbers of rows use it to take the same
+ * number of steps (DD-PPO's preempted workers: smaller minibatches, the
+ * same count). Other errors as dpt_towers_load(). */
+int dpt_towers_load_ex(dpt_towers_t *towers, int stack, const dpt_batch_t *batch,
+                       size_t per_device_batch, dpt_towers_load_info_t *info);
 
 /* One step on rows [offset, offset + per_device_batch) of every device's
  * slice of stack `stack`, with learning rate lr. offset must be a multiple
@@ -156,12 +209,16 @@ int dpt_towers_optimize(dpt_towers_t *towers, int stack, size_t offset, float lr
 int dpt_towers_check_grad_sets(dpt_towers_t *towers, int stack);
 
 /* Copies the parameters out (tower 0's in replicated mode) / in (to every
- * replica). count must equal the model's table total. */
+ * replica). count must equal the model's table total. With an external
+ * communicator both are local: give every participant the same weights. */
 int dpt_towers_get_weights(dpt_towers_t *towers, float *out, size_t count);
 int dpt_towers_set_weights(dpt_towers_t *towers, const float *in, size_t count);
 
 /* Replicated: DPT_ESTATE naming the first replica whose parameters or
- * optimizer state differ from tower 0's; 0 otherwise (and in other modes). */
+ * optimizer state differ from tower 0's; 0 otherwise (and in other modes).
+ * With an external communicator (any mode): collective over comm,
+ * DPT_ECOMM naming the first participant whose parameters or optimizer
+ * state differ from participant 0's. */
 int dpt_towers_check_replicas(dpt_towers_t *towers);
 
 /* The optimizer of tower 0 (the only one in ps and async modes), for

@@ -378,6 +378,14 @@ typedef struct dpt_trainer_env {
      * to cut a long iteration short; may be NULL. The run loop agrees on it
      * across ranks between iterations. */
     const volatile sig_atomic_t *stop_flag;
+    /* The process-level communicator across the MPI ranks (one participant
+     * per process; borrowed, valid until the trainer is destroyed); NULL for
+     * one process. dpt_train_run passes the run's. The supervised job
+     * trains data-parallel over it (each rank its share of every batch,
+     * gradients all-reduced, identical weights on every rank); without it
+     * the supervised job refuses a world of several processes. ddppo builds
+     * its own communicators and ignores it. */
+    dpt_comm_t *comm;
 } dpt_trainer_env_t;
 
 /* The operations a job implements. self is the job's own state. Every

@@ -121,6 +121,22 @@ static int dpt__check_config(const dpt_model_t *model, const dpt_batch_t *layout
         return dpt_error(DPT_EINVAL, "towers: grad_clip must be >= 0 (got %g)", c->grad_clip);
     if (!(c->async_scale >= 0.0f))
         return dpt_error(DPT_EINVAL, "towers: async_scale must be >= 0");
+    if (c->weight_rows && !c->comm)
+        return dpt_error(DPT_EINVAL, "towers: weight_rows needs an external communicator (comm): "
+                         "the devices of one engine always hold equal rows");
+    if (c->comm) {
+        if (c->num_devices != 1)
+            return dpt_error(DPT_EINVAL, "towers: num_devices = %d with an external "
+                             "communicator: several devices per participant with an external "
+                             "communicator are not supported yet (use num_devices = 1)",
+                             c->num_devices);
+        if (c->mode == DPT_TOWERS_ASYNC)
+            return dpt_error(DPT_EINVAL, "towers: mode async does not run over an external "
+                             "communicator (use ps or replicated)");
+        if (c->weight_rows && c->reduce_sum)
+            return dpt_error(DPT_EINVAL, "towers: weight_rows and reduce_sum exclude each other "
+                             "(weight_rows divides by the total rows)");
+    }
     return DPT_OK;
 }
 
@@ -157,8 +173,11 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
             (rc = dpt_optim_create(&t->opt, &cfg->optim, t->nparams)) != 0)
             goto fail;
     }
-    if (cfg->mode == DPT_TOWERS_PS && dpt_optim_num_slots(t->opt) == 0 && cfg->grad_clip == 0.0 &&
-        (rc = dpt_arena_init(&t->params_next, t->nparams)) != 0)
+    /* The fused update needs no global norm, so it runs before the devices
+     * agree on anything: not with an external communicator, whose step
+     * all-reduces first. */
+    if (cfg->mode == DPT_TOWERS_PS && !cfg->comm && dpt_optim_num_slots(t->opt) == 0 &&
+        cfg->grad_clip == 0.0 && (rc = dpt_arena_init(&t->params_next, t->nparams)) != 0)
         goto fail;
     if (cfg->mode == DPT_TOWERS_ASYNC) {
         t->nchunks = (t->nparams + DPT_ASYNC_CHUNK - 1) / DPT_ASYNC_CHUNK;
@@ -173,7 +192,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
                 goto fail;
             }
     }
-    if (cfg->mode == DPT_TOWERS_REPLICATED) {
+    if (cfg->mode == DPT_TOWERS_REPLICATED && !cfg->comm) {
         dpt_comm_threads_options_t co;
         dpt_comm_threads_options_init(&co);
         if (cfg->comm_timeout_s > 0.0)
@@ -191,7 +210,9 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
                 goto fail;
             w->own_ctx = 1;
         }
-        if ((rc = dpt_arena_init(&w->grads, t->nparams)) != 0)
+        /* With an external communicator the gradient travels with one more
+         * float (rows, or the failure mark): see dpt__job_step_comm(). */
+        if ((rc = dpt_arena_init(&w->grads, t->nparams + (cfg->comm ? 1 : 0))) != 0)
             goto fail;
         if (!shared || cfg->mode == DPT_TOWERS_ASYNC) {
             if ((rc = dpt_arena_init(&w->own_params, t->nparams)) != 0)
@@ -203,7 +224,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
         if (!shared) {
             if ((rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0)
                 goto fail;
-            if ((rc = dpt_comm_threads_join(t->group, i, &w->comm)) != 0)
+            if (!cfg->comm && (rc = dpt_comm_threads_join(t->group, i, &w->comm)) != 0)
                 goto fail;
         }
         w->stack_data = calloc((size_t)cfg->num_stacks * ncols, sizeof *w->stack_data);
@@ -242,6 +263,12 @@ fail:
 int dpt_towers_load(dpt_towers_t *t, int stack, const dpt_batch_t *b,
                     dpt_towers_load_info_t *info)
 {
+    return dpt_towers_load_ex(t, stack, b, 0, info);
+}
+
+int dpt_towers_load_ex(dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t fixed_pdb,
+                       dpt_towers_load_info_t *info)
+{
     dpt_towers_load_info_t li;
     memset(&li, 0, sizeof li);
     size_t n = (size_t)t->cfg.num_devices;
@@ -260,14 +287,24 @@ int dpt_towers_load(dpt_towers_t *t, int stack, const dpt_batch_t *b,
         return dpt_error(DPT_EINVAL, "towers load: %zu rows exceed max_load_rows %zu", b->rows,
                          t->cfg.max_load_rows);
     size_t m = t->cfg.max_per_device_batch_size;
+    if (fixed_pdb > m)
+        return dpt_error(DPT_EINVAL, "towers load: per_device_batch %zu exceeds "
+                         "max_per_device_batch_size %zu", fixed_pdb, m);
     size_t keep_rows, seqs_per_device = 0, pdb;
     if (b->seq_len == 0) {
         if (b->rows < n)
             return dpt_error(DPT_EINVAL, "towers load: %zu rows for %zu devices; every device "
                              "needs at least one row", b->rows, n);
         size_t mb = m * n;
-        if (b->rows < mb)
+        if (fixed_pdb) {
+            mb = fixed_pdb * n;
+            if (b->rows < mb)
+                return dpt_error(DPT_EINVAL, "towers load: %zu rows are fewer than one "
+                                 "minibatch of %zu (per_device_batch %zu x %zu devices)",
+                                 b->rows, mb, fixed_pdb, n);
+        } else if (b->rows < mb) {
             mb = b->rows - b->rows % n; /* shrink to what the data allows */
+        }
         keep_rows = b->rows - b->rows % mb;
         pdb = mb / n;
         li.minibatch = mb;
@@ -278,7 +315,16 @@ int dpt_towers_load(dpt_towers_t *t, int stack, const dpt_batch_t *b,
                              b->rows, L);
         size_t nseq = b->rows / L;
         size_t spm = m / L * n;
-        if (spm < 1 || m < L) {
+        if (fixed_pdb) {
+            if (fixed_pdb % L)
+                return dpt_error(DPT_EINVAL, "towers load: per_device_batch %zu is not a whole "
+                                 "number of sequences of %zu rows", fixed_pdb, L);
+            spm = fixed_pdb / L * n;
+            if (nseq < spm)
+                return dpt_error(DPT_EINVAL, "towers load: %zu sequences are fewer than one "
+                                 "minibatch of %zu (per_device_batch %zu rows x %zu devices)",
+                                 nseq, spm, fixed_pdb, n);
+        } else if (spm < 1 || m < L) {
             spm = n;
             snprintf(li.warning, sizeof li.warning,
                      "minibatch of %zu rows per device is shorter than a sequence (%zu rows); "
@@ -455,7 +501,9 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
     }
     if (rc)
         return rc;
-    if (t->cfg.mode == DPT_TOWERS_REPLICATED && t->cfg.check_every > 0 &&
+    /* With an external communicator every participant is a replica, in
+     * either mode, and all of them reach this step count together. */
+    if ((t->cfg.mode == DPT_TOWERS_REPLICATED || t->cfg.comm) && t->cfg.check_every > 0 &&
         t->steps % (uint64_t)t->cfg.check_every == 0)
         return dpt_towers_check_replicas(t);
     return DPT_OK;
@@ -490,8 +538,30 @@ int dpt_towers_set_weights(dpt_towers_t *t, const float *in, size_t count)
     return DPT_OK;
 }
 
+/* The external communicator's participants: parameters, then each
+ * optimizer slot, compared by fingerprint (one collective each, the same
+ * sequence on every participant). */
+static int dpt__check_participants(dpt_towers_t *t)
+{
+    const float *p = t->cfg.mode == DPT_TOWERS_REPLICATED ? t->towers[0].params : t->params.data;
+    dpt_optim_t *opt = dpt_towers_optimizer(t);
+    int rc = dpt_comm_check_equal(t->cfg.comm, p, t->nparams);
+    if (rc == DPT_ECOMM)
+        return dpt_error(rc, "towers: participants' parameters differ after %llu steps: %s",
+                         (unsigned long long)t->steps, dpt_last_error());
+    for (int s = 0; !rc && s < dpt_optim_num_slots(opt); s++) {
+        rc = dpt_comm_check_equal(t->cfg.comm, dpt_optim_slot(opt, s), t->nparams);
+        if (rc == DPT_ECOMM)
+            return dpt_error(rc, "towers: participants' optimizer slot %d differs after %llu "
+                             "steps: %s", s, (unsigned long long)t->steps, dpt_last_error());
+    }
+    return rc;
+}
+
 int dpt_towers_check_replicas(dpt_towers_t *t)
 {
+    if (t->cfg.comm)
+        return dpt__check_participants(t);
     if (t->cfg.mode != DPT_TOWERS_REPLICATED)
         return DPT_OK;
     const dpt__tower_t *w0 = &t->towers[0];

@@ -38,7 +38,7 @@ typedef struct dpt__tower {
     float *params;             /* replicated: its replica; async: its snapshot;
                                   ps: NULL (the towers read t->params) */
     dpt_optim_t *own_opt;      /* replicated: own optimizer */
-    dpt_comm_t *comm;          /* replicated */
+    dpt_comm_t *comm;          /* replicated without an external communicator: the towers' group */
     void **stack_data;         /* [num_stacks * ncols] column buffers */
     /* results of the current step */
     int rc;

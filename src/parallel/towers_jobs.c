@@ -15,6 +15,7 @@
 #include "towers_impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -221,6 +222,59 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
     return DPT_OK;
 }
 
+/* One device, an external communicator (dpt/towers.h): the gradient and one
+ * more float travel in one all-reduce. The extra float is the rows this
+ * participant used (weight_rows) or 0, and NaN when its own forward/backward
+ * failed: the failure reaches every participant in the reduced slot, so all
+ * of them refuse the step together and their collectives stay matched (a
+ * participant that returned early would leave the others waiting until the
+ * communicator's timeout, and out of step afterwards). */
+static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
+{
+    int repl = t->cfg.mode == DPT_TOWERS_REPLICATED;
+    float *params = repl ? w->params : t->params.data;
+    dpt_optim_t *opt = repl ? w->own_opt : t->opt;
+    size_t n = t->nparams;
+    float *g = w->grads.data;
+    char msg[512] = "";
+    w->norm = 0.0;
+    w->rc = dpt__tower_compute(t, w, params);
+    if (w->rc) {
+        snprintf(msg, sizeof msg, "%s", dpt_last_error());
+        dpt_vec_zero(g, n);
+        g[n] = NAN;
+    } else if (t->cfg.weight_rows) {
+        float rows = (float)w->out.rows;
+        dpt_vec_scale(g, n, rows);
+        g[n] = rows;
+    } else {
+        g[n] = 0.0f;
+    }
+    dpt_reduce_op_t op = t->cfg.weight_rows || t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG;
+    int rc = dpt_comm_allreduce(t->cfg.comm, g, n + 1, op);
+    if (w->rc)
+        return dpt_error(w->rc, "%s", msg);
+    if (rc)
+        return rc;
+    if (!isfinite(g[n]))
+        return dpt_error(DPT_ECOMM, "another participant's step at offset %zu of stack %d "
+                         "failed (that participant reports why); step refused", t->job_offset,
+                         t->job_stack);
+    /* Every participant holds the same bits now: the same norm, the same
+     * clip and the same update everywhere. */
+    if (t->cfg.weight_rows)
+        dpt_vec_scale(g, n, 1.0f / g[n]);
+    double norm = sqrt(dpt_vec_sumsq(g, n));
+    w->norm = norm;
+    if (!isfinite(norm))
+        return dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm);
+    float f = dpt_clip_factor(norm, t->cfg.grad_clip);
+    if (f != 1.0f)
+        dpt_vec_scale(g, n, f);
+    dpt_optim_update(opt, params, g, 0, n, t->job_t, t->job_lr);
+    return DPT_OK;
+}
+
 static int dpt__job_step_async(dpt_towers_t *t, dpt__tower_t *w)
 {
     size_t chunk = DPT_ASYNC_CHUNK;
@@ -276,6 +330,8 @@ int dpt__towers_job(void *arg, int device)
     case DPT__JOB_LOAD: return dpt__job_load(t, w);
     case DPT__JOB_GRADSET: return dpt__job_gradset(t, w);
     case DPT__JOB_STEP:
+        if (t->cfg.comm)
+            return dpt__job_step_comm(t, w);
         switch (t->cfg.mode) {
         case DPT_TOWERS_PS: return dpt__job_step_ps(t, w);
         case DPT_TOWERS_REPLICATED: return dpt__job_step_replicated(t, w);

@@ -1,21 +1,29 @@
 /*
  * DD-PPO workers (see rl_trainers.h).
  *
- * Each worker keeps a full copy of the policy and of Adam's state. Per
- * minibatch it computes the mean gradient g_w over its n_w rows, scales it
- * to the sum n_w g_w, appends n_w, and one all-reduce (sum) gives every
- * worker sum_w n_w g_w and sum_w n_w: the gradient of the mean over all
- * rows, whatever each worker collected. Every worker then clips and steps
- * identically, so the replicas stay bitwise equal (the all-reduce result is
+ * Each worker owns a one-device towers engine (dpt/towers.h) over the
+ * workers' communicator, in replicated mode with weight_rows: per
+ * minibatch the engine computes the worker's mean gradient g_w over its n_w
+ * rows, and one all-reduce of (n_w g_w, n_w) gives every worker
+ * sum_w n_w g_w / sum_w n_w, the gradient of the mean over all rows
+ * whatever each worker collected; every worker then clips and applies Adam
+ * identically, so the copies stay bitwise equal (the all-reduce result is
  * bitwise the same on every participant).
  *
- * Minibatch plan: every worker runs the same number of minibatches per
- * epoch, M = floor(fragment x envs / sgd_minibatch_size), so the
- * collectives match even when a preempted worker holds fewer rows. A
- * minibatch has min(sgd_minibatch_size, floor(rows / M)) rows: never more
- * than the buffers hold, and smaller for a preempted worker. Rows left over
- * (rows - M x minibatch) are not visited in that epoch; every epoch
- * reshuffles, so they differ from epoch to epoch.
+ * One iteration, as PPO's (ppo.c): sample, GAE, normalize advantages (per
+ * batch before the shuffle, or per minibatch after it), shuffle the rows
+ * once, load them once into the towers, then num_sgd_iter epochs, each
+ * visiting the minibatches in a fresh random order from the worker's own
+ * stream.
+ *
+ * Minibatch plan: every worker takes the same number of steps per epoch,
+ * M = floor(fragment x envs / sgd_minibatch_size), so the collectives match
+ * even when a preempted worker holds fewer rows. The load fixes the rows per
+ * minibatch to min(sgd_minibatch_size, floor(rows / M)) (dpt_towers_load_ex):
+ * sgd_minibatch_size for a worker that collected its whole fragment, fewer
+ * for a preempted one, which then may hold more than M minibatches; each
+ * epoch visits M of them, the first M of a fresh permutation. Rows past the
+ * last whole minibatch (rows mod minibatch) are not loaded.
  */
 #include "rl_trainers.h"
 #include "dpt/arena.h"
@@ -68,14 +76,19 @@ struct dpt_ddppo {
     dpt_ddppo_shared_t *shared;
     int rank, size;
     dpt__rollout_t ro;
-    dpt_policy_t *actor, *learner;
-    dpt_model_t model;
-    dpt_arena_t params, grads;   /* grads has room for the row count after the table */
+    dpt_policy_t *actor;         /* acting copy */
+    dpt_policy_t *learner;       /* the model the towers train */
+    dpt_towers_t *towers;
+    dpt_arena_t params;          /* the towers' weights, copied out after each learning
+                                  * phase: the actor samples with them, checkpoints and
+                                  * the identical-weights check read them */
     size_t nparams;              /* table total */
-    dpt_optim_t *opt;
-    size_t *perm;
-    float *mb_obs, *mb_logp, *mb_adv, *mb_ret, *mb_val;
-    void *mb_act;
+    size_t *perm;                /* [rows]: the iteration's row order */
+    size_t *order;               /* [rows]: one epoch's minibatch order (a load holds at
+                                  * most one minibatch per row) */
+    /* the shuffled copy of the batch that is loaded [rows] */
+    float *obs, *logp, *adv, *ret, *val;
+    void *act;
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps, finished_base;
     uint64_t local_iters;        /* iterations run by this process (preemption counter base) */
@@ -92,19 +105,19 @@ void dpt_ddppo_worker_destroy(dpt_ddppo_t *w)
 {
     if (!w)
         return;
+    dpt_towers_destroy(w->towers);
     dpt__rollout_deinit(&w->ro);
     dpt_policy_destroy(w->actor);
     dpt_policy_destroy(w->learner);
     dpt_arena_deinit(&w->params);
-    dpt_arena_deinit(&w->grads);
-    dpt_optim_destroy(w->opt);
     free(w->perm);
-    free(w->mb_obs);
-    free(w->mb_logp);
-    free(w->mb_adv);
-    free(w->mb_ret);
-    free(w->mb_val);
-    free(w->mb_act);
+    free(w->order);
+    free(w->obs);
+    free(w->logp);
+    free(w->adv);
+    free(w->ret);
+    free(w->val);
+    free(w->act);
     free(w->gathered);
     free(w->restore_arenas);
     free(w);
@@ -150,33 +163,46 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
         (rc = dpt_policy_create(&w->actor, cls, cfg->hidden, cfg->nhidden, cfg->num_envs)) != 0 ||
         (rc = dpt_policy_create(&w->learner, cls, cfg->hidden, cfg->nhidden, mb)) != 0)
         goto fail;
-    w->model = dpt_policy_ppo_model(w->learner, &cfg->loss);
-    w->nparams = w->model.vars->total;
-    dpt_optim_config_t oc = dpt_optim_defaults(DPT_OPTIM_ADAM);
-    oc.eps = cfg->adam_eps;
-    if ((rc = dpt_arena_init(&w->params, w->nparams)) != 0 ||
-        (rc = dpt_arena_init(&w->grads, w->nparams + DPT_VAR_ALIGN_FLOATS)) != 0 ||
-        (rc = dpt_optim_create(&w->opt, &oc, w->nparams)) != 0)
+    w->nparams = dpt_policy_vars(w->actor)->total;
+    if ((rc = dpt_arena_init(&w->params, w->nparams)) != 0)
+        goto fail;
+    dpt_model_t model = dpt_policy_ppo_model(w->learner, &cfg->loss);
+    dpt_towers_config_t tc = dpt_towers_defaults();
+    tc.num_devices = 1;
+    tc.mode = DPT_TOWERS_REPLICATED;
+    tc.max_per_device_batch_size = mb;
+    tc.max_load_rows = rows;
+    tc.grad_clip = cfg->grad_clip;
+    tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
+    tc.optim.eps = cfg->adam_eps;
+    tc.comm = comm;
+    tc.weight_rows = 1;
+    tc.check_every = 0; /* check_weights_every is the workers' check */
+    dpt_batch_t lay;
+    if ((rc = dpt_ppo_batch(&lay, cls, 0, NULL, NULL, NULL, NULL, NULL, NULL)) != 0 ||
+        (rc = dpt_towers_create(&w->towers, &model, &lay, &tc)) != 0)
         goto fail;
     size_t od = cls->obs_dim, aw = w->ro.act_w;
     w->perm = malloc(rows * sizeof *w->perm);
-    w->mb_obs = malloc(mb * od * sizeof(float));
-    w->mb_act = malloc(mb * aw * 4);
-    w->mb_logp = malloc(mb * sizeof(float));
-    w->mb_adv = malloc(mb * sizeof(float));
-    w->mb_ret = malloc(mb * sizeof(float));
-    w->mb_val = malloc(mb * sizeof(float));
+    w->order = malloc(rows * sizeof *w->order);
+    w->obs = malloc(rows * od * sizeof(float));
+    w->act = malloc(rows * aw * 4);
+    w->logp = malloc(rows * sizeof(float));
+    w->adv = malloc(rows * sizeof(float));
+    w->ret = malloc(rows * sizeof(float));
+    w->val = malloc(rows * sizeof(float));
     w->gathered = malloc((size_t)w->size * 4 * sizeof(float));
-    if (!w->perm || !w->mb_obs || !w->mb_act || !w->mb_logp || !w->mb_adv || !w->mb_ret ||
-        !w->mb_val || !w->gathered) {
-        rc = dpt_error(DPT_ENOMEM, "ddppo: cannot allocate minibatch buffers");
+    if (!w->perm || !w->order || !w->obs || !w->act || !w->logp || !w->adv || !w->ret ||
+        !w->val || !w->gathered) {
+        rc = dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the batch of %zu rows", rows);
         goto fail;
     }
     /* Every worker starts from rank 0's initial weights. */
     dpt_rng_t init;
     dpt_rng_init(&init, cfg->seed, 0, 0, DPT_RNG_INIT);
     dpt_policy_init_params(w->actor, w->params.data, &init);
-    if ((rc = dpt_comm_broadcast(comm, w->params.data, w->nparams, 0)) != 0)
+    if ((rc = dpt_comm_broadcast(comm, w->params.data, w->nparams, 0)) != 0 ||
+        (rc = dpt_towers_set_weights(w->towers, w->params.data, w->nparams)) != 0)
         goto fail;
     dpt_rng_init(&w->shuffle_rng, cfg->seed, (uint32_t)w->rank, 0, DPT_RNG_SHUFFLE);
     *out = w;
@@ -233,51 +259,57 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     double ev = dpt_explained_variance(w->ro.values, w->ro.returns, rows);
     if (c->normalize_advantages == DPT_RL_ADV_BATCH)
         dpt_normalize(w->ro.adv, rows);
+    /* Shuffle the rows once; the epochs then permute whole minibatches. */
+    for (size_t i = 0; i < rows; i++)
+        w->perm[i] = i;
+    dpt_rng_shuffle(&w->shuffle_rng, w->perm, rows);
+    dpt__rollout_gather(&w->ro, w->perm, rows, w->obs, w->act, w->logp, w->adv, w->ret,
+                        w->val);
     /* The same count on every worker (it depends on the config only); the
-     * size is capped by the buffers, and a preempted worker (>= 25% of its
-     * rows, and sgd_minibatch_size >= 4) still has >= 1 row per minibatch. */
+     * size is capped by the learner's batch, and a preempted worker (>= 25%
+     * of its rows, and sgd_minibatch_size >= 4) still has >= 1 row per
+     * minibatch. Minibatch membership is fixed by the load (one device:
+     * minibatch k is rows [k pdb, (k+1) pdb)), so each is normalized over
+     * its own rows before it. */
     size_t nmb = expected / c->sgd_minibatch_size;
-    size_t mbs = rows / nmb < c->sgd_minibatch_size ? rows / nmb : c->sgd_minibatch_size;
+    size_t pdb = rows / nmb < c->sgd_minibatch_size ? rows / nmb : c->sgd_minibatch_size;
+    size_t keep = rows - rows % pdb;
+    if (c->normalize_advantages == DPT_RL_ADV_MINIBATCH)
+        dpt__rl_normalize_minibatches(w->adv, 1, keep, pdb);
+    dpt_batch_t b;
+    dpt_towers_load_info_t li;
+    if ((rc = dpt_ppo_batch(&b, w->cls, rows, w->obs, w->act, w->logp, w->adv, w->ret,
+                            w->val)) != 0 ||
+        (rc = dpt_towers_load_ex(w->towers, 0, &b, pdb, &li)) != 0)
+        return rc;
+    if (li.rows_loaded != keep || li.per_device_batch != pdb || li.steps < nmb)
+        return dpt_error(DPT_ESTATE, "ddppo worker %d: the towers loaded %zu rows in %zu "
+                         "minibatches of %zu; expected %zu rows in at least %zu minibatches of "
+                         "%zu", w->rank, li.rows_loaded, li.steps, li.per_device_batch, keep,
+                         nmb, pdb);
     float lr = dpt__rl_lr(c, w->timesteps);
     double sums[6] = {0};
     size_t nsteps = 0;
-    dpt_batch_t b;
-    if ((rc = dpt_ppo_batch(&b, w->cls, mbs, w->mb_obs, w->mb_act, w->mb_logp, w->mb_adv,
-                            w->mb_ret, w->mb_val)) != 0)
-        return rc;
-    for (size_t i = 0; i < rows; i++)
-        w->perm[i] = i;
     for (int e = 0; e < c->num_sgd_iter; e++) {
-        dpt_rng_shuffle(&w->shuffle_rng, w->perm, rows);
+        for (size_t j = 0; j < li.steps; j++)
+            w->order[j] = j;
+        dpt_rng_shuffle(&w->shuffle_rng, w->order, li.steps);
         for (size_t j = 0; j < nmb; j++) {
-            dpt__rollout_gather(&w->ro, w->perm + j * mbs, mbs, w->mb_obs, w->mb_act,
-                                w->mb_logp, w->mb_adv, w->mb_ret, w->mb_val);
-            if (c->normalize_advantages == DPT_RL_ADV_MINIBATCH)
-                dpt_normalize(w->mb_adv, mbs);
-            dpt_loss_out_t out;
-            float *g = w->grads.data;
-            dpt_vec_zero(g, w->grads.count);
-            if ((rc = w->model.loss_grad(w->model.ctx, w->params.data, g, &b, &out)) != 0)
+            dpt_towers_stats_t st;
+            if ((rc = dpt_towers_optimize(w->towers, 0, w->order[j] * pdb, lr, &st)) != 0)
                 return rc;
-            dpt_vec_scale(g, w->nparams, (float)mbs);
-            g[w->nparams] = (float)mbs;
-            if ((rc = dpt_comm_allreduce(w->comm, g, w->grads.count, DPT_REDUCE_SUM)) != 0)
-                return rc;
-            dpt_vec_scale(g, w->nparams, 1.0f / g[w->nparams]);
-            double norm = dpt_clip_global_norm(g, w->nparams, c->grad_clip);
-            if (!isfinite(norm))
-                return dpt_error(DPT_ENUMERIC, "ddppo worker %d: gradient norm is %g", w->rank,
-                                 norm);
-            dpt_optim_step(w->opt, w->params.data, g, lr);
-            sums[0] += out.extra[DPT_PPO_STAT_POLICY_LOSS];
-            sums[1] += out.extra[DPT_PPO_STAT_VF_LOSS];
-            sums[2] += out.extra[DPT_PPO_STAT_ENTROPY];
-            sums[3] += out.extra[DPT_PPO_STAT_KL];
-            sums[4] += out.extra[DPT_PPO_STAT_CLIPFRAC];
-            sums[5] += norm;
+            /* This worker's loss terms; the norm of the all-reduced gradient. */
+            sums[0] += st.extra[DPT_PPO_STAT_POLICY_LOSS];
+            sums[1] += st.extra[DPT_PPO_STAT_VF_LOSS];
+            sums[2] += st.extra[DPT_PPO_STAT_ENTROPY];
+            sums[3] += st.extra[DPT_PPO_STAT_KL];
+            sums[4] += st.extra[DPT_PPO_STAT_CLIPFRAC];
+            sums[5] += st.grad_norm;
             nsteps++;
         }
     }
+    if ((rc = dpt_towers_get_weights(w->towers, w->params.data, w->nparams)) != 0)
+        return rc;
     double t2 = dpt_now();
     /* Aggregate statistics over workers: sums in one all-reduce, extremes
      * through an all-gather of (-min, max, rows). */
@@ -406,10 +438,10 @@ uint64_t dpt_ddppo_iteration(const dpt_ddppo_t *w)
 
 int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr)
 {
-    const dpt_vartable_t *vars = w->model.vars;
+    const dpt_vartable_t *vars = dpt_policy_vars(w->actor);
     int rc = dpt_safetensors_add_arena(wr, "params.", vars, w->params.data, w->nparams);
     if (!rc)
-        rc = dpt__rl_add_optim(wr, w->opt, vars);
+        rc = dpt__rl_add_optim(wr, dpt_towers_optimizer(w->towers), vars);
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(wr, "workers", (uint64_t)w->size);
     return rc;
@@ -443,7 +475,7 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
                                size_t bytes)
 {
     dpt__ddppo_restore_abort(w);
-    const dpt_vartable_t *vars = w->model.vars;
+    const dpt_vartable_t *vars = dpt_policy_vars(w->actor);
     size_t n = w->nparams;
     uint64_t workers = 0, head[4] = {0};
     int rc = dpt_safetensors_meta_u64(st, "workers", &workers);
@@ -469,6 +501,12 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
     uint64_t t = 0;
     if (!rc)
         rc = dpt__rl_load_arenas(st, vars, tmp, tmp + n, tmp + 2 * n, &t);
+    /* The towers refuse non-finite weights: refused here, commit cannot fail. */
+    if (!rc && !dpt_vec_all_finite(tmp, n)) {
+        size_t i = dpt_vec_first_nonfinite(tmp, n);
+        rc = dpt_error(DPT_EFORMAT, "checkpoint %s: parameter %zu is %g",
+                       dpt_safetensors_path(st), i, (double)tmp[i]);
+    }
     if (rc) {
         free(tmp);
         return rc;
@@ -492,9 +530,15 @@ void dpt__ddppo_restore_commit(dpt_ddppo_t *w)
         abort();
     const float *tmp = w->restore_arenas;
     memcpy(w->params.data, tmp, n * sizeof(float));
-    memcpy(dpt_optim_slot(w->opt, 0), tmp + n, n * sizeof(float));
-    memcpy(dpt_optim_slot(w->opt, 1), tmp + 2 * n, n * sizeof(float));
-    dpt_optim_set_t(w->opt, w->restore_t);
+    dpt_optim_t *opt = dpt_towers_optimizer(w->towers);
+    memcpy(dpt_optim_slot(opt, 0), tmp + n, n * sizeof(float));
+    memcpy(dpt_optim_slot(opt, 1), tmp + 2 * n, n * sizeof(float));
+    dpt_optim_set_t(opt, w->restore_t);
+    /* Finite weights of the right count (prepare checked), the towers' own
+     * optimizer: neither call can fail. */
+    if (dpt_towers_set_weights(w->towers, tmp, n) != 0 ||
+        dpt_towers_set_optimizer_state(w->towers, opt) != 0)
+        abort();
     w->iteration = w->restore_head[1];
     w->timesteps = w->restore_head[2];
     dpt_rng_seek(&w->shuffle_rng, w->restore_head[3]);

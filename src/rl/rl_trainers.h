@@ -16,10 +16,15 @@
  *    minibatches in a new random order (DESIGN.md 3.1).
  *  - DD-PPO (dpt_ddppo_*): no central learner. Each worker (a thread on the
  *    threads collective backend, or an MPI rank) samples
- *    rollout_fragment_length x num_envs steps with its own envs, computes
- *    the gradient of each minibatch, all-reduces it with every other worker
- *    (weighted by the rows each worker actually collected) and applies the
- *    identical update, so all workers keep identical weights. Stragglers:
+ *    rollout_fragment_length x num_envs steps with its own envs and learns
+ *    as PPO does (shuffle once, load once, epochs of shuffled minibatches),
+ *    on a one-device towers engine over the workers' communicator: each
+ *    minibatch's gradient is all-reduced with every other worker's
+ *    (weighted by the rows each worker actually collected) and every worker
+ *    applies the identical update, so all workers keep identical weights.
+ *    Every worker takes the same number of steps, floor(rollout_fragment_length
+ *    x num_envs / sgd_minibatch_size) per epoch, with smaller minibatches
+ *    when it was preempted. Stragglers:
  *    once more than sync_frac of the workers have finished collecting, the
  *    others stop early, but every worker collects at least 25% of its
  *    fragment (DD-PPO paper, section 4).

@@ -636,12 +636,16 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o,
                            "process); use job = ddppo to train across processes");
             goto out;
         }
-        if (job == DPT_JOB_SUPERVISED) {
-            rc = dpt_error(DPT_EINVAL, "job supervised does not run under mpirun yet: run it in "
-                           "one process with num_devices towers");
+        if (job == DPT_JOB_SUPERVISED && dpt_config_int(r.cfg, DPT_CFG_num_devices) != 1) {
+            rc = dpt_error(DPT_EINVAL, "under mpirun the supervised job runs one device per "
+                           "rank: set num_devices = 1 (num_devices = %lld)",
+                           (long long)dpt_config_int(r.cfg, DPT_CFG_num_devices));
             goto out;
         }
-        int threads = (int)dpt_config_int(r.cfg, DPT_CFG_num_workers);
+        /* Only DD-PPO with several worker threads calls MPI from threads
+         * other than this one (hier); the supervised job's one device runs
+         * on this thread. */
+        int threads = job == DPT_JOB_DDPPO ? (int)dpt_config_int(r.cfg, DPT_CFG_num_workers) : 1;
         if ((rc = dpt_comm_mpi_init(NULL, NULL, threads > 1 ? DPT_COMM_MPI_SERIALIZED
                                                             : DPT_COMM_MPI_FUNNELED)) != 0)
             goto out;
@@ -663,6 +667,7 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o,
     memset(&env, 0, sizeof env);
     env.use_mpi = r.world > 1;
     env.stop_flag = o ? o->stop_flag : NULL;
+    env.comm = r.mpi; /* NULL in one process */
     if ((rc = dpt_trainer_create(&r.t, r.cfg, &env)) != 0)
         goto out;
     uint64_t it0 = 0, ts0 = 0;

@@ -157,6 +157,9 @@ static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
         break;
     case DPT__DD_ITERATE:
         rc = dpt_ddppo_worker_train(wk->w, &wk->res);
+        /* A worker whose own step failed makes the others' steps fail with
+         * DPT_ECOMM (dpt/towers.h) or time out: report its error first. */
+        wk->peer_only = rc == DPT_ECOMM || rc == DPT_ETIMEDOUT;
         break;
     case DPT__DD_CHECKPOINT:
         rc = dpt__dd_checkpoint_part(wk);

@@ -8,6 +8,18 @@
  * (DPT_RNG_INIT), each epoch's order (DPT_RNG_SHUFFLE, whose position is
  * checkpointed) and the spirals (DPT_RNG_DATA). So a run resumed from a
  * checkpoint continues exactly as an uninterrupted one.
+ *
+ * Across P processes (dpt_trainer_env_t.comm of size P > 1, e.g. under
+ * mpirun): data parallel with one device per rank. Every rank reads the
+ * whole dataset and draws the same streams, so all ranks start from the
+ * same weights and shuffle each epoch identically; rank r trains on rows
+ * [r B/P, (r+1) B/P) of every batch of B = batch_size rows through a
+ * one-device towers engine over the communicator (gradients averaged, one
+ * all-reduce per step), so every rank applies the same update and the
+ * weights stay identical. The loss and accuracy of an epoch are summed over
+ * the ranks; every rank evaluates the test set itself (the same weights, the
+ * same numbers); the state to checkpoint is the same on every rank, and rank
+ * 0 (the one with a writer) writes it.
  */
 #include "dpt/dataset.h"
 #include "dpt/dpt.h"
@@ -75,6 +87,9 @@ typedef struct sup {
     dpt_rng_t shuffle_rng;
     dpt_schedule_t sched;
     int shuffle;
+    size_t batch;        /* batch_size: rows per step over all ranks and devices */
+    dpt_comm_t *comm;    /* the ranks' communicator when there are several; else NULL */
+    int rank, nranks;    /* 0 and 1 in one process */
     uint64_t epochs;
     uint64_t epoch, samples, steps; /* done so far (checkpointed) */
 } sup_t;
@@ -199,13 +214,27 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
         return rc;
     int devices = (int)DPT_CI(c, num_devices);
     size_t batch = (size_t)DPT_CI(c, batch_size);
+    size_t ranks = (size_t)s->nranks;
+    if (ranks > 1) {
+        if (devices != 1)
+            return dpt_error(DPT_EINVAL, "num_devices = %d: across %zu processes the supervised "
+                             "job runs one device per rank: set num_devices = 1", devices, ranks);
+        if (batch % ranks)
+            return dpt_error(DPT_EINVAL, "batch_size %zu must be divisible by the %zu ranks "
+                             "(each rank trains on batch_size / ranks rows of every batch)",
+                             batch, ranks);
+        if (rows < ranks)
+            return dpt_error(DPT_EINVAL, "the %s training set has %zu rows, fewer than the "
+                             "%zu ranks", sup_dataset_names[s->dataset], rows, ranks);
+    }
     if (batch % (size_t)devices)
         return dpt_error(DPT_EINVAL, "batch_size %zu must be divisible by num_devices %d", batch,
                          devices);
     if (rows < (size_t)devices)
         return dpt_error(DPT_EINVAL, "the %s training set has %zu rows, fewer than "
                          "num_devices %d", sup_dataset_names[s->dataset], rows, devices);
-    size_t pdb = batch / (size_t)devices;
+    s->batch = batch;
+    size_t pdb = batch / (size_t)devices / ranks;
     dpt_towers_config_t tc = dpt_towers_defaults();
     dpt_optim_kind_t kind;
     if ((rc = dpt_towers_mode_parse(DPT_CS(c, towers_mode), &tc.mode)) != 0 ||
@@ -217,6 +246,7 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     tc.max_load_rows = rows;
     tc.grad_clip = DPT_CF(c, grad_clip);
     tc.comm_timeout_s = DPT_CF(c, comm_timeout_s);
+    tc.comm = s->comm;
     tc.optim = dpt_optim_defaults(kind);
     tc.optim.momentum = (float)DPT_CF(c, momentum);
     tc.optim.nesterov = (int)DPT_CI(c, nesterov);
@@ -268,13 +298,23 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
 static int sup_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t *env)
 {
     *out = NULL;
-    /* The towers are threads of one process; ranks would each train alone. */
-    if (env && env->use_mpi && dpt__mpi_world_size() > 1)
-        return dpt_error(DPT_EINVAL, "supervised training under mpirun is not supported yet: "
-                         "run it in one process (num_devices towers)");
+    dpt_comm_t *comm = env ? env->comm : NULL;
+    /* Without the ranks' communicator every rank would train alone. */
+    if (env && env->use_mpi && dpt__mpi_world_size() > 1 && !comm)
+        return dpt_error(DPT_EINVAL, "supervised training under mpirun is not supported without "
+                         "the ranks' communicator (dpt_trainer_env_t.comm; dpt_train_run "
+                         "passes it)");
     sup_t *s = calloc(1, sizeof *s);
     if (!s)
         return dpt_error(DPT_ENOMEM, "supervised: cannot allocate the trainer");
+    s->nranks = 1;
+    /* A communicator of one participant changes nothing: the one-process
+     * path (and its numbers) is kept. */
+    if (comm && dpt_comm_size(comm) > 1) {
+        s->comm = comm;
+        s->rank = dpt_comm_rank(comm);
+        s->nranks = dpt_comm_size(comm);
+    }
     int rc = sup_dataset_parse(DPT_CS(c, dataset), &s->dataset);
     if (rc)
         goto fail;
@@ -318,18 +358,34 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
         s->perm[i] = i;
     if (s->shuffle)
         dpt_rng_shuffle(&s->shuffle_rng, s->perm, rows);
-    for (size_t i = 0; i < rows; i++) {
-        memcpy(s->xs + i * dim, s->train.x + s->perm[i] * dim, dim * sizeof(float));
-        s->ys[i] = s->train.labels[s->perm[i]];
+    /* One process: the whole shuffled set, split by the towers. Several
+     * ranks: this rank's share of every batch, batch after batch. The
+     * batches are those of one process with one device: batch_size rows, or
+     * one smaller batch (a multiple of the ranks) when the set is smaller. */
+    size_t nbatches = rows, share = 0, batch = rows, take = rows;
+    if (s->nranks > 1) {
+        size_t P = (size_t)s->nranks;
+        batch = rows >= s->batch ? s->batch : rows - rows % P;
+        nbatches = rows >= s->batch ? rows / s->batch : 1;
+        share = batch / P;
+        take = nbatches * share;
+    }
+    for (size_t i = 0; i < take; i++) {
+        size_t src = s->nranks > 1
+                         ? s->perm[(i / share) * batch + (size_t)s->rank * share + i % share]
+                         : s->perm[i];
+        memcpy(s->xs + i * dim, s->train.x + src * dim, dim * sizeof(float));
+        s->ys[i] = s->train.labels[src];
     }
     dpt_batch_t b;
-    dpt_batch_init(&b, rows);
+    dpt_batch_init(&b, take);
     dpt_batch_add(&b, DPT_MLP_X, DPT_F32, dim, 0, s->xs);
     dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, s->ys);
     dpt_towers_load_info_t li;
-    int rc = dpt_towers_load(s->towers, 0, &b, &li);
+    int rc = dpt_towers_load_ex(s->towers, 0, &b, share, &li);
     if (rc)
         return rc;
+    size_t dropped = s->nranks > 1 ? rows - nbatches * batch : li.rows_dropped;
     double loss = 0.0, hits = 0.0;
     size_t used = 0;
     double tl = dpt_now();
@@ -344,6 +400,15 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
         used += st.rows;
     }
     double train_time = dpt_now() - tl;
+    if (s->comm) {
+        /* The epoch's figures over every rank's rows (the same on all). */
+        float sums[2] = {(float)loss, (float)hits};
+        if ((rc = dpt_comm_allreduce(s->comm, sums, 2, DPT_REDUCE_SUM)) != 0)
+            return rc;
+        loss = (double)sums[0];
+        hits = (double)sums[1];
+        used = nbatches * batch;
+    }
     s->samples += used;
     s->epoch++;
     double te = dpt_now();
@@ -376,7 +441,7 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     dpt_train_result_add(r, "test_loss", test.loss);
     dpt_train_result_add(r, "test_accuracy", test_acc);
     dpt_train_result_add(r, "lr", (double)dpt_schedule_lr(&s->sched, s->steps));
-    dpt_train_result_add(r, "rows_dropped", (double)li.rows_dropped);
+    dpt_train_result_add(r, "rows_dropped", (double)dropped);
     dpt_train_result_add(r, "samples_per_s", rate);
     dpt_train_result_add(r, "time_this_iter_s", dpt_now() - t0);
     dpt_train_result_add(r, "timing_breakdown/train_time_ms", train_time * 1e3);

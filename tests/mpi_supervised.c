@@ -1,0 +1,279 @@
+/*
+ * The supervised job across MPI ranks (run by CTest under mpirun -np 2 and
+ * -np 3) through the trainer interface (dpt/train.h, job = supervised,
+ * env.comm = a communicator over MPI_COMM_WORLD), on the built-in spirals:
+ *  - every rank ends with bitwise-identical weights (checksums gathered
+ *    here) and the same metrics;
+ *  - the training is that of one process with one device and the same
+ *    batch size: the same batches, steps, samples and learning rates
+ *    exactly; the weights and losses within float rounding (the ranks
+ *    average per-rank mean gradients where one process takes one mean);
+ *  - a checkpoint written by rank 0 (the others pass no writer) and
+ *    restored on every rank continues bitwise as the uninterrupted run;
+ *  - a batch size the ranks do not divide, several devices per rank, and a
+ *    world without a communicator are refused (DPT_EINVAL).
+ */
+#include "dpt_config.h"
+#include "dpt_test.h"
+
+#include "dpt/arena.h"
+#include "dpt/checkpoint.h"
+#include "dpt/comm.h"
+#include "dpt/train.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#if DPT_HAVE_MPI
+static dpt_comm_t *comm; /* the test's communicator over MPI_COMM_WORLD */
+static char path[512];   /* the checkpoint, the same on every rank */
+
+/* A finalized supervised config of the spirals with the given extra
+ * "key=value" settings (NULL-terminated); NULL with the message printed
+ * when a key is refused. batch_size 48 divides among 2 and 3 ranks. */
+static dpt_config_t *cfg_make(const char *first, ...)
+{
+    static const char *const base[] = {"job=supervised", "dataset=spirals",
+                                       "spirals_points=512", "hidden=32,32",
+                                       "activation=tanh", "lr=0.01", "lr_end=0.001",
+                                       "lr_schedule=linear", "batch_size=48",
+                                       "num_devices=1", "epochs=4"};
+    dpt_config_t *c;
+    if (dpt_config_create(&c))
+        return NULL;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sizeof base / sizeof base[0]; i++)
+        rc = dpt_config_set(c, base[i]);
+    va_list ap;
+    va_start(ap, first);
+    for (const char *kv = first; !rc && kv; kv = va_arg(ap, const char *))
+        rc = dpt_config_set(c, kv);
+    va_end(ap);
+    if (!rc)
+        rc = dpt_config_finalize(c);
+    if (rc) {
+        fprintf(stderr, "config: %s\n", dpt_last_error());
+        dpt_config_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+static float *weights_of(dpt_trainer_t *t, size_t *n)
+{
+    *n = dpt_trainer_vars(t)->total;
+    float *w = malloc(*n * sizeof(float));
+    if (w && dpt_trainer_get_weights(t, w, *n) != 0) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* 1 when every rank's buffer has the same fingerprint as this rank's. */
+static int same_on_all_ranks(const void *buf, size_t bytes)
+{
+    uint64_t h = dpt_fnv1a64(DPT_FNV1A64_INIT, buf, bytes);
+    /* 16-bit pieces are exact as floats. */
+    float mine[4] = {(float)(h & 0xffff), (float)((h >> 16) & 0xffff),
+                     (float)((h >> 32) & 0xffff), (float)(h >> 48)};
+    int size = dpt_comm_size(comm);
+    float *all = malloc((size_t)size * sizeof mine);
+    if (!all || dpt_comm_allgather(comm, mine, 4, all) != 0) {
+        free(all);
+        return 0;
+    }
+    int same = 1;
+    for (int k = 0; k < size; k++)
+        same &= memcmp(all + 4 * k, mine, sizeof mine) == 0;
+    free(all);
+    return same;
+}
+
+static double max_rel_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]) / fmax(1e-2, fabs((double)b[i]));
+        if (d > m)
+            m = d;
+    }
+    return m;
+}
+
+static double metric(const dpt_train_result_t *r, const char *name)
+{
+    return dpt_train_result_get(r, name);
+}
+
+static void test_ranks_identical_and_like_one_process(void)
+{
+    int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm);
+    dpt_config_t *c = cfg_make(NULL);
+    REQUIRE(c);
+    dpt_trainer_env_t env = {.use_mpi = 1, .comm = comm};
+    dpt_trainer_t *t = NULL, *one = NULL, *fresh = NULL;
+    dpt_train_result_t r, r1;
+    REQUIRE_OK(dpt_trainer_create(&t, c, &env));
+    /* The reference: this process alone, one device, the same batches. */
+    REQUIRE_OK(dpt_trainer_create(&one, c, NULL));
+    REQUIRE_OK(dpt_trainer_create(&fresh, c, NULL));
+    for (int i = 0; i < 4; i++) {
+        REQUIRE_OK(dpt_trainer_iterate(t, &r));
+        REQUIRE_OK(dpt_trainer_iterate(one, &r1));
+        /* The same batches: counters, drops and the schedule are exact. */
+        CHECK(r.iteration == r1.iteration && r.timesteps_total == r1.timesteps_total);
+        CHECK(metric(&r, "samples_total") == metric(&r1, "samples_total"));
+        CHECK(metric(&r, "steps_total") == metric(&r1, "steps_total"));
+        CHECK(metric(&r, "rows_dropped") == metric(&r1, "rows_dropped"));
+        CHECK(metric(&r, "lr") == metric(&r1, "lr"));
+    }
+    CHECK(r.finished && r.timesteps_total == 4 * 480);
+    CHECK(metric(&r, "rows_dropped") == 32.0 && metric(&r, "steps_total") == 40.0);
+    size_t n, n1, n0;
+    float *w = weights_of(t, &n), *w1 = weights_of(one, &n1), *w0 = weights_of(fresh, &n0);
+    REQUIRE(w && w1 && w0 && n == n1 && n == n0);
+    /* Bitwise the same weights and metrics on every rank. */
+    CHECK(same_on_all_ranks(w, n * sizeof(float)));
+    double mv[4] = {metric(&r, "train_loss"), metric(&r, "train_accuracy"),
+                    metric(&r, "test_loss"), metric(&r, "test_accuracy")};
+    CHECK(same_on_all_ranks(mv, sizeof mv));
+    /* Within float rounding of one process; far from the initial weights. */
+    double d = max_rel_diff(w, w1, n), moved = max_rel_diff(w0, w1, n);
+    double dl = fabs(mv[0] - metric(&r1, "train_loss"));
+    double dt = fabs(mv[2] - metric(&r1, "test_loss"));
+    if (rank == 0)
+        printf("%d ranks: weights within %.3g (relative) of one process, train loss %.6f vs "
+               "%.6f, test loss %.6f vs %.6f, test accuracy %.4f vs %.4f; training moved "
+               "them by %.3g\n", size, d, mv[0], metric(&r1, "train_loss"), mv[2],
+               metric(&r1, "test_loss"), mv[3], metric(&r1, "test_accuracy"), moved);
+    CHECK(d < 1e-4);
+    CHECK(moved > 1e-1);
+    CHECK(dl < 1e-5 && dt < 1e-5);
+    CHECK(fabs(mv[3] - metric(&r1, "test_accuracy")) <= 2.0 / 128.0);
+    /* evaluate() on every rank scores the same weights the same way. */
+    dpt_eval_result_t e;
+    CHECK_OK(dpt_trainer_evaluate(t, 0, 0, &e));
+    CHECK(e.count == 128 && e.loss == mv[2]);
+    free(w), free(w1), free(w0);
+    dpt_trainer_destroy(fresh);
+    dpt_trainer_destroy(one);
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+}
+
+/* Two epochs, a checkpoint written by rank 0 alone, two more; a fresh
+ * trainer on every rank restored from the file runs the same two: the
+ * weights and the last metrics equal the uninterrupted run's, bitwise. */
+static void test_checkpoint_rank0_resume_bitwise(void)
+{
+    int rank = dpt_comm_rank(comm);
+    dpt_config_t *c = cfg_make("optimizer=momentum", "towers_mode=replicated", NULL);
+    REQUIRE(c);
+    dpt_trainer_env_t env = {.use_mpi = 1, .comm = comm};
+    dpt_trainer_t *a = NULL, *b = NULL;
+    dpt_train_result_t ra, rb;
+    REQUIRE_OK(dpt_trainer_create(&a, c, &env));
+    for (int i = 0; i < 2; i++)
+        REQUIRE_OK(dpt_trainer_iterate(a, &ra));
+    dpt_safetensors_writer_t *wr = NULL;
+    if (rank == 0)
+        REQUIRE_OK(dpt_safetensors_writer_create(&wr));
+    int rc = dpt_trainer_checkpoint(a, wr);
+    CHECK_OK(rc);
+    if (rank == 0) {
+        if (!rc)
+            CHECK_OK(dpt_safetensors_save(wr, path));
+        dpt_safetensors_writer_destroy(wr);
+    }
+    REQUIRE_OK(dpt_comm_barrier(comm));
+    for (int i = 0; i < 2; i++)
+        REQUIRE_OK(dpt_trainer_iterate(a, &ra));
+    dpt_safetensors_t *st;
+    REQUIRE_OK(dpt_safetensors_load(&st, path));
+    REQUIRE_OK(dpt_trainer_create(&b, c, &env));
+    REQUIRE_OK(dpt_trainer_restore(b, st));
+    dpt_safetensors_destroy(st);
+    for (int i = 0; i < 2; i++)
+        REQUIRE_OK(dpt_trainer_iterate(b, &rb));
+    size_t n, nb;
+    float *wa = weights_of(a, &n), *wb = weights_of(b, &nb);
+    REQUIRE(wa && wb && n == nb);
+    CHECK(memcmp(wa, wb, n * sizeof(float)) == 0);
+    CHECK(rb.iteration == 4 && rb.finished && rb.timesteps_total == ra.timesteps_total);
+    for (size_t i = 0; i < 10; i++) /* every metric but the timings */
+        CHECK(memcmp(&ra.metrics[i].value, &rb.metrics[i].value, sizeof(double)) == 0);
+    CHECK(same_on_all_ranks(wb, n * sizeof(float)));
+    if (rank == 0)
+        printf("checkpoint by rank 0, restored on %d ranks: resumed bitwise (test accuracy "
+               "%.4f)\n", dpt_comm_size(comm), metric(&rb, "test_accuracy"));
+    free(wa), free(wb);
+    dpt_trainer_destroy(b);
+    dpt_trainer_destroy(a);
+    dpt_config_destroy(c);
+    CHECK_OK(dpt_comm_barrier(comm));
+    if (rank == 0)
+        remove(path);
+}
+
+static void test_refused_layouts(void)
+{
+    dpt_trainer_env_t env = {.use_mpi = 1, .comm = comm};
+    dpt_trainer_t *t = NULL;
+    /* 49 rows a batch: divisible by neither 2 nor 3 ranks. */
+    dpt_config_t *c = cfg_make("batch_size=49", NULL);
+    REQUIRE(c);
+    CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "batch_size 49 must be divisible by");
+    CHECK(strstr(dpt_last_error(), "ranks") != NULL);
+    dpt_config_destroy(c);
+    c = cfg_make("num_devices=2", NULL);
+    REQUIRE(c);
+    CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "set num_devices = 1");
+    /* A world of several processes needs the communicator. */
+    env.comm = NULL;
+    CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "under mpirun is not supported");
+    CHECK(t == NULL);
+    dpt_config_destroy(c);
+}
+
+#endif /* DPT_HAVE_MPI */
+
+int main(int argc, char **argv)
+{
+#if !DPT_HAVE_MPI
+    (void)argc, (void)argv;
+    DPT_TEST_SKIP("built without MPI");
+#else
+    /* As dpt_train_run: the one device of each rank runs on this thread. */
+    if (dpt_comm_mpi_init(&argc, &argv, DPT_COMM_MPI_FUNNELED) != 0) {
+        fprintf(stderr, "MPI init: %s\n", dpt_last_error());
+        return 1;
+    }
+    dpt_comm_mpi_options_t o;
+    dpt_comm_mpi_options_init(&o);
+    if (dpt_comm_mpi_create(&comm, &o) != 0) {
+        fprintf(stderr, "MPI comm: %s\n", dpt_last_error());
+        return 1;
+    }
+    /* Rank 0's process id names the checkpoint on every rank (exact as a
+     * float: pids are below 2^24). */
+    float pid = (float)getpid();
+    if (dpt_comm_broadcast(comm, &pid, 1, 0) != 0) {
+        fprintf(stderr, "MPI broadcast: %s\n", dpt_last_error());
+        return 1;
+    }
+    const char *base = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/dpt_mpi_supervised_%.0f.safetensors",
+             base && *base ? base : "/tmp", (double)pid);
+    static const dpt_test_case_t cases[] = {
+        DPT_TEST(test_ranks_identical_and_like_one_process),
+        DPT_TEST(test_checkpoint_rank0_resume_bitwise),
+        DPT_TEST(test_refused_layouts),
+    };
+    int rc = DPT_TEST_RUN(cases);
+    dpt_comm_destroy(comm);
+    dpt_comm_mpi_finalize();
+    return rc;
+#endif
+}
