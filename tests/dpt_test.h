@@ -97,6 +97,18 @@ static const char *dpt_test_current = "";
         }                                                                                    \
     } while (0)
 
+/* The largest |a[i] - b[i]| / max(scale, |b[i]|) over n values. */
+static inline double dpt_test_max_rel_diff(const float *a, const float *b, size_t n, double scale)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]) / fmax(scale, fabs((double)b[i]));
+        if (d > m)
+            m = d;
+    }
+    return m;
+}
+
 #define DPT_TEST_SKIP(why)                                                                   \
     do {                                                                                     \
         printf("skipped: %s\n", (why));                                                      \

@@ -5,10 +5,30 @@
 #define DPT_TEST_FILES_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The folder for scratch files: $TMPDIR, or /tmp when it is unset or empty. */
+static inline const char *dpt_test_tmp_base(void)
+{
+    const char *base = getenv("TMPDIR");
+    return base && *base ? base : "/tmp";
+}
+
+/* Makes a fresh folder <tmp base>/<prefix>_XXXXXX and writes its path to buf.
+ * 0, or -1 with the reason printed. */
+static inline int dpt_test_mkdtemp(char *buf, size_t size, const char *prefix)
+{
+    snprintf(buf, size, "%s/%s_XXXXXX", dpt_test_tmp_base(), prefix);
+    if (!mkdtemp(buf)) {
+        fprintf(stderr, "mkdtemp %s: %s\n", buf, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
 
 /* Removes a file or a directory tree (best effort; for test scratch space). */
 static inline void dpt_test_rm_tree(const char *path)

@@ -10,6 +10,7 @@
  */
 #include "dpt_config.h"
 #include "dpt_test.h"
+#include "dpt_test_train.h"
 
 #include "dpt/arena.h"
 #include "dpt/checkpoint.h"
@@ -25,51 +26,21 @@ static char path[512];   /* the checkpoint, the same on every rank */
 
 static int make_cfg(dpt_config_t **out, int workers)
 {
-    char line[64];
     static const char *const sets[] = {"job=ddppo", "env=CartPole-v1", "num_envs_per_worker=2",
                                        "rollout_fragment_length=64", "sgd_minibatch_size=32",
                                        "num_sgd_iter=2", "sync_frac=1", "check_weights_every=3",
                                        "total_timesteps=100000"};
-    int rc = dpt_config_create(out);
-    for (size_t i = 0; !rc && i < sizeof sets / sizeof sets[0]; i++)
-        rc = dpt_config_set(*out, sets[i]);
+    char line[64];
     snprintf(line, sizeof line, "num_workers=%d", workers);
-    if (!rc)
-        rc = dpt_config_set(*out, line);
-    if (!rc)
-        rc = dpt_config_finalize(*out);
-    return rc;
-}
-
-static float *weights_of(dpt_trainer_t *t, size_t *n)
-{
-    *n = dpt_trainer_vars(t)->total;
-    float *w = malloc(*n * sizeof(float));
-    if (w && dpt_trainer_get_weights(t, w, *n) != 0) {
-        free(w);
-        return NULL;
-    }
-    return w;
+    const char *const extra[] = {line};
+    return dpt_test_config(out, sets, sizeof sets / sizeof sets[0], extra, 1);
 }
 
 /* 1 when every rank's weights have the same checksum as this rank's. */
 static int same_on_all_ranks(const float *w, size_t n, uint64_t *h)
 {
     *h = dpt_vec_checksum(w, n);
-    /* 16-bit pieces are exact as floats. */
-    float mine[4] = {(float)(*h & 0xffff), (float)((*h >> 16) & 0xffff),
-                     (float)((*h >> 32) & 0xffff), (float)(*h >> 48)};
-    int size = dpt_comm_size(comm);
-    float *all = malloc((size_t)size * sizeof mine);
-    if (!all || dpt_comm_allgather(comm, mine, 4, all) != 0) {
-        free(all);
-        return 0;
-    }
-    int same = 1;
-    for (int k = 0; k < size; k++)
-        same &= memcmp(all + 4 * k, mine, sizeof mine) == 0;
-    free(all);
-    return same;
+    return dpt_test_same_on_all_ranks(comm, *h);
 }
 
 static void ddppo_over_mpi(int workers)
@@ -87,22 +58,13 @@ static void ddppo_over_mpi(int workers)
     CHECK(r.iteration == 4 && r.timesteps_total == 4 * per_iter);
     size_t n;
     uint64_t h;
-    float *w = weights_of(t, &n);
+    float *w = dpt_test_weights(t, &n);
     REQUIRE(w);
     CHECK(same_on_all_ranks(w, n, &h));
     free(w);
 
     /* Collective checkpoint: rank 0 writes the file, the others take part. */
-    dpt_safetensors_writer_t *wr = NULL;
-    if (rank == 0)
-        REQUIRE_OK(dpt_safetensors_writer_create(&wr));
-    int rc = dpt_trainer_checkpoint(t, wr);
-    CHECK_OK(rc);
-    if (rank == 0) {
-        if (!rc)
-            CHECK_OK(dpt_safetensors_save(wr, path));
-        dpt_safetensors_writer_destroy(wr);
-    }
+    CHECK_OK(dpt_test_checkpoint(t, path, rank == 0));
     REQUIRE_OK(dpt_comm_barrier(comm));
     dpt_safetensors_t *st;
     REQUIRE_OK(dpt_safetensors_load(&st, path));
@@ -119,7 +81,7 @@ static void ddppo_over_mpi(int workers)
         REQUIRE_OK(dpt_trainer_iterate(t2, &r2));
     }
     size_t n2;
-    float *wa = weights_of(t, &n), *wb = weights_of(t2, &n2);
+    float *wa = dpt_test_weights(t, &n), *wb = dpt_test_weights(t2, &n2);
     REQUIRE(wa && wb && n == n2);
     CHECK(memcmp(wa, wb, n * sizeof(float)) == 0);
     CHECK(r2.iteration == 6 && r2.timesteps_total == r.timesteps_total);
@@ -157,33 +119,15 @@ int main(int argc, char **argv)
     (void)argc, (void)argv;
     DPT_TEST_SKIP("built without MPI");
 #else
-    if (dpt_comm_mpi_init(&argc, &argv, DPT_COMM_MPI_SERIALIZED) != 0) {
-        fprintf(stderr, "MPI init: %s\n", dpt_last_error());
+    if (dpt_test_mpi_begin(&argc, &argv, DPT_COMM_MPI_SERIALIZED, "dpt_mpi_ddppo", &comm, path,
+                           sizeof path) != 0)
         return 1;
-    }
-    dpt_comm_mpi_options_t o;
-    dpt_comm_mpi_options_init(&o);
-    if (dpt_comm_mpi_create(&comm, &o) != 0) {
-        fprintf(stderr, "MPI comm: %s\n", dpt_last_error());
-        return 1;
-    }
-    /* Rank 0's process id names the checkpoint on every rank (exact as a
-     * float: pids are below 2^24). */
-    float pid = (float)getpid();
-    if (dpt_comm_broadcast(comm, &pid, 1, 0) != 0) {
-        fprintf(stderr, "MPI broadcast: %s\n", dpt_last_error());
-        return 1;
-    }
-    const char *base = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/dpt_mpi_ddppo_%.0f.safetensors", base && *base ? base : "/tmp",
-             (double)pid);
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_ddppo_mpi_one_worker_per_rank),
         DPT_TEST(test_ddppo_hier_two_workers_per_rank),
     };
     int rc = DPT_TEST_RUN(cases);
-    dpt_comm_destroy(comm);
-    dpt_comm_mpi_finalize();
+    dpt_test_mpi_end(comm);
     return rc;
 #endif
 }

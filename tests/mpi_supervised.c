@@ -15,6 +15,7 @@
  */
 #include "dpt_config.h"
 #include "dpt_test.h"
+#include "dpt_test_train.h"
 
 #include "dpt/arena.h"
 #include "dpt/checkpoint.h"
@@ -39,67 +40,22 @@ static dpt_config_t *cfg_make(const char *first, ...)
                                        "activation=tanh", "lr=0.01", "lr_end=0.001",
                                        "lr_schedule=linear", "batch_size=48",
                                        "num_devices=1", "epochs=4"};
-    dpt_config_t *c;
-    if (dpt_config_create(&c))
-        return NULL;
-    int rc = 0;
-    for (size_t i = 0; !rc && i < sizeof base / sizeof base[0]; i++)
-        rc = dpt_config_set(c, base[i]);
     va_list ap;
     va_start(ap, first);
-    for (const char *kv = first; !rc && kv; kv = va_arg(ap, const char *))
-        rc = dpt_config_set(c, kv);
+    dpt_config_t *c = dpt_test_config_va(base, sizeof base / sizeof base[0], first, ap);
     va_end(ap);
-    if (!rc)
-        rc = dpt_config_finalize(c);
-    if (rc) {
-        fprintf(stderr, "config: %s\n", dpt_last_error());
-        dpt_config_destroy(c);
-        return NULL;
-    }
     return c;
-}
-
-static float *weights_of(dpt_trainer_t *t, size_t *n)
-{
-    *n = dpt_trainer_vars(t)->total;
-    float *w = malloc(*n * sizeof(float));
-    if (w && dpt_trainer_get_weights(t, w, *n) != 0) {
-        free(w);
-        return NULL;
-    }
-    return w;
 }
 
 /* 1 when every rank's buffer has the same fingerprint as this rank's. */
 static int same_on_all_ranks(const void *buf, size_t bytes)
 {
-    uint64_t h = dpt_fnv1a64(DPT_FNV1A64_INIT, buf, bytes);
-    /* 16-bit pieces are exact as floats. */
-    float mine[4] = {(float)(h & 0xffff), (float)((h >> 16) & 0xffff),
-                     (float)((h >> 32) & 0xffff), (float)(h >> 48)};
-    int size = dpt_comm_size(comm);
-    float *all = malloc((size_t)size * sizeof mine);
-    if (!all || dpt_comm_allgather(comm, mine, 4, all) != 0) {
-        free(all);
-        return 0;
-    }
-    int same = 1;
-    for (int k = 0; k < size; k++)
-        same &= memcmp(all + 4 * k, mine, sizeof mine) == 0;
-    free(all);
-    return same;
+    return dpt_test_same_on_all_ranks(comm, dpt_fnv1a64(DPT_FNV1A64_INIT, buf, bytes));
 }
 
 static double max_rel_diff(const float *a, const float *b, size_t n)
 {
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]) / fmax(1e-2, fabs((double)b[i]));
-        if (d > m)
-            m = d;
-    }
-    return m;
+    return dpt_test_max_rel_diff(a, b, n, 1e-2);
 }
 
 static double metric(const dpt_train_result_t *r, const char *name)
@@ -132,7 +88,7 @@ static void test_ranks_identical_and_like_one_process(void)
     CHECK(r.finished && r.timesteps_total == 4 * 480);
     CHECK(metric(&r, "rows_dropped") == 32.0 && metric(&r, "steps_total") == 40.0);
     size_t n, n1, n0;
-    float *w = weights_of(t, &n), *w1 = weights_of(one, &n1), *w0 = weights_of(fresh, &n0);
+    float *w = dpt_test_weights(t, &n), *w1 = dpt_test_weights(one, &n1), *w0 = dpt_test_weights(fresh, &n0);
     REQUIRE(w && w1 && w0 && n == n1 && n == n0);
     /* Bitwise the same weights and metrics on every rank. */
     CHECK(same_on_all_ranks(w, n * sizeof(float)));
@@ -177,16 +133,7 @@ static void test_checkpoint_rank0_resume_bitwise(void)
     REQUIRE_OK(dpt_trainer_create(&a, c, &env));
     for (int i = 0; i < 2; i++)
         REQUIRE_OK(dpt_trainer_iterate(a, &ra));
-    dpt_safetensors_writer_t *wr = NULL;
-    if (rank == 0)
-        REQUIRE_OK(dpt_safetensors_writer_create(&wr));
-    int rc = dpt_trainer_checkpoint(a, wr);
-    CHECK_OK(rc);
-    if (rank == 0) {
-        if (!rc)
-            CHECK_OK(dpt_safetensors_save(wr, path));
-        dpt_safetensors_writer_destroy(wr);
-    }
+    CHECK_OK(dpt_test_checkpoint(a, path, rank == 0));
     REQUIRE_OK(dpt_comm_barrier(comm));
     for (int i = 0; i < 2; i++)
         REQUIRE_OK(dpt_trainer_iterate(a, &ra));
@@ -198,12 +145,11 @@ static void test_checkpoint_rank0_resume_bitwise(void)
     for (int i = 0; i < 2; i++)
         REQUIRE_OK(dpt_trainer_iterate(b, &rb));
     size_t n, nb;
-    float *wa = weights_of(a, &n), *wb = weights_of(b, &nb);
+    float *wa = dpt_test_weights(a, &n), *wb = dpt_test_weights(b, &nb);
     REQUIRE(wa && wb && n == nb);
     CHECK(memcmp(wa, wb, n * sizeof(float)) == 0);
     CHECK(rb.iteration == 4 && rb.finished && rb.timesteps_total == ra.timesteps_total);
-    for (size_t i = 0; i < 10; i++) /* every metric but the timings */
-        CHECK(memcmp(&ra.metrics[i].value, &rb.metrics[i].value, sizeof(double)) == 0);
+    CHECK(dpt_test_same_metrics(&ra, &rb)); /* every metric but the timings */
     CHECK(same_on_all_ranks(wb, n * sizeof(float)));
     if (rank == 0)
         printf("checkpoint by rank 0, restored on %d ranks: resumed bitwise (test accuracy "
@@ -246,34 +192,16 @@ int main(int argc, char **argv)
     DPT_TEST_SKIP("built without MPI");
 #else
     /* As dpt_train_run: the one device of each rank runs on this thread. */
-    if (dpt_comm_mpi_init(&argc, &argv, DPT_COMM_MPI_FUNNELED) != 0) {
-        fprintf(stderr, "MPI init: %s\n", dpt_last_error());
+    if (dpt_test_mpi_begin(&argc, &argv, DPT_COMM_MPI_FUNNELED, "dpt_mpi_supervised", &comm,
+                           path, sizeof path) != 0)
         return 1;
-    }
-    dpt_comm_mpi_options_t o;
-    dpt_comm_mpi_options_init(&o);
-    if (dpt_comm_mpi_create(&comm, &o) != 0) {
-        fprintf(stderr, "MPI comm: %s\n", dpt_last_error());
-        return 1;
-    }
-    /* Rank 0's process id names the checkpoint on every rank (exact as a
-     * float: pids are below 2^24). */
-    float pid = (float)getpid();
-    if (dpt_comm_broadcast(comm, &pid, 1, 0) != 0) {
-        fprintf(stderr, "MPI broadcast: %s\n", dpt_last_error());
-        return 1;
-    }
-    const char *base = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/dpt_mpi_supervised_%.0f.safetensors",
-             base && *base ? base : "/tmp", (double)pid);
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_ranks_identical_and_like_one_process),
         DPT_TEST(test_checkpoint_rank0_resume_bitwise),
         DPT_TEST(test_refused_layouts),
     };
     int rc = DPT_TEST_RUN(cases);
-    dpt_comm_destroy(comm);
-    dpt_comm_mpi_finalize();
+    dpt_test_mpi_end(comm);
     return rc;
 #endif
 }

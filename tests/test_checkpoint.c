@@ -8,7 +8,6 @@
 #include "dpt/checkpoint.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdint.h>
@@ -1002,12 +1001,8 @@ static void test_python_reader(void)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/dpt_ckpt_XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        fprintf(stderr, "mkdtemp %s: %s\n", tmpdir, strerror(errno));
+    if (dpt_test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_ckpt") != 0)
         return 1;
-    }
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_roundtrip_bitwise),
         DPT_TEST(test_accessor_errors),

@@ -8,7 +8,6 @@
 #include "dpt_config.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -543,12 +542,8 @@ static void test_fashion_mnist_installed(void)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/dpt_data_XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        fprintf(stderr, "mkdtemp %s: %s\n", tmpdir, strerror(errno));
+    if (dpt_test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_data") != 0)
         return 1;
-    }
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_idx_plain),
         DPT_TEST(test_idx_gzip),

@@ -160,13 +160,7 @@ static size_t nparams(void)
 
 static double max_rel_diff(const float *a, const float *b, size_t n)
 {
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]) / fmax(1e-3, fabs((double)b[i]));
-        if (d > m)
-            m = d;
-    }
-    return m;
+    return dpt_test_max_rel_diff(a, b, n, 1e-3);
 }
 
 static void check_mode_matches_reference(dpt_towers_mode_t mode)
@@ -516,16 +510,27 @@ static int linreg_replicate(void *ctx, void **copy)
     return DPT_OK;
 }
 
+/* lr's table (a: 2 floats at offset 0, b: 1 at offset 16) and the model
+ * over it, with base as its context. */
+static int linreg_init(linreg_t *lr, linreg_copy_t *base, dpt_model_t *model)
+{
+    memset(lr, 0, sizeof *lr);
+    dpt_vartable_init(&lr->vars);
+    size_t s2[1] = {2}, s1[1] = {1};
+    int rc = dpt_vartable_add(&lr->vars, "a", 1, s2, NULL);
+    if (!rc)
+        rc = dpt_vartable_add(&lr->vars, "b", 1, s1, NULL);
+    *base = (linreg_copy_t){lr, 0};
+    *model = (dpt_model_t){.vars = &lr->vars, .ctx = base, .loss_grad = linreg_loss_grad};
+    return rc;
+}
+
 static void test_user_model_and_gradsets(void)
 {
     linreg_t lr;
-    memset(&lr, 0, sizeof lr);
-    dpt_vartable_init(&lr.vars);
-    size_t s2[1] = {2}, s1[1] = {1};
-    REQUIRE_OK(dpt_vartable_add(&lr.vars, "a", 1, s2, NULL));
-    REQUIRE_OK(dpt_vartable_add(&lr.vars, "b", 1, s1, NULL)); /* offset 16 */
-    linreg_copy_t base = {&lr, 0};
-    dpt_model_t model = {.vars = &lr.vars, .ctx = &base, .loss_grad = linreg_loss_grad};
+    linreg_copy_t base;
+    dpt_model_t model;
+    REQUIRE_OK(linreg_init(&lr, &base, &model));
     enum { N = 64 };
     static float x[N * 2], y[N];
     for (int i = 0; i < N; i++) {
@@ -1100,13 +1105,9 @@ static void *inf_part_main(void *arg)
 static void test_comm_infinite_norm_refused_everywhere(void)
 {
     linreg_t lr;
-    memset(&lr, 0, sizeof lr);
-    dpt_vartable_init(&lr.vars);
-    size_t s2[1] = {2}, s1[1] = {1};
-    REQUIRE_OK(dpt_vartable_add(&lr.vars, "a", 1, s2, NULL));
-    REQUIRE_OK(dpt_vartable_add(&lr.vars, "b", 1, s1, NULL));
-    linreg_copy_t base = {&lr, 0};
-    dpt_model_t model = {.vars = &lr.vars, .ctx = &base, .loss_grad = linreg_loss_grad};
+    linreg_copy_t base;
+    dpt_model_t model;
+    REQUIRE_OK(linreg_init(&lr, &base, &model));
     dpt_comm_threads_group_t *g;
     REQUIRE_OK(dpt_comm_threads_group_create(&g, 2, NULL));
     inf_part_t parts[2];

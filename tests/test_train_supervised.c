@@ -8,6 +8,8 @@
  * same points generated); missing files and directories; create errors.
  */
 #include "dpt_test.h"
+#include "dpt_test_files.h"
+#include "dpt_test_train.h"
 
 #include "dpt/checkpoint.h"
 #include "dpt/dataset.h"
@@ -15,8 +17,6 @@
 #include "dpt/train.h"
 #include "train/train_internal.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -29,49 +29,17 @@ static void path_in(char *buf, size_t size, const char *name)
     snprintf(buf, size, "%s/%s", tmpdir, name);
 }
 
-static void rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        rm_tree(sub);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 /* ---- helpers ---------------------------------------------------------------- */
 
 /* A finalized supervised config from "key=value" strings (NULL-terminated);
  * NULL (with the message printed) when a key is refused. */
 static dpt_config_t *cfg_make(const char *first, ...)
 {
-    dpt_config_t *c;
-    if (dpt_config_create(&c) || dpt_config_set(c, "job=supervised"))
-        return NULL;
+    static const char *const base[] = {"job=supervised"};
     va_list ap;
     va_start(ap, first);
-    for (const char *kv = first; kv; kv = va_arg(ap, const char *))
-        if (dpt_config_set(c, kv)) {
-            fprintf(stderr, "config %s: %s\n", kv, dpt_last_error());
-            dpt_config_destroy(c);
-            c = NULL;
-            break;
-        }
+    dpt_config_t *c = dpt_test_config_va(base, 1, first, ap);
     va_end(ap);
-    if (c && dpt_config_finalize(c)) {
-        fprintf(stderr, "finalize: %s\n", dpt_last_error());
-        dpt_config_destroy(c);
-        c = NULL;
-    }
     return c;
 }
 
@@ -92,23 +60,11 @@ static size_t nweights(dpt_trainer_t *t)
     return dpt_trainer_vars(t)->total;
 }
 
-/* A malloc'ed copy of the trainer's weights (NULL on failure). */
-static float *weights_of(dpt_trainer_t *t)
-{
-    size_t n = nweights(t);
-    float *w = malloc(n * sizeof *w);
-    if (w && dpt_trainer_get_weights(t, w, n) != 0) {
-        free(w);
-        return NULL;
-    }
-    return w;
-}
-
 static int same_weights(dpt_trainer_t *a, dpt_trainer_t *b)
 {
     if (nweights(a) != nweights(b))
         return 0;
-    float *wa = weights_of(a), *wb = weights_of(b);
+    float *wa = dpt_test_weights(a, NULL), *wb = dpt_test_weights(b, NULL);
     int same = wa && wb && memcmp(wa, wb, nweights(a) * sizeof(float)) == 0;
     free(wa);
     free(wb);
@@ -130,13 +86,7 @@ static int save_and_load(dpt_trainer_t *t, const char *name, dpt_safetensors_t *
 {
     char path[512];
     path_in(path, sizeof path, name);
-    dpt_safetensors_writer_t *w;
-    int rc = dpt_safetensors_writer_create(&w);
-    if (rc)
-        return rc;
-    if ((rc = dpt_trainer_checkpoint(t, w)) == 0)
-        rc = dpt_safetensors_save(w, path);
-    dpt_safetensors_writer_destroy(w);
+    int rc = dpt_test_checkpoint(t, path, 1);
     return rc ? rc : dpt_safetensors_load(st, path);
 }
 
@@ -381,8 +331,7 @@ static void test_resume_bitwise(void)
         CHECK_OK(iterate_n(second, 3, &r2));
         CHECK(same_weights(whole, second));
         CHECK(r2.iteration == 5 && r2.finished && r2.timesteps_total == rw.timesteps_total);
-        for (size_t i = 0; i < 10; i++) /* every metric but the timings */
-            CHECK(r2.metrics[i].value == rw.metrics[i].value);
+        CHECK(dpt_test_same_metrics(&r2, &rw)); /* every metric but the timings */
         if (!same_weights(whole, second))
             fprintf(stderr, "resume differs with %s, %s\n", variants[v][0], variants[v][1]);
         dpt_safetensors_destroy(st);
@@ -702,12 +651,8 @@ static void test_create_errors(void)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/dpt_sup_XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        fprintf(stderr, "mkdtemp %s: %s\n", tmpdir, strerror(errno));
+    if (dpt_test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_sup") != 0)
         return 1;
-    }
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_spirals_dataset),
         DPT_TEST(test_spirals_learns),
@@ -721,6 +666,6 @@ int main(void)
         DPT_TEST(test_create_errors),
     };
     int rc = DPT_TEST_RUN(cases);
-    rm_tree(tmpdir);
+    dpt_test_rm_tree(tmpdir);
     return rc;
 }

@@ -12,6 +12,7 @@
  * per-worker batch-size rule.
  */
 #include "dpt_test.h"
+#include "dpt_test_train.h"
 
 #include "dpt/checkpoint.h"
 #include "dpt/comm.h"
@@ -19,7 +20,6 @@
 #include "dpt/train.h"
 #include "rl/rl_trainers.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -36,75 +36,19 @@ static void tmp_path(char *buf, size_t size, const char *name)
 static int make_cfg(dpt_config_t **out, const char *job, const char *const *sets, size_t n)
 {
     char line[128];
-    int rc = dpt_config_create(out);
-    if (rc)
-        return rc;
     snprintf(line, sizeof line, "job=%s", job);
-    rc = dpt_config_set(*out, line);
-    for (size_t i = 0; !rc && i < n; i++)
-        rc = dpt_config_set(*out, sets[i]);
-    if (!rc)
-        rc = dpt_config_finalize(*out);
-    if (rc) {
-        dpt_config_destroy(*out);
-        *out = NULL;
-    }
-    return rc;
+    const char *const base[] = {line};
+    return dpt_test_config(out, base, 1, sets, n);
 }
 
 #define NSETS(a) (sizeof(a) / sizeof((a)[0]))
 
-static float *weights_of(dpt_trainer_t *t, size_t *n)
-{
-    *n = dpt_trainer_vars(t)->total;
-    float *w = malloc(*n * sizeof(float));
-    if (w && dpt_trainer_get_weights(t, w, *n) != 0) {
-        free(w);
-        return NULL;
-    }
-    return w;
-}
-
-/* Metrics that measure time differ from run to run; every other one must
- * be bitwise equal after a resume. */
-static int timing_metric(const char *name)
-{
-    return strcmp(name, "env_steps_per_s") == 0 || strcmp(name, "time_this_iter_s") == 0 ||
-           strncmp(name, "timing_breakdown/", 17) == 0;
-}
-
 static int same_results(const dpt_train_result_t *a, const dpt_train_result_t *b)
 {
-    if (a->iteration != b->iteration || a->timesteps_total != b->timesteps_total ||
-        a->nmetrics != b->nmetrics || a->episodes_in_window != b->episodes_in_window ||
-        memcmp(&a->reward_mean, &b->reward_mean, sizeof a->reward_mean) != 0)
-        return 0;
-    for (size_t i = 0; i < a->nmetrics; i++) {
-        if (strcmp(a->metrics[i].name, b->metrics[i].name) != 0)
-            return 0;
-        if (!timing_metric(a->metrics[i].name) &&
-            memcmp(&a->metrics[i].value, &b->metrics[i].value, sizeof(double)) != 0) {
-            fprintf(stderr, "metric %s: %.17g vs %.17g\n", a->metrics[i].name,
-                    a->metrics[i].value, b->metrics[i].value);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Writes t's checkpoint to path (the trainer's collective checkpoint with
- * this process's writer). */
-static int save_checkpoint(dpt_trainer_t *t, const char *path)
-{
-    dpt_safetensors_writer_t *w;
-    int rc = dpt_safetensors_writer_create(&w);
-    if (rc)
-        return rc;
-    rc = dpt_trainer_checkpoint(t, w);
-    if (!rc)
-        rc = dpt_safetensors_save(w, path);
-    dpt_safetensors_writer_destroy(w);
-    return rc;
+    return a->iteration == b->iteration && a->timesteps_total == b->timesteps_total &&
+           a->nmetrics == b->nmetrics && a->episodes_in_window == b->episodes_in_window &&
+           memcmp(&a->reward_mean, &b->reward_mean, sizeof a->reward_mean) == 0 &&
+           dpt_test_same_metrics(a, b);
 }
 
 /* ---- PPO ------------------------------------------------------------------------ */
@@ -204,7 +148,7 @@ static void test_ppo_bitwise_repeatable(void)
         REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
         for (int i = 0; i < 5; i++)
             CHECK_OK(dpt_trainer_iterate(t, &r[k]));
-        w[k] = weights_of(t, &n);
+        w[k] = dpt_test_weights(t, &n);
         dpt_trainer_destroy(t);
     }
     REQUIRE(w[0] && w[1]);
@@ -233,16 +177,16 @@ static void resume_bitwise(const char *job, const char *const *sets, size_t nset
     REQUIRE_OK(dpt_trainer_create(&a, c, NULL));
     for (int i = 0; i < N; i++)
         REQUIRE_OK(dpt_trainer_iterate(a, &ra));
-    REQUIRE_OK(save_checkpoint(a, path));
+    REQUIRE_OK(dpt_test_checkpoint(a, path, 1));
     for (int i = 0; i < M; i++)
         REQUIRE_OK(dpt_trainer_iterate(a, &ra));
-    wa = weights_of(a, &n);
+    wa = dpt_test_weights(a, &n);
     REQUIRE_OK(dpt_safetensors_load(&st, path));
     REQUIRE_OK(dpt_trainer_create(&b, c, NULL));
     REQUIRE_OK(dpt_trainer_restore(b, st));
     for (int i = 0; i < M; i++)
         REQUIRE_OK(dpt_trainer_iterate(b, &rb));
-    wb = weights_of(b, &nb);
+    wb = dpt_test_weights(b, &nb);
     REQUIRE(wa && wb && n == nb);
     CHECK(memcmp(wa, wb, n * sizeof(float)) == 0);
     CHECK(ra.iteration == (uint64_t)(N + M) && rb.iteration == ra.iteration);
@@ -288,7 +232,7 @@ static void test_ppo_more_than_4096_minibatches(void)
     REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
     dpt_train_result_t r;
     CHECK_OK(dpt_trainer_iterate(t, &r));
-    CHECK_OK(save_checkpoint(t, path));
+    CHECK_OK(dpt_test_checkpoint(t, path, 1));
     dpt_safetensors_t *st;
     REQUIRE_OK(dpt_safetensors_load(&st, path));
     uint64_t steps = 0;
@@ -352,7 +296,7 @@ static void test_ppo_normalization_modes(void)
         dpt_train_result_t r;
         for (int i = 0; i < 2; i++)
             CHECK_OK(dpt_trainer_iterate(t, &r));
-        w[m] = weights_of(t, &n);
+        w[m] = dpt_test_weights(t, &n);
         dpt_trainer_destroy(t);
         dpt_config_destroy(c);
     }
@@ -404,7 +348,7 @@ static void test_checkpoint_metadata_and_eval(void)
     REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
     dpt_train_result_t r;
     REQUIRE_OK(dpt_trainer_iterate(t, &r));
-    REQUIRE_OK(save_checkpoint(t, path));
+    REQUIRE_OK(dpt_test_checkpoint(t, path, 1));
     dpt_safetensors_t *st;
     REQUIRE_OK(dpt_safetensors_load(&st, path));
     const char *m;
@@ -511,7 +455,7 @@ static void test_ddppo_restore_refused_by_one_worker(void)
     REQUIRE_OK(dpt_trainer_create(&a, c, NULL));
     for (int i = 0; i < 2; i++)
         REQUIRE_OK(dpt_trainer_iterate(a, &r));
-    REQUIRE_OK(save_checkpoint(a, good));
+    REQUIRE_OK(dpt_test_checkpoint(a, good, 1));
     REQUIRE_OK(copy_corrupted(good, bad, "worker.1"));
     dpt_safetensors_t *st;
     REQUIRE_OK(dpt_safetensors_load(&st, bad));
@@ -525,7 +469,7 @@ static void test_ddppo_restore_refused_by_one_worker(void)
     REQUIRE_OK(dpt_trainer_iterate(b, &r));
     REQUIRE_OK(dpt_trainer_iterate(twin, &rt));
     size_t n, nt;
-    float *wb = weights_of(b, &n), *wt = weights_of(twin, &nt);
+    float *wb = dpt_test_weights(b, &n), *wt = dpt_test_weights(twin, &nt);
     REQUIRE(wb && wt && n == nt);
     CHECK(memcmp(wb, wt, n * sizeof(float)) == 0);
     CHECK(r.iteration == 2 && same_results(&r, &rt));
@@ -721,12 +665,8 @@ static void test_rl_defaults_from_key_table(void)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/dpt_trainer_XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        fprintf(stderr, "mkdtemp %s: %s\n", tmpdir, strerror(errno));
+    if (dpt_test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_trainer") != 0)
         return 1;
-    }
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_rl_defaults_from_key_table),
         DPT_TEST(test_ppo_learns_cartpole),

@@ -30,6 +30,7 @@
 #include "dpt/optim.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
+#include "optim/optim_ckpt.h"
 #include "rollout.h"
 
 #include <float.h>
@@ -95,8 +96,8 @@ struct dpt_ddppo {
     float minmax[4];             /* this worker's [-min, max] and a spare pair */
     float *gathered;             /* [size * 4] */
     /* A restore validated by dpt__ddppo_restore_prepare, not yet applied. */
-    float *restore_arenas;       /* [3 * nparams]: params, m, v; NULL when none */
-    uint64_t restore_t, restore_head[4];
+    dpt__optim_ckpt_t restore_ck; /* params and optimizer state; data NULL when none */
+    uint64_t restore_head[4];
     const void *restore_buf;
     size_t restore_bytes;
 };
@@ -119,7 +120,7 @@ void dpt_ddppo_worker_destroy(dpt_ddppo_t *w)
     free(w->val);
     free(w->act);
     free(w->gathered);
-    free(w->restore_arenas);
+    dpt__optim_ckpt_free(&w->restore_ck);
     free(w);
 }
 
@@ -288,26 +289,12 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
                          "%zu", w->rank, li.rows_loaded, li.steps, li.per_device_batch, keep,
                          nmb, pdb);
     float lr = dpt__rl_lr(c, w->timesteps);
-    double sums[6] = {0};
-    size_t nsteps = 0;
-    for (int e = 0; e < c->num_sgd_iter; e++) {
-        for (size_t j = 0; j < li.steps; j++)
-            w->order[j] = j;
-        dpt_rng_shuffle(&w->shuffle_rng, w->order, li.steps);
-        for (size_t j = 0; j < nmb; j++) {
-            dpt_towers_stats_t st;
-            if ((rc = dpt_towers_optimize(w->towers, 0, w->order[j] * pdb, lr, &st)) != 0)
-                return rc;
-            /* This worker's loss terms; the norm of the all-reduced gradient. */
-            sums[0] += st.extra[DPT_PPO_STAT_POLICY_LOSS];
-            sums[1] += st.extra[DPT_PPO_STAT_VF_LOSS];
-            sums[2] += st.extra[DPT_PPO_STAT_ENTROPY];
-            sums[3] += st.extra[DPT_PPO_STAT_KL];
-            sums[4] += st.extra[DPT_PPO_STAT_CLIPFRAC];
-            sums[5] += st.grad_norm;
-            nsteps++;
-        }
-    }
+    /* Every epoch shuffles all li.steps minibatches and visits the first
+     * nmb: this worker's loss terms; the norm of the all-reduced gradient. */
+    dpt__rl_learn_stats_t ls;
+    if ((rc = dpt__rl_learn(w->towers, c->num_sgd_iter, li.steps, nmb, pdb, lr,
+                            &w->shuffle_rng, w->order, &ls)) != 0)
+        return rc;
     if ((rc = dpt_towers_get_weights(w->towers, w->params.data, w->nparams)) != 0)
         return rc;
     double t2 = dpt_now();
@@ -325,13 +312,12 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     st[ST_WIN_LEN] = (float)(wl * (double)wc);
     st[ST_N20] = wc ? (float)(wc < 20 ? wc : 20) : 0.0f;
     st[ST_RET20] = (float)(w20 * (double)st[ST_N20]);
-    double inv = nsteps ? 1.0 / (double)nsteps : 0.0;
-    st[ST_PG] = (float)(sums[0] * inv);
-    st[ST_VF] = (float)(sums[1] * inv);
-    st[ST_ENT] = (float)(sums[2] * inv);
-    st[ST_KL] = (float)(sums[3] * inv);
-    st[ST_CLIP] = (float)(sums[4] * inv);
-    st[ST_GNORM] = (float)(sums[5] * inv);
+    st[ST_PG] = (float)ls.policy_loss;
+    st[ST_VF] = (float)ls.vf_loss;
+    st[ST_ENT] = (float)ls.entropy;
+    st[ST_KL] = (float)ls.kl;
+    st[ST_CLIP] = (float)ls.clipfrac;
+    st[ST_GNORM] = (float)ls.grad_norm;
     st[ST_EV] = (float)ev;
     st[ST_PREEMPTED] = (float)preempted;
     if ((rc = dpt_comm_allreduce(w->comm, st, ST_COUNT, DPT_REDUCE_SUM)) != 0)
@@ -438,10 +424,8 @@ uint64_t dpt_ddppo_iteration(const dpt_ddppo_t *w)
 
 int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr)
 {
-    const dpt_vartable_t *vars = dpt_policy_vars(w->actor);
-    int rc = dpt_safetensors_add_arena(wr, "params.", vars, w->params.data, w->nparams);
-    if (!rc)
-        rc = dpt__rl_add_optim(wr, dpt_towers_optimizer(w->towers), vars);
+    int rc = dpt__optim_ckpt_save(wr, dpt_policy_vars(w->actor), w->params.data,
+                                  dpt_towers_optimizer(w->towers));
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(wr, "workers", (uint64_t)w->size);
     return rc;
@@ -465,8 +449,7 @@ int dpt_ddppo_save_state(const dpt_ddppo_t *w, void *buf, size_t bytes)
 
 void dpt__ddppo_restore_abort(dpt_ddppo_t *w)
 {
-    free(w->restore_arenas);
-    w->restore_arenas = NULL;
+    dpt__optim_ckpt_free(&w->restore_ck);
     w->restore_buf = NULL;
     w->restore_bytes = 0;
 }
@@ -475,8 +458,6 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
                                size_t bytes)
 {
     dpt__ddppo_restore_abort(w);
-    const dpt_vartable_t *vars = dpt_policy_vars(w->actor);
-    size_t n = w->nparams;
     uint64_t workers = 0, head[4] = {0};
     int rc = dpt_safetensors_meta_u64(st, "workers", &workers);
     if (!rc && workers != (uint64_t)w->size)
@@ -495,24 +476,21 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
                                               bytes - sizeof head)) != 0)
         rc = dpt_error(rc, "checkpoint %s: worker %d: %s", dpt_safetensors_path(st), w->rank,
                        dpt_last_error());
-    float *tmp = rc ? NULL : calloc(3 * n, sizeof(float));
-    if (!rc && !tmp)
-        rc = dpt_error(DPT_ENOMEM, "ddppo restore: cannot allocate");
-    uint64_t t = 0;
+    dpt__optim_ckpt_t ck = {0};
     if (!rc)
-        rc = dpt__rl_load_arenas(st, vars, tmp, tmp + n, tmp + 2 * n, &t);
+        rc = dpt__optim_ckpt_load(st, dpt_policy_vars(w->actor), dpt_towers_optimizer(w->towers),
+                                  &ck);
     /* The towers refuse non-finite weights: refused here, commit cannot fail. */
-    if (!rc && !dpt_vec_all_finite(tmp, n)) {
-        size_t i = dpt_vec_first_nonfinite(tmp, n);
+    if (!rc && !dpt_vec_all_finite(ck.data, ck.count)) {
+        size_t i = dpt_vec_first_nonfinite(ck.data, ck.count);
         rc = dpt_error(DPT_EFORMAT, "checkpoint %s: parameter %zu is %g",
-                       dpt_safetensors_path(st), i, (double)tmp[i]);
+                       dpt_safetensors_path(st), i, (double)ck.data[i]);
     }
     if (rc) {
-        free(tmp);
+        dpt__optim_ckpt_free(&ck);
         return rc;
     }
-    w->restore_arenas = tmp;
-    w->restore_t = t;
+    w->restore_ck = ck;
     memcpy(w->restore_head, head, sizeof head);
     w->restore_buf = buf;
     w->restore_bytes = bytes;
@@ -521,19 +499,17 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
 
 void dpt__ddppo_restore_commit(dpt_ddppo_t *w)
 {
-    if (!w->restore_arenas)
+    if (!w->restore_ck.data)
         return;
     size_t n = w->nparams, hb = sizeof w->restore_head;
     /* prepare checked the state, so this load cannot fail. */
     if (dpt__rollout_load_state(&w->ro, (const char *)w->restore_buf + hb,
                                 w->restore_bytes - hb) != 0)
         abort();
-    const float *tmp = w->restore_arenas;
+    const float *tmp = w->restore_ck.data;
     memcpy(w->params.data, tmp, n * sizeof(float));
     dpt_optim_t *opt = dpt_towers_optimizer(w->towers);
-    memcpy(dpt_optim_slot(opt, 0), tmp + n, n * sizeof(float));
-    memcpy(dpt_optim_slot(opt, 1), tmp + 2 * n, n * sizeof(float));
-    dpt_optim_set_t(opt, w->restore_t);
+    dpt__optim_ckpt_apply(&w->restore_ck, opt);
     /* Finite weights of the right count (prepare checked), the towers' own
      * optimizer: neither call can fail. */
     if (dpt_towers_set_weights(w->towers, tmp, n) != 0 ||

@@ -9,6 +9,7 @@
 #include "dpt/arena.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
+#include "optim/optim_ckpt.h"
 #include "rollout.h"
 
 #include <math.h>
@@ -202,27 +203,10 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
                          "rows per device; expected %zu rows in minibatches of %zu",
                          li.rows_loaded, li.steps, li.per_device_batch, keep, pdb);
     float lr = dpt__rl_lr(c, p->timesteps);
-    size_t nmb = li.steps, *order = p->order;
-    double sums[6] = {0};
-    size_t nsteps = 0;
-    for (int e = 0; e < c->num_sgd_iter; e++) {
-        for (size_t j = 0; j < nmb; j++)
-            order[j] = j;
-        dpt_rng_shuffle(&p->shuffle_rng, order, nmb);
-        for (size_t j = 0; j < nmb; j++) {
-            dpt_towers_stats_t st;
-            if ((rc = dpt_towers_optimize(p->towers, 0, order[j] * li.per_device_batch, lr,
-                                          &st)) != 0)
-                return rc;
-            sums[0] += st.extra[DPT_PPO_STAT_POLICY_LOSS];
-            sums[1] += st.extra[DPT_PPO_STAT_VF_LOSS];
-            sums[2] += st.extra[DPT_PPO_STAT_ENTROPY];
-            sums[3] += st.extra[DPT_PPO_STAT_KL];
-            sums[4] += st.extra[DPT_PPO_STAT_CLIPFRAC];
-            sums[5] += st.grad_norm;
-            nsteps++;
-        }
-    }
+    dpt__rl_learn_stats_t ls;
+    if ((rc = dpt__rl_learn(p->towers, c->num_sgd_iter, li.steps, li.steps, li.per_device_batch,
+                            lr, &p->shuffle_rng, p->order, &ls)) != 0)
+        return rc;
     double t2 = dpt_now();
     p->iteration++;
     p->timesteps += rows;
@@ -234,19 +218,53 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     dpt__rollout_episode_stats(&p->ro, &res->episode_reward_mean, &res->episode_reward_min,
                                &res->episode_reward_max, &res->episode_len_mean,
                                &res->episode_reward_mean_20, &res->episodes_in_window);
-    double inv = nsteps ? 1.0 / (double)nsteps : 0.0;
-    res->policy_loss = sums[0] * inv;
-    res->vf_loss = sums[1] * inv;
-    res->entropy = sums[2] * inv;
-    res->kl = sums[3] * inv;
-    res->clipfrac = sums[4] * inv;
-    res->grad_norm = sums[5] * inv;
+    res->policy_loss = ls.policy_loss;
+    res->vf_loss = ls.vf_loss;
+    res->entropy = ls.entropy;
+    res->kl = ls.kl;
+    res->clipfrac = ls.clipfrac;
+    res->grad_norm = ls.grad_norm;
     res->cur_lr = lr;
     res->sample_time_s = t1 - t0;
     res->learn_time_s = t2 - t1;
     res->iteration_time_s = t2 - t0;
     res->env_steps_per_s = (double)rows / (t2 - t0);
     res->rows_min = rows;
+    return DPT_OK;
+}
+
+int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit,
+                  size_t per_device, float lr, dpt_rng_t *rng, size_t *order,
+                  dpt__rl_learn_stats_t *out)
+{
+    double sums[6] = {0};
+    size_t nsteps = 0;
+    memset(out, 0, sizeof *out);
+    for (int e = 0; e < epochs; e++) {
+        for (size_t j = 0; j < loaded; j++)
+            order[j] = j;
+        dpt_rng_shuffle(rng, order, loaded);
+        for (size_t j = 0; j < visit; j++) {
+            dpt_towers_stats_t st;
+            int rc = dpt_towers_optimize(towers, 0, order[j] * per_device, lr, &st);
+            if (rc)
+                return rc;
+            sums[0] += st.extra[DPT_PPO_STAT_POLICY_LOSS];
+            sums[1] += st.extra[DPT_PPO_STAT_VF_LOSS];
+            sums[2] += st.extra[DPT_PPO_STAT_ENTROPY];
+            sums[3] += st.extra[DPT_PPO_STAT_KL];
+            sums[4] += st.extra[DPT_PPO_STAT_CLIPFRAC];
+            sums[5] += st.grad_norm;
+            nsteps++;
+        }
+    }
+    double inv = nsteps ? 1.0 / (double)nsteps : 0.0;
+    out->policy_loss = sums[0] * inv;
+    out->vf_loss = sums[1] * inv;
+    out->entropy = sums[2] * inv;
+    out->kl = sums[3] * inv;
+    out->clipfrac = sums[4] * inv;
+    out->grad_norm = sums[5] * inv;
     return DPT_OK;
 }
 
@@ -287,33 +305,6 @@ uint64_t dpt_ppo_iteration(const dpt_ppo_t *p)
     return p->iteration;
 }
 
-int dpt__rl_add_optim(dpt_safetensors_writer_t *w, dpt_optim_t *opt, const dpt_vartable_t *vars)
-{
-    static const char *const prefixes[2] = {"optim.m.", "optim.v."};
-    int rc = DPT_OK;
-    for (int s = 0; s < dpt_optim_num_slots(opt) && !rc; s++)
-        rc = dpt_safetensors_add_arena(w, prefixes[s], vars, dpt_optim_slot(opt, s),
-                                       dpt_optim_count(opt));
-    if (!rc)
-        rc = dpt_safetensors_set_meta_u64(w, "optim_step", dpt_optim_get_t(opt));
-    return rc;
-}
-
-/* Loads parameters and optimizer slots into caller buffers (validating
- * everything) without touching the trainer. slots must hold 2 arenas. */
-int dpt__rl_load_arenas(const dpt_safetensors_t *st, const dpt_vartable_t *vars, float *params,
-                        float *m, float *v, uint64_t *t)
-{
-    int rc = dpt_safetensors_load_arena(st, "params.", vars, params, vars->total);
-    if (!rc)
-        rc = dpt_safetensors_load_arena(st, "optim.m.", vars, m, vars->total);
-    if (!rc)
-        rc = dpt_safetensors_load_arena(st, "optim.v.", vars, v, vars->total);
-    if (!rc)
-        rc = dpt_safetensors_meta_u64(st, "optim_step", t);
-    return rc;
-}
-
 int dpt_ppo_checkpoint(dpt_ppo_t *p, dpt_safetensors_writer_t *w)
 {
     const dpt_vartable_t *vars = dpt_policy_vars(p->actor);
@@ -333,9 +324,8 @@ int dpt_ppo_checkpoint(dpt_ppo_t *p, dpt_safetensors_writer_t *w)
     memcpy(p->blob, head, sizeof head);
     if ((rc = dpt__rollout_save_state(&p->ro, (char *)p->blob + sizeof head,
                                       bytes - sizeof head)) != 0 ||
-        (rc = dpt_safetensors_add_arena(w, "params.", vars, p->params.data, p->params.count)) !=
+        (rc = dpt__optim_ckpt_save(w, vars, p->params.data, dpt_towers_optimizer(p->towers))) !=
             0 ||
-        (rc = dpt__rl_add_optim(w, dpt_towers_optimizer(p->towers), vars)) != 0 ||
         (rc = dpt_safetensors_add_blob(w, "ppo.state", p->blob, bytes)) != 0)
         return rc;
     return DPT_OK;
@@ -343,15 +333,11 @@ int dpt_ppo_checkpoint(dpt_ppo_t *p, dpt_safetensors_writer_t *w)
 
 int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
 {
-    const dpt_vartable_t *vars = dpt_policy_vars(p->actor);
-    size_t n = vars->total;
-    float *buf = calloc(3 * n, sizeof(float));
-    if (!buf)
-        return dpt_error(DPT_ENOMEM, "ppo restore: cannot allocate");
-    uint64_t t = 0;
+    dpt_optim_t *opt = dpt_towers_optimizer(p->towers);
+    dpt__optim_ckpt_t ck;
     const void *blob;
     size_t bytes;
-    int rc = dpt__rl_load_arenas(st, vars, buf, buf + n, buf + 2 * n, &t);
+    int rc = dpt__optim_ckpt_load(st, dpt_policy_vars(p->actor), opt, &ck);
     if (!rc)
         rc = dpt_safetensors_get_blob(st, "ppo.state", &blob, &bytes);
     uint64_t head[4] = {0};
@@ -370,12 +356,9 @@ int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
         rc = dpt__rollout_load_state(&p->ro, (const char *)blob + sizeof head,
                                      bytes - sizeof head);
     if (!rc)
-        rc = dpt_towers_set_weights(p->towers, buf, n);
+        rc = dpt_towers_set_weights(p->towers, ck.data, ck.count);
     if (!rc) {
-        dpt_optim_t *opt = dpt_towers_optimizer(p->towers);
-        memcpy(dpt_optim_slot(opt, 0), buf + n, n * sizeof(float));
-        memcpy(dpt_optim_slot(opt, 1), buf + 2 * n, n * sizeof(float));
-        dpt_optim_set_t(opt, t);
+        dpt__optim_ckpt_apply(&ck, opt);
         rc = dpt_towers_set_optimizer_state(p->towers, opt);
     }
     if (!rc) {
@@ -383,6 +366,6 @@ int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
         p->timesteps = head[2];
         dpt_rng_seek(&p->shuffle_rng, head[3]);
     }
-    free(buf);
+    dpt__optim_ckpt_free(&ck);
     return rc;
 }

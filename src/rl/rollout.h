@@ -74,11 +74,20 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
  * after `done` env steps (linear annealing to 0 when enabled). */
 int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch);
 float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done);
-/* Checkpoint helpers: Adam's moments as "optim.m."/"optim.v." arenas and
- * "optim_step"; loading validates all of params, m, v and t into caller
- * buffers of the table's size before anything is applied. */
-int dpt__rl_add_optim(dpt_safetensors_writer_t *w, dpt_optim_t *opt, const dpt_vartable_t *vars);
-int dpt__rl_load_arenas(const dpt_safetensors_t *st, const dpt_vartable_t *vars, float *params,
-                        float *m, float *v, uint64_t *t);
+
+/* The loss terms of a learning phase, each averaged over its steps. */
+typedef struct dpt__rl_learn_stats {
+    double policy_loss, vf_loss, entropy, kl, clipfrac, grad_norm;
+} dpt__rl_learn_stats_t;
+
+/* The learning phase of both trainers, after a load into tower stack 0 of
+ * `loaded` minibatches of `per_device` rows per device: `epochs` epochs,
+ * each shuffling the order of all `loaded` minibatches with rng (order:
+ * [loaded], scratch) and taking optimizer steps on the first `visit` of
+ * them (visit <= loaded) at learning rate lr. Errors: those of
+ * dpt_towers_optimize (the phase stops at the failed step). */
+int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit,
+                  size_t per_device, float lr, dpt_rng_t *rng, size_t *order,
+                  dpt__rl_learn_stats_t *out);
 
 #endif

@@ -24,6 +24,7 @@
 #include "dpt/dataset.h"
 #include "dpt/dpt.h"
 #include "dpt/towers.h"
+#include "optim/optim_ckpt.h"
 #include "train_internal.h"
 
 #include <inttypes.h>
@@ -205,6 +206,17 @@ static void sup_destroy(void *self)
     free(s);
 }
 
+/* The classifier's batch of `rows` samples: features x [rows, dim] and
+ * labels [rows] (borrowed; NULL for a layout of 0 rows). */
+static dpt_batch_t sup_batch(size_t rows, size_t dim, float *x, int32_t *labels)
+{
+    dpt_batch_t b;
+    dpt_batch_init(&b, rows);
+    dpt_batch_add(&b, DPT_MLP_X, DPT_F32, dim, 0, x);
+    dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, labels);
+    return b;
+}
+
 /* The model, the towers and the epoch buffers (the data are loaded). */
 static int sup_build(sup_t *s, const dpt_config_t *c)
 {
@@ -261,10 +273,7 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
                              DPT_LOSS_SOFTMAX_XENT, SUP_EVAL_BATCH)) != 0)
         return rc;
     dpt_model_t model = dpt_mlp_model(s->mlp);
-    dpt_batch_t lay;
-    dpt_batch_init(&lay, 0);
-    dpt_batch_add(&lay, DPT_MLP_X, DPT_F32, dim, 0, NULL);
-    dpt_batch_add(&lay, DPT_MLP_LABEL, DPT_I32, 1, 0, NULL);
+    dpt_batch_t lay = sup_batch(0, dim, NULL, NULL);
     if ((rc = dpt_towers_create(&s->towers, &model, &lay, &tc)) != 0)
         return rc;
     size_t n = model.vars->total;
@@ -336,10 +345,7 @@ static int sup_eval(sup_t *s, dpt_loss_out_t *out)
     int rc = dpt_towers_get_weights(s->towers, s->params.data, s->params.count);
     if (rc)
         return rc;
-    dpt_batch_t tb;
-    dpt_batch_init(&tb, s->test.rows);
-    dpt_batch_add(&tb, DPT_MLP_X, DPT_F32, s->test.dim, 0, s->test.x);
-    dpt_batch_add(&tb, DPT_MLP_LABEL, DPT_I32, 1, 0, s->test.labels);
+    dpt_batch_t tb = sup_batch(s->test.rows, s->test.dim, s->test.x, s->test.labels);
     return dpt_mlp_evaluate(s->eval_mlp, s->params.data, &tb, out);
 }
 
@@ -377,10 +383,7 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
         memcpy(s->xs + i * dim, s->train.x + src * dim, dim * sizeof(float));
         s->ys[i] = s->train.labels[src];
     }
-    dpt_batch_t b;
-    dpt_batch_init(&b, take);
-    dpt_batch_add(&b, DPT_MLP_X, DPT_F32, dim, 0, s->xs);
-    dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, s->ys);
+    dpt_batch_t b = sup_batch(take, dim, s->xs, s->ys);
     dpt_towers_load_info_t li;
     int rc = dpt_towers_load_ex(s->towers, 0, &b, share, &li);
     if (rc)
@@ -449,30 +452,15 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     return DPT_OK;
 }
 
-/* "optim.<slot name>." (dpt_optim_slot_name): the names the RL jobs use. */
-static void sup_slot_prefix(const dpt_optim_t *opt, int k, char *buf, size_t size)
-{
-    snprintf(buf, size, "optim.%s.", dpt_optim_slot_name(opt, k));
-}
-
 static int sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
 {
     sup_t *s = self;
     if (!w)
         return DPT_OK;
-    const dpt_vartable_t *vars = dpt_mlp_vars(s->mlp);
-    dpt_optim_t *opt = dpt_towers_optimizer(s->towers);
     int rc = dpt_towers_get_weights(s->towers, s->params.data, s->params.count);
     if (!rc)
-        rc = dpt_safetensors_add_arena(w, "params.", vars, s->params.data, s->params.count);
-    for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++) {
-        char prefix[64];
-        sup_slot_prefix(opt, k, prefix, sizeof prefix);
-        rc = dpt_safetensors_add_arena(w, prefix, vars, dpt_optim_slot(opt, k),
-                                       dpt_optim_count(opt));
-    }
-    if (!rc)
-        rc = dpt_safetensors_set_meta_u64(w, "optim_step", dpt_optim_get_t(opt));
+        rc = dpt__optim_ckpt_save(w, dpt_mlp_vars(s->mlp), s->params.data,
+                                  dpt_towers_optimizer(s->towers));
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "shuffle_rng", dpt_rng_tell(&s->shuffle_rng));
     if (!rc)
@@ -485,14 +473,10 @@ static int sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
 static int sup_restore(void *self, const dpt_safetensors_t *st)
 {
     sup_t *s = self;
-    const dpt_vartable_t *vars = dpt_mlp_vars(s->mlp);
     dpt_optim_t *opt = dpt_towers_optimizer(s->towers);
-    size_t n = vars->total;
-    int slots = dpt_optim_num_slots(opt);
-    uint64_t t, pos, samples, steps, epoch;
+    uint64_t pos, samples, steps, epoch;
     int rc;
-    if ((rc = dpt_safetensors_meta_u64(st, "optim_step", &t)) != 0 ||
-        (rc = dpt_safetensors_meta_u64(st, "shuffle_rng", &pos)) != 0 ||
+    if ((rc = dpt_safetensors_meta_u64(st, "shuffle_rng", &pos)) != 0 ||
         (rc = dpt_safetensors_meta_u64(st, "samples_total", &samples)) != 0 ||
         (rc = dpt_safetensors_meta_u64(st, "steps_total", &steps)) != 0 ||
         (rc = dpt_safetensors_meta_u64(st, "training_iteration", &epoch)) != 0)
@@ -503,27 +487,17 @@ static int sup_restore(void *self, const dpt_safetensors_t *st)
                          dpt_safetensors_path(st), epoch, s->epochs);
     /* Read every tensor into scratch before changing anything, so a
      * checkpoint that does not fit leaves the trainer as it was. */
-    float *tmp = calloc((size_t)(slots + 1) * n, sizeof(float));
-    if (!tmp)
-        return dpt_error(DPT_ENOMEM, "checkpoint %s: cannot allocate %zu floats to restore",
-                         dpt_safetensors_path(st), (size_t)(slots + 1) * n);
-    rc = dpt_safetensors_load_arena(st, "params.", vars, tmp, n);
-    for (int k = 0; !rc && k < slots; k++) {
-        char prefix[64];
-        sup_slot_prefix(opt, k, prefix, sizeof prefix);
-        rc = dpt_safetensors_load_arena(st, prefix, vars, tmp + (size_t)(k + 1) * n, n);
-    }
+    dpt__optim_ckpt_t ck;
+    if ((rc = dpt__optim_ckpt_load(st, dpt_mlp_vars(s->mlp), opt, &ck)) != 0)
+        return rc;
     /* From here nothing can fail on a valid trainer: the sizes and the
      * optimizer kind are the towers' own. */
-    if (!rc)
-        rc = dpt_towers_set_weights(s->towers, tmp, n);
+    rc = dpt_towers_set_weights(s->towers, ck.data, ck.count);
     if (!rc) {
-        for (int k = 0; k < slots; k++)
-            memcpy(dpt_optim_slot(opt, k), tmp + (size_t)(k + 1) * n, n * sizeof(float));
-        dpt_optim_set_t(opt, t);
+        dpt__optim_ckpt_apply(&ck, opt);
         rc = dpt_towers_set_optimizer_state(s->towers, opt);
     }
-    free(tmp);
+    dpt__optim_ckpt_free(&ck);
     if (rc)
         return rc;
     dpt_rng_seek(&s->shuffle_rng, pos);
@@ -643,10 +617,7 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
         (rc = dpt_safetensors_load_arena(st, "params.", dpt_mlp_vars(mlp), p.data, p.count)) !=
             0)
         goto done;
-    dpt_batch_t b;
-    dpt_batch_init(&b, test.rows);
-    dpt_batch_add(&b, DPT_MLP_X, DPT_F32, test.dim, 0, test.x);
-    dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, test.labels);
+    dpt_batch_t b = sup_batch(test.rows, test.dim, test.x, test.labels);
     dpt_loss_out_t o;
     if ((rc = dpt_mlp_evaluate(mlp, p.data, &b, &o)) != 0)
         goto done;
