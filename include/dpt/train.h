@@ -110,6 +110,20 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
 #define DPT_CHOICES_SCHEDULE (DPT_SCHEDULE_LIST(DPT__CHOICE2) + 1)
 #define DPT_CHOICES_TOWERS_MODE (DPT_TOWERS_MODE_LIST(DPT__CHOICE2) + 1)
 
+/* How PPO and DD-PPO standardize advantages (key normalize_advantages). */
+#define DPT_ADV_NORM_LIST(X)                                                     \
+    X(DPT_ADV_NORM_MINIBATCH, "minibatch") /* each minibatch over its rows */    \
+    X(DPT_ADV_NORM_BATCH, "batch")         /* the whole batch of an iteration */ \
+    X(DPT_ADV_NORM_OFF, "off")
+
+typedef enum dpt_adv_norm {
+#define DPT__ADV_NORM_ENUM(sym, name) sym,
+    DPT_ADV_NORM_LIST(DPT__ADV_NORM_ENUM)
+#undef DPT__ADV_NORM_ENUM
+    DPT_ADV_NORM_COUNT
+} dpt_adv_norm_t;
+#define DPT_CHOICES_ADV_NORM (DPT_ADV_NORM_LIST(DPT__CHOICE2) + 1)
+
 /* Keys that may change when a run is resumed: stop conditions, checkpoint
  * and evaluation settings, timeouts, where the data lives. Every other key
  * must equal the run's saved value (docs/TRAINING.md). */
@@ -196,7 +210,7 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
     X(entropy_coeff, FLOAT, DPT_JOBS_RL, 0, "0.01", 0, 1e6, "", "entropy bonus coefficient")     \
     X(reward_scale, FLOAT, DPT_JOBS_RL, 0, "1", 1e-9, 1e9, "",                                    \
       "multiply rewards by this for learning (returns are reported unscaled)")                   \
-    X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, "minibatch|batch|off",       \
+    X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,       \
       "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")      \
     X(policy_hidden, STR, DPT_JOBS_RL, 0, "64,64", 0, 0, "", "actor and critic hidden sizes")     \
     X(sync_frac, FLOAT, DPT_JOBS_DDPPO, 0, "0.6", 0, 1, "",                                       \

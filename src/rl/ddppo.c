@@ -258,7 +258,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
         return rc;
     double t1 = dpt_now();
     double ev = dpt_explained_variance(w->ro.values, w->ro.returns, rows);
-    if (c->normalize_advantages == DPT_RL_ADV_BATCH)
+    if (c->normalize_advantages == DPT_ADV_NORM_BATCH)
         dpt_normalize(w->ro.adv, rows);
     /* Shuffle the rows once; the epochs then permute whole minibatches. */
     for (size_t i = 0; i < rows; i++)
@@ -275,7 +275,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     size_t nmb = expected / c->sgd_minibatch_size;
     size_t pdb = rows / nmb < c->sgd_minibatch_size ? rows / nmb : c->sgd_minibatch_size;
     size_t keep = rows - rows % pdb;
-    if (c->normalize_advantages == DPT_RL_ADV_MINIBATCH)
+    if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
         dpt__rl_normalize_minibatches(w->adv, 1, keep, pdb);
     dpt_batch_t b;
     dpt_towers_load_info_t li;

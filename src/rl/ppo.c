@@ -177,7 +177,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     double t1 = dpt_now();
     size_t rows = p->rows;
     res->vf_explained_var = dpt_explained_variance(p->ro.values, p->ro.returns, rows);
-    if (c->normalize_advantages == DPT_RL_ADV_BATCH)
+    if (c->normalize_advantages == DPT_ADV_NORM_BATCH)
         dpt_normalize(p->ro.adv, rows);
     /* Shuffle the rows once; the epochs then permute whole minibatches. */
     for (size_t i = 0; i < rows; i++)
@@ -190,7 +190,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
      * minibatch is normalized over all its rows before the load. */
     size_t D = (size_t)c->num_devices, mb = c->sgd_minibatch_size, pdb = mb / D;
     size_t keep = rows - rows % mb;
-    if (c->normalize_advantages == DPT_RL_ADV_MINIBATCH)
+    if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
         dpt__rl_normalize_minibatches(p->adv, D, keep / D, pdb);
     dpt_batch_t b;
     dpt_towers_load_info_t li;

@@ -45,13 +45,6 @@
 #include "dpt/towers.h"
 #include "dpt/train.h"
 
-/* normalize_advantages: the index of the key's choice ("minibatch|batch|off"). */
-typedef enum dpt_rl_adv_norm {
-    DPT_RL_ADV_MINIBATCH = 0, /* each minibatch over its own rows (CleanRL) */
-    DPT_RL_ADV_BATCH = 1,     /* the whole batch of an iteration (RLlib) */
-    DPT_RL_ADV_OFF = 2
-} dpt_rl_adv_norm_t;
-
 typedef struct dpt_rl_config {
     uint64_t seed;
     size_t num_envs;                 /* envs per sampler / worker */
@@ -64,7 +57,7 @@ typedef struct dpt_rl_config {
     int anneal_lr;                   /* linear decay to 0 over total_timesteps */
     float adam_eps;
     double grad_clip;                /* 0 = off */
-    dpt_rl_adv_norm_t normalize_advantages;
+    dpt_adv_norm_t normalize_advantages;
     float reward_scale;              /* rewards are multiplied by this for learning (1 = off);
                                       * episode returns are reported unscaled */
     size_t hidden[DPT_POLICY_MAX_HIDDEN];

@@ -90,10 +90,12 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     out->loss.vf_coef = (float)DPT_CF(c, vf_loss_coeff);
     out->loss.ent_coef = (float)DPT_CF(c, entropy_coeff);
     out->lr = (float)DPT_CF(c, lr);
-    out->anneal_lr = DPT_CI(c, lr_schedule) == 1; /* "constant|linear" */
+    /* Enum keys' choices come from the enums' own lists: the index is the
+     * enum value. */
+    out->anneal_lr = (dpt_schedule_kind_t)DPT_CI(c, lr_schedule) == DPT_SCHEDULE_LINEAR;
     out->adam_eps = (float)DPT_CF(c, adam_eps);
     out->grad_clip = DPT_CF(c, grad_clip);
-    out->normalize_advantages = (dpt_rl_adv_norm_t)DPT_CI(c, normalize_advantages);
+    out->normalize_advantages = (dpt_adv_norm_t)DPT_CI(c, normalize_advantages);
     out->reward_scale = (float)DPT_CF(c, reward_scale);
     int nh = dpt__config_sizes(c, DPT_CFG_policy_hidden, out->hidden, DPT_POLICY_MAX_HIDDEN);
     if (nh < 0)
