@@ -34,12 +34,9 @@ typedef struct layer {
 
 /* The MLP on MNIST-sized inputs and the PPO policy/value network. */
 static const layer_t layers[] = {
-    {"mlp", 784, 512, {64, 128, 256}},
-    {"mlp", 512, 512, {64, 128, 256}},
-    {"mlp", 512, 10, {64, 128, 256}},
-    {"ppo", 4, 64, {128, 512, 0}},
-    {"ppo", 64, 64, {128, 512, 0}},
-    {"ppo", 64, 2, {128, 512, 0}},
+    {"mlp", 784, 512, {64, 128, 256}}, {"mlp", 512, 512, {64, 128, 256}},
+    {"mlp", 512, 10, {64, 128, 256}},  {"ppo", 4, 64, {128, 512, 0}},
+    {"ppo", 64, 64, {128, 512, 0}},    {"ppo", 64, 2, {128, 512, 0}},
 };
 
 typedef struct product {
@@ -70,8 +67,8 @@ static void call(dpt_gemm_backend_t backend, const product_t *p, const float *a,
                  float *c, long calls)
 {
     for (long i = 0; i < calls; i++)
-        dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb, p->beta,
-                    c, p->ldc);
+        dpt_gemm_ex(backend, p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, p->lda, b, p->ldb, p->beta, c,
+                    p->ldc);
 }
 
 /* Number of calls that make a run of at least min_s seconds, after a warm-up
@@ -95,9 +92,8 @@ static long calibrate(dpt_gemm_backend_t backend, const product_t *p, const floa
 /* Median GFLOP/s of each backend over `repeats` runs of at least min_s
  * seconds. The backends take turns run by run, so that a slow phase of the
  * machine (other jobs, frequency changes) hits all of them alike. */
-static void measure(const dpt_gemm_backend_t *backends, int nb, const product_t *p,
-                    const float *a, const float *b, float *c, int repeats, double min_s,
-                    double *gflops)
+static void measure(const dpt_gemm_backend_t *backends, int nb, const product_t *p, const float *a,
+                    const float *b, float *c, int repeats, double min_s, double *gflops)
 {
     double flops = 2.0 * (double)p->m * (double)p->n * (double)p->k;
     long calls[DPT_GEMM_BACKEND_COUNT];
@@ -160,12 +156,13 @@ static double load_average(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_gemm [--json] [--repeats N] [--min-ms MS] [--net NAME] [--batch B]\n"
-               "  --json        one JSON object per line\n"
-               "  --repeats N   timed runs per figure, median reported (default 7, max %d)\n"
-               "  --min-ms MS   minimum length of one timed run (default 50)\n"
-               "  --net NAME    only this network's layers (mlp or ppo)\n"
-               "  --batch B     only this batch size\n",
+    fprintf(f,
+            "usage: bench_gemm [--json] [--repeats N] [--min-ms MS] [--net NAME] [--batch B]\n"
+            "  --json        one JSON object per line\n"
+            "  --repeats N   timed runs per figure, median reported (default 7, max %d)\n"
+            "  --min-ms MS   minimum length of one timed run (default 50)\n"
+            "  --net NAME    only this network's layers (mlp or ppo)\n"
+            "  --batch B     only this batch size\n",
             MAX_REPEATS);
 }
 
@@ -338,15 +335,15 @@ int main(int argc, char **argv)
         printf("# load average (1 min) at end: %.2f\n", load_average());
     if (!json)
         printf("# GEMM time of one training step (every product of every layer), microseconds\n"
-               "%-4s %5s", "net", "batch");
+               "%-4s %5s",
+               "net", "batch");
     for (int i = 0; !json && i < nb; i++)
         printf(" %9s", dpt_gemm_backend_name(backends[i]));
     if (!json)
         printf(nb == 2 ? " %9s\n" : "\n", "ratio");
     for (size_t t = 0; t < ntotals; t++) {
         if (json) {
-            printf("{\"net\":\"%s\",\"batch\":%zu,\"op\":\"step\"", totals[t].net,
-                   totals[t].batch);
+            printf("{\"net\":\"%s\",\"batch\":%zu,\"op\":\"step\"", totals[t].net, totals[t].batch);
             for (int i = 0; i < nb; i++)
                 printf(",\"%s_us\":%.2f", dpt_gemm_backend_name(backends[i]),
                        totals[t].seconds[i] * 1e6);

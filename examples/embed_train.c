@@ -37,8 +37,8 @@ int main(int argc, char **argv)
     if (dpt_trainer_evaluate(t, 20, 7, &e))
         return fail("evaluate");
     printf("after %llu steps: mean return %.1f (last 100 episodes), greedy %.1f over %zu "
-           "episodes\n", (unsigned long long)r.timesteps_total, r.reward_mean, e.mean_return,
-           e.count);
+           "episodes\n",
+           (unsigned long long)r.timesteps_total, r.reward_mean, e.mean_return, e.count);
     dpt_trainer_destroy(t);
     dpt_config_destroy(cfg);
     return 0;

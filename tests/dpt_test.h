@@ -23,78 +23,78 @@ static int dpt_test_failures;
 static int dpt_test_checks;
 static const char *dpt_test_current = "";
 
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        dpt_test_checks++;                                                                   \
-        if (!(cond)) {                                                                       \
-            dpt_test_failures++;                                                             \
-            fprintf(stderr, "%s:%d: [%s] CHECK failed: %s\n", __FILE__, __LINE__,            \
-                    dpt_test_current, #cond);                                                \
-        }                                                                                    \
+#define CHECK(cond)                                                               \
+    do {                                                                          \
+        dpt_test_checks++;                                                        \
+        if (!(cond)) {                                                            \
+            dpt_test_failures++;                                                  \
+            fprintf(stderr, "%s:%d: [%s] CHECK failed: %s\n", __FILE__, __LINE__, \
+                    dpt_test_current, #cond);                                     \
+        }                                                                         \
     } while (0)
 
-#define REQUIRE(cond)                                                                        \
-    do {                                                                                     \
-        dpt_test_checks++;                                                                   \
-        if (!(cond)) {                                                                       \
-            dpt_test_failures++;                                                             \
-            fprintf(stderr, "%s:%d: [%s] REQUIRE failed: %s\n", __FILE__, __LINE__,          \
-                    dpt_test_current, #cond);                                                \
-            return;                                                                          \
-        }                                                                                    \
+#define REQUIRE(cond)                                                               \
+    do {                                                                            \
+        dpt_test_checks++;                                                          \
+        if (!(cond)) {                                                              \
+            dpt_test_failures++;                                                    \
+            fprintf(stderr, "%s:%d: [%s] REQUIRE failed: %s\n", __FILE__, __LINE__, \
+                    dpt_test_current, #cond);                                       \
+            return;                                                                 \
+        }                                                                           \
     } while (0)
 
 /* A dpt call that must succeed; prints the status and the error message. */
-#define CHECK_OK(expr)                                                                       \
-    do {                                                                                     \
-        int dpt_test_rc_ = (expr);                                                           \
-        dpt_test_checks++;                                                                   \
-        if (dpt_test_rc_ != 0) {                                                             \
-            dpt_test_failures++;                                                             \
-            fprintf(stderr, "%s:%d: [%s] %s returned %s: %s\n", __FILE__, __LINE__,          \
+#define CHECK_OK(expr)                                                                         \
+    do {                                                                                       \
+        int dpt_test_rc_ = (expr);                                                             \
+        dpt_test_checks++;                                                                     \
+        if (dpt_test_rc_ != 0) {                                                               \
+            dpt_test_failures++;                                                               \
+            fprintf(stderr, "%s:%d: [%s] %s returned %s: %s\n", __FILE__, __LINE__,            \
                     dpt_test_current, #expr, dpt_status_name(dpt_test_rc_), dpt_last_error()); \
-        }                                                                                    \
+        }                                                                                      \
     } while (0)
 
-#define REQUIRE_OK(expr)                                                                     \
-    do {                                                                                     \
-        int dpt_test_rc_ = (expr);                                                           \
-        dpt_test_checks++;                                                                   \
-        if (dpt_test_rc_ != 0) {                                                             \
-            dpt_test_failures++;                                                             \
-            fprintf(stderr, "%s:%d: [%s] %s returned %s: %s\n", __FILE__, __LINE__,          \
+#define REQUIRE_OK(expr)                                                                       \
+    do {                                                                                       \
+        int dpt_test_rc_ = (expr);                                                             \
+        dpt_test_checks++;                                                                     \
+        if (dpt_test_rc_ != 0) {                                                               \
+            dpt_test_failures++;                                                               \
+            fprintf(stderr, "%s:%d: [%s] %s returned %s: %s\n", __FILE__, __LINE__,            \
                     dpt_test_current, #expr, dpt_status_name(dpt_test_rc_), dpt_last_error()); \
-            return;                                                                          \
-        }                                                                                    \
+            return;                                                                            \
+        }                                                                                      \
     } while (0)
 
 /* A dpt call that must fail with `code` and leave a non-empty message that
  * contains `needle` (pass "" to only require a message). */
-#define CHECK_ERR(expr, code, needle)                                                        \
-    do {                                                                                     \
-        dpt_error_clear();                                                                   \
-        int dpt_test_rc_ = (expr);                                                           \
-        dpt_test_checks++;                                                                   \
-        if (dpt_test_rc_ != (code) || dpt_last_error()[0] == '\0' ||                         \
-            strstr(dpt_last_error(), (needle)) == NULL) {                                    \
-            dpt_test_failures++;                                                             \
-            fprintf(stderr, "%s:%d: [%s] %s: expected %s with \"%s\", got %s: \"%s\"\n",     \
-                    __FILE__, __LINE__, dpt_test_current, #expr, #code, (needle),            \
-                    dpt_status_name(dpt_test_rc_), dpt_last_error());                        \
-        }                                                                                    \
+#define CHECK_ERR(expr, code, needle)                                                              \
+    do {                                                                                           \
+        dpt_error_clear();                                                                         \
+        int dpt_test_rc_ = (expr);                                                                 \
+        dpt_test_checks++;                                                                         \
+        if (dpt_test_rc_ != (code) || dpt_last_error()[0] == '\0' ||                               \
+            strstr(dpt_last_error(), (needle)) == NULL) {                                          \
+            dpt_test_failures++;                                                                   \
+            fprintf(stderr, "%s:%d: [%s] %s: expected %s with \"%s\", got %s: \"%s\"\n", __FILE__, \
+                    __LINE__, dpt_test_current, #expr, #code, (needle),                            \
+                    dpt_status_name(dpt_test_rc_), dpt_last_error());                              \
+        }                                                                                          \
     } while (0)
 
 /* |a - b| <= tol * max(1, |a|, |b|) */
-#define CHECK_CLOSE(a, b, tol)                                                               \
-    do {                                                                                     \
-        double dpt_test_a_ = (double)(a), dpt_test_b_ = (double)(b);                         \
-        double dpt_test_s_ = fmax(1.0, fmax(fabs(dpt_test_a_), fabs(dpt_test_b_)));          \
-        dpt_test_checks++;                                                                   \
-        if (!(fabs(dpt_test_a_ - dpt_test_b_) <= (tol) * dpt_test_s_)) {                     \
-            dpt_test_failures++;                                                             \
-            fprintf(stderr, "%s:%d: [%s] CHECK_CLOSE failed: %s = %.9g, %s = %.9g\n",        \
-                    __FILE__, __LINE__, dpt_test_current, #a, dpt_test_a_, #b, dpt_test_b_); \
-        }                                                                                    \
+#define CHECK_CLOSE(a, b, tol)                                                                  \
+    do {                                                                                        \
+        double dpt_test_a_ = (double)(a), dpt_test_b_ = (double)(b);                            \
+        double dpt_test_s_ = fmax(1.0, fmax(fabs(dpt_test_a_), fabs(dpt_test_b_)));             \
+        dpt_test_checks++;                                                                      \
+        if (!(fabs(dpt_test_a_ - dpt_test_b_) <= (tol)*dpt_test_s_)) {                          \
+            dpt_test_failures++;                                                                \
+            fprintf(stderr, "%s:%d: [%s] CHECK_CLOSE failed: %s = %.9g, %s = %.9g\n", __FILE__, \
+                    __LINE__, dpt_test_current, #a, dpt_test_a_, #b, dpt_test_b_);              \
+        }                                                                                       \
     } while (0)
 
 /* The largest |a[i] - b[i]| / max(scale, |b[i]|) over n values. */
@@ -109,10 +109,10 @@ static inline double dpt_test_max_rel_diff(const float *a, const float *b, size_
     return m;
 }
 
-#define DPT_TEST_SKIP(why)                                                                   \
-    do {                                                                                     \
-        printf("skipped: %s\n", (why));                                                      \
-        return 77;                                                                           \
+#define DPT_TEST_SKIP(why)              \
+    do {                                \
+        printf("skipped: %s\n", (why)); \
+        return 77;                      \
     } while (0)
 
 typedef struct dpt_test_case {
@@ -120,7 +120,10 @@ typedef struct dpt_test_case {
     void (*fn)(void);
 } dpt_test_case_t;
 
-#define DPT_TEST(fn) { #fn, fn }
+#define DPT_TEST(fn) \
+    {                \
+#fn, fn      \
+    }
 
 static inline int dpt_test_main(const dpt_test_case_t *cases, size_t n)
 {

@@ -133,8 +133,8 @@ static inline int dpt_test_same_metrics(const dpt_train_result_t *a, const dpt_t
             return 0;
         if (!dpt_test_timing_metric(a->metrics[i].name) &&
             memcmp(&a->metrics[i].value, &b->metrics[i].value, sizeof(double)) != 0) {
-            fprintf(stderr, "metric %s: %.17g vs %.17g\n", a->metrics[i].name,
-                    a->metrics[i].value, b->metrics[i].value);
+            fprintf(stderr, "metric %s: %.17g vs %.17g\n", a->metrics[i].name, a->metrics[i].value,
+                    b->metrics[i].value);
             return 0;
         }
     }
@@ -147,8 +147,8 @@ static inline int dpt_test_same_metrics(const dpt_train_result_t *a, const dpt_t
 static inline int dpt_test_same_on_all_ranks(dpt_comm_t *comm, uint64_t h)
 {
     /* 16-bit pieces are exact as floats. */
-    float mine[4] = {(float)(h & 0xffff), (float)((h >> 16) & 0xffff),
-                     (float)((h >> 32) & 0xffff), (float)(h >> 48)};
+    float mine[4] = {(float)(h & 0xffff), (float)((h >> 16) & 0xffff), (float)((h >> 32) & 0xffff),
+                     (float)(h >> 48)};
     int size = dpt_comm_size(comm);
     float *all = malloc((size_t)size * sizeof mine);
     if (!all || dpt_comm_allgather(comm, mine, 4, all) != 0) {
@@ -167,8 +167,7 @@ static inline int dpt_test_same_on_all_ranks(dpt_comm_t *comm, uint64_t h)
  * or empty: /tmp) with rank 0's process id, the same file on every rank.
  * 0, or 1 (the exit code) with the failure printed. */
 static inline int dpt_test_mpi_begin(int *argc, char ***argv, dpt_comm_mpi_thread_t level,
-                                     const char *name, dpt_comm_t **comm, char *path,
-                                     size_t size)
+                                     const char *name, dpt_comm_t **comm, char *path, size_t size)
 {
     if (dpt_comm_mpi_init(argc, argv, level) != 0) {
         fprintf(stderr, "MPI init: %s\n", dpt_last_error());

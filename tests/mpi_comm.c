@@ -266,8 +266,7 @@ static void test_same_bits_as_mpi(void)
         } else {
             for (int k = 0; k < P; k++)
                 rc_counts[k] = (int)dpt_comm_block_size(n, P, k);
-            CHECK(MPI_Ireduce_scatter(x, b, rc_counts, MPI_FLOAT, MPI_SUM, mc, &q) ==
-                  MPI_SUCCESS);
+            CHECK(MPI_Ireduce_scatter(x, b, rc_counts, MPI_FLOAT, MPI_SUM, mc, &q) == MPI_SUCCESS);
             CHECK(MPI_Wait(&q, MPI_STATUS_IGNORE) == MPI_SUCCESS);
             CHECK(MPI_Reduce_scatter(x, c, rc_counts, MPI_FLOAT, MPI_SUM, mc) == MPI_SUCCESS);
         }

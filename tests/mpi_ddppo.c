@@ -26,9 +26,14 @@ static char path[512];   /* the checkpoint, the same on every rank */
 
 static int make_cfg(dpt_config_t **out, int workers)
 {
-    static const char *const sets[] = {"job=ddppo", "env=CartPole-v1", "num_envs_per_worker=2",
-                                       "rollout_fragment_length=64", "sgd_minibatch_size=32",
-                                       "num_sgd_iter=2", "sync_frac=1", "check_weights_every=3",
+    static const char *const sets[] = {"job=ddppo",
+                                       "env=CartPole-v1",
+                                       "num_envs_per_worker=2",
+                                       "rollout_fragment_length=64",
+                                       "sgd_minibatch_size=32",
+                                       "num_sgd_iter=2",
+                                       "sync_frac=1",
+                                       "check_weights_every=3",
                                        "total_timesteps=100000"};
     char line[64];
     snprintf(line, sizeof line, "num_workers=%d", workers);
@@ -89,8 +94,8 @@ static void ddppo_over_mpi(int workers)
     CHECK(same_on_all_ranks(wb, n, &h));
     if (rank == 0)
         printf("%d ranks x %d worker%s: identical weights (checksum %016llx), return %.1f; "
-               "resumed bitwise\n", size, workers, workers > 1 ? "s" : "",
-               (unsigned long long)h, r2.reward_mean);
+               "resumed bitwise\n",
+               size, workers, workers > 1 ? "s" : "", (unsigned long long)h, r2.reward_mean);
     free(wa);
     free(wb);
     dpt_trainer_destroy(t2);

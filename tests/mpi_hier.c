@@ -40,16 +40,16 @@ static void werr(worker_t *w, const char *what, int rc)
                  dpt_status_name(rc), rc ? dpt_last_error() : "");
 }
 
-#define WOK(w, expr)                  \
-    do {                              \
-        int rc_ = (expr);             \
-        if (rc_ != 0)                 \
-            werr((w), #expr, rc_);    \
+#define WOK(w, expr)               \
+    do {                           \
+        int rc_ = (expr);          \
+        if (rc_ != 0)              \
+            werr((w), #expr, rc_); \
     } while (0)
-#define WEQ(w, got, want, n)                                             \
-    do {                                                                 \
+#define WEQ(w, got, want, n)                                            \
+    do {                                                                \
         if ((n) > 0 && memcmp((got), (want), (n) * sizeof(float)) != 0) \
-            werr((w), "wrong result: " #got, 0);                         \
+            werr((w), "wrong result: " #got, 0);                        \
     } while (0)
 
 static void *thread_main(void *arg)
@@ -262,11 +262,8 @@ int main(int argc, char **argv)
         }
     }
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_layout),
-        DPT_TEST(test_bad_arguments),
-        DPT_TEST(test_bad_timeout),
-        DPT_TEST(test_all_ops),
-        DPT_TEST(test_mismatch_detected),
+        DPT_TEST(test_layout),  DPT_TEST(test_bad_arguments),     DPT_TEST(test_bad_timeout),
+        DPT_TEST(test_all_ops), DPT_TEST(test_mismatch_detected),
     };
     rc = DPT_TEST_RUN(cases);
     for (int t = 0; t < T; t++)

@@ -35,11 +35,17 @@ static char path[512];   /* the checkpoint, the same on every rank */
  * when a key is refused. batch_size 48 divides among 2 and 3 ranks. */
 static dpt_config_t *cfg_make(const char *first, ...)
 {
-    static const char *const base[] = {"job=supervised", "dataset=spirals",
-                                       "spirals_points=512", "hidden=32,32",
-                                       "activation=tanh", "lr=0.01", "lr_end=0.001",
-                                       "lr_schedule=linear", "batch_size=48",
-                                       "num_devices=1", "epochs=4"};
+    static const char *const base[] = {"job=supervised",
+                                       "dataset=spirals",
+                                       "spirals_points=512",
+                                       "hidden=32,32",
+                                       "activation=tanh",
+                                       "lr=0.01",
+                                       "lr_end=0.001",
+                                       "lr_schedule=linear",
+                                       "batch_size=48",
+                                       "num_devices=1",
+                                       "epochs=4"};
     va_list ap;
     va_start(ap, first);
     dpt_config_t *c = dpt_test_config_va(base, sizeof base / sizeof base[0], first, ap);
@@ -88,12 +94,13 @@ static void test_ranks_identical_and_like_one_process(void)
     CHECK(r.finished && r.timesteps_total == 4 * 480);
     CHECK(metric(&r, "rows_dropped") == 32.0 && metric(&r, "steps_total") == 40.0);
     size_t n, n1, n0;
-    float *w = dpt_test_weights(t, &n), *w1 = dpt_test_weights(one, &n1), *w0 = dpt_test_weights(fresh, &n0);
+    float *w = dpt_test_weights(t, &n), *w1 = dpt_test_weights(one, &n1),
+          *w0 = dpt_test_weights(fresh, &n0);
     REQUIRE(w && w1 && w0 && n == n1 && n == n0);
     /* Bitwise the same weights and metrics on every rank. */
     CHECK(same_on_all_ranks(w, n * sizeof(float)));
-    double mv[4] = {metric(&r, "train_loss"), metric(&r, "train_accuracy"),
-                    metric(&r, "test_loss"), metric(&r, "test_accuracy")};
+    double mv[4] = {metric(&r, "train_loss"), metric(&r, "train_accuracy"), metric(&r, "test_loss"),
+                    metric(&r, "test_accuracy")};
     CHECK(same_on_all_ranks(mv, sizeof mv));
     /* Within float rounding of one process; far from the initial weights. */
     double d = max_rel_diff(w, w1, n), moved = max_rel_diff(w0, w1, n);
@@ -102,8 +109,9 @@ static void test_ranks_identical_and_like_one_process(void)
     if (rank == 0)
         printf("%d ranks: weights within %.3g (relative) of one process, train loss %.6f vs "
                "%.6f, test loss %.6f vs %.6f, test accuracy %.4f vs %.4f; training moved "
-               "them by %.3g\n", size, d, mv[0], metric(&r1, "train_loss"), mv[2],
-               metric(&r1, "test_loss"), mv[3], metric(&r1, "test_accuracy"), moved);
+               "them by %.3g\n",
+               size, d, mv[0], metric(&r1, "train_loss"), mv[2], metric(&r1, "test_loss"), mv[3],
+               metric(&r1, "test_accuracy"), moved);
     CHECK(d < 1e-4);
     CHECK(moved > 1e-1);
     CHECK(dl < 1e-5 && dt < 1e-5);
@@ -153,7 +161,8 @@ static void test_checkpoint_rank0_resume_bitwise(void)
     CHECK(same_on_all_ranks(wb, n * sizeof(float)));
     if (rank == 0)
         printf("checkpoint by rank 0, restored on %d ranks: resumed bitwise (test accuracy "
-               "%.4f)\n", dpt_comm_size(comm), metric(&rb, "test_accuracy"));
+               "%.4f)\n",
+               dpt_comm_size(comm), metric(&rb, "test_accuracy"));
     free(wa), free(wb);
     dpt_trainer_destroy(b);
     dpt_trainer_destroy(a);
@@ -192,8 +201,8 @@ int main(int argc, char **argv)
     DPT_TEST_SKIP("built without MPI");
 #else
     /* As dpt_train_run: the one device of each rank runs on this thread. */
-    if (dpt_test_mpi_begin(&argc, &argv, DPT_COMM_MPI_FUNNELED, "dpt_mpi_supervised", &comm,
-                           path, sizeof path) != 0)
+    if (dpt_test_mpi_begin(&argc, &argv, DPT_COMM_MPI_FUNNELED, "dpt_mpi_supervised", &comm, path,
+                           sizeof path) != 0)
         return 1;
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_ranks_identical_and_like_one_process),

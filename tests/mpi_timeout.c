@@ -180,8 +180,8 @@ static int mode_hier(void)
             continue;
         const char *need = r == 2 ? "waiting for rank 3" : "rank 3";
         int ok = w[t].rc == DPT_ETIMEDOUT && strstr(w[t].msg, need) != NULL;
-        printf("rank %d: allreduce after %.2f s: %s: %s%s\n", r, took,
-               dpt_status_name(w[t].rc), w[t].msg, ok ? "" : "  <-- UNEXPECTED");
+        printf("rank %d: allreduce after %.2f s: %s: %s%s\n", r, took, dpt_status_name(w[t].rc),
+               w[t].msg, ok ? "" : "  <-- UNEXPECTED");
         bad |= !ok;
     }
     /* The threads timeout is 1 s and the MPI one 5 s: process 0 must have

@@ -621,8 +621,8 @@ static void test_bad_headers(void)
          4, DPT_EFORMAT, "tensor a: shape overflows"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}}", 4,
          DPT_EFORMAT, "tensor a: shape overflows"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}\"b\":{}}", 4,
-         DPT_EFORMAT, "expected ',' or '}'"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}\"b\":{}}", 4, DPT_EFORMAT,
+         "expected ',' or '}'"},
         {"", 0, DPT_EFORMAT, "header length 0 is zero"},
         {"   ", 0, DPT_EFORMAT, "expected '{', found the end"},
         {"{\"a\":", 0, DPT_EFORMAT, "expected '{', found the end"},
@@ -635,9 +635,8 @@ static void test_bad_headers(void)
         dpt_safetensors_t *st = NULL;
         dpt_error_clear();
         int rc = dpt_safetensors_load(&st, path);
-        int ok = rc == cases[i].code &&
-                 (rc == 0 || (strstr(dpt_last_error(), path) &&
-                              strstr(dpt_last_error(), cases[i].needle)));
+        int ok = rc == cases[i].code && (rc == 0 || (strstr(dpt_last_error(), path) &&
+                                                     strstr(dpt_last_error(), cases[i].needle)));
         if (!ok)
             fprintf(stderr, "case %zu (%s): got %s \"%s\", expected %s with \"%s\"\n", i,
                     cases[i].header, dpt_status_name(rc), dpt_last_error(),

@@ -39,11 +39,11 @@
 typedef struct worker {
     int rank;
     dpt_comm_t *comm;
-    const void *ctx;     /* the test's shared, read-only data */
-    int errors;          /* written only by this worker */
-    char msg[400];       /* first failure */
-    double elapsed;      /* seconds spent (timeout test) */
-    uint64_t digest;     /* fingerprint of results (determinism test) */
+    const void *ctx; /* the test's shared, read-only data */
+    int errors;      /* written only by this worker */
+    char msg[400];   /* first failure */
+    double elapsed;  /* seconds spent (timeout test) */
+    uint64_t digest; /* fingerprint of results (determinism test) */
 } worker_t;
 
 static void werr(worker_t *w, const char *fmt, const char *a, int rc)
@@ -53,17 +53,17 @@ static void werr(worker_t *w, const char *fmt, const char *a, int rc)
                  dpt_status_name(rc), rc ? dpt_last_error() : "");
 }
 
-#define WCHECK_OK(w, expr)                                 \
-    do {                                                   \
-        int rc_ = (expr);                                  \
-        if (rc_ != 0)                                      \
-            werr((w), "call failed", #expr, rc_);          \
+#define WCHECK_OK(w, expr)                        \
+    do {                                          \
+        int rc_ = (expr);                         \
+        if (rc_ != 0)                             \
+            werr((w), "call failed", #expr, rc_); \
     } while (0)
 
-#define WCHECK_EQ(w, got, want, n)                                       \
-    do {                                                                 \
+#define WCHECK_EQ(w, got, want, n)                                      \
+    do {                                                                \
         if ((n) > 0 && memcmp((got), (want), (n) * sizeof(float)) != 0) \
-            werr((w), "wrong result", #got, 0);                          \
+            werr((w), "wrong result", #got, 0);                         \
     } while (0)
 
 typedef void (*worker_fn)(worker_t *w);

@@ -83,8 +83,8 @@ static void test_rng_tell_seek(void)
  * between two streams is ~1/2, and their correlation is ~0. */
 static void test_rng_streams_independent(void)
 {
-    const uint32_t tuples[][4] = {{1, 0, 0, 1}, {2, 0, 0, 1}, {1, 1, 0, 1},
-                                  {1, 0, 1, 1}, {1, 0, 0, 2}};
+    const uint32_t tuples[][4] = {
+        {1, 0, 0, 1}, {2, 0, 0, 1}, {1, 1, 0, 1}, {1, 0, 1, 1}, {1, 0, 0, 2}};
     enum { N = 20000 };
     static double u[5][N];
     for (int s = 0; s < 5; s++) {
@@ -362,11 +362,16 @@ static void test_features(void)
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_status_strings),       DPT_TEST(test_philox_known_answers),
-        DPT_TEST(test_rng_same_key_same_sequence), DPT_TEST(test_rng_tell_seek),
-        DPT_TEST(test_rng_streams_independent), DPT_TEST(test_rng_distributions),
-        DPT_TEST(test_vartable),             DPT_TEST(test_arena),
-        DPT_TEST(test_window),               DPT_TEST(test_features),
+        DPT_TEST(test_status_strings),
+        DPT_TEST(test_philox_known_answers),
+        DPT_TEST(test_rng_same_key_same_sequence),
+        DPT_TEST(test_rng_tell_seek),
+        DPT_TEST(test_rng_streams_independent),
+        DPT_TEST(test_rng_distributions),
+        DPT_TEST(test_vartable),
+        DPT_TEST(test_arena),
+        DPT_TEST(test_window),
+        DPT_TEST(test_features),
         DPT_TEST(test_batch),
     };
     return DPT_TEST_RUN(cases);

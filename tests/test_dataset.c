@@ -376,25 +376,30 @@ typedef struct csv_case {
 static void test_csv_errors(void)
 {
     static const csv_case_t cases[] = {
-        {"0,1,2\n1,abc,3\n", 0, NULL, 0, 0, DPT_EFORMAT, "line 2, column 2: \"abc\" is not a number"},
+        {"0,1,2\n1,abc,3\n", 0, NULL, 0, 0, DPT_EFORMAT,
+         "line 2, column 2: \"abc\" is not a number"},
         {"0,1,2\n1,2x,3\n", 0, NULL, 0, 0, DPT_EFORMAT, "\"2x\" is not a number"},
         {"0,,2\n", 0, NULL, 0, 0, DPT_EFORMAT, "line 1, column 2: empty cell"},
         {"0,1,2\n1,2\n", 0, NULL, 0, 0, DPT_EFORMAT, "line 2 has 2 cells, expected 3 (as line 1)"},
-        {"# c\n0,1,2\n\n1,2,3,4\n", 0, NULL, 0, 0, DPT_EFORMAT, "line 4 has 4 cells, expected 3 (as line 2)"},
+        {"# c\n0,1,2\n\n1,2,3,4\n", 0, NULL, 0, 0, DPT_EFORMAT,
+         "line 4 has 4 cells, expected 3 (as line 2)"},
         {"a,b,c\n0,1\n", 1, NULL, 0, 0, DPT_EFORMAT, "line 2 has 2 cells, expected 3 (as line 1)"},
-        {"2.5,1,2\n", 0, NULL, 0, 0, DPT_EFORMAT, "line 1, column 1: label \"2.5\" is not an integer"},
+        {"2.5,1,2\n", 0, NULL, 0, 0, DPT_EFORMAT,
+         "line 1, column 1: label \"2.5\" is not an integer"},
         {"-1,1,2\n", 0, NULL, 0, 0, DPT_EFORMAT, "line 1, column 1: label -1 is negative"},
         {"300,1,2\n", 0, NULL, 0, 0, DPT_EFORMAT, "label 300 is over 255"},
         {"1,2,3\n", 0, NULL, 0, 0, DPT_OK, ""},
         {"1,2,3\n", 0, NULL, 0, 1, DPT_EFORMAT, "label 1 is out of range for 1 classes"},
-        {"1,2,3\n", 0, NULL, -1, 3, DPT_EFORMAT, "line 1, column 3: label 3 is out of range for 3 classes"},
+        {"1,2,3\n", 0, NULL, -1, 3, DPT_EFORMAT,
+         "line 1, column 3: label 3 is out of range for 3 classes"},
         {"0,inf,1\n", 0, NULL, 0, 0, DPT_EFORMAT, "\"inf\" is not a finite float"},
         {"0,nan,1\n", 0, NULL, 0, 0, DPT_EFORMAT, "\"nan\" is not a finite float"},
         {"0,1e40,1\n", 0, NULL, 0, 0, DPT_EFORMAT, "\"1e40\" is not a finite float"},
         {"99999999999999999999,1\n", 0, NULL, 0, 0, DPT_EFORMAT, "is not an integer"},
         {"a,b\n1,2\n", 1, "label", 0, 0, DPT_EINVAL, "has no column \"label\""},
         {"1,2\n", 0, "label", 0, 0, DPT_EINVAL, "no header line"},
-        {"1,2,3\n", 0, NULL, 3, 0, DPT_EINVAL, "label column 3 is out of range: line 1 has 3 columns"},
+        {"1,2,3\n", 0, NULL, 3, 0, DPT_EINVAL,
+         "label column 3 is out of range: line 1 has 3 columns"},
         {"1,2,3\n", 0, NULL, -4, 0, DPT_EINVAL, "label column -4 is out of range"},
         {"1\n2\n", 0, NULL, 0, 0, DPT_EFORMAT, "line 1 has 1 column"},
         {"a,b\n# only a header\n", 1, NULL, 0, 0, DPT_EFORMAT, "no data lines"},
@@ -415,8 +420,9 @@ static void test_csv_errors(void)
         dpt_dataset_t ds;
         dpt_error_clear();
         int rc = dpt_dataset_load_csv(&ds, path, &opt);
-        int ok = rc == c->code && (rc == 0 || (strstr(dpt_last_error(), path) &&
-                                               strstr(dpt_last_error(), c->needle)));
+        int ok =
+            rc == c->code &&
+            (rc == 0 || (strstr(dpt_last_error(), path) && strstr(dpt_last_error(), c->needle)));
         if (!ok)
             fprintf(stderr, "csv case %zu: got %s \"%s\", expected %s with \"%s\"\n", i,
                     dpt_status_name(rc), dpt_last_error(), dpt_status_name(c->code), c->needle);
@@ -446,8 +452,7 @@ static void test_find_mnist(void)
     path_in(dir, sizeof dir, "mnist");
     REQUIRE(mkdir(dir, 0755) == 0);
     static const char *const files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                        "t10k-images-idx3-ubyte.gz",
-                                        "t10k-labels-idx1-ubyte.gz"};
+                                        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
     dpt_mnist_files_t mf;
     CHECK_ERR(dpt_dataset_find_mnist(&mf, dir), DPT_ENOENT,
               "train-images-idx3-ubyte[.gz] is missing");
@@ -457,7 +462,8 @@ static void test_find_mnist(void)
     }
     snprintf(p, sizeof p, "%s/t10k-labels-idx1-ubyte.gz", dir);
     unlink(p);
-    CHECK_ERR(dpt_dataset_find_mnist(&mf, dir), DPT_ENOENT, "t10k-labels-idx1-ubyte[.gz] is missing");
+    CHECK_ERR(dpt_dataset_find_mnist(&mf, dir), DPT_ENOENT,
+              "t10k-labels-idx1-ubyte[.gz] is missing");
     CHECK_ERR(dpt_dataset_find_mnist(&mf, dir), DPT_ENOENT, dir);
     REQUIRE(spill_str(p, "x") == 0);
 #if DPT_HAVE_ZLIB

@@ -101,8 +101,8 @@ static int run_case(dpt_gemm_backend_t backend, gemm_case_t t)
         c[i] = pad ? SENTINEL : (t.beta == 0.0f ? NAN : c[i]);
         c0[i] = c[i];
     }
-    int rc = dpt_gemm_ex(backend, t.ta, t.tb, t.m, t.n, t.k, t.alpha, a, lda, b, ldb, t.beta, c,
-                         ldc);
+    int rc =
+        dpt_gemm_ex(backend, t.ta, t.tb, t.m, t.n, t.k, t.alpha, a, lda, b, ldb, t.beta, c, ldc);
     CHECK_OK(rc);
     double worst = 0.0;
     for (size_t i = 0; i < t.m; i++) {
@@ -152,16 +152,35 @@ done:
  * block (256), M past one MC block (96), N past one NC block (1024), and the
  * layer shapes dpt trains. */
 static const size_t shapes[][3] = {
-    {1, 1, 1},     {7, 13, 5},    {5, 7, 13},   {13, 5, 7},    {6, 16, 8},
-    {8, 32, 4},    {4, 8, 3},     {17, 33, 65}, {1, 100, 300}, {100, 1, 300},
-    {128, 2, 64},  {2, 64, 128},  {3, 50, 2},   {20, 30, 600}, {10, 1100, 20},
-    {300, 257, 129}, {64, 10, 512}, {64, 512, 40},
+    {1, 1, 1},
+    {7, 13, 5},
+    {5, 7, 13},
+    {13, 5, 7},
+    {6, 16, 8},
+    {8, 32, 4},
+    {4, 8, 3},
+    {17, 33, 65},
+    {1, 100, 300},
+    {100, 1, 300},
+    {128, 2, 64},
+    {2, 64, 128},
+    {3, 50, 2},
+    {20, 30, 600},
+    {10, 1100, 20},
+    {300, 257, 129},
+    {64, 10, 512},
+    {64, 512, 40},
     /* One to four rows past the full tiles (the edge kernels): the 2-row
      * kernel's fast store (48 columns), a partial third panel, a group of
      * fewer panels, past an MC block, the per-device batch of the benchmark;
      * the 4-row kernel with 3 and 4 rows. */
-    {14, 48, 7},   {13, 40, 9},   {98, 100, 20}, {128, 512, 196},
-    {9, 70, 33},   {64, 512, 100}, {100, 20, 64},
+    {14, 48, 7},
+    {13, 40, 9},
+    {98, 100, 20},
+    {128, 512, 196},
+    {9, 70, 33},
+    {64, 512, 100},
+    {100, 20, 64},
 };
 
 static const float alphas[] = {1.0f, -0.5f, 2.5f};
@@ -174,8 +193,13 @@ static int run_all(dpt_gemm_backend_t backend)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         for (int tr = 0; tr < 4; tr++) {
             for (size_t v = 0; v < 3; v++) {
-                gemm_case_t t = {tr >> 1, tr & 1, shapes[s][0], shapes[s][1], shapes[s][2],
-                                 alphas[v], betas[(v + (size_t)tr) % 3]};
+                gemm_case_t t = {tr >> 1,
+                                 tr & 1,
+                                 shapes[s][0],
+                                 shapes[s][1],
+                                 shapes[s][2],
+                                 alphas[v],
+                                 betas[(v + (size_t)tr) % 3]};
                 failed += run_case(backend, t);
             }
         }
@@ -400,9 +424,9 @@ static void test_backend_selection(void)
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_backend_selection), DPT_TEST(test_degenerate),
-        DPT_TEST(test_portable_kernels),  DPT_TEST(test_cblas),
-        DPT_TEST(test_cblas_vs_portable), DPT_TEST(test_deterministic),
+        DPT_TEST(test_backend_selection),     DPT_TEST(test_degenerate),
+        DPT_TEST(test_portable_kernels),      DPT_TEST(test_cblas),
+        DPT_TEST(test_cblas_vs_portable),     DPT_TEST(test_deterministic),
         DPT_TEST(test_rows_independent_of_m),
     };
     printf("default backend: %s\n", dpt_gemm_describe(dpt_gemm_get_backend()));

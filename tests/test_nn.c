@@ -521,7 +521,8 @@ static void test_bad_input(void)
     CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "no column \"label\"");
     float fl[2] = {0, 1};
     dpt_batch_add(&b, DPT_MLP_LABEL, DPT_F32, 1, 0, fl);
-    CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "is float32, expected int32");
+    CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL,
+              "is float32, expected int32");
     int32_t bad_labels[2] = {1, 3};
     b = xy_batch(2, x, 4, bad_labels);
     CHECK_ERR(dpt_mlp_loss_grad(m, p.data, g.data, &b, &out), DPT_EINVAL, "label 3 in row 1");
@@ -612,12 +613,18 @@ static void test_mse_head_and_replicate(void)
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_gradcheck_linear),      DPT_TEST(test_gradcheck_tanh),
-        DPT_TEST(test_gradcheck_relu),        DPT_TEST(test_gradcheck_softmax_xent),
-        DPT_TEST(test_gradcheck_mse),         DPT_TEST(test_gradcheck_categorical),
-        DPT_TEST(test_gradcheck_gaussian),    DPT_TEST(test_orthogonal_init),
-        DPT_TEST(test_names),                 DPT_TEST(test_mlp_learns_spirals),
-        DPT_TEST(test_bad_input),             DPT_TEST(test_mse_head_and_replicate),
+        DPT_TEST(test_gradcheck_linear),
+        DPT_TEST(test_gradcheck_tanh),
+        DPT_TEST(test_gradcheck_relu),
+        DPT_TEST(test_gradcheck_softmax_xent),
+        DPT_TEST(test_gradcheck_mse),
+        DPT_TEST(test_gradcheck_categorical),
+        DPT_TEST(test_gradcheck_gaussian),
+        DPT_TEST(test_orthogonal_init),
+        DPT_TEST(test_names),
+        DPT_TEST(test_mlp_learns_spirals),
+        DPT_TEST(test_bad_input),
+        DPT_TEST(test_mse_head_and_replicate),
     };
     return DPT_TEST_RUN(cases);
 }

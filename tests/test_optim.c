@@ -74,7 +74,8 @@ static void test_adam(void)
     dpt_optim_step(o, p, g2, 0.01f);
     for (int i = 0; i < 2; i++) {
         double m = 0.9 * (0.1 * (double)g[i]) + 0.1 * (double)g2[i];
-        double v = 0.999 * (0.001 * (double)g[i] * (double)g[i]) + 0.001 * (double)g2[i] * (double)g2[i];
+        double v =
+            0.999 * (0.001 * (double)g[i] * (double)g[i]) + 0.001 * (double)g2[i] * (double)g2[i];
         double mh = m / (1 - 0.81), vh = v / (1 - 0.999 * 0.999);
         double expect = (i == 0 ? 0.99 : 1.01) - 0.01 * mh / (sqrt(vh) + 1e-8);
         CHECK_CLOSE(p[i], expect, 1e-6);
@@ -189,8 +190,9 @@ static void test_bad_config(void)
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_sgd),   DPT_TEST(test_momentum),  DPT_TEST(test_adam),
-        DPT_TEST(test_slices_equal_whole), DPT_TEST(test_clip), DPT_TEST(test_schedules),
+        DPT_TEST(test_sgd),        DPT_TEST(test_momentum),
+        DPT_TEST(test_adam),       DPT_TEST(test_slices_equal_whole),
+        DPT_TEST(test_clip),       DPT_TEST(test_schedules),
         DPT_TEST(test_bad_config),
     };
     return DPT_TEST_RUN(cases);

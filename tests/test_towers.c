@@ -668,7 +668,6 @@ static void test_bad_config(void)
     dpt_mlp_destroy(mlp);
 }
 
-
 /* ---- fixed per-device batches (dpt_towers_load_ex) ----------------------------- */
 
 static void test_load_ex_rules(void)
@@ -731,21 +730,21 @@ enum { MAXP = 3 };
 typedef struct part {
     dpt_comm_threads_group_t *group;
     int rank;
-    dpt_towers_config_t cfg;  /* comm is set by the thread */
-    float *x;                 /* [rows * IN] (read only) */
+    dpt_towers_config_t cfg; /* comm is set by the thread */
+    float *x;                /* [rows * IN] (read only) */
     int32_t *y;
-    size_t rows, pdb;         /* rows loaded, rows per step (0: the load rules) */
+    size_t rows, pdb; /* rows loaded, rows per step (0: the load rules) */
     int passes;
-    int bad_step;             /* > 0: before step bad_step (1-based), the rows are
+    int bad_step; /* > 0: before step bad_step (1-based), the rows are
                                * reloaded with a NaN in this participant's first row
                                * (when poison), then restored */
     int poison;
-    float *w;                 /* out: the final weights */
+    float *w; /* out: the final weights */
     int rc, bad_rc, check_rc, corrupt_rc;
     char msg[512], bad_msg[512];
     uint64_t steps;
-    double grad_norm;         /* of the last step */
-    double loss;              /* of the last step: this participant's own */
+    double grad_norm; /* of the last step */
+    double loss;      /* of the last step: this participant's own */
 } part_t;
 
 static void *part_main(void *arg)
@@ -913,9 +912,11 @@ static void test_comm_equals_replicated_towers(void)
             CHECK_OK(parts[1].check_rc);
             CHECK(parts[0].corrupt_rc == DPT_ECOMM && parts[1].corrupt_rc == DPT_ECOMM);
             if (memcmp(w0, repl, count * sizeof(float)) != 0)
-                fprintf(stderr, "%s, %s over a communicator: max relative difference to "
-                        "replicated towers %.3g\n", sgd ? "sgd" : "adam",
-                        dpt_towers_mode_name(mode), max_rel_diff(w0, repl, count));
+                fprintf(stderr,
+                        "%s, %s over a communicator: max relative difference to "
+                        "replicated towers %.3g\n",
+                        sgd ? "sgd" : "adam", dpt_towers_mode_name(mode),
+                        max_rel_diff(w0, repl, count));
         }
     }
     use_sgd = 0;
@@ -989,7 +990,8 @@ static void test_comm_weight_rows(void)
     REQUIRE_OK(dpt_towers_get_weights(t, ref, count));
     double d = max_rel_diff(w0, ref, count), da = max_rel_diff(avg, ref, count);
     printf("weight_rows: max relative difference to one engine on all rows %.3g "
-           "(unweighted average: %.3g)\n", d, da);
+           "(unweighted average: %.3g)\n",
+           d, da);
     CHECK(d <= 1e-5);
     CHECK(da > 1e-4);
     dpt_towers_destroy(t);
@@ -1029,8 +1031,7 @@ static void test_comm_failure_refused_everywhere(void)
     CHECK(parts[2].bad_rc == DPT_ECOMM && strstr(parts[2].bad_msg, "step refused"));
     CHECK(memcmp(w[0], w[1], count * sizeof(float)) == 0);
     CHECK(memcmp(w[0], w[2], count * sizeof(float)) == 0);
-    printf("refused: participant 1: %s; participant 0: %s\n", parts[1].bad_msg,
-           parts[0].bad_msg);
+    printf("refused: participant 1: %s; participant 0: %s\n", parts[1].bad_msg, parts[0].bad_msg);
     for (int i = 0; i < MAXP; i++)
         free(w[i]);
 }

@@ -188,7 +188,8 @@ static void test_files(void)
 
     write_file(path, "job = ppo\nenv = a\0b\n", 20);
     REQUIRE_OK(dpt_config_create(&c));
-    CHECK_ERR(dpt_config_load(c, path), DPT_EINVAL, "a.conf:2: byte 8 is a control character (0x00)");
+    CHECK_ERR(dpt_config_load(c, path), DPT_EINVAL,
+              "a.conf:2: byte 8 is a control character (0x00)");
     dpt_config_destroy(c);
 
     REQUIRE_OK(dpt_config_create(&c));

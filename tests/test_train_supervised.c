@@ -45,15 +45,14 @@ static dpt_config_t *cfg_make(const char *first, ...)
 
 /* The settings the learning test uses: 2048 points, a 2-64-64-2 ReLU MLP,
  * Adam 1e-2 decaying linearly to 1e-3, minibatches of 32 on 2 towers. */
-#define SPIRALS_FAST                                                                   \
-    "dataset=spirals", "spirals_points=2048", "hidden=64,64", "activation=relu",       \
-        "optimizer=adam", "lr=0.01", "lr_end=0.001", "lr_schedule=linear", "batch_size=32", \
-        "num_devices=2"
+#define SPIRALS_FAST                                                                               \
+    "dataset=spirals", "spirals_points=2048", "hidden=64,64", "activation=relu", "optimizer=adam", \
+        "lr=0.01", "lr_end=0.001", "lr_schedule=linear", "batch_size=32", "num_devices=2"
 
 /* A smaller task for the bitwise tests. */
-#define SPIRALS_SMALL                                                                  \
-    "dataset=spirals", "spirals_points=512", "hidden=32,32", "activation=tanh",        \
-        "lr=0.01", "lr_end=0.001", "lr_schedule=linear", "batch_size=32", "num_devices=2"
+#define SPIRALS_SMALL                                                                      \
+    "dataset=spirals", "spirals_points=512", "hidden=32,32", "activation=tanh", "lr=0.01", \
+        "lr_end=0.001", "lr_schedule=linear", "batch_size=32", "num_devices=2"
 
 static size_t nweights(dpt_trainer_t *t)
 {
@@ -274,8 +273,7 @@ static void test_repeatable(void)
         {"optimizer=momentum", "towers_mode=replicated"},
     };
     for (size_t v = 0; v < 2; v++) {
-        dpt_config_t *c = cfg_make(SPIRALS_SMALL, "epochs=3", variants[v][0], variants[v][1],
-                                   NULL);
+        dpt_config_t *c = cfg_make(SPIRALS_SMALL, "epochs=3", variants[v][0], variants[v][1], NULL);
         REQUIRE(c);
         dpt_trainer_t *a, *b;
         REQUIRE_OK(dpt_trainer_create(&a, c, NULL));
@@ -314,8 +312,7 @@ static void test_resume_bitwise(void)
         {"optimizer=sgd", "towers_mode=ps"},
     };
     for (size_t v = 0; v < 3; v++) {
-        dpt_config_t *c = cfg_make(SPIRALS_SMALL, "epochs=5", variants[v][0], variants[v][1],
-                                   NULL);
+        dpt_config_t *c = cfg_make(SPIRALS_SMALL, "epochs=5", variants[v][0], variants[v][1], NULL);
         REQUIRE(c);
         dpt_trainer_t *whole, *first, *second;
         dpt_train_result_t rw, r1, r2;
@@ -354,17 +351,17 @@ static void test_checkpoint_contents(void)
     CHECK_OK(dpt__supervised_ops.checkpoint(NULL, NULL));
     dpt_safetensors_t *st = NULL;
     REQUIRE_OK(save_and_load(t, "contents.safetensors", &st));
-    static const char *const tensors[] = {"params.0.weight", "params.0.bias", "params.4.weight",
+    static const char *const tensors[] = {"params.0.weight", "params.0.bias",    "params.4.weight",
                                           "params.4.bias",   "optim.m.0.weight", "optim.v.4.bias"};
     for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
         CHECK(dpt_safetensors_find(st, tensors[i]) != NULL);
     const dpt_safetensors_tensor_t *w0 = dpt_safetensors_find(st, "params.0.weight");
     CHECK(w0 && w0->ndim == 2 && w0->shape[0] == 32 && w0->shape[1] == 2);
     static const char *const meta[][2] = {
-        {"job", "supervised"},     {"dataset", "spirals"},   {"data_location", "seed 1"},
-        {"input_dim", "2"},        {"num_classes", "2"},     {"layers", "2,32,32,2"},
+        {"job", "supervised"},     {"dataset", "spirals"},      {"data_location", "seed 1"},
+        {"input_dim", "2"},        {"num_classes", "2"},        {"layers", "2,32,32,2"},
         {"activation", "tanh"},    {"training_iteration", "2"}, {"timesteps_total", "1024"},
-        {"samples_total", "1024"}, {"steps_total", "32"},    {"optim_step", "32"},
+        {"samples_total", "1024"}, {"steps_total", "32"},       {"optim_step", "32"},
     };
     for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++) {
         const char *got = dpt_safetensors_meta(st, meta[i][0]);
@@ -479,8 +476,8 @@ static void test_eval_checkpoint(void)
     CHECK(got.loss == want.loss && got.accuracy == want.accuracy);
     dpt_safetensors_destroy(bare);
     /* ... and without both, the config's model does not match. */
-    REQUIRE_OK(rewrite(st, "bare2.safetensors", "params.4.weight", "num_classes", NULL, NULL,
-                       &bare));
+    REQUIRE_OK(
+        rewrite(st, "bare2.safetensors", "params.4.weight", "num_classes", NULL, NULL, &bare));
     CHECK_ERR(ops->eval_checkpoint(c, bare, 0, 0, &got), DPT_EINVAL, "bare2.safetensors");
     dpt_safetensors_destroy(bare);
     /* A config whose model differs names the checkpoint and the variable. */
@@ -498,8 +495,8 @@ static void test_eval_checkpoint(void)
     fclose(f);
     char set_test[600];
     snprintf(set_test, sizeof set_test, "test_csv=%s", csv);
-    dpt_config_t *c3 = cfg_make(SPIRALS_SMALL, "dataset=csv", "train_csv=/nonexistent.csv",
-                                set_test, NULL);
+    dpt_config_t *c3 =
+        cfg_make(SPIRALS_SMALL, "dataset=csv", "train_csv=/nonexistent.csv", set_test, NULL);
     REQUIRE(c3);
     CHECK_ERR(ops->eval_checkpoint(c3, st, 0, 0, &got), DPT_EINVAL, "takes 2 features");
     dpt_config_destroy(c3);

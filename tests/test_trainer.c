@@ -81,16 +81,28 @@ static void test_ppo_learns_cartpole(void)
     double ent = dpt_train_result_get(&r, "info/learner/default_policy/entropy");
     CHECK(ent > 0.0 && ent < 0.7);
     /* The 0.1 command's names and order, without time_total_s (the run's). */
-    static const char *const names[] = {
-        "training_iteration", "timesteps_total", "timesteps_this_iter", "episodes_total",
-        "episodes_this_iter", "episode_reward_mean", "episode_reward_min", "episode_reward_max",
-        "episode_len_mean", "episode_reward_mean_last20", "env_steps_per_s", "time_this_iter_s",
-        "info/learner/default_policy/cur_lr", "info/learner/default_policy/policy_loss",
-        "info/learner/default_policy/vf_loss", "info/learner/default_policy/entropy",
-        "info/learner/default_policy/kl", "info/learner/default_policy/clip_fraction",
-        "info/learner/default_policy/grad_gnorm",
-        "info/learner/default_policy/vf_explained_var", "timing_breakdown/sample_time_ms",
-        "timing_breakdown/learn_time_ms"};
+    static const char *const names[] = {"training_iteration",
+                                        "timesteps_total",
+                                        "timesteps_this_iter",
+                                        "episodes_total",
+                                        "episodes_this_iter",
+                                        "episode_reward_mean",
+                                        "episode_reward_min",
+                                        "episode_reward_max",
+                                        "episode_len_mean",
+                                        "episode_reward_mean_last20",
+                                        "env_steps_per_s",
+                                        "time_this_iter_s",
+                                        "info/learner/default_policy/cur_lr",
+                                        "info/learner/default_policy/policy_loss",
+                                        "info/learner/default_policy/vf_loss",
+                                        "info/learner/default_policy/entropy",
+                                        "info/learner/default_policy/kl",
+                                        "info/learner/default_policy/clip_fraction",
+                                        "info/learner/default_policy/grad_gnorm",
+                                        "info/learner/default_policy/vf_explained_var",
+                                        "timing_breakdown/sample_time_ms",
+                                        "timing_breakdown/learn_time_ms"};
     CHECK(r.nmetrics == NSETS(names));
     for (size_t i = 0; i < r.nmetrics && i < NSETS(names); i++)
         CHECK(strcmp(r.metrics[i].name, names[i]) == 0);
@@ -192,7 +204,8 @@ static void resume_bitwise(const char *job, const char *const *sets, size_t nset
     CHECK(ra.iteration == (uint64_t)(N + M) && rb.iteration == ra.iteration);
     CHECK(same_results(&ra, &rb));
     printf("%s: resumed after %d iterations; after %d more the weights and metrics match "
-           "(return %.2f)\n", job, N, M, rb.reward_mean);
+           "(return %.2f)\n",
+           job, N, M, rb.reward_mean);
     dpt_safetensors_destroy(st);
     dpt_trainer_destroy(a);
     dpt_trainer_destroy(b);
@@ -210,10 +223,10 @@ static void test_ppo_resume_bitwise(void)
 
 static void test_ddppo_resume_bitwise(void)
 {
-    static const char *const sets[] = {"num_workers=2", "num_envs_per_worker=2",
-                                       "rollout_fragment_length=64", "sgd_minibatch_size=32",
-                                       "num_sgd_iter=2", "sync_frac=1",
-                                       "total_timesteps=4096", "check_weights_every=2"};
+    static const char *const sets[] = {
+        "num_workers=2",         "num_envs_per_worker=2", "rollout_fragment_length=64",
+        "sgd_minibatch_size=32", "num_sgd_iter=2",        "sync_frac=1",
+        "total_timesteps=4096",  "check_weights_every=2"};
     resume_bitwise("ddppo", sets, NSETS(sets), 3, 3, "ddppo.safetensors");
 }
 
@@ -237,8 +250,7 @@ static void test_ppo_more_than_4096_minibatches(void)
     REQUIRE_OK(dpt_safetensors_load(&st, path));
     uint64_t steps = 0;
     CHECK_OK(dpt_safetensors_meta_u64(st, "optim_step", &steps));
-    printf("ppo: 8192 rows, minibatches of 1: %llu optimizer steps\n",
-           (unsigned long long)steps);
+    printf("ppo: 8192 rows, minibatches of 1: %llu optimizer steps\n", (unsigned long long)steps);
     CHECK(steps == 8192);
     dpt_safetensors_destroy(st);
     dpt_trainer_destroy(t);
@@ -283,8 +295,7 @@ static void test_normalize_minibatches(void)
 static void test_ppo_normalization_modes(void)
 {
     static const char *const modes[3] = {"normalize_advantages=minibatch",
-                                          "normalize_advantages=batch",
-                                          "normalize_advantages=off"};
+                                         "normalize_advantages=batch", "normalize_advantages=off"};
     float *w[3] = {NULL, NULL, NULL};
     size_t n = 0;
     for (int m = 0; m < 3; m++) {
@@ -316,8 +327,7 @@ static void test_ppo_normalization_modes(void)
 static void test_ddppo_batch_not_multiple_of_minibatch(void)
 {
     static const char *const sets[] = {"rollout_fragment_length=100", "num_envs_per_worker=5",
-                                       "sgd_minibatch_size=128", "num_workers=2",
-                                       "num_sgd_iter=2"};
+                                       "sgd_minibatch_size=128", "num_workers=2", "num_sgd_iter=2"};
     dpt_config_t *c;
     REQUIRE_OK(make_cfg(&c, "ddppo", sets, NSETS(sets)));
     dpt_trainer_t *t;

@@ -36,8 +36,8 @@ int dpt_cli_exit_code(int rc);
 /* Parses a whole decimal integer in [lo, hi] ("--episodes 10"). Returns 0,
  * or prints "dpt CMD: OPTION expects an integer in [lo, hi], got \"s\"" and
  * returns DPT_EXIT_USAGE. */
-int dpt_cli_parse_u64(const char *cmd, const char *option, const char *s, uint64_t lo,
-                      uint64_t hi, uint64_t *out);
+int dpt_cli_parse_u64(const char *cmd, const char *option, const char *s, uint64_t lo, uint64_t hi,
+                      uint64_t *out);
 
 /* Progress display: a live line on a terminal, plain lines otherwise. */
 typedef struct dpt_progress {

@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#define DPT_COMMAND_LIST(X)                                                        \
-    X("train", dpt_cmd_train, "train what a config file describes (dpt train --help)") \
+#define DPT_COMMAND_LIST(X)                                                             \
+    X("train", dpt_cmd_train, "train what a config file describes (dpt train --help)")  \
     X("eval", dpt_cmd_eval, "evaluate a checkpoint or run directory (dpt eval --help)") \
-    X("init", dpt_cmd_init, "write a starter config for a job (dpt init --help)")    \
-    X("info", dpt_cmd_info, "print the version, detected features and GEMM backend") \
-    X("demo", dpt_cmd_demo, "train an MLP on two spirals (no files, a few seconds)")   \
+    X("init", dpt_cmd_init, "write a starter config for a job (dpt init --help)")       \
+    X("info", dpt_cmd_info, "print the version, detected features and GEMM backend")    \
+    X("demo", dpt_cmd_demo, "train an MLP on two spirals (no files, a few seconds)")    \
     X("bench", dpt_cmd_bench, "run a benchmark: dpt bench NAME --help")
 
 typedef struct dpt_command {
@@ -29,11 +29,11 @@ static const dpt_command_t dpt_commands[] = {
 #undef DPT__CMD
 };
 
-#define DPT_BENCH_LIST(X) \
+#define DPT_BENCH_LIST(X)                                                               \
     X("allreduce", dpt_bench_allreduce, "collective bandwidth and latency per backend") \
-    X("towers", dpt_bench_towers, "training throughput of the towers engine per mode") \
-    X("env", dpt_bench_env, "raw environment stepping throughput")                     \
-    X("ppo", dpt_bench_ppo, "PPO wall time on CartPole with CleanRL's settings")      \
+    X("towers", dpt_bench_towers, "training throughput of the towers engine per mode")  \
+    X("env", dpt_bench_env, "raw environment stepping throughput")                      \
+    X("ppo", dpt_bench_ppo, "PPO wall time on CartPole with CleanRL's settings")        \
     X("ddppo", dpt_bench_ddppo, "DD-PPO env steps/s for 1..N worker threads")
 
 static const dpt_command_t dpt_benches[] = {

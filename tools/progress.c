@@ -13,8 +13,8 @@ int dpt_cli_exit_code(int rc)
     return rc == DPT_OK ? DPT_EXIT_OK : rc == DPT_EINVAL ? DPT_EXIT_USAGE : DPT_EXIT_FAIL;
 }
 
-int dpt_cli_parse_u64(const char *cmd, const char *option, const char *s, uint64_t lo,
-                      uint64_t hi, uint64_t *out)
+int dpt_cli_parse_u64(const char *cmd, const char *option, const char *s, uint64_t lo, uint64_t hi,
+                      uint64_t *out)
 {
     char *end;
     errno = 0;

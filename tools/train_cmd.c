@@ -82,9 +82,7 @@ static void train_on_event(void *user, const dpt_run_event_t *ev)
         if (!ui->quiet)
             printf("dpt train: %s\n", ev->text);
         break;
-    case DPT_RUN_NOTE:
-        fprintf(stderr, "dpt train: %s\n", ev->text);
-        break;
+    case DPT_RUN_NOTE: fprintf(stderr, "dpt train: %s\n", ev->text); break;
     case DPT_RUN_RESULT:
         dpt_progress_update(&ui->progress, ev->result->line, ev->result->progress,
                             ui->job == DPT_JOB_SUPERVISED);
@@ -117,8 +115,10 @@ static void train_print_keys(FILE *f)
                 snprintf(type, sizeof type, "%s", dpt_config_type_name(ki->type));
             const char *def = dpt_config_default((dpt_config_key_t)k, (dpt_job_t)j);
             fprintf(f, "  %-24s %s (default %s)%s\n  %-24s %s\n", ki->name, type,
-                    def[0] ? def : "\"\"", (ki->flags & DPT_CFG_RESUMABLE) ? ", may change on "
-                                                                            "resume" : "",
+                    def[0] ? def : "\"\"",
+                    (ki->flags & DPT_CFG_RESUMABLE) ? ", may change on "
+                                                      "resume"
+                                                    : "",
                     "", ki->help);
         }
     }
@@ -126,19 +126,18 @@ static void train_print_keys(FILE *f)
 
 static int train_usage(FILE *f, int code)
 {
-    fprintf(f,
-            "usage: dpt train CONFIG [--set key=value]... [--quiet]\n"
-            "       dpt train --resume DIR [--set key=value]... [--quiet]\n\n"
-            "Trains what CONFIG describes (job = supervised | ppo | ddppo) into a new run\n"
-            "directory (output_dir, or runs/JOB-ENV_OR_DATASET-TIMESTAMP): config.conf,\n"
-            "result.jsonl, progress.csv and checkpoints/. A fresh run refuses a non-empty\n"
-            "directory. --resume DIR continues DIR from its newest valid checkpoint with its\n"
-            "saved config; --set may then change only the keys marked \"may change on\n"
-            "resume\" below. Ctrl-C (SIGINT) or SIGTERM: the current iteration finishes, a\n"
-            "checkpoint is written, exit 130 or 143; a second signal exits at once.\n"
-            "Exit codes: 0 done, 1 runtime failure, 2 bad usage or config.\n"
-            "DD-PPO across processes: mpirun -np N dpt train CONFIG (every rank the same\n"
-            "command; rank 0 writes the files). `dpt init JOB` writes a starter config.\n");
+    fprintf(f, "usage: dpt train CONFIG [--set key=value]... [--quiet]\n"
+               "       dpt train --resume DIR [--set key=value]... [--quiet]\n\n"
+               "Trains what CONFIG describes (job = supervised | ppo | ddppo) into a new run\n"
+               "directory (output_dir, or runs/JOB-ENV_OR_DATASET-TIMESTAMP): config.conf,\n"
+               "result.jsonl, progress.csv and checkpoints/. A fresh run refuses a non-empty\n"
+               "directory. --resume DIR continues DIR from its newest valid checkpoint with its\n"
+               "saved config; --set may then change only the keys marked \"may change on\n"
+               "resume\" below. Ctrl-C (SIGINT) or SIGTERM: the current iteration finishes, a\n"
+               "checkpoint is written, exit 130 or 143; a second signal exits at once.\n"
+               "Exit codes: 0 done, 1 runtime failure, 2 bad usage or config.\n"
+               "DD-PPO across processes: mpirun -np N dpt train CONFIG (every rank the same\n"
+               "command; rank 0 writes the files). `dpt init JOB` writes a starter config.\n");
     train_print_keys(f);
     return code;
 }
@@ -195,7 +194,7 @@ int dpt_cmd_train(int argc, char **argv)
     }
     if (config_path && resume_dir) {
         fprintf(stderr, "dpt train: give CONFIG or --resume DIR, not both (a resumed run uses "
-                "its saved config; change keys with --set)\n");
+                        "its saved config; change keys with --set)\n");
         goto out;
     }
     if (config_path && (rc = dpt_config_load(c, config_path)) != 0) {
@@ -301,8 +300,10 @@ int dpt_cmd_eval(int argc, char **argv)
         } else if (!target) {
             target = argv[i];
         } else {
-            fprintf(stderr, "dpt eval: unexpected argument \"%s\" (a checkpoint carries its "
-                    "config; change keys with --set)\n", argv[i]);
+            fprintf(stderr,
+                    "dpt eval: unexpected argument \"%s\" (a checkpoint carries its "
+                    "config; change keys with --set)\n",
+                    argv[i]);
             goto out;
         }
     }
@@ -322,11 +323,12 @@ int dpt_cmd_eval(int argc, char **argv)
     }
     if (json && job == DPT_JOB_SUPERVISED)
         printf("{\"checkpoint\":\"%s\",\"job\":\"%s\",\"samples\":%zu,\"loss\":%.17g,"
-               "\"accuracy\":%.17g}\n", path, dpt_job_name(job), r.count, r.loss, r.accuracy);
+               "\"accuracy\":%.17g}\n",
+               path, dpt_job_name(job), r.count, r.loss, r.accuracy);
     else if (json)
         printf("{\"checkpoint\":\"%s\",\"job\":\"%s\",\"episodes\":%zu,\"mean_return\":%.17g,"
-               "\"mean_length\":%.17g}\n", path, dpt_job_name(job), r.count, r.mean_return,
-               r.mean_length);
+               "\"mean_length\":%.17g}\n",
+               path, dpt_job_name(job), r.count, r.mean_return, r.mean_length);
     else if (job == DPT_JOB_SUPERVISED)
         printf("%s: %zu test samples, loss %.4f, accuracy %.4f\n", path, r.count, r.loss,
                r.accuracy);
@@ -381,8 +383,8 @@ int dpt_cmd_init(int argc, char **argv)
                 fprintf(stderr, "dpt init: writing %s failed\n", argv[2]);
                 code = DPT_EXIT_FAIL;
             } else {
-                printf("dpt init: wrote %s (job %s); train with: dpt train %s\n", argv[2],
-                       argv[1], argv[2]);
+                printf("dpt init: wrote %s (job %s); train with: dpt train %s\n", argv[2], argv[1],
+                       argv[2]);
             }
         }
     }
@@ -422,9 +424,12 @@ int dpt_cmd_demo(int argc, char **argv)
     char s_seed[64], s_epochs[64];
     snprintf(s_seed, sizeof s_seed, "seed=%llu", (unsigned long long)seed);
     snprintf(s_epochs, sizeof s_epochs, "epochs=%llu", (unsigned long long)epochs);
-    const char *sets[] = {"job=supervised", "dataset=spirals", "hidden=64,64", "activation=tanh",
-                          "batch_size=128", "num_devices=1", "lr=0.01", "lr_schedule=linear",
-                          "lr_end=0.001", s_seed, s_epochs};
+    const char *sets[] = {"job=supervised", "dataset=spirals",
+                          "hidden=64,64",   "activation=tanh",
+                          "batch_size=128", "num_devices=1",
+                          "lr=0.01",        "lr_schedule=linear",
+                          "lr_end=0.001",   s_seed,
+                          s_epochs};
     dpt_config_t *c = NULL;
     dpt_trainer_t *t = NULL;
     int rc = dpt_config_create(&c);
@@ -446,8 +451,7 @@ int dpt_cmd_demo(int argc, char **argv)
     }
     if (!rc)
         printf("dpt demo: test accuracy %.1f%% after %llu epochs\n",
-               100.0 * dpt_train_result_get(&r, "test_accuracy"),
-               (unsigned long long)r.iteration);
+               100.0 * dpt_train_result_get(&r, "test_accuracy"), (unsigned long long)r.iteration);
     else
         fprintf(stderr, "dpt demo: %s\n", dpt_last_error());
     dpt_trainer_destroy(t);

@@ -34,7 +34,7 @@ typedef struct bench_cfg {
     dpt_comm_backend_t backend;
     int participants; /* threads per process; 0 = default list */
     size_t min_bytes, max_bytes;
-    int iters;        /* 0 = automatic per size */
+    int iters; /* 0 = automatic per size */
     int json;
     int touch;        /* rewrite the buffer before every allreduce */
     long small_bytes; /* threads/hier small-message threshold; < 0 = default */
@@ -59,8 +59,8 @@ typedef struct bench_run {
 typedef struct bench_part {
     bench_run_t *run;
     dpt_comm_t *comm;
-    int lead;  /* 1 for the participant that measures and records */
-    int rc;    /* first failure */
+    int lead; /* 1 for the participant that measures and records */
+    int rc;   /* first failure */
     char msg[512];
 } bench_part_t;
 
@@ -195,8 +195,8 @@ static void print_rows(const bench_run_t *run, int participants)
             printf("{\"backend\":\"%s\",\"participants\":%d,\"bytes\":%zu,\"iters\":%d,"
                    "\"time_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
                    "\"touch\":%s,\"command\":\"%s\"}\n",
-                   be, participants, row->bytes, row->iters, row->time_s * 1e6, algbw, busbw,
-                   mem, cfg->touch ? "true" : "false", cfg->command_json);
+                   be, participants, row->bytes, row->iters, row->time_s * 1e6, algbw, busbw, mem,
+                   cfg->touch ? "true" : "false", cfg->command_json);
         else
             printf("%12zu %8d %12.3f %10.3f %10.3f %11.3f %8.3f\n", row->bytes, row->iters,
                    row->time_s * 1e6, algbw, busbw, mem, busbw / mem);
@@ -388,8 +388,10 @@ static int parse_size(const char *s, size_t *out)
 
 int dpt_bench_allreduce(int argc, char **argv)
 {
-    bench_cfg_t cfg = {.backend = DPT_COMM_THREADS, .min_bytes = 4096,
-                       .max_bytes = (size_t)64 << 20, .small_bytes = -1};
+    bench_cfg_t cfg = {.backend = DPT_COMM_THREADS,
+                       .min_bytes = 4096,
+                       .max_bytes = (size_t)64 << 20,
+                       .small_bytes = -1};
     size_t len = (size_t)snprintf(cfg.command, sizeof cfg.command, "dpt bench");
     for (int i = 0; i < argc && len < sizeof cfg.command; i++)
         len += (size_t)snprintf(cfg.command + len, sizeof cfg.command - len, " %s", argv[i]);
@@ -465,8 +467,8 @@ int dpt_bench_allreduce(int argc, char **argv)
             cfg.iters = (int)n;
             i++;
         } else {
-            static const char *const valued[] = {"--backend", "--participants", "--min-bytes",
-                                                 "--max-bytes", "--iters", "--small-bytes"};
+            static const char *const valued[] = {"--backend",   "--participants", "--min-bytes",
+                                                 "--max-bytes", "--iters",        "--small-bytes"};
             int needs_value = 0;
             for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 needs_value |= strcmp(a, valued[k]) == 0;

@@ -40,8 +40,8 @@ typedef struct be_result {
     double steps_per_s; /* median, wall clock */
     double min_sps, max_sps;
     double cpu_steps_per_s; /* median, per second of this thread's CPU time */
-    uint64_t episodes;  /* in the timed runs */
-    uint64_t steps;     /* in the timed runs */
+    uint64_t episodes;      /* in the timed runs */
+    uint64_t steps;         /* in the timed runs */
 } be_result_t;
 
 /* This thread's CPU time in seconds: on a shared machine, steps per CPU

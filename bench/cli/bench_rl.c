@@ -100,12 +100,11 @@ int dpt_bench_ppo(int argc, char **argv)
         if (json)
             printf("{\"bench\":\"ppo\",\"seed\":%ld,\"steps\":%llu,\"wall_s\":%.3f,"
                    "\"steps_per_s\":%.0f,\"return_last20\":%.1f}\n",
-                   s, (unsigned long long)r.timesteps_total, dt,
-                   (double)r.timesteps_total / dt, last20);
-        else
-            printf("%-6ld %10llu %10.2f %12.0f %14.1f\n", s,
-                   (unsigned long long)r.timesteps_total, dt, (double)r.timesteps_total / dt,
+                   s, (unsigned long long)r.timesteps_total, dt, (double)r.timesteps_total / dt,
                    last20);
+        else
+            printf("%-6ld %10llu %10.2f %12.0f %14.1f\n", s, (unsigned long long)r.timesteps_total,
+                   dt, (double)r.timesteps_total / dt, last20);
         fflush(stdout);
     }
     if (!json)
@@ -125,9 +124,15 @@ static double br_dd_once(int workers, int iterations, int envs)
     snprintf(set_e, sizeof set_e, "num_envs_per_worker=%d", envs);
     /* CleanRL's learning settings per worker; no preemption, no weight
      * check: raw scaling. */
-    const char *sets[] = {"job=ddppo", "env=CartPole-v1", set_w, set_e,
-                          "rollout_fragment_length=128", "sgd_minibatch_size=128",
-                          "num_sgd_iter=4", "sync_frac=1", "check_weights_every=0",
+    const char *sets[] = {"job=ddppo",
+                          "env=CartPole-v1",
+                          set_w,
+                          set_e,
+                          "rollout_fragment_length=128",
+                          "sgd_minibatch_size=128",
+                          "num_sgd_iter=4",
+                          "sync_frac=1",
+                          "check_weights_every=0",
                           "total_timesteps=1000000000000"};
     dpt_trainer_t *t = NULL;
     dpt_train_result_t r;
@@ -198,7 +203,8 @@ int dpt_bench_ddppo(int argc, char **argv)
             one = med;
         if (json) {
             printf("{\"bench\":\"ddppo\",\"workers\":%d,\"envs_per_worker\":%d,"
-                   "\"env_steps_per_s\":%.0f,\"scaling\":%.3f}\n", w, envs, med, med / one);
+                   "\"env_steps_per_s\":%.0f,\"scaling\":%.3f}\n",
+                   w, envs, med, med / one);
         } else {
             printf("%-8d %14.0f %8.2f   (", w, med, med / one);
             for (int r = 0; r < reps; r++)

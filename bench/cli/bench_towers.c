@@ -114,8 +114,8 @@ static int bt_cfg_setup(bt_cfg_t *c, const bt_args_t *a, const float *x, const i
     if (!rc)
         rc = dpt_towers_load(c->t, 0, &b, &c->li);
     for (int i = 0; !rc && i < 5; i++) /* warm-up: first touches, caches */
-        rc = dpt_towers_optimize(c->t, 0, (c->step++ % c->li.steps) * c->li.per_device_batch,
-                                 0.01f, NULL);
+        rc = dpt_towers_optimize(c->t, 0, (c->step++ % c->li.steps) * c->li.per_device_batch, 0.01f,
+                                 NULL);
     return rc;
 }
 
@@ -138,14 +138,15 @@ static int bt_cfg_time(bt_cfg_t *c, double secs, double *rate)
 
 static int bt_usage(FILE *f, int code)
 {
-    fprintf(f, "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] [--rounds R] "
-               "[--mode ps|replicated|async]... [--gemm portable|cblas] [--per-round] "
-               "[--json]\n\n"
-               "Trains an MLP %d-%d-%d-%d (ReLU, softmax cross-entropy, SGD) on random data\n"
-               "and reports samples/s for 1..N devices per mode (default: batch 256, N = 2,\n"
-               "all modes, 5 s per configuration). The configurations take turns for R\n"
-               "rounds (default %d, at most %d) of S/R seconds each; figures are medians\n"
-               "over the rounds; --per-round also prints every round's samples/s.\n",
+    fprintf(f,
+            "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] [--rounds R] "
+            "[--mode ps|replicated|async]... [--gemm portable|cblas] [--per-round] "
+            "[--json]\n\n"
+            "Trains an MLP %d-%d-%d-%d (ReLU, softmax cross-entropy, SGD) on random data\n"
+            "and reports samples/s for 1..N devices per mode (default: batch 256, N = 2,\n"
+            "all modes, 5 s per configuration). The configurations take turns for R\n"
+            "rounds (default %d, at most %d) of S/R seconds each; figures are medians\n"
+            "over the rounds; --per-round also prints every round's samples/s.\n",
             BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT, BT_ROUNDS_DEFAULT, BT_ROUNDS_MAX);
     return code;
 }
@@ -173,8 +174,9 @@ int dpt_bench_towers(int argc, char **argv)
         } else if (i + 1 < argc && !strcmp(o, "--gemm")) {
             const char *b = argv[++i];
             int rc = !strcmp(b, "cblas") ? dpt_gemm_set_backend(DPT_GEMM_CBLAS)
-                     : !strcmp(b, "portable") ? dpt_gemm_set_backend(DPT_GEMM_PORTABLE)
-                                              : dpt_error(DPT_EINVAL, "unknown GEMM backend \"%s\"", b);
+                     : !strcmp(b, "portable")
+                         ? dpt_gemm_set_backend(DPT_GEMM_PORTABLE)
+                         : dpt_error(DPT_EINVAL, "unknown GEMM backend \"%s\"", b);
             if (rc) {
                 fprintf(stderr, "dpt bench towers: --gemm: %s\n", dpt_last_error());
                 return DPT_EXIT_USAGE;
@@ -194,8 +196,10 @@ int dpt_bench_towers(int argc, char **argv)
     }
     if (a.batch < 1 || a.max_devices < 1 || a.max_devices > 64 || !(a.seconds > 0) ||
         a.batch % (size_t)a.max_devices || a.rounds < 1 || a.rounds > BT_ROUNDS_MAX) {
-        fprintf(stderr, "dpt bench towers: need batch >= 1 divisible by devices (1..64), "
-                        "seconds > 0, rounds 1..%d\n", BT_ROUNDS_MAX);
+        fprintf(stderr,
+                "dpt bench towers: need batch >= 1 divisible by devices (1..64), "
+                "seconds > 0, rounds 1..%d\n",
+                BT_ROUNDS_MAX);
         return DPT_EXIT_USAGE;
     }
     if (!any_mode)
@@ -302,8 +306,8 @@ int dpt_bench_towers(int argc, char **argv)
                    "\"gemm_gflops_per_core\":%.2f,\"flop_fraction\":%.4f}\n",
                    mode, c->devices, a.batch, sps, scaling, of_medians, gf, frac);
         else
-            printf("%-11s %7d %6zu %12.0f %8.2f %9.2f %9.1f %10.3f\n", mode, c->devices,
-                   a.batch, sps, scaling, of_medians, gf, frac);
+            printf("%-11s %7d %6zu %12.0f %8.2f %9.2f %9.1f %10.3f\n", mode, c->devices, a.batch,
+                   sps, scaling, of_medians, gf, frac);
     }
 out_gemm:
     dpt_free_aligned(gx);

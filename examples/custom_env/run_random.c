@@ -60,8 +60,8 @@ static int run(const char *label, int random_policy, size_t n, long steps)
     printf("%-13s %zu envs x %ld steps: %zu episodes, %.1f%% reached the goal, "
            "mean return %.3f, mean length %.1f (solved at %.2f)\n",
            label, n, steps, episodes, episodes ? 100.0 * (double)reached / (double)episodes : 0.0,
-           episodes ? sum_ret / (double)episodes : 0.0,
-           episodes ? sum_len / (double)episodes : 0.0, cls->reward_threshold);
+           episodes ? sum_ret / (double)episodes : 0.0, episodes ? sum_len / (double)episodes : 0.0,
+           cls->reward_threshold);
 out:
     free(obs), free(rew), free(term), free(trunc), free(act);
     dpt_vecenv_destroy(v);

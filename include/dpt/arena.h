@@ -21,27 +21,27 @@
 extern "C" {
 #endif
 
-#define DPT_ARENA_ALIGN 64          /* bytes */
-#define DPT_VAR_ALIGN_FLOATS 16     /* variable offsets are multiples of this */
-#define DPT_VAR_NAME_MAX 64         /* including the terminating zero */
+#define DPT_ARENA_ALIGN 64      /* bytes */
+#define DPT_VAR_ALIGN_FLOATS 16 /* variable offsets are multiples of this */
+#define DPT_VAR_NAME_MAX 64     /* including the terminating zero */
 #define DPT_VAR_MAX_DIMS 4
 
 /* One variable of a table. */
 typedef struct dpt_var {
-    char name[DPT_VAR_NAME_MAX];     /* unique within the table, e.g. "fc1.weight" */
-    int ndim;                        /* 1..DPT_VAR_MAX_DIMS */
-    size_t shape[DPT_VAR_MAX_DIMS];  /* row-major shape, shape[ndim..] unused */
-    size_t offset;                   /* first float, a multiple of DPT_VAR_ALIGN_FLOATS */
-    size_t count;                    /* product of the shape */
+    char name[DPT_VAR_NAME_MAX];    /* unique within the table, e.g. "fc1.weight" */
+    int ndim;                       /* 1..DPT_VAR_MAX_DIMS */
+    size_t shape[DPT_VAR_MAX_DIMS]; /* row-major shape, shape[ndim..] unused */
+    size_t offset;                  /* first float, a multiple of DPT_VAR_ALIGN_FLOATS */
+    size_t count;                   /* product of the shape */
 } dpt_var_t;
 
 /* The layout of an arena: an ordered list of variables. The struct is the
  * caller's; the list is owned by the table until dpt_vartable_deinit(). */
 typedef struct dpt_vartable {
-    dpt_var_t *vars;  /* nvars entries (owned) */
+    dpt_var_t *vars; /* nvars entries (owned) */
     size_t nvars;
     size_t cap;
-    size_t total;     /* floats an arena needs for this layout (with padding) */
+    size_t total; /* floats an arena needs for this layout (with padding) */
 } dpt_vartable_t;
 
 /* Starts an empty table. Never fails. */
@@ -64,7 +64,7 @@ int dpt_vartable_equal(const dpt_vartable_t *a, const dpt_vartable_t *b);
 
 /* A float arena. The struct is the caller's; `data` is owned by the arena. */
 typedef struct dpt_arena {
-    float *data;    /* count floats, 64-byte aligned, zeroed at init (owned) */
+    float *data; /* count floats, 64-byte aligned, zeroed at init (owned) */
     size_t count;
 } dpt_arena_t;
 

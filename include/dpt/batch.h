@@ -26,16 +26,18 @@ extern "C" {
 #define DPT_BATCH_MAX_COLUMNS 16
 #define DPT_COLUMN_NAME_MAX 32
 
-#define DPT_DTYPE_LIST(X)          \
-    X(DPT_F32, "float32", 4)      \
+#define DPT_DTYPE_LIST(X)    \
+    X(DPT_F32, "float32", 4) \
     X(DPT_I32, "int32", 4)
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_dtype {
 #define DPT__DTYPE_ENUM(sym, name, size) sym,
     DPT_DTYPE_LIST(DPT__DTYPE_ENUM)
 #undef DPT__DTYPE_ENUM
     DPT_DTYPE_COUNT
 } dpt_dtype_t;
+/* clang-format on */
 
 /* "float32" / "int32"; bytes per value (0 for unknown types). */
 const char *dpt_dtype_name(dpt_dtype_t t);
@@ -44,14 +46,14 @@ size_t dpt_dtype_size(dpt_dtype_t t);
 typedef struct dpt_column {
     char name[DPT_COLUMN_NAME_MAX];
     dpt_dtype_t dtype;
-    size_t width;       /* values per row (> 0) */
-    int per_sequence;   /* 1: one row per sequence; 0: one row per sample */
-    void *data;         /* borrowed: [rows or sequences, width] */
+    size_t width;     /* values per row (> 0) */
+    int per_sequence; /* 1: one row per sequence; 0: one row per sample */
+    void *data;       /* borrowed: [rows or sequences, width] */
 } dpt_column_t;
 
 typedef struct dpt_batch {
-    size_t rows;        /* samples */
-    size_t seq_len;     /* 0: no sequences; else rows is a multiple of seq_len */
+    size_t rows;    /* samples */
+    size_t seq_len; /* 0: no sequences; else rows is a multiple of seq_len */
     size_t ncols;
     dpt_column_t cols[DPT_BATCH_MAX_COLUMNS];
 } dpt_batch_t;

@@ -75,12 +75,14 @@ extern "C" {
     X(DPT_ST_I64, "I64", 8)           \
     X(DPT_ST_F64, "F64", 8)
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_st_dtype {
 #define DPT__ST_DTYPE_ENUM(sym, name, size) sym,
     DPT_SAFETENSORS_DTYPE_LIST(DPT__ST_DTYPE_ENUM)
 #undef DPT__ST_DTYPE_ENUM
     DPT_ST_DTYPE_COUNT
 } dpt_st_dtype_t;
+/* clang-format on */
 
 /* "F32", "I32", ...; "?" for an unknown value. */
 const char *dpt_safetensors_dtype_name(dpt_st_dtype_t dtype);
@@ -183,8 +185,7 @@ size_t dpt_safetensors_count(const dpt_safetensors_t *st);
 const dpt_safetensors_tensor_t *dpt_safetensors_tensor(const dpt_safetensors_t *st, size_t i);
 
 /* The tensor called `name`, or NULL (no error message). O(log n). */
-const dpt_safetensors_tensor_t *dpt_safetensors_find(const dpt_safetensors_t *st,
-                                                     const char *name);
+const dpt_safetensors_tensor_t *dpt_safetensors_find(const dpt_safetensors_t *st, const char *name);
 
 /* Checked lookup: the tensor `name` must exist with `dtype` and, when
  * `shape` is not NULL, exactly `ndim` dimensions equal to `shape`. On

@@ -87,28 +87,32 @@ extern "C" {
 /* ---- reduction operations and backends --------------------------------- */
 
 /* X-macro: symbol, value, name. */
-#define DPT_REDUCE_OP_LIST(X)         \
-    X(DPT_REDUCE_SUM, 0, "sum")       \
+#define DPT_REDUCE_OP_LIST(X)   \
+    X(DPT_REDUCE_SUM, 0, "sum") \
     X(DPT_REDUCE_AVG, 1, "avg")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_reduce_op {
 #define DPT__REDUCE_OP_ENUM(sym, val, name) sym = (val),
     DPT_REDUCE_OP_LIST(DPT__REDUCE_OP_ENUM)
 #undef DPT__REDUCE_OP_ENUM
     DPT_REDUCE_OP_COUNT
 } dpt_reduce_op_t;
+/* clang-format on */
 
-#define DPT_COMM_BACKEND_LIST(X)        \
-    X(DPT_COMM_THREADS, 0, "threads")   \
-    X(DPT_COMM_MPI,     1, "mpi")       \
-    X(DPT_COMM_HIER,    2, "hier")
+#define DPT_COMM_BACKEND_LIST(X)      \
+    X(DPT_COMM_THREADS, 0, "threads") \
+    X(DPT_COMM_MPI, 1, "mpi")         \
+    X(DPT_COMM_HIER, 2, "hier")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_comm_backend {
 #define DPT__COMM_BACKEND_ENUM(sym, val, name) sym = (val),
     DPT_COMM_BACKEND_LIST(DPT__COMM_BACKEND_ENUM)
 #undef DPT__COMM_BACKEND_ENUM
     DPT_COMM_BACKEND_COUNT
 } dpt_comm_backend_t;
+/* clang-format on */
 
 /* "sum", "avg"; "?" for an unknown value. */
 const char *dpt_reduce_op_name(dpt_reduce_op_t op);

@@ -46,13 +46,13 @@ extern "C" {
 /* A dataset. The struct is the caller's; x and labels are owned by it until
  * dpt_dataset_deinit(). */
 typedef struct dpt_dataset {
-    size_t rows;        /* samples */
-    size_t dim;         /* features per sample */
-    float *x;           /* [rows, dim] (owned) */
-    int32_t *labels;    /* [rows], each in [0, num_classes) (owned) */
+    size_t rows;     /* samples */
+    size_t dim;      /* features per sample */
+    float *x;        /* [rows, dim] (owned) */
+    int32_t *labels; /* [rows], each in [0, num_classes) (owned) */
     int num_classes;
-    size_t height;      /* IDX images: rows and columns of one image; */
-    size_t width;       /* 0 for CSV data and 2-D IDX files */
+    size_t height; /* IDX images: rows and columns of one image; */
+    size_t width;  /* 0 for CSV data and 2-D IDX files */
 } dpt_dataset_t;
 
 /* Frees x and labels and zeroes the struct; safe on a zeroed or already
@@ -74,12 +74,12 @@ int dpt_dataset_load_idx(dpt_dataset_t *ds, const char *images_path, const char 
 /* CSV options. A zeroed struct means: no header line, the label is the
  * first column (index 0), ',' separates cells, classes from the labels. */
 typedef struct dpt_csv_options {
-    int header;              /* 1: the first non-comment line names the columns */
-    const char *label_name;  /* the label column by name (needs header), or NULL */
-    long label_index;        /* used when label_name is NULL: 0-based column index;
+    int header;             /* 1: the first non-comment line names the columns */
+    const char *label_name; /* the label column by name (needs header), or NULL */
+    long label_index;       /* used when label_name is NULL: 0-based column index;
                               * negative counts from the end (-1 = last column) */
-    int num_classes;         /* see "Labels" above; 0 = from the data */
-    char delimiter;          /* 0 means ',' */
+    int num_classes;        /* see "Labels" above; 0 = from the data */
+    char delimiter;         /* 0 means ',' */
 } dpt_csv_options_t;
 
 /* Loads a CSV file into *ds (same rules for *ds as dpt_dataset_load_idx).

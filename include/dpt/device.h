@@ -22,12 +22,14 @@ extern "C" {
 
 #define DPT_DEVICE_KIND_LIST(X) X(DPT_DEVICE_CPU, "cpu")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_device_kind {
 #define DPT__DEVICE_ENUM(sym, name) sym,
     DPT_DEVICE_KIND_LIST(DPT__DEVICE_ENUM)
 #undef DPT__DEVICE_ENUM
     DPT_DEVICE_KIND_COUNT
 } dpt_device_kind_t;
+/* clang-format on */
 
 typedef struct dpt_device_pool dpt_device_pool_t;
 

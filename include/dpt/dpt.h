@@ -24,17 +24,19 @@ extern "C" {
 #endif
 
 /* Optional features. */
-#define DPT_FEATURE_LIST(X)                                                   \
-    X(DPT_FEATURE_CBLAS, "cblas", "GEMM through a CBLAS (OpenBLAS)")          \
-    X(DPT_FEATURE_MPI, "mpi", "MPI and hierarchical collectives")             \
+#define DPT_FEATURE_LIST(X)                                          \
+    X(DPT_FEATURE_CBLAS, "cblas", "GEMM through a CBLAS (OpenBLAS)") \
+    X(DPT_FEATURE_MPI, "mpi", "MPI and hierarchical collectives")    \
     X(DPT_FEATURE_ZLIB, "zlib", "gzipped dataset files")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_feature {
 #define DPT__FEATURE_ENUM(sym, name, desc) sym,
     DPT_FEATURE_LIST(DPT__FEATURE_ENUM)
 #undef DPT__FEATURE_ENUM
     DPT_FEATURE_COUNT
 } dpt_feature_t;
+/* clang-format on */
 
 /* "0.1.0" — static string. */
 const char *dpt_version(void);

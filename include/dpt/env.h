@@ -27,16 +27,18 @@ extern "C" {
 
 #define DPT_ENV_MAX_DIM 32
 
-#define DPT_ACTION_KIND_LIST(X)          \
-    X(DPT_ACTION_DISCRETE, "discrete")   \
+#define DPT_ACTION_KIND_LIST(X)        \
+    X(DPT_ACTION_DISCRETE, "discrete") \
     X(DPT_ACTION_BOX, "box")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_action_kind {
 #define DPT__AK_ENUM(sym, name) sym,
     DPT_ACTION_KIND_LIST(DPT__AK_ENUM)
 #undef DPT__AK_ENUM
     DPT_ACTION_KIND_COUNT
 } dpt_action_kind_t;
+/* clang-format on */
 
 /*
  * An environment class. All callbacks get the env's own state (state_size
@@ -50,16 +52,16 @@ typedef enum dpt_action_kind {
  *     would). Writes the next obs, the reward, and *terminated (0/1).
  */
 typedef struct dpt_env_class {
-    const char *name;                 /* e.g. "CartPole-v1" */
-    size_t obs_dim;                   /* <= DPT_ENV_MAX_DIM */
+    const char *name; /* e.g. "CartPole-v1" */
+    size_t obs_dim;   /* <= DPT_ENV_MAX_DIM */
     dpt_action_kind_t action_kind;
-    size_t num_actions;               /* discrete: number of actions */
-    size_t action_dim;                /* box: action dimensions (<= DPT_ENV_MAX_DIM) */
-    float action_low[DPT_ENV_MAX_DIM];  /* box bounds */
+    size_t num_actions;                /* discrete: number of actions */
+    size_t action_dim;                 /* box: action dimensions (<= DPT_ENV_MAX_DIM) */
+    float action_low[DPT_ENV_MAX_DIM]; /* box bounds */
     float action_high[DPT_ENV_MAX_DIM];
-    uint32_t max_episode_steps;       /* truncation limit; 0 = none */
-    double reward_threshold;          /* "solved" return (Gymnasium's), 0 = none */
-    size_t state_size;                /* bytes of per-env state */
+    uint32_t max_episode_steps; /* truncation limit; 0 = none */
+    double reward_threshold;    /* "solved" return (Gymnasium's), 0 = none */
+    size_t state_size;          /* bytes of per-env state */
     void (*reset)(void *state, dpt_rng_t *rng, float *obs);
     void (*step)(void *state, const void *action, dpt_rng_t *rng, float *obs, float *reward,
                  int *terminated);

@@ -25,16 +25,18 @@
 extern "C" {
 #endif
 
-#define DPT_GEMM_BACKEND_LIST(X) \
+#define DPT_GEMM_BACKEND_LIST(X)     \
     X(DPT_GEMM_PORTABLE, "portable") \
     X(DPT_GEMM_CBLAS, "cblas")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_gemm_backend {
 #define DPT__GEMM_ENUM(sym, name) sym,
     DPT_GEMM_BACKEND_LIST(DPT__GEMM_ENUM)
 #undef DPT__GEMM_ENUM
     DPT_GEMM_BACKEND_COUNT
 } dpt_gemm_backend_t;
+/* clang-format on */
 
 /* The backend used by dpt_gemm() (process-wide): DPT_GEMM_PORTABLE until
  * dpt_gemm_set_backend() changes it (see docs/GEMM.md for the measurements
@@ -56,16 +58,15 @@ const char *dpt_gemm_describe(dpt_gemm_backend_t backend);
 /* C = alpha*op(A)*op(B) + beta*C with the current backend. transa/transb are
  * 0 (no transpose) or 1 (transpose). No argument checking beyond asserts: the
  * layers check shapes before calling. */
-void dpt_gemm(int transa, int transb, size_t m, size_t n, size_t k, float alpha,
-              const float *a, size_t lda, const float *b, size_t ldb, float beta,
-              float *c, size_t ldc);
+void dpt_gemm(int transa, int transb, size_t m, size_t n, size_t k, float alpha, const float *a,
+              size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc);
 
 /* The same with an explicit backend (tests and benchmarks compare them).
  * Returns 0, DPT_ENOTSUP when `backend` is not built in, or DPT_EINVAL for an
  * unknown value. */
-int dpt_gemm_ex(dpt_gemm_backend_t backend, int transa, int transb, size_t m, size_t n,
-                size_t k, float alpha, const float *a, size_t lda, const float *b,
-                size_t ldb, float beta, float *c, size_t ldc);
+int dpt_gemm_ex(dpt_gemm_backend_t backend, int transa, int transb, size_t m, size_t n, size_t k,
+                float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                float *c, size_t ldc);
 
 #ifdef __cplusplus
 }

@@ -30,17 +30,19 @@ extern "C" {
 /* Layers                                                                    */
 
 /* Layer kinds: symbol, config name. */
-#define DPT_LAYER_LIST(X)            \
-    X(DPT_LAYER_LINEAR, "linear")    \
-    X(DPT_LAYER_RELU, "relu")        \
+#define DPT_LAYER_LIST(X)         \
+    X(DPT_LAYER_LINEAR, "linear") \
+    X(DPT_LAYER_RELU, "relu")     \
     X(DPT_LAYER_TANH, "tanh")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_layer_kind {
 #define DPT__LAYER_ENUM(sym, name) sym,
     DPT_LAYER_LIST(DPT__LAYER_ENUM)
 #undef DPT__LAYER_ENUM
     DPT_LAYER_COUNT
 } dpt_layer_kind_t;
+/* clang-format on */
 
 /* Weight initialisations of a linear layer: symbol, config name.
  *  default     W ~ U(-1/sqrt(I), 1/sqrt(I)), b likewise (PyTorch's nn.Linear)
@@ -48,18 +50,20 @@ typedef enum dpt_layer_kind {
  *  normal      W ~ N(0, gain^2), b = 0
  *  orthogonal  W = gain * (a random orthogonal matrix: orthonormal rows if
  *              O <= I, else orthonormal columns), b = 0 (PPO's usual init) */
-#define DPT_INIT_LIST(X)                    \
-    X(DPT_INIT_DEFAULT, "default")          \
-    X(DPT_INIT_UNIFORM, "uniform")          \
-    X(DPT_INIT_NORMAL, "normal")            \
+#define DPT_INIT_LIST(X)           \
+    X(DPT_INIT_DEFAULT, "default") \
+    X(DPT_INIT_UNIFORM, "uniform") \
+    X(DPT_INIT_NORMAL, "normal")   \
     X(DPT_INIT_ORTHOGONAL, "orthogonal")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_init {
 #define DPT__INIT_ENUM(sym, name) sym,
     DPT_INIT_LIST(DPT__INIT_ENUM)
 #undef DPT__INIT_ENUM
     DPT_INIT_COUNT
 } dpt_init_t;
+/* clang-format on */
 
 /* One layer of a sequential stack.
  *  linear:  y = x W^T + b with W [O, I] ("<prefix><i>.weight") and b [O]
@@ -69,9 +73,9 @@ typedef enum dpt_init {
  *  tanh:    y = tanh(x);     dx += dy * (1 - y^2) */
 typedef struct dpt_layer_spec {
     dpt_layer_kind_t kind;
-    size_t out;       /* linear: O; ignored by activations */
-    dpt_init_t init;  /* linear: initialisation */
-    float gain;       /* linear: gain/bound/std of the init (unused by default) */
+    size_t out;      /* linear: O; ignored by activations */
+    dpt_init_t init; /* linear: initialisation */
+    float gain;      /* linear: gain/bound/std of the init (unused by default) */
 } dpt_layer_spec_t;
 
 /* Name of a layer kind / init ("linear", "orthogonal"); "unknown" otherwise. */
@@ -93,8 +97,8 @@ typedef struct dpt_seq dpt_seq_t;
  * e.g. an actor and a critic in one arena) with names prefixed by `prefix`
  * (may be "" or NULL). Errors: DPT_EINVAL (no layers, zero sizes, linear
  * with out == 0, bad kind/init, name clash), DPT_EOVERFLOW, DPT_ENOMEM. */
-int dpt_seq_create(dpt_seq_t **seq, size_t in_dim, const dpt_layer_spec_t *layers,
-                   size_t nlayers, size_t max_batch, dpt_vartable_t *table, const char *prefix);
+int dpt_seq_create(dpt_seq_t **seq, size_t in_dim, const dpt_layer_spec_t *layers, size_t nlayers,
+                   size_t max_batch, dpt_vartable_t *table, const char *prefix);
 /* Frees the stack (not the table). NULL is a no-op. */
 void dpt_seq_destroy(dpt_seq_t *seq);
 
@@ -116,8 +120,7 @@ int dpt_seq_forward(dpt_seq_t *seq, const float *params, const float *x, size_t 
  * `grads` (same layout as params) and, when dx is not NULL, input gradients
  * into dx [B, I]. dy [B, O] is the gradient of the loss w.r.t. the output.
  * Errors: DPT_ESTATE when no forward preceded it. */
-int dpt_seq_backward(dpt_seq_t *seq, const float *params, float *grads, const float *dy,
-                     float *dx);
+int dpt_seq_backward(dpt_seq_t *seq, const float *params, float *grads, const float *dy, float *dx);
 /* The same, but with store_grads != 0 the parameter gradients of this stack
  * are STORED into `grads` (every element of the stack's variables is
  * written) instead of added: the caller need not zero them first. */
@@ -134,8 +137,8 @@ int dpt_seq_backward_ex(dpt_seq_t *seq, const float *params, float *grads, const
  * number of rows whose arg-max equals the label. Errors: DPT_EINVAL (label out
  * of range: the message names the row and value; B or C == 0), DPT_ENUMERIC
  * (non-finite logits). */
-int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t batch,
-                          size_t classes, float *dlogits, double *loss, size_t *correct);
+int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t batch, size_t classes,
+                          float *dlogits, double *loss, size_t *correct);
 
 /* Mean squared error over all elements:
  *   L = 1/(B D) sum (y - t)^2,  dy += 2 (y - t) / (B D)
@@ -158,9 +161,8 @@ int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int3
 /* Accumulates into dlogits [B, K]: dlogp[b] * d logp/dz + dentropy[b] * dH/dz.
  * dlogp or dentropy may be NULL (treated as zero). Actions must be valid
  * (checked by dpt_categorical_logp). */
-void dpt_categorical_backward(const float *logits, size_t batch, size_t k,
-                              const int32_t *actions, const float *dlogp, const float *dentropy,
-                              float *dlogits);
+void dpt_categorical_backward(const float *logits, size_t batch, size_t k, const int32_t *actions,
+                              const float *dlogp, const float *dentropy, float *dlogits);
 /* Samples actions [B] from softmax(z) with `rng` and writes their logp [B]
  * (logp may be NULL). Errors: DPT_ENUMERIC. */
 int dpt_categorical_sample(const float *logits, size_t batch, size_t k, dpt_rng_t *rng,
@@ -198,7 +200,7 @@ void dpt_gaussian_sample(const float *mean, const float *log_std, size_t batch, 
 /* What one loss_grad call reports. `loss` is the mean over the rows. */
 typedef struct dpt_loss_out {
     double loss;
-    double correct;  /* rows classified correctly (classifiers), else 0 */
+    double correct; /* rows classified correctly (classifiers), else 0 */
     size_t rows;
     double extra[DPT_LOSS_EXTRA]; /* row means of model-specific statistics */
 } dpt_loss_out_t;
@@ -222,27 +224,29 @@ typedef struct dpt_loss_out {
  */
 #define DPT_MODEL_STORES_GRADS 1u
 typedef struct dpt_model {
-    const dpt_vartable_t *vars;  /* parameter layout (borrowed) */
-    void *ctx;                   /* user data (borrowed) */
+    const dpt_vartable_t *vars; /* parameter layout (borrowed) */
+    void *ctx;                  /* user data (borrowed) */
     size_t max_batch;
     int (*loss_grad)(void *ctx, const float *params, float *grads, const dpt_batch_t *batch,
                      dpt_loss_out_t *out);
     int (*replicate)(void *ctx, void **copy);
     void (*release)(void *copy);
-    unsigned flags;              /* DPT_MODEL_STORES_GRADS or 0 */
+    unsigned flags; /* DPT_MODEL_STORES_GRADS or 0 */
 } dpt_model_t;
 
 /* Loss heads of the built-in MLP: symbol, config name. */
-#define DPT_LOSS_LIST(X)                        \
-    X(DPT_LOSS_SOFTMAX_XENT, "softmax_xent")    \
+#define DPT_LOSS_LIST(X)                     \
+    X(DPT_LOSS_SOFTMAX_XENT, "softmax_xent") \
     X(DPT_LOSS_MSE, "mse")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_loss_kind {
 #define DPT__LOSS_ENUM(sym, name) sym,
     DPT_LOSS_LIST(DPT__LOSS_ENUM)
 #undef DPT__LOSS_ENUM
     DPT_LOSS_COUNT
 } dpt_loss_kind_t;
+/* clang-format on */
 
 /* "softmax_xent" / "mse"; "unknown" otherwise. */
 const char *dpt_loss_kind_name(dpt_loss_kind_t loss);
@@ -251,8 +255,8 @@ const char *dpt_loss_kind_name(dpt_loss_kind_t loss);
  * variable table. */
 typedef struct dpt_mlp dpt_mlp_t;
 
-int dpt_mlp_create(dpt_mlp_t **mlp, size_t in_dim, const dpt_layer_spec_t *layers,
-                   size_t nlayers, dpt_loss_kind_t loss, size_t max_batch);
+int dpt_mlp_create(dpt_mlp_t **mlp, size_t in_dim, const dpt_layer_spec_t *layers, size_t nlayers,
+                   dpt_loss_kind_t loss, size_t max_batch);
 void dpt_mlp_destroy(dpt_mlp_t *mlp);
 /* The parameter layout (owned by the MLP). */
 const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *mlp);
@@ -267,8 +271,8 @@ void dpt_mlp_init_params(const dpt_mlp_t *mlp, float *params, dpt_rng_t *rng);
 /* Forward + loss + backward on batch->rows rows (<= max_batch); gradients
  * accumulate into grads. A missing column or a wrong type or width is
  * DPT_EINVAL naming the column. */
-int dpt_mlp_loss_grad(dpt_mlp_t *mlp, const float *params, float *grads,
-                      const dpt_batch_t *batch, dpt_loss_out_t *out);
+int dpt_mlp_loss_grad(dpt_mlp_t *mlp, const float *params, float *grads, const dpt_batch_t *batch,
+                      dpt_loss_out_t *out);
 /* Loss and accuracy over any number of rows (processed in chunks of
  * max_batch), without gradients. out->loss is the mean over all rows. */
 int dpt_mlp_evaluate(dpt_mlp_t *mlp, const float *params, const dpt_batch_t *batch,

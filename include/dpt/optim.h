@@ -24,28 +24,30 @@
 extern "C" {
 #endif
 
-#define DPT_OPTIM_LIST(X)                 \
-    X(DPT_OPTIM_SGD, "sgd", 0)            \
-    X(DPT_OPTIM_MOMENTUM, "momentum", 1)  \
-    X(DPT_OPTIM_ADAM, "adam", 2)          \
+#define DPT_OPTIM_LIST(X)                \
+    X(DPT_OPTIM_SGD, "sgd", 0)           \
+    X(DPT_OPTIM_MOMENTUM, "momentum", 1) \
+    X(DPT_OPTIM_ADAM, "adam", 2)         \
     X(DPT_OPTIM_ADAMW, "adamw", 2)
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_optim_kind {
 #define DPT__OPTIM_ENUM(sym, name, slots) sym,
     DPT_OPTIM_LIST(DPT__OPTIM_ENUM)
 #undef DPT__OPTIM_ENUM
     DPT_OPTIM_COUNT
 } dpt_optim_kind_t;
+/* clang-format on */
 
 /* Hyper-parameters. dpt_optim_defaults() fills the usual values:
  * momentum 0.9, betas (0.9, 0.999), eps 1e-8, weight decay 0. */
 typedef struct dpt_optim_config {
     dpt_optim_kind_t kind;
-    float momentum;      /* momentum: mu */
-    int nesterov;        /* momentum: 1 for Nesterov's form */
-    float beta1, beta2;  /* adam(w) */
-    float eps;           /* adam(w) */
-    float weight_decay;  /* L2 (sgd, momentum, adam) or decoupled (adamw) */
+    float momentum;     /* momentum: mu */
+    int nesterov;       /* momentum: 1 for Nesterov's form */
+    float beta1, beta2; /* adam(w) */
+    float eps;          /* adam(w) */
+    float weight_decay; /* L2 (sgd, momentum, adam) or decoupled (adamw) */
 } dpt_optim_config_t;
 
 dpt_optim_config_t dpt_optim_defaults(dpt_optim_kind_t kind);
@@ -69,15 +71,15 @@ void dpt_optim_step(dpt_optim_t *opt, float *params, const float *grads, float l
  * correction) to params[lo, hi) only. Disjoint slices may run on different
  * threads at once. Does not change the optimizer's counter; call
  * dpt_optim_set_t() once per step. */
-void dpt_optim_update(dpt_optim_t *opt, float *params, const float *grads, size_t lo,
-                      size_t hi, uint64_t t, float lr);
+void dpt_optim_update(dpt_optim_t *opt, float *params, const float *grads, size_t lo, size_t hi,
+                      uint64_t t, float lr);
 /* The same rule, reading params[lo, hi) and writing the updated values to
  * out[lo, hi) (out may equal params; otherwise params is left unchanged).
  * Optimizer slots (momentum, Adam's moments) are still updated in place, so
  * only an optimizer without slots (SGD, dpt_optim_num_slots() == 0) can
  * have its update kept aside and discarded. */
-void dpt_optim_update_into(dpt_optim_t *opt, const float *params, float *out,
-                           const float *grads, size_t lo, size_t hi, uint64_t t, float lr);
+void dpt_optim_update_into(dpt_optim_t *opt, const float *params, float *out, const float *grads,
+                           size_t lo, size_t hi, uint64_t t, float lr);
 
 /* The step counter (number of completed whole steps), for checkpoints. */
 uint64_t dpt_optim_get_t(const dpt_optim_t *opt);
@@ -107,16 +109,18 @@ double dpt_clip_global_norm(float *grads, size_t n, double max_norm);
 float dpt_clip_factor(double norm, double max_norm);
 
 /* Learning-rate schedules. */
-#define DPT_SCHEDULE_LIST(X)            \
-    X(DPT_SCHEDULE_CONSTANT, "constant")\
+#define DPT_SCHEDULE_LIST(X)             \
+    X(DPT_SCHEDULE_CONSTANT, "constant") \
     X(DPT_SCHEDULE_LINEAR, "linear")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_schedule_kind {
 #define DPT__SCHED_ENUM(sym, name) sym,
     DPT_SCHEDULE_LIST(DPT__SCHED_ENUM)
 #undef DPT__SCHED_ENUM
     DPT_SCHEDULE_COUNT
 } dpt_schedule_kind_t;
+/* clang-format on */
 
 /* constant: lr0.  linear: lr0 + (lr_end - lr0) * min(step, total) / total
  * (CleanRL's PPO annealing is lr_end = 0 with step counted from 0). */

@@ -57,10 +57,10 @@ enum {
 
 /* PPO loss hyper-parameters. */
 typedef struct dpt_ppo_loss_params {
-    float clip_param;     /* eps, e.g. 0.2 */
-    float vf_clip_param;  /* c; 0 disables value clipping */
-    float vf_coef;        /* e.g. 0.5 */
-    float ent_coef;       /* e.g. 0.01 */
+    float clip_param;    /* eps, e.g. 0.2 */
+    float vf_clip_param; /* c; 0 disables value clipping */
+    float vf_coef;       /* e.g. 0.5 */
+    float ent_coef;      /* e.g. 0.01 */
 } dpt_ppo_loss_params_t;
 
 typedef struct dpt_policy dpt_policy_t;
@@ -81,8 +81,8 @@ void dpt_policy_init_params(const dpt_policy_t *p, float *params, dpt_rng_t *rng
  * takes the greedy action (arg-max / mean) when rng is NULL. Writes actions
  * ([n] int32 or [n, action_dim] float), and when not NULL logp [n] and
  * values [n]. Errors: DPT_EINVAL, DPT_ENUMERIC (non-finite observation). */
-int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n,
-                   dpt_rng_t *rng, void *actions, float *logp, float *values);
+int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n, dpt_rng_t *rng,
+                   void *actions, float *logp, float *values);
 /* Critic only: values [n] of obs [n, obs_dim]. */
 int dpt_policy_value(dpt_policy_t *p, const float *params, const float *obs, size_t n,
                      float *values);

@@ -31,11 +31,13 @@ extern "C" {
     X(DPT_RNG_DATA, 5)          \
     X(DPT_RNG_TEST, 6)
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 enum {
 #define DPT__RNG_ENUM(sym, val) sym = (val),
     DPT_RNG_PURPOSE_LIST(DPT__RNG_ENUM)
 #undef DPT__RNG_ENUM
 };
+/* clang-format on */
 
 /* A stream. Plain data: copy it to fork a stream at its current position. */
 typedef struct dpt_rng {
@@ -47,8 +49,7 @@ typedef struct dpt_rng {
 } dpt_rng_t;
 
 /* Initialises the stream (seed, rank, index, purpose) at position 0. */
-void dpt_rng_init(dpt_rng_t *rng, uint64_t seed, uint32_t rank, uint32_t index,
-                  uint32_t purpose);
+void dpt_rng_init(dpt_rng_t *rng, uint64_t seed, uint32_t rank, uint32_t index, uint32_t purpose);
 
 /* Position = number of 32-bit words drawn so far. Saving it and seeking back
  * to it on a stream with the same tuple reproduces the same continuation. */

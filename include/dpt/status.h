@@ -21,27 +21,29 @@ extern "C" {
 
 /* X-macro: symbol, value, short description. One list makes the enum and the
  * strings returned by dpt_strerror(). */
-#define DPT_STATUS_LIST(X)                                               \
-    X(DPT_OK,         0,  "success")                                     \
-    X(DPT_EINVAL,    -1,  "invalid argument")                            \
-    X(DPT_ENOMEM,    -2,  "out of memory")                               \
-    X(DPT_EIO,       -3,  "input/output error")                          \
-    X(DPT_ETIMEDOUT, -4,  "timed out")                                   \
-    X(DPT_ECLOSED,   -5,  "closed")                                      \
-    X(DPT_ENOTSUP,   -6,  "not supported by this build")                 \
-    X(DPT_ENUMERIC,  -7,  "non-finite value (NaN or infinity)")         \
-    X(DPT_EFORMAT,   -8,  "malformed input")                             \
-    X(DPT_ESTATE,    -9,  "call not valid in the current state")         \
-    X(DPT_ECOMM,     -10, "communication failure")                       \
-    X(DPT_EOVERFLOW, -11, "size overflow")                               \
-    X(DPT_ENOENT,    -12, "not found")                                   \
-    X(DPT_ETHREAD,   -13, "thread failure")
+#define DPT_STATUS_LIST(X)                                    \
+    X(DPT_OK, 0, "success")                                   \
+    X(DPT_EINVAL, -1, "invalid argument")                     \
+    X(DPT_ENOMEM, -2, "out of memory")                        \
+    X(DPT_EIO, -3, "input/output error")                      \
+    X(DPT_ETIMEDOUT, -4, "timed out")                         \
+    X(DPT_ECLOSED, -5, "closed")                              \
+    X(DPT_ENOTSUP, -6, "not supported by this build")         \
+    X(DPT_ENUMERIC, -7, "non-finite value (NaN or infinity)") \
+    X(DPT_EFORMAT, -8, "malformed input")                     \
+    X(DPT_ESTATE, -9, "call not valid in the current state")  \
+    X(DPT_ECOMM, -10, "communication failure")                \
+    X(DPT_EOVERFLOW, -11, "size overflow")                    \
+    X(DPT_ENOENT, -12, "not found")                           \
+    X(DPT_ETHREAD, -13, "thread failure")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_status {
 #define DPT__STATUS_ENUM(sym, val, desc) sym = (val),
     DPT_STATUS_LIST(DPT__STATUS_ENUM)
 #undef DPT__STATUS_ENUM
 } dpt_status_t;
+/* clang-format on */
 
 /* Static description of a status code ("invalid argument"); never NULL.
  * Unknown codes give "unknown error". */

@@ -99,17 +99,19 @@
 extern "C" {
 #endif
 
-#define DPT_TOWERS_MODE_LIST(X)              \
-    X(DPT_TOWERS_PS, "ps")                   \
-    X(DPT_TOWERS_REPLICATED, "replicated")   \
+#define DPT_TOWERS_MODE_LIST(X)            \
+    X(DPT_TOWERS_PS, "ps")                 \
+    X(DPT_TOWERS_REPLICATED, "replicated") \
     X(DPT_TOWERS_ASYNC, "async")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_towers_mode {
 #define DPT__TMODE_ENUM(sym, name) sym,
     DPT_TOWERS_MODE_LIST(DPT__TMODE_ENUM)
 #undef DPT__TMODE_ENUM
     DPT_TOWERS_MODE_COUNT
 } dpt_towers_mode_t;
+/* clang-format on */
 
 const char *dpt_towers_mode_name(dpt_towers_mode_t mode);
 int dpt_towers_mode_parse(const char *name, dpt_towers_mode_t *mode);
@@ -120,16 +122,16 @@ typedef struct dpt_towers_config {
     size_t max_load_rows;             /* capacity of one load (rows), >= N */
     int num_stacks;                   /* independent loaded buffers, >= 1 */
     dpt_towers_mode_t mode;
-    int reduce_sum;                   /* 0: average tower gradients; 1: sum */
-    double grad_clip;                 /* global-norm clip after combining; 0 = off */
+    int reduce_sum;   /* 0: average tower gradients; 1: sum */
+    double grad_clip; /* global-norm clip after combining; 0 = off */
     dpt_optim_config_t optim;
-    float async_scale;                /* async: gradient scale; 0 = 1/N */
-    int check_every;                  /* replicated: replica check period; 0 = off */
-    int pin_devices;                  /* pin device threads to cores */
-    double comm_timeout_s;            /* replicated: collective timeout; 0 = 300 */
-    dpt_comm_t *comm;                 /* external communicator (borrowed, must outlive the
+    float async_scale;     /* async: gradient scale; 0 = 1/N */
+    int check_every;       /* replicated: replica check period; 0 = off */
+    int pin_devices;       /* pin device threads to cores */
+    double comm_timeout_s; /* replicated: collective timeout; 0 = 300 */
+    dpt_comm_t *comm;      /* external communicator (borrowed, must outlive the
                                        * engine); NULL = the devices of this engine only */
-    int weight_rows;                  /* with comm: weight each participant's gradient by
+    int weight_rows;       /* with comm: weight each participant's gradient by
                                        * its rows (excludes reduce_sum) */
 } dpt_towers_config_t;
 
@@ -140,21 +142,21 @@ dpt_towers_config_t dpt_towers_defaults(void);
 
 /* What a load did. */
 typedef struct dpt_towers_load_info {
-    size_t rows_loaded;        /* rows kept (all devices) */
-    size_t rows_dropped;       /* rows truncated away */
-    size_t rows_per_device;    /* rows each device holds */
-    size_t per_device_batch;   /* rows per device per optimize() */
-    size_t minibatch;          /* rows per optimize() over all devices */
-    size_t steps;              /* optimize() calls one pass takes */
-    char warning[192];         /* non-empty when a rule changed the request */
+    size_t rows_loaded;      /* rows kept (all devices) */
+    size_t rows_dropped;     /* rows truncated away */
+    size_t rows_per_device;  /* rows each device holds */
+    size_t per_device_batch; /* rows per device per optimize() */
+    size_t minibatch;        /* rows per optimize() over all devices */
+    size_t steps;            /* optimize() calls one pass takes */
+    char warning[192];       /* non-empty when a rule changed the request */
 } dpt_towers_load_info_t;
 
 /* Averaged results of one optimize(). */
 typedef struct dpt_towers_stats {
-    double loss;        /* mean loss over the minibatch's rows */
-    double correct;     /* summed over towers */
-    size_t rows;        /* rows used in the step */
-    double grad_norm;   /* global norm of the combined gradient before clipping
+    double loss;                  /* mean loss over the minibatch's rows */
+    double correct;               /* summed over towers */
+    size_t rows;                  /* rows used in the step */
+    double grad_norm;             /* global norm of the combined gradient before clipping
                          * (async: mean of the towers' norms) */
     double extra[DPT_LOSS_EXTRA]; /* the model's extra statistics, row-weighted means */
 } dpt_towers_stats_t;
@@ -169,8 +171,8 @@ typedef struct dpt_towers dpt_towers_t;
  * dpt_towers_set_weights(). Errors: DPT_EINVAL (bad config, naming the
  * key; with comm: num_devices != 1, async mode, weight_rows with
  * reduce_sum; weight_rows without comm), DPT_ENOMEM, DPT_ETHREAD. */
-int dpt_towers_create(dpt_towers_t **towers, const dpt_model_t *model,
-                      const dpt_batch_t *layout, const dpt_towers_config_t *cfg);
+int dpt_towers_create(dpt_towers_t **towers, const dpt_model_t *model, const dpt_batch_t *layout,
+                      const dpt_towers_config_t *cfg);
 void dpt_towers_destroy(dpt_towers_t *towers);
 
 /* Copies `batch` into stack `stack`, split across devices by the rules

@@ -72,17 +72,19 @@ extern "C" {
 /* ---- jobs ------------------------------------------------------------------ */
 
 /* X(symbol, name, summary) */
-#define DPT_JOB_LIST(X)                                                                       \
-    X(DPT_JOB_SUPERVISED, "supervised", "supervised classification of a dataset on towers")  \
-    X(DPT_JOB_PPO, "ppo", "PPO on the towers engine (one sampler)")                           \
+#define DPT_JOB_LIST(X)                                                                     \
+    X(DPT_JOB_SUPERVISED, "supervised", "supervised classification of a dataset on towers") \
+    X(DPT_JOB_PPO, "ppo", "PPO on the towers engine (one sampler)")                         \
     X(DPT_JOB_DDPPO, "ddppo", "decentralized DD-PPO over worker threads and MPI ranks")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_job {
 #define DPT__JOB_ENUM(sym, name, summary) sym,
     DPT_JOB_LIST(DPT__JOB_ENUM)
 #undef DPT__JOB_ENUM
     DPT_JOB_COUNT
 } dpt_job_t;
+/* clang-format on */
 
 /* "supervised", "ppo", "ddppo"; "unknown" otherwise. */
 const char *dpt_job_name(dpt_job_t job);
@@ -116,12 +118,14 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
     X(DPT_ADV_NORM_BATCH, "batch")         /* the whole batch of an iteration */ \
     X(DPT_ADV_NORM_OFF, "off")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_adv_norm {
 #define DPT__ADV_NORM_ENUM(sym, name) sym,
     DPT_ADV_NORM_LIST(DPT__ADV_NORM_ENUM)
 #undef DPT__ADV_NORM_ENUM
     DPT_ADV_NORM_COUNT
 } dpt_adv_norm_t;
+/* clang-format on */
 #define DPT_CHOICES_ADV_NORM (DPT_ADV_NORM_LIST(DPT__CHOICE2) + 1)
 
 /* Keys that may change when a run is resumed: stop conditions, checkpoint
@@ -136,13 +140,13 @@ typedef enum dpt_adv_norm {
  * types: INT (int64), FLOAT (double), STR, BOOL (true/false, yes/no, 1/0),
  * ENUM (one of `choices`, separated by '|'). min/max bound INT and FLOAT. */
 #define DPT_CONFIG_KEYS(X)                                                                        \
-    X(job, ENUM, DPT_JOBS_ALL, 0, "supervised", 0, 0, DPT_CHOICES_JOB,                     \
-      "what to train: supervised classification, PPO, or decentralized DD-PPO")                  \
-    X(seed, INT, DPT_JOBS_ALL, 0, "1", 0, 4294967295.0, "", "random seed of every stream")      \
+    X(job, ENUM, DPT_JOBS_ALL, 0, "supervised", 0, 0, DPT_CHOICES_JOB,                            \
+      "what to train: supervised classification, PPO, or decentralized DD-PPO")                   \
+    X(seed, INT, DPT_JOBS_ALL, 0, "1", 0, 4294967295.0, "", "random seed of every stream")        \
     X(output_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",       \
       "run directory (empty: a new runs/JOB-ENV_OR_DATASET-TIMESTAMP); a fresh run refuses a "    \
       "non-empty one")                                                                            \
-    X(checkpoint_every, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "1", 0, 1e9,   \
+    X(checkpoint_every, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "1", 0, 1e9,  \
       "", "write a checkpoint every N iterations (0 = only at the end)")                          \
     X(keep_checkpoints, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "3", 1, 1000, \
       "", "how many of this run's newest checkpoints to keep")                                    \
@@ -150,100 +154,105 @@ typedef enum dpt_adv_norm {
       "stop once training_iteration reaches this (0 = off); schedules still span epochs or "      \
       "total_timesteps")                                                                          \
     X(comm_timeout_s, FLOAT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "300", 0.01,  \
-      1e6, "", "seconds a participant waits for the others in a collective before failing")      \
+      1e6, "", "seconds a participant waits for the others in a collective before failing")       \
     /* supervised */                                                                              \
     X(dataset, ENUM, DPT_JOBS_SUP, 0, "fashion_mnist", 0, 0, "fashion_mnist|csv|spirals",         \
       "data: Fashion-MNIST IDX files, CSV files, or two interleaved spirals made from the seed")  \
     X(data_dir, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING,                       \
       "/usr/share/datasets/fashion-mnist", 0, 0, "", "fashion_mnist: directory of the IDX files") \
     X(train_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",        \
-      "csv: training file (relative to the config file)")                                        \
+      "csv: training file (relative to the config file)")                                         \
     X(test_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",         \
-      "csv: test file (relative to the config file)")                                            \
-    X(label_column, STR, DPT_JOBS_SUP, 0, "label", 0, 0, "", "csv: name of the label column")    \
-    X(hidden, STR, DPT_JOBS_SUP, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")  \
-    X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")        \
-    X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")            \
-    X(batch_size, INT, DPT_JOBS_SUP, 0, "128", 1, 1e6, "", "minibatch rows per step (all devices)") \
-    X(optimizer, ENUM, DPT_JOBS_SUP, 0, "adam", 0, 0, DPT_CHOICES_OPTIM, "optimizer")    \
-    X(lr_end, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "", "final learning rate of the linear schedule") \
-    X(momentum, FLOAT, DPT_JOBS_SUP, 0, "0.9", 0, 0.999999, "", "momentum coefficient")         \
-    X(nesterov, BOOL, DPT_JOBS_SUP, 0, "false", 0, 0, "", "Nesterov momentum")                   \
+      "csv: test file (relative to the config file)")                                             \
+    X(label_column, STR, DPT_JOBS_SUP, 0, "label", 0, 0, "", "csv: name of the label column")     \
+    X(hidden, STR, DPT_JOBS_SUP, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")   \
+    X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")          \
+    X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")             \
+    X(batch_size, INT, DPT_JOBS_SUP, 0, "128", 1, 1e6, "",                                        \
+      "minibatch rows per step (all devices)")                                                    \
+    X(optimizer, ENUM, DPT_JOBS_SUP, 0, "adam", 0, 0, DPT_CHOICES_OPTIM, "optimizer")             \
+    X(lr_end, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                             \
+      "final learning rate of the linear schedule")                                               \
+    X(momentum, FLOAT, DPT_JOBS_SUP, 0, "0.9", 0, 0.999999, "", "momentum coefficient")           \
+    X(nesterov, BOOL, DPT_JOBS_SUP, 0, "false", 0, 0, "", "Nesterov momentum")                    \
     X(weight_decay, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                       \
-      "weight decay (L2, or decoupled for adamw)")                                               \
-    X(shuffle, BOOL, DPT_JOBS_SUP, 0, "true", 0, 0, "", "shuffle the training set every epoch")  \
-    X(spirals_points, INT, DPT_JOBS_SUP, 0, "4096", 16, 1e7, "",                                 \
-      "spirals: training points (plus a quarter as many test points)")                           \
-    /* shared by supervised and RL */                                                            \
-    X(lr, FLOAT, DPT_JOBS_ALL, 0, "0.001", 0, 10, "", "learning rate")                           \
-    X(lr_schedule, ENUM, DPT_JOBS_ALL, 0, "constant", 0, 0, DPT_CHOICES_SCHEDULE,                    \
+      "weight decay (L2, or decoupled for adamw)")                                                \
+    X(shuffle, BOOL, DPT_JOBS_SUP, 0, "true", 0, 0, "", "shuffle the training set every epoch")   \
+    X(spirals_points, INT, DPT_JOBS_SUP, 0, "4096", 16, 1e7, "",                                  \
+      "spirals: training points (plus a quarter as many test points)")                            \
+    /* shared by supervised and RL */                                                             \
+    X(lr, FLOAT, DPT_JOBS_ALL, 0, "0.001", 0, 10, "", "learning rate")                            \
+    X(lr_schedule, ENUM, DPT_JOBS_ALL, 0, "constant", 0, 0, DPT_CHOICES_SCHEDULE,                 \
       "learning-rate schedule: linear decays to lr_end (supervised) or to 0 at total_timesteps "  \
       "(RL)")                                                                                     \
-    X(adam_eps, FLOAT, DPT_JOBS_ALL, 0, "1e-8", 1e-30, 1, "", "Adam epsilon")                    \
-    X(grad_clip, FLOAT, DPT_JOBS_ALL, 0, "0", 0, 1e9, "", "global-norm gradient clipping (0 = off)") \
-    X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, DPT_CHOICES_TOWERS_MODE,                   \
-      "how tower gradients combine")                                                             \
-    X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "", "towers (CPU threads) per process") \
-    /* reinforcement learning */                                                                 \
+    X(adam_eps, FLOAT, DPT_JOBS_ALL, 0, "1e-8", 1e-30, 1, "", "Adam epsilon")                     \
+    X(grad_clip, FLOAT, DPT_JOBS_ALL, 0, "0", 0, 1e9, "",                                         \
+      "global-norm gradient clipping (0 = off)")                                                  \
+    X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, DPT_CHOICES_TOWERS_MODE,                 \
+      "how tower gradients combine")                                                              \
+    X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "", "towers (CPU threads) per process")  \
+    /* reinforcement learning */                                                                  \
     X(env, STR, DPT_JOBS_RL, 0, "CartPole-v1", 0, 0, "",                                          \
       "environment: a built-in name, or the path of a plug-in .so (relative to the config file)") \
-    X(num_workers, INT, DPT_JOBS_DDPPO, 0, "2", 1, 1024, "", "worker threads per process")       \
+    X(num_workers, INT, DPT_JOBS_DDPPO, 0, "2", 1, 1024, "", "worker threads per process")        \
     X(num_envs_per_worker, INT, DPT_JOBS_RL, 0, "4", 1, 65536, "",                                \
-      "envs stepped by the sampler (ppo) or by each worker (ddppo)")                             \
+      "envs stepped by the sampler (ppo) or by each worker (ddppo)")                              \
     X(rollout_fragment_length, INT, DPT_JOBS_RL, 0, "128", 1, 1e7, "",                            \
-      "steps per env per iteration")                                                             \
+      "steps per env per iteration")                                                              \
     X(train_batch_size, INT, DPT_JOBS_PPO, 0, "0", 0, 1e9, "",                                    \
       "rows per iteration (0 = rollout_fragment_length x num_envs_per_worker, the only value "    \
-      "allowed)")                                                                                \
+      "allowed)")                                                                                 \
     X(sgd_minibatch_size, INT, DPT_JOBS_RL, 0, "128", 1, 1e9, "",                                 \
-      "rows per SGD minibatch (all devices; per worker for ddppo)")                              \
-    X(num_sgd_iter, INT, DPT_JOBS_RL, 0, "4", 1, 1000, "", "epochs over each batch")             \
+      "rows per SGD minibatch (all devices; per worker for ddppo)")                               \
+    X(num_sgd_iter, INT, DPT_JOBS_RL, 0, "4", 1, 1000, "", "epochs over each batch")              \
     X(total_timesteps, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE, "500000", 1, 1e12, "",                \
-      "env steps to train for (all workers); the linear schedule spans them")                    \
+      "env steps to train for (all workers); the linear schedule spans them")                     \
     X(stop_reward, FLOAT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", -1e30, 1e30, \
       "", "stop once episode_reward_mean over >= 20 episodes reaches this (0 = off)")             \
-    X(gamma, FLOAT, DPT_JOBS_RL, 0, "0.99", 0, 1, "", "discount factor")                         \
+    X(gamma, FLOAT, DPT_JOBS_RL, 0, "0.99", 0, 1, "", "discount factor")                          \
     X(lambda, FLOAT, DPT_JOBS_RL, 0, "0.95", 0, 1, "", "GAE lambda")                              \
     X(clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 10, "", "PPO ratio clip")                      \
-    X(vf_clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 1e9, "", "value clip (0 = off)")           \
-    X(vf_loss_coeff, FLOAT, DPT_JOBS_RL, 0, "0.5", 0, 1e6, "", "value loss coefficient")         \
-    X(entropy_coeff, FLOAT, DPT_JOBS_RL, 0, "0.01", 0, 1e6, "", "entropy bonus coefficient")     \
+    X(vf_clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 1e9, "", "value clip (0 = off)")            \
+    X(vf_loss_coeff, FLOAT, DPT_JOBS_RL, 0, "0.5", 0, 1e6, "", "value loss coefficient")          \
+    X(entropy_coeff, FLOAT, DPT_JOBS_RL, 0, "0.01", 0, 1e6, "", "entropy bonus coefficient")      \
     X(reward_scale, FLOAT, DPT_JOBS_RL, 0, "1", 1e-9, 1e9, "",                                    \
-      "multiply rewards by this for learning (returns are reported unscaled)")                   \
-    X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,       \
-      "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")      \
+      "multiply rewards by this for learning (returns are reported unscaled)")                    \
+    X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,        \
+      "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")       \
     X(policy_hidden, STR, DPT_JOBS_RL, 0, "64,64", 0, 0, "", "actor and critic hidden sizes")     \
     X(sync_frac, FLOAT, DPT_JOBS_DDPPO, 0, "0.6", 0, 1, "",                                       \
-      "preempt stragglers once this fraction of workers finished collecting (1 = off)")          \
+      "preempt stragglers once this fraction of workers finished collecting (1 = off)")           \
     X(check_weights_every, INT, DPT_JOBS_DDPPO, DPT_CFG_BOOKKEEPING, "10", 0, 1e9, "",            \
-      "verify that workers hold identical weights every N iterations (0 = off)")                 \
+      "verify that workers hold identical weights every N iterations (0 = off)")                  \
     X(eval_episodes, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "10", 0, 1e6, "", \
       "episodes of the greedy policy evaluated at the end of a run")
 
 /* Per-job defaults that differ from the table's: X(job, key, value). */
-#define DPT_CONFIG_JOB_DEFAULTS(X)                                                 \
-    X(DPT_JOB_PPO, lr, "0.00025")                                                  \
-    X(DPT_JOB_PPO, lr_schedule, "linear")                                          \
-    X(DPT_JOB_PPO, adam_eps, "1e-5")                                               \
-    X(DPT_JOB_PPO, grad_clip, "0.5")                                               \
-    X(DPT_JOB_PPO, num_devices, "1")                                               \
-    X(DPT_JOB_PPO, checkpoint_every, "100")                                        \
-    X(DPT_JOB_DDPPO, lr, "0.00025")                                                \
-    X(DPT_JOB_DDPPO, lr_schedule, "linear")                                        \
-    X(DPT_JOB_DDPPO, adam_eps, "1e-5")                                             \
-    X(DPT_JOB_DDPPO, grad_clip, "0.5")                                             \
-    X(DPT_JOB_DDPPO, checkpoint_every, "50")                                       \
-    X(DPT_JOB_DDPPO, rollout_fragment_length, "100")                               \
-    X(DPT_JOB_DDPPO, num_envs_per_worker, "5")                                     \
-    X(DPT_JOB_DDPPO, sgd_minibatch_size, "50")                                     \
+#define DPT_CONFIG_JOB_DEFAULTS(X)                   \
+    X(DPT_JOB_PPO, lr, "0.00025")                    \
+    X(DPT_JOB_PPO, lr_schedule, "linear")            \
+    X(DPT_JOB_PPO, adam_eps, "1e-5")                 \
+    X(DPT_JOB_PPO, grad_clip, "0.5")                 \
+    X(DPT_JOB_PPO, num_devices, "1")                 \
+    X(DPT_JOB_PPO, checkpoint_every, "100")          \
+    X(DPT_JOB_DDPPO, lr, "0.00025")                  \
+    X(DPT_JOB_DDPPO, lr_schedule, "linear")          \
+    X(DPT_JOB_DDPPO, adam_eps, "1e-5")               \
+    X(DPT_JOB_DDPPO, grad_clip, "0.5")               \
+    X(DPT_JOB_DDPPO, checkpoint_every, "50")         \
+    X(DPT_JOB_DDPPO, rollout_fragment_length, "100") \
+    X(DPT_JOB_DDPPO, num_envs_per_worker, "5")       \
+    X(DPT_JOB_DDPPO, sgd_minibatch_size, "50")       \
     X(DPT_JOB_DDPPO, num_sgd_iter, "10")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_config_key {
 #define DPT__CFG_ENUM(name, type, jobs, flags, def, lo, hi, choices, help) DPT_CFG_##name,
     DPT_CONFIG_KEYS(DPT__CFG_ENUM)
 #undef DPT__CFG_ENUM
     DPT_CFG_COUNT
 } dpt_config_key_t;
+/* clang-format on */
 
 typedef enum dpt_config_type {
     DPT_CFG_T_INT,
@@ -312,8 +321,8 @@ int dpt_config_finalize(dpt_config_t *c);
 int dpt_config_finalized(const dpt_config_t *c);
 
 /* Typed values. Asking for the wrong type is a broken invariant (abort). */
-int64_t dpt_config_int(const dpt_config_t *c, dpt_config_key_t k);   /* INT, BOOL, ENUM index */
-double dpt_config_float(const dpt_config_t *c, dpt_config_key_t k);  /* FLOAT */
+int64_t dpt_config_int(const dpt_config_t *c, dpt_config_key_t k);     /* INT, BOOL, ENUM index */
+double dpt_config_float(const dpt_config_t *c, dpt_config_key_t k);    /* FLOAT */
 const char *dpt_config_str(const dpt_config_t *c, dpt_config_key_t k); /* any: the value's text */
 /* 1 when the key was given in a file or by dpt_config_set. */
 int dpt_config_given(const dpt_config_t *c, dpt_config_key_t k);
@@ -373,11 +382,11 @@ double dpt_train_result_get(const dpt_train_result_t *r, const char *name);
 
 /* What evaluate() measured. */
 typedef struct dpt_eval_result {
-    size_t count;        /* episodes (RL) or test samples (supervised) */
-    double mean_return;  /* RL: mean episode return; supervised: NAN */
-    double mean_length;  /* RL: mean episode length */
-    double loss;         /* supervised: mean test loss; RL: NAN */
-    double accuracy;     /* supervised: test accuracy; RL: NAN */
+    size_t count;       /* episodes (RL) or test samples (supervised) */
+    double mean_return; /* RL: mean episode return; supervised: NAN */
+    double mean_length; /* RL: mean episode length */
+    double loss;        /* supervised: mean test loss; RL: NAN */
+    double accuracy;    /* supervised: test accuracy; RL: NAN */
 } dpt_eval_result_t;
 
 typedef struct dpt_trainer dpt_trainer_t;
@@ -434,8 +443,8 @@ typedef struct dpt_trainer_ops {
      * data, no worker threads): builds the model from cfg (the config the
      * checkpoint carries, with the user's overrides; finalized), loads
      * "params." from st, and measures as evaluate() does. */
-    int (*eval_checkpoint)(const dpt_config_t *cfg, const dpt_safetensors_t *st,
-                           size_t episodes, uint64_t seed, dpt_eval_result_t *out);
+    int (*eval_checkpoint)(const dpt_config_t *cfg, const dpt_safetensors_t *st, size_t episodes,
+                           uint64_t seed, dpt_eval_result_t *out);
 } dpt_trainer_ops_t;
 
 /* The ops of a job (static storage); NULL for an unknown job. */
@@ -470,9 +479,9 @@ int dpt_trainer_rank(const dpt_trainer_t *t);
  * read. Errors: DPT_ENOENT, DPT_EFORMAT (not a dpt checkpoint, or one
  * written before dpt 0.2 without metadata: the message says so), DPT_EINVAL
  * (bad override). */
-int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n,
-                        size_t episodes, uint64_t seed, dpt_eval_result_t *out, char *path_out,
-                        size_t path_size, dpt_job_t *job_out);
+int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n, size_t episodes,
+                        uint64_t seed, dpt_eval_result_t *out, char *path_out, size_t path_size,
+                        dpt_job_t *job_out);
 
 /* ---- runs ------------------------------------------------------------------- */
 
@@ -486,7 +495,7 @@ typedef enum dpt_run_event_kind {
 
 typedef struct dpt_run_event {
     dpt_run_event_kind_t kind;
-    const char *dir;                  /* the run directory */
+    const char *dir; /* the run directory */
     const char *text;
     const dpt_train_result_t *result; /* DPT_RUN_RESULT, and the last one at DPT_RUN_END */
     const dpt_eval_result_t *eval;    /* DPT_RUN_END when an evaluation ran */
@@ -512,19 +521,21 @@ typedef struct dpt_run_options {
 } dpt_run_options_t;
 
 /* Why a run ended (dpt_train_run's *reason). */
-#define DPT_RUN_REASON_LIST(X)                              \
-    X(DPT_RUN_DONE, "finished")                             \
-    X(DPT_RUN_STOP_ITERS, "reached stop_iters")             \
-    X(DPT_RUN_STOP_REWARD, "reached stop_reward")           \
-    X(DPT_RUN_STOPPED, "stopped by a signal")               \
+#define DPT_RUN_REASON_LIST(X)                    \
+    X(DPT_RUN_DONE, "finished")                   \
+    X(DPT_RUN_STOP_ITERS, "reached stop_iters")   \
+    X(DPT_RUN_STOP_REWARD, "reached stop_reward") \
+    X(DPT_RUN_STOPPED, "stopped by a signal")     \
     X(DPT_RUN_ALREADY_DONE, "already finished; nothing to do")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_run_reason {
 #define DPT__RUN_REASON_ENUM(sym, text) sym,
     DPT_RUN_REASON_LIST(DPT__RUN_REASON_ENUM)
 #undef DPT__RUN_REASON_ENUM
     DPT_RUN_REASON_COUNT
 } dpt_run_reason_t;
+/* clang-format on */
 
 const char *dpt_run_reason_text(dpt_run_reason_t reason);
 

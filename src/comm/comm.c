@@ -21,7 +21,8 @@
 const char *dpt_reduce_op_name(dpt_reduce_op_t op)
 {
     switch (op) {
-#define DPT__OP_NAME(sym, val, name) case sym: return name;
+#define DPT__OP_NAME(sym, val, name) \
+    case sym: return name;
         DPT_REDUCE_OP_LIST(DPT__OP_NAME)
 #undef DPT__OP_NAME
     default: return "?";
@@ -32,10 +33,10 @@ int dpt_reduce_op_parse(const char *name, dpt_reduce_op_t *op)
 {
     if (name == NULL || op == NULL)
         return dpt_error(DPT_EINVAL, "reduce op: NULL argument");
-#define DPT__OP_PARSE(sym, val, str)  \
-    if (strcmp(name, str) == 0) {     \
-        *op = sym;                    \
-        return 0;                     \
+#define DPT__OP_PARSE(sym, val, str) \
+    if (strcmp(name, str) == 0) {    \
+        *op = sym;                   \
+        return 0;                    \
     }
     DPT_REDUCE_OP_LIST(DPT__OP_PARSE)
 #undef DPT__OP_PARSE
@@ -45,7 +46,8 @@ int dpt_reduce_op_parse(const char *name, dpt_reduce_op_t *op)
 const char *dpt_comm_backend_name(dpt_comm_backend_t backend)
 {
     switch (backend) {
-#define DPT__BE_NAME(sym, val, name) case sym: return name;
+#define DPT__BE_NAME(sym, val, name) \
+    case sym: return name;
         DPT_COMM_BACKEND_LIST(DPT__BE_NAME)
 #undef DPT__BE_NAME
     default: return "?";
@@ -56,10 +58,10 @@ int dpt_comm_backend_parse(const char *name, dpt_comm_backend_t *backend)
 {
     if (name == NULL || backend == NULL)
         return dpt_error(DPT_EINVAL, "comm backend: NULL argument");
-#define DPT__BE_PARSE(sym, val, str)  \
-    if (strcmp(name, str) == 0) {     \
-        *backend = sym;               \
-        return 0;                     \
+#define DPT__BE_PARSE(sym, val, str) \
+    if (strcmp(name, str) == 0) {    \
+        *backend = sym;              \
+        return 0;                    \
     }
     DPT_COMM_BACKEND_LIST(DPT__BE_PARSE)
 #undef DPT__BE_PARSE
@@ -79,7 +81,8 @@ int dpt_comm_backend_available(dpt_comm_backend_t backend)
 const char *dpt__comm_call_name(int call)
 {
     switch (call) {
-#define DPT__CALL_NAME(sym, val, name) case sym: return name;
+#define DPT__CALL_NAME(sym, val, name) \
+    case sym: return name;
         DPT__COMM_CALL_LIST(DPT__CALL_NAME)
 #undef DPT__CALL_NAME
     default: return "?";
@@ -99,12 +102,8 @@ void dpt__comm_fp_describe(const dpt__comm_fp_t *fp, char *out, size_t n)
     case DPT__CALL_BROADCAST:
         snprintf(out, n, "%s(count=%zu, root=%d)", name, fp->count, fp->root);
         break;
-    case DPT__CALL_BARRIER:
-        snprintf(out, n, "%s()", name);
-        break;
-    default:
-        snprintf(out, n, "%s(count=%zu)", name, fp->count);
-        break;
+    case DPT__CALL_BARRIER: snprintf(out, n, "%s()", name); break;
+    default: snprintf(out, n, "%s(count=%zu)", name, fp->count); break;
     }
 }
 

@@ -61,7 +61,7 @@ struct dpt_comm_hier_group {
     dpt__tgroup_t *tg;
     dpt_comm_t *mpi; /* the processes; used by thread 0 only */
     int T, R, proc;
-    float *scratch;  /* reduce-scatter vector, grown by the leader */
+    float *scratch; /* reduce-scatter vector, grown by the leader */
     size_t scratch_cap;
     double mpi_wait_s; /* the longest an MPI step can take (see the top) */
 };
@@ -109,8 +109,7 @@ static int pass_b1(hcomm_t *h, int call)
     return rc < 0 ? rc : dpt__tpart_match(&h->part);
 }
 
-static int begin(hcomm_t *h, int call, int op, int root, size_t count, const float *src,
-                 float *dst)
+static int begin(hcomm_t *h, int call, int op, int root, size_t count, const float *src, float *dst)
 {
     int rc = publish(h, call, op, root, count, src, dst);
     return rc < 0 ? rc : pass_b1(h, call);
@@ -253,9 +252,8 @@ static int allgather(hcomm_t *h, const float *send, size_t count, float *recv)
     }
     if ((rc = dpt__tpart_barrier(p, "allgather")) < 0)
         return rc;
-    if (t == 0 &&
-        (rc = leader_step(h, dpt_comm_allgather(g->mpi, recv + (size_t)g->proc * per_proc,
-                                                per_proc, recv))) < 0)
+    if (t == 0 && (rc = leader_step(h, dpt_comm_allgather(g->mpi, recv + (size_t)g->proc * per_proc,
+                                                          per_proc, recv))) < 0)
         return rc;
     if ((rc = after_mpi(h, "allgather")) < 0)
         return rc;
@@ -284,9 +282,8 @@ static int reduce_scatter(hcomm_t *h, const float *send, size_t count, float *re
     if (t == 0 && count > g->scratch_cap) {
         float *s = aligned_alloc(64, (count * sizeof(float) + 63) / 64 * 64);
         if (s == NULL)
-            return dpt__tpart_fail(p, DPT_ENOMEM,
-                                   "reduce_scatter: out of memory for %zu floats of scratch",
-                                   count);
+            return dpt__tpart_fail(
+                p, DPT_ENOMEM, "reduce_scatter: out of memory for %zu floats of scratch", count);
         memset(s, 0, count * sizeof(float));
         free(g->scratch);
         g->scratch = s;

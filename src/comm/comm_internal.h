@@ -21,19 +21,21 @@
 #include "dpt/comm.h"
 
 /* The collective calls, for messages and fingerprints. */
-#define DPT__COMM_CALL_LIST(X)                     \
-    X(DPT__CALL_ALLREDUCE, 1, "allreduce")         \
-    X(DPT__CALL_IALLREDUCE, 2, "iallreduce")       \
-    X(DPT__CALL_BROADCAST, 3, "broadcast")         \
-    X(DPT__CALL_ALLGATHER, 4, "allgather")         \
+#define DPT__COMM_CALL_LIST(X)                       \
+    X(DPT__CALL_ALLREDUCE, 1, "allreduce")           \
+    X(DPT__CALL_IALLREDUCE, 2, "iallreduce")         \
+    X(DPT__CALL_BROADCAST, 3, "broadcast")           \
+    X(DPT__CALL_ALLGATHER, 4, "allgather")           \
     X(DPT__CALL_REDUCE_SCATTER, 5, "reduce_scatter") \
     X(DPT__CALL_BARRIER, 6, "barrier")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt__comm_call {
 #define DPT__CALL_ENUM(sym, val, name) sym = (val),
     DPT__COMM_CALL_LIST(DPT__CALL_ENUM)
 #undef DPT__CALL_ENUM
 } dpt__comm_call_t;
+/* clang-format on */
 
 const char *dpt__comm_call_name(int call);
 

@@ -28,19 +28,19 @@
  * (the library is built for baseline x86-64); both compute the same IEEE
  * additions and divisions element by element, so their results are
  * bitwise identical. */
-#define DPT__REDUCE2_BODY                              \
-    if (div == 0.0f) {                                 \
-        for (size_t i = 0; i < n; i++) {               \
-            float s = a[i] + b[i];                     \
-            a[i] = s;                                  \
-            b[i] = s;                                  \
-        }                                              \
-    } else {                                           \
-        for (size_t i = 0; i < n; i++) {               \
-            float s = (a[i] + b[i]) / div;             \
-            a[i] = s;                                  \
-            b[i] = s;                                  \
-        }                                              \
+#define DPT__REDUCE2_BODY                  \
+    if (div == 0.0f) {                     \
+        for (size_t i = 0; i < n; i++) {   \
+            float s = a[i] + b[i];         \
+            a[i] = s;                      \
+            b[i] = s;                      \
+        }                                  \
+    } else {                               \
+        for (size_t i = 0; i < n; i++) {   \
+            float s = (a[i] + b[i]) / div; \
+            a[i] = s;                      \
+            b[i] = s;                      \
+        }                                  \
     }
 
 static void reduce2_push(float *restrict a, float *restrict b, size_t n, float div)
@@ -50,9 +50,8 @@ static void reduce2_push(float *restrict a, float *restrict b, size_t n, float d
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
 #define DPT__HAVE_AVX2_CLONE 1
-__attribute__((target("avx2"))) static void reduce2_push_avx2(float *restrict a,
-                                                               float *restrict b, size_t n,
-                                                               float div)
+__attribute__((target("avx2"))) static void reduce2_push_avx2(float *restrict a, float *restrict b,
+                                                              size_t n, float div)
 {
     DPT__REDUCE2_BODY
 }
@@ -60,41 +59,41 @@ __attribute__((target("avx2"))) static void reduce2_push_avx2(float *restrict a,
 
 /* The general case: blocks of RBLK floats summed in rank order into a
  * local accumulator, then stored to every destination (see above). */
-#define DPT__REDUCE_ACC_BODY                                       \
-    _Alignas(64) float acc[RBLK];                                  \
-    for (size_t i0 = 0; i0 < len; i0 += RBLK) {                    \
-        size_t n = len - i0 < RBLK ? len - i0 : RBLK;              \
-        const float *a = src[0] + i0;                              \
-        if (nsrc == 1) {                                           \
-            for (size_t j = 0; j < n; j++)                         \
-                acc[j] = a[j];                                     \
-        } else {                                                   \
-            const float *b = src[1] + i0;                          \
-            for (size_t j = 0; j < n; j++)                         \
-                acc[j] = a[j] + b[j];                              \
-            for (int k = 2; k < nsrc; k++) {                       \
-                const float *c = src[k] + i0;                      \
-                for (size_t j = 0; j < n; j++)                     \
-                    acc[j] += c[j];                                \
-            }                                                      \
-        }                                                          \
-        if (div != 0.0f)                                           \
-            for (size_t j = 0; j < n; j++)                         \
-                acc[j] = acc[j] / div;                             \
-        for (int d = 0; d < ndst; d++)                             \
-            memcpy(dst[d] + i0, acc, n * sizeof(float));           \
+#define DPT__REDUCE_ACC_BODY                             \
+    _Alignas(64) float acc[RBLK];                        \
+    for (size_t i0 = 0; i0 < len; i0 += RBLK) {          \
+        size_t n = len - i0 < RBLK ? len - i0 : RBLK;    \
+        const float *a = src[0] + i0;                    \
+        if (nsrc == 1) {                                 \
+            for (size_t j = 0; j < n; j++)               \
+                acc[j] = a[j];                           \
+        } else {                                         \
+            const float *b = src[1] + i0;                \
+            for (size_t j = 0; j < n; j++)               \
+                acc[j] = a[j] + b[j];                    \
+            for (int k = 2; k < nsrc; k++) {             \
+                const float *c = src[k] + i0;            \
+                for (size_t j = 0; j < n; j++)           \
+                    acc[j] += c[j];                      \
+            }                                            \
+        }                                                \
+        if (div != 0.0f)                                 \
+            for (size_t j = 0; j < n; j++)               \
+                acc[j] = acc[j] / div;                   \
+        for (int d = 0; d < ndst; d++)                   \
+            memcpy(dst[d] + i0, acc, n * sizeof(float)); \
     }
 
-static void reduce_acc(float *const *dst, int ndst, const float *const *src, int nsrc,
-                       size_t len, float div)
+static void reduce_acc(float *const *dst, int ndst, const float *const *src, int nsrc, size_t len,
+                       float div)
 {
     DPT__REDUCE_ACC_BODY
 }
 
 #ifdef DPT__HAVE_AVX2_CLONE
 __attribute__((target("avx2"))) static void reduce_acc_avx2(float *const *dst, int ndst,
-                                                             const float *const *src, int nsrc,
-                                                             size_t len, float div)
+                                                            const float *const *src, int nsrc,
+                                                            size_t len, float div)
 {
     DPT__REDUCE_ACC_BODY
 }

@@ -67,7 +67,7 @@ void dpt_comm_mpi_options_init(dpt_comm_mpi_options_t *opt)
 
 #if !DPT_HAVE_MPI
 
-#define NO_MPI_MSG                                                                  \
+#define NO_MPI_MSG \
     "this build has no MPI (install libopenmpi-dev and openmpi-bin, then reconfigure)"
 
 int dpt_comm_mpi_init(int *argc, char ***argv, dpt_comm_mpi_thread_t required)
@@ -151,8 +151,7 @@ int dpt_comm_mpi_init(int *argc, char ***argv, dpt_comm_mpi_thread_t required)
     case DPT_COMM_MPI_FUNNELED: level = MPI_THREAD_FUNNELED; break;
     case DPT_COMM_MPI_SERIALIZED: level = MPI_THREAD_SERIALIZED; break;
     case DPT_COMM_MPI_MULTIPLE: level = MPI_THREAD_MULTIPLE; break;
-    default:
-        return dpt_error(DPT_EINVAL, "comm mpi: init: unknown thread level %d", (int)required);
+    default: return dpt_error(DPT_EINVAL, "comm mpi: init: unknown thread level %d", (int)required);
     }
     int inited = 0, finalized = 0, provided = 0, mrc;
     char msg[MPI_MAX_ERROR_STRING];
@@ -369,8 +368,8 @@ static int m_allgather(dpt_comm_t *c, const float *send, size_t count, float *re
     if (count <= (size_t)INT_MAX) {
         const void *sb = send == own ? MPI_IN_PLACE : (const void *)send;
         MPI_Request r;
-        int mrc = MPI_Iallgather(sb, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, m->comm,
-                                 &r);
+        int mrc =
+            MPI_Iallgather(sb, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, m->comm, &r);
         return run1(m, mrc, &r, t0, count * sizeof(float) * (size_t)c->size, "MPI_Iallgather");
     }
     if (send != own)

@@ -34,13 +34,13 @@ typedef struct dpt__mcomm {
     int failed;       /* status code of the first failure, or 0 */
     int stuck;        /* an MPI collective that failed is still pending (see destroy) */
     char fail_msg[DPT__MPI_NOTE_LEN];
-    dpt__mop_t cur;   /* the current (or last) collective */
+    dpt__mop_t cur; /* the current (or last) collective */
 
     /* buffers of pending MPI operations: members, so they outlive a stuck one */
     uint64_t fp_mine[4];
-    uint64_t *fp_all; /* 4 * size, the debug check */
-    int *counts;      /* size, block sizes for MPI_Ireduce_scatter */
-    float dummy;      /* receive buffer of an empty reduce-scatter block */
+    uint64_t *fp_all;  /* 4 * size, the debug check */
+    int *counts;       /* size, block sizes for MPI_Ireduce_scatter */
+    float dummy;       /* receive buffer of an empty reduce-scatter block */
     MPI_Request *reqs; /* the pending iallreduce's chunks */
     int nreqs, reqs_cap;
     float *pbuf;

@@ -99,12 +99,8 @@ void dpt__mop_describe(const dpt__mop_t *op, const char *unit, char *out, size_t
     case DPT__CALL_ALLGATHER:
         snprintf(out, n, "%s #%llu (%zu float%s per %s)", name, seq, op->count, s, unit);
         break;
-    case DPT__CALL_BARRIER:
-        snprintf(out, n, "%s #%llu", name, seq);
-        break;
-    default:
-        snprintf(out, n, "%s #%llu (%zu float%s)", name, seq, op->count, s);
-        break;
+    case DPT__CALL_BARRIER: snprintf(out, n, "%s #%llu", name, seq); break;
+    default: snprintf(out, n, "%s #%llu (%zu float%s)", name, seq, op->count, s); break;
     }
 }
 
@@ -199,8 +195,7 @@ static int serve_side(dpt__mcomm_t *m, int notes, int *out)
     for (;;) {
         int flag = 0, mrc;
         MPI_Status st;
-        mrc = MPI_Iprobe(MPI_ANY_SOURCE, notes ? MPI_ANY_TAG : TAG_STATUS_REQ, m->side, &flag,
-                         &st);
+        mrc = MPI_Iprobe(MPI_ANY_SOURCE, notes ? MPI_ANY_TAG : TAG_STATUS_REQ, m->side, &flag, &st);
         if (mrc != MPI_SUCCESS) {
             *out = mrc;
             return WAIT_SIDE_ERROR;
@@ -244,8 +239,8 @@ static void nap(long ns)
  * channel). Returns WAIT_DONE, WAIT_DEADLINE, WAIT_MPI_ERROR or
  * WAIT_SIDE_ERROR (*out = the MPI code) or WAIT_FAILED (*out = the dpt code
  * of a notified failure, already recorded). */
-static int wait_until(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double deadline,
-                      size_t bytes, int *out)
+static int wait_until(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double deadline, size_t bytes,
+                      int *out)
 {
     double spin_end = dpt_now() + SPIN_S + SPIN_S_PER_BYTE * (double)bytes;
     long sleep_ns = SLEEP_MIN_NS;

@@ -64,10 +64,10 @@ typedef struct tslot {
 } tslot_t;
 
 struct dpt__tgroup {
-    _Alignas(64) _Atomic int failed; /* 0, or the status code of the failure */
+    _Alignas(64) _Atomic int failed;   /* 0, or the status code of the failure */
     _Alignas(64) _Atomic int sleepers; /* participants blocked on cv */
     int size;
-    int rank_offset;     /* added to ranks in messages (hier: process * T) */
+    int rank_offset; /* added to ranks in messages (hier: process * T) */
     double timeout_s;
     double spin_s;
     int oversubscribed;  /* more participants than online CPUs */

@@ -55,8 +55,7 @@ int dpt_arena_init(dpt_arena_t *a, size_t count)
         return dpt_error(DPT_EOVERFLOW, "arena: %zu floats overflow the address space", count);
     a->data = dpt_alloc_aligned(bytes);
     if (!a->data)
-        return dpt_error(DPT_ENOMEM, "arena: cannot allocate %zu floats (%zu bytes)", count,
-                         bytes);
+        return dpt_error(DPT_ENOMEM, "arena: cannot allocate %zu floats (%zu bytes)", count, bytes);
     a->count = count;
     return DPT_OK;
 }
@@ -92,8 +91,8 @@ int dpt_vartable_add(dpt_vartable_t *t, const char *name, int ndim, const size_t
         return dpt_error(DPT_EINVAL, "variable table: name \"%.40s...\" is longer than %d bytes",
                          name, DPT_VAR_NAME_MAX - 1);
     if (ndim < 1 || ndim > DPT_VAR_MAX_DIMS)
-        return dpt_error(DPT_EINVAL, "variable \"%s\": %d dimensions (allowed 1..%d)", name,
-                         ndim, DPT_VAR_MAX_DIMS);
+        return dpt_error(DPT_EINVAL, "variable \"%s\": %d dimensions (allowed 1..%d)", name, ndim,
+                         DPT_VAR_MAX_DIMS);
     if (dpt_vartable_find(t, name))
         return dpt_error(DPT_EINVAL, "variable \"%s\" is already in the table", name);
     size_t count = 1;
@@ -103,8 +102,8 @@ int dpt_vartable_add(dpt_vartable_t *t, const char *name, int ndim, const size_t
         if (dpt_mul_size(count, shape[d], &count) != 0)
             return dpt_error(DPT_EOVERFLOW, "variable \"%s\": shape overflows size_t", name);
     }
-    size_t off = (t->total + DPT_VAR_ALIGN_FLOATS - 1) / DPT_VAR_ALIGN_FLOATS *
-                 DPT_VAR_ALIGN_FLOATS;
+    size_t off =
+        (t->total + DPT_VAR_ALIGN_FLOATS - 1) / DPT_VAR_ALIGN_FLOATS * DPT_VAR_ALIGN_FLOATS;
     if (off < t->total || off > ((size_t)-1) - count - DPT_VAR_ALIGN_FLOATS)
         return dpt_error(DPT_EOVERFLOW, "variable \"%s\": table size overflows size_t", name);
     if (t->nvars == t->cap) {
@@ -125,8 +124,8 @@ int dpt_vartable_add(dpt_vartable_t *t, const char *name, int ndim, const size_t
     v->count = count;
     /* The total is padded too, so consecutive tables could be concatenated
      * and every arena ends on an aligned boundary. */
-    t->total = (off + count + DPT_VAR_ALIGN_FLOATS - 1) / DPT_VAR_ALIGN_FLOATS *
-               DPT_VAR_ALIGN_FLOATS;
+    t->total =
+        (off + count + DPT_VAR_ALIGN_FLOATS - 1) / DPT_VAR_ALIGN_FLOATS * DPT_VAR_ALIGN_FLOATS;
     if (offset)
         *offset = off;
     return DPT_OK;

@@ -122,12 +122,10 @@ int dpt_batch_check_layout(const dpt_batch_t *b, const dpt_batch_t *layout)
             return dpt_error(DPT_EINVAL, "batch has no column \"%s\"", want->name);
         if (have->dtype != want->dtype || have->width != want->width ||
             have->per_sequence != want->per_sequence)
-            return dpt_error(DPT_EINVAL,
-                             "column \"%s\" is %s x %zu%s, expected %s x %zu%s", want->name,
-                             dpt_dtype_name(have->dtype), have->width,
-                             have->per_sequence ? " per sequence" : "",
-                             dpt_dtype_name(want->dtype), want->width,
-                             want->per_sequence ? " per sequence" : "");
+            return dpt_error(DPT_EINVAL, "column \"%s\" is %s x %zu%s, expected %s x %zu%s",
+                             want->name, dpt_dtype_name(have->dtype), have->width,
+                             have->per_sequence ? " per sequence" : "", dpt_dtype_name(want->dtype),
+                             want->width, want->per_sequence ? " per sequence" : "");
     }
     for (size_t i = 0; i < b->ncols; i++)
         if (!dpt_batch_find(layout, b->cols[i].name))

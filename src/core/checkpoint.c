@@ -219,8 +219,8 @@ int dpt_safetensors_add_arena(dpt_safetensors_writer_t *w, const char *prefix,
         prefix = "";
     if (count < table->total || (table->total > 0 && !data))
         return dpt_error(DPT_EINVAL,
-                         "checkpoint writer: arena %s has %zu floats, its table needs %zu",
-                         prefix, data ? count : 0, table->total);
+                         "checkpoint writer: arena %s has %zu floats, its table needs %zu", prefix,
+                         data ? count : 0, table->total);
     size_t plen = strlen(prefix), n0 = w->n;
     int rc = DPT_OK;
     for (size_t i = 0; i < table->nvars && rc == DPT_OK; i++) {
@@ -510,12 +510,11 @@ int dpt_safetensors_save(const dpt_safetensors_writer_t *w, const char *path)
         goto fail;
     }
     for (int attempt = 0; fd < 0; attempt++) {
-        snprintf(tmp, tlen, "%s.tmp-%ld-%u", path, (long)getpid(),
-                 atomic_fetch_add(&counter, 1u));
+        snprintf(tmp, tlen, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
-            rc = dpt_error(DPT_EIO, "checkpoint %s: cannot create temporary file %s: %s", path,
-                           tmp, strerror(errno));
+            rc = dpt_error(DPT_EIO, "checkpoint %s: cannot create temporary file %s: %s", path, tmp,
+                           strerror(errno));
             free(tmp);
             tmp = NULL; /* nothing to remove */
             goto fail;
@@ -531,15 +530,14 @@ int dpt_safetensors_save(const dpt_safetensors_writer_t *w, const char *path)
         goto fail;
     }
     if (fsync(fd) != 0) {
-        rc = dpt_error(DPT_EIO, "checkpoint %s: fsync of %s failed: %s", path, tmp,
-                       strerror(errno));
+        rc =
+            dpt_error(DPT_EIO, "checkpoint %s: fsync of %s failed: %s", path, tmp, strerror(errno));
         goto fail;
     }
     int cfd = fd;
     fd = -1;
     if (close(cfd) != 0) {
-        rc = dpt_error(DPT_EIO, "checkpoint %s: closing %s failed: %s", path, tmp,
-                       strerror(errno));
+        rc = dpt_error(DPT_EIO, "checkpoint %s: closing %s failed: %s", path, tmp, strerror(errno));
         goto fail;
     }
     if (rename(tmp, path) != 0) {
@@ -615,8 +613,8 @@ int dpt_safetensors_get(const dpt_safetensors_t *st, const char *name, dpt_st_dt
             char a[160], b[160];
             fmt_shape(a, sizeof a, t->ndim, t->shape);
             fmt_shape(b, sizeof b, ndim, shape);
-            return dpt_error(DPT_EINVAL, "checkpoint %s: tensor %s has shape %s, expected %s",
-                             path, name, a, b);
+            return dpt_error(DPT_EINVAL, "checkpoint %s: tensor %s has shape %s, expected %s", path,
+                             name, a, b);
         }
     }
     *out = t;
@@ -679,9 +677,8 @@ int dpt_safetensors_load_arena(const dpt_safetensors_t *st, const char *prefix,
     for (size_t i = 0; i < n; i++) {
         const dpt_safetensors_tensor_t *t = dpt_safetensors_tensor(st, i);
         if (strncmp(t->name, prefix, plen) == 0 && !dpt_vartable_find(table, t->name + plen))
-            return dpt_error(DPT_EINVAL,
-                             "checkpoint %s: tensor %s is not a variable of the model", path,
-                             t->name);
+            return dpt_error(DPT_EINVAL, "checkpoint %s: tensor %s is not a variable of the model",
+                             path, t->name);
     }
     for (size_t i = 0; i < table->nvars; i++) {
         const dpt_var_t *v = &table->vars[i];

@@ -32,7 +32,7 @@ void dpt_dataset_deinit(dpt_dataset_t *ds)
 typedef struct blob {
     unsigned char *p; /* len bytes + a terminating zero (for the CSV parser) */
     size_t len;
-    int gz;           /* 1 when the file was gzipped */
+    int gz; /* 1 when the file was gzipped */
 } blob_t;
 
 #if DPT_HAVE_ZLIB
@@ -105,9 +105,9 @@ static int read_file(const char *path, blob_t *b)
     memset(b, 0, sizeof *b);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return errno == ENOENT ? dpt_error(DPT_ENOENT, "dataset %s: no such file", path)
-                               : dpt_error(DPT_EIO, "dataset %s: cannot open: %s", path,
-                                           strerror(errno));
+        return errno == ENOENT
+                   ? dpt_error(DPT_ENOENT, "dataset %s: no such file", path)
+                   : dpt_error(DPT_EIO, "dataset %s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(f);
@@ -155,13 +155,13 @@ static int read_file(const char *path, blob_t *b)
 typedef struct idx {
     int ndim;
     size_t dims[4];
-    size_t count;               /* product of dims[1..] */
-    const unsigned char *data;  /* dims[0] * count bytes */
+    size_t count;              /* product of dims[1..] */
+    const unsigned char *data; /* dims[0] * count bytes */
 } idx_t;
 
 /* Parses an unsigned-byte IDX file with min_dim..max_dim dimensions. */
-static int parse_idx(const char *path, const blob_t *b, const char *what, int min_dim,
-                     int max_dim, unsigned expect_magic, idx_t *out)
+static int parse_idx(const char *path, const blob_t *b, const char *what, int min_dim, int max_dim,
+                     unsigned expect_magic, idx_t *out)
 {
     const unsigned char *p = b->p;
     const char *has = b->gz ? "decompresses to" : "has";
@@ -204,11 +204,10 @@ static int parse_idx(const char *path, const blob_t *b, const char *what, int mi
     out->ndim = ndim;
     for (int d = 0; d < ndim; d++) {
         const unsigned char *q = p + 4 + 4 * d;
-        out->dims[d] = (size_t)((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 |
-                                (uint32_t)q[2] << 8 | q[3]);
+        out->dims[d] =
+            (size_t)((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3]);
         if (out->dims[d] == 0)
-            return dpt_error(DPT_EFORMAT, "dataset %s: dimension %d of the header is 0", path,
-                             d);
+            return dpt_error(DPT_EFORMAT, "dataset %s: dimension %d of the header is 0", path, d);
         if (dpt_mul_size(total, out->dims[d], &total) != 0 || total > ((size_t)-1) - head)
             return dpt_error(DPT_EOVERFLOW, "dataset %s: the header's sizes overflow", path);
     }
@@ -221,8 +220,7 @@ static int parse_idx(const char *path, const blob_t *b, const char *what, int mi
         else if (ndim == 1)
             snprintf(shape, sizeof shape, "%zu %ss", out->dims[0], what);
         else
-            snprintf(shape, sizeof shape, "%zu samples of %zu values", out->dims[0],
-                     out->count);
+            snprintf(shape, sizeof shape, "%zu samples of %zu values", out->dims[0], out->count);
         return dpt_error(DPT_EFORMAT,
                          "dataset %s: the header says %s (%zu bytes), the file %s %zu bytes: %s",
                          path, shape, head + total, has, b->len,
@@ -264,8 +262,8 @@ int dpt_dataset_load_idx(dpt_dataset_t *ds, const char *images_path, const char 
         (rc = parse_idx(labels_path, &bl, "label", 1, 1, 0x801, &il)) < 0)
         goto fail;
     if (ii.dims[0] != il.dims[0]) {
-        rc = dpt_error(DPT_EFORMAT, "dataset: %s has %zu images but %s has %zu labels",
-                       images_path, ii.dims[0], labels_path, il.dims[0]);
+        rc = dpt_error(DPT_EFORMAT, "dataset: %s has %zu images but %s has %zu labels", images_path,
+                       ii.dims[0], labels_path, il.dims[0]);
         goto fail;
     }
     size_t rows = ii.dims[0], dim = ii.count, nx;
@@ -417,8 +415,8 @@ static int csv_row(csv_state_t *s, char **cells, size_t lineno, int num_classes)
         double v = strtod(cell, &end);
         if (*end != '\0')
             return dpt_error(DPT_EFORMAT,
-                             "dataset %s: line %zu, column %zu: \"%.40s\" is not a number",
-                             s->path, lineno, c + 1, cell);
+                             "dataset %s: line %zu, column %zu: \"%.40s\" is not a number", s->path,
+                             lineno, c + 1, cell);
         float f = (float)v;
         if (!isfinite(f))
             return dpt_error(DPT_EFORMAT,
@@ -594,8 +592,7 @@ int dpt_dataset_find_mnist(dpt_mnist_files_t *files, const char *dir)
             continue;
         memcpy(out[i] + n, ".gz", 4);
         if (!file_exists(out[i]))
-            return dpt_error(DPT_ENOENT, "dataset directory %s: %s[.gz] is missing", dir,
-                             names[i]);
+            return dpt_error(DPT_ENOENT, "dataset directory %s: %s[.gz] is missing", dir, names[i]);
         if (gz_only < 0)
             gz_only = i;
     }
@@ -650,8 +647,10 @@ int dpt_dataset_make_spirals(dpt_dataset_t *train, dpt_dataset_t *test, size_t t
     memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
     if (train_points == 0 || test_points == 0)
-        return dpt_error(DPT_EINVAL, "dataset spirals: %zu training and %zu test points (both "
-                         "must be at least 1)", train_points, test_points);
+        return dpt_error(DPT_EINVAL,
+                         "dataset spirals: %zu training and %zu test points (both "
+                         "must be at least 1)",
+                         train_points, test_points);
     if (train_points > (size_t)-1 - test_points)
         return dpt_error(DPT_EOVERFLOW, "dataset spirals: %zu + %zu points overflow the size",
                          train_points, test_points);

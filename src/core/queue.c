@@ -18,7 +18,7 @@ struct dpt_queue {
     pthread_cond_t not_empty;
     void **items;
     size_t capacity;
-    size_t head;  /* oldest item */
+    size_t head; /* oldest item */
     size_t count;
     int closed;
 };
@@ -106,16 +106,22 @@ static int dpt__wait(dpt_queue_t *q, pthread_cond_t *c, int (*ready)(const dpt_q
     int forever = timeout_s < 0.0 || timeout_s > 1e9;
     struct timespec deadline = forever ? (struct timespec){0, 0} : dpt__deadline(timeout_s);
     while (!ready(q) && !q->closed) {
-        int rc = forever ? pthread_cond_wait(c, &q->mu)
-                         : pthread_cond_timedwait(c, &q->mu, &deadline);
+        int rc =
+            forever ? pthread_cond_wait(c, &q->mu) : pthread_cond_timedwait(c, &q->mu, &deadline);
         if (rc == ETIMEDOUT)
             return (ready(q) || q->closed) ? 0 : DPT_ETIMEDOUT;
     }
     return 0;
 }
 
-static int dpt__has_room(const dpt_queue_t *q) { return q->count < q->capacity; }
-static int dpt__has_item(const dpt_queue_t *q) { return q->count > 0; }
+static int dpt__has_room(const dpt_queue_t *q)
+{
+    return q->count < q->capacity;
+}
+static int dpt__has_item(const dpt_queue_t *q)
+{
+    return q->count > 0;
+}
 
 int dpt_queue_push(dpt_queue_t *q, void *item, double timeout_s)
 {
@@ -132,8 +138,7 @@ int dpt_queue_push(dpt_queue_t *q, void *item, double timeout_s)
     if (rc == DPT_ECLOSED)
         return dpt_error(rc, "queue: push on a closed queue");
     if (rc == DPT_ETIMEDOUT)
-        return dpt_error(rc, "queue: still full (%zu items) after %.3f s", q->capacity,
-                         timeout_s);
+        return dpt_error(rc, "queue: still full (%zu items) after %.3f s", q->capacity, timeout_s);
     return rc;
 }
 

@@ -50,8 +50,7 @@ static uint64_t dpt__mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-void dpt_rng_init(dpt_rng_t *rng, uint64_t seed, uint32_t rank, uint32_t index,
-                  uint32_t purpose)
+void dpt_rng_init(dpt_rng_t *rng, uint64_t seed, uint32_t rank, uint32_t index, uint32_t purpose)
 {
     uint64_t k = dpt__mix64(dpt__mix64(seed) ^ ((uint64_t)purpose * 0xD6E8FEB86659FD93ull));
     rng->key[0] = (uint32_t)k;

@@ -270,9 +270,9 @@ int dpt_safetensors_load(dpt_safetensors_t **out, const char *path)
 
     f = fopen(path, "rb");
     if (!f) {
-        rc = errno == ENOENT ? dpt_error(DPT_ENOENT, "checkpoint %s: no such file", path)
-                             : dpt_error(DPT_EIO, "checkpoint %s: cannot open: %s", path,
-                                         strerror(errno));
+        rc = errno == ENOENT
+                 ? dpt_error(DPT_ENOENT, "checkpoint %s: no such file", path)
+                 : dpt_error(DPT_EIO, "checkpoint %s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     struct stat sb;
@@ -392,8 +392,7 @@ const dpt_safetensors_tensor_t *dpt_safetensors_tensor(const dpt_safetensors_t *
     return i < st->n ? &st->e[i].pub : NULL;
 }
 
-const dpt_safetensors_tensor_t *dpt_safetensors_find(const dpt_safetensors_t *st,
-                                                     const char *name)
+const dpt_safetensors_tensor_t *dpt_safetensors_find(const dpt_safetensors_t *st, const char *name)
 {
     size_t lo = 0, hi = st->n;
     if (!st->by_name)

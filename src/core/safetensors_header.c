@@ -34,7 +34,8 @@ typedef struct parser {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static int perr(parser_t *p, const char *fmt, ...)
+static int
+perr(parser_t *p, const char *fmt, ...)
 {
     char msg[256];
     va_list ap;
@@ -43,15 +44,15 @@ static int perr(parser_t *p, const char *fmt, ...)
     va_end(ap);
     /* Byte positions count from the start of the file (the header starts
      * at byte 8) so they can be found with a hex dump. */
-    p->rc = dpt_error(DPT_EFORMAT, "checkpoint %s: header JSON at byte %zu: %s", p->path,
-                      p->i + 8, msg);
+    p->rc = dpt_error(DPT_EFORMAT, "checkpoint %s: header JSON at byte %zu: %s", p->path, p->i + 8,
+                      msg);
     return p->rc;
 }
 
 static void skip_ws(parser_t *p)
 {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
+    while (p->i < p->n &&
+           (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
         p->i++;
 }
 
@@ -391,8 +392,8 @@ static int parse_tensor(parser_t *p, entry_t *e)
             }
         } else if (strcmp(key, "shape") == 0) {
             dup = have_shape++;
-            if (!dup && parse_uint_array(p, e->shape, DPT_SAFETENSORS_MAX_DIMS, &e->ndim,
-                                         "shape") < 0) {
+            if (!dup &&
+                parse_uint_array(p, e->shape, DPT_SAFETENSORS_MAX_DIMS, &e->ndim, "shape") < 0) {
                 free(key);
                 return p->rc;
             }
@@ -433,7 +434,9 @@ static int parse_tensor(parser_t *p, entry_t *e)
     }
     if (!have_dtype || !have_shape || !have_offsets)
         return perr(p, "tensor %s: missing \"%s\"", e->name,
-                    !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
+                    !have_dtype   ? "dtype"
+                    : !have_shape ? "shape"
+                                  : "data_offsets");
     return 0;
 }
 

@@ -16,11 +16,11 @@
 typedef struct entry {
     dpt_safetensors_tensor_t pub;
     char *name;
-    char *dtype_str;  /* as written, until resolved */
+    char *dtype_str; /* as written, until resolved */
     uint64_t shape[DPT_SAFETENSORS_MAX_DIMS];
     int ndim;
     uint64_t begin, end;
-    void *copy;       /* aligned copy when the file's offset is misaligned */
+    void *copy; /* aligned copy when the file's offset is misaligned */
 } entry_t;
 
 /* One "__metadata__" entry; key and value are owned, freed by
@@ -35,12 +35,12 @@ typedef struct meta {
  * in by dpt_safetensors_load. Everything is owned by the reader. */
 struct dpt_safetensors {
     char *path;
-    entry_t *e;           /* in file order after validation */
+    entry_t *e; /* in file order after validation */
     size_t n, cap;
-    size_t *by_name;      /* indices into e, sorted by name */
+    size_t *by_name; /* indices into e, sorted by name */
     meta_t *m;
     size_t nm, capm;
-    unsigned char *data;  /* the data section, 64-byte aligned */
+    unsigned char *data; /* the data section, 64-byte aligned */
     size_t data_bytes;
 };
 

@@ -12,7 +12,8 @@ static _Thread_local char dpt__errbuf[512];
 const char *dpt_strerror(int code)
 {
     switch (code) {
-#define DPT__STATUS_STR(sym, val, desc) case (val): return (desc);
+#define DPT__STATUS_STR(sym, val, desc) \
+    case (val): return (desc);
         DPT_STATUS_LIST(DPT__STATUS_STR)
 #undef DPT__STATUS_STR
     default: return "unknown error";
@@ -22,7 +23,8 @@ const char *dpt_strerror(int code)
 const char *dpt_status_name(int code)
 {
     switch (code) {
-#define DPT__STATUS_NAME(sym, val, desc) case (val): return #sym;
+#define DPT__STATUS_NAME(sym, val, desc) \
+    case (val): return #sym;
         DPT_STATUS_LIST(DPT__STATUS_NAME)
 #undef DPT__STATUS_NAME
     default: return "DPT_E?";

@@ -20,7 +20,8 @@ int dpt_has_feature(dpt_feature_t f)
 const char *dpt_feature_name(dpt_feature_t f)
 {
     switch (f) {
-#define DPT__FEATURE_NAME(sym, name, desc) case sym: return name;
+#define DPT__FEATURE_NAME(sym, name, desc) \
+    case sym: return name;
         DPT_FEATURE_LIST(DPT__FEATURE_NAME)
 #undef DPT__FEATURE_NAME
     default: return "unknown";
@@ -30,7 +31,8 @@ const char *dpt_feature_name(dpt_feature_t f)
 const char *dpt_feature_description(dpt_feature_t f)
 {
     switch (f) {
-#define DPT__FEATURE_DESC(sym, name, desc) case sym: return desc;
+#define DPT__FEATURE_DESC(sym, name, desc) \
+    case sym: return desc;
         DPT_FEATURE_LIST(DPT__FEATURE_DESC)
 #undef DPT__FEATURE_DESC
     default: return "unknown";

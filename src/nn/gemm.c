@@ -147,8 +147,8 @@ static void gemm_unpacked(const dpt__gemm_args_t *g)
  * has all its panels, else the full-tile kernel panel by panel. */
 static void edge_rows(const dpt__gemm_kernel_t *kr, const dpt__gemm_edge_t *e,
                       const dpt__gemm_args_t *g, float *abuf, const float *ablock, size_t direct,
-                      size_t full, size_t rem, size_t kc, const float *bgroup, float *c,
-                      float beta, size_t gn)
+                      size_t full, size_t rem, size_t kc, const float *bgroup, float *c, float beta,
+                      size_t gn)
 {
     size_t nr = kr->nr;
     const float *ap = full < direct ? ablock + full * g->rsa : abuf + (full - direct) * kc;
@@ -165,8 +165,8 @@ static void edge_rows(const dpt__gemm_kernel_t *kr, const dpt__gemm_edge_t *e,
         csa = kr->mr;
     }
     for (size_t jr = 0; jr < gn; jr += nr)
-        kr->fn(kc, ap, rsa, csa, bgroup + jr * kc, c + jr * g->csc, g->rsc, g->csc, g->alpha,
-               beta, rem, dpt__gemm_min(nr, gn - jr));
+        kr->fn(kc, ap, rsa, csa, bgroup + jr * kc, c + jr * g->csc, g->rsc, g->csc, g->alpha, beta,
+               rem, dpt__gemm_min(nr, gn - jr));
 }
 
 static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g, float *ws)
@@ -217,16 +217,15 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
                         for (size_t ir = 0; ir < tiled; ir += mr) {
                             size_t m = dpt__gemm_min(mr, mc - ir);
                             float *c = g->c + (ic + ir) * g->rsc + (jc + jr) * g->csc;
-                            const float *ap = ir < direct ? ablock + ir * g->rsa
-                                                          : abuf + (ir - direct) * kc;
-                            kr->fn(kc, ap, ir < direct ? g->rsa : 1, ir < direct ? 1 : mr,
-                                   bpanel, c, g->rsc, g->csc, g->alpha, beta, m, n);
+                            const float *ap =
+                                ir < direct ? ablock + ir * g->rsa : abuf + (ir - direct) * kc;
+                            kr->fn(kc, ap, ir < direct ? g->rsa : 1, ir < direct ? 1 : mr, bpanel,
+                                   c, g->rsc, g->csc, g->alpha, beta, m, n);
                         }
                     }
                     if (edge)
-                        edge_rows(kr, edge, g, abuf, ablock, direct, full, rem, kc,
-                                  bbuf + jg * kc, g->c + (ic + full) * g->rsc + (jc + jg) * g->csc,
-                                  beta, gn);
+                        edge_rows(kr, edge, g, abuf, ablock, direct, full, rem, kc, bbuf + jg * kc,
+                                  g->c + (ic + full) * g->rsc + (jc + jg) * g->csc, beta, gn);
                 }
             }
         }
@@ -308,8 +307,8 @@ static void cblas_setup(void)
 /* Returns 0 when CBLAS ran, nonzero when a size does not fit its int
  * arguments (the caller then uses the portable kernel). */
 static int gemm_cblas(int transa, int transb, size_t m, size_t n, size_t k, float alpha,
-                      const float *a, size_t lda, const float *b, size_t ldb, float beta,
-                      float *c, size_t ldc)
+                      const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
+                      size_t ldc)
 {
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX ||
         ldc > INT_MAX)
@@ -358,7 +357,8 @@ int dpt_gemm_set_backend(dpt_gemm_backend_t backend)
 const char *dpt_gemm_backend_name(dpt_gemm_backend_t backend)
 {
     switch (backend) {
-#define DPT__GEMM_NAME(sym, name) case sym: return name;
+#define DPT__GEMM_NAME(sym, name) \
+    case sym: return name;
         DPT_GEMM_BACKEND_LIST(DPT__GEMM_NAME)
 #undef DPT__GEMM_NAME
     default: return "unknown";
@@ -384,9 +384,9 @@ const char *dpt_gemm_describe(dpt_gemm_backend_t backend)
     }
 }
 
-int dpt_gemm_ex(dpt_gemm_backend_t backend, int transa, int transb, size_t m, size_t n,
-                size_t k, float alpha, const float *a, size_t lda, const float *b,
-                size_t ldb, float beta, float *c, size_t ldc)
+int dpt_gemm_ex(dpt_gemm_backend_t backend, int transa, int transb, size_t m, size_t n, size_t k,
+                float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                float *c, size_t ldc)
 {
     int rc = backend_check(backend);
     if (rc < 0)
@@ -407,10 +407,20 @@ int dpt_gemm_ex(dpt_gemm_backend_t backend, int transa, int transb, size_t m, si
         return DPT_OK;
 #endif
     dpt__gemm_args_t g = {
-        .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
-        .a = a, .rsa = transa ? 1 : lda, .csa = transa ? lda : 1,
-        .b = b, .rsb = transb ? 1 : ldb, .csb = transb ? ldb : 1,
-        .c = c, .rsc = ldc, .csc = 1,
+        .m = m,
+        .n = n,
+        .k = k,
+        .alpha = alpha,
+        .beta = beta,
+        .a = a,
+        .rsa = transa ? 1 : lda,
+        .csa = transa ? lda : 1,
+        .b = b,
+        .rsb = transb ? 1 : ldb,
+        .csb = transb ? ldb : 1,
+        .c = c,
+        .rsc = ldc,
+        .csc = 1,
     };
     gemm_portable(g);
     return DPT_OK;
@@ -419,6 +429,6 @@ int dpt_gemm_ex(dpt_gemm_backend_t backend, int transa, int transb, size_t m, si
 void dpt_gemm(int transa, int transb, size_t m, size_t n, size_t k, float alpha, const float *a,
               size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
 {
-    (void)dpt_gemm_ex(dpt_gemm_get_backend(), transa, transb, m, n, k, alpha, a, lda, b, ldb,
-                      beta, c, ldc);
+    (void)dpt_gemm_ex(dpt_gemm_get_backend(), transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
+                      c, ldc);
 }

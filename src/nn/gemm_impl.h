@@ -20,8 +20,8 @@
  * csa = MR) or MR rows read in place (csa = 1); `b` is a packed panel,
  * aligned to 64 bytes. */
 typedef void (*dpt__ukernel_fn)(size_t k, const float *restrict a, size_t rsa, size_t csa,
-                                const float *restrict b, float *restrict c, size_t rsc,
-                                size_t csc, float alpha, float beta, size_t m, size_t n);
+                                const float *restrict b, float *restrict c, size_t rsc, size_t csc,
+                                float alpha, float beta, size_t m, size_t n);
 
 /* A packer copies one operand block into micro-panels:
  *   pack_a: op(A)[0:len, 0:kc] (element (i, p) at x[i*rs + p*cs]) into

@@ -44,8 +44,8 @@ static void store_tile(const float *t, size_t ldt, float *c, size_t rsc, size_t 
 
 /* The plain loops below handle any layout; the AVX packers further down
  * have faster copies of the common ones. */
-static void pack_a_generic(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa,
-                           size_t csa, float *restrict dst)
+static void pack_a_generic(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa, size_t csa,
+                           float *restrict dst)
 {
     for (size_t i0 = 0; i0 < mc; i0 += mr) {
         size_t rows = dpt__gemm_min(mr, mc - i0);
@@ -67,8 +67,8 @@ static void pack_a_generic(size_t mr, size_t mc, size_t kc, const float *a, size
     }
 }
 
-static void pack_b_generic(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb,
-                           size_t csb, float *restrict dst)
+static void pack_b_generic(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
+                           float *restrict dst)
 {
     for (size_t j0 = 0; j0 < nc; j0 += nr) {
         size_t cols = dpt__gemm_min(nr, nc - j0);
@@ -135,8 +135,7 @@ static inline void prefetch_c(const float *c, size_t rsc, size_t csc, size_t m, 
 /* ---- AVX packers (used by the AVX2 and the AVX-512 kernels) --------------- */
 
 /* Transposes the 8x8 block r[0..7] (r[q] holds row q) in registers. */
-__attribute__((target("avx2,fma")))
-static inline void transpose8(__m256 r[8])
+__attribute__((target("avx2,fma"))) static inline void transpose8(__m256 r[8])
 {
     __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
     __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -157,16 +156,14 @@ static inline void transpose8(__m256 r[8])
 }
 
 /* Lane mask with the first `count` (<= 8) of eight lanes set. */
-__attribute__((target("avx2,fma")))
-static inline __m256i lanes_below(size_t count)
+__attribute__((target("avx2,fma"))) static inline __m256i lanes_below(size_t count)
 {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count),
                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 /* Zeros `count` floats at dst. */
-__attribute__((target("avx2,fma")))
-static inline void zero_floats(float *dst, size_t count)
+__attribute__((target("avx2,fma"))) static inline void zero_floats(float *dst, size_t count)
 {
     size_t i = 0;
     for (; i + 8 <= count; i += 8)
@@ -182,9 +179,9 @@ static inline void zero_floats(float *dst, size_t count)
  * 128 scalar loads and stores). The copies are explicit vector code: GCC
  * turns a short contiguous copy loop into a call to memcpy per row, and perf
  * showed those calls taking a quarter of the dX product at batch 64. */
-__attribute__((target("avx2,fma")))
-static void pack_b_avx(size_t nr, size_t nc, size_t kc, const float *b, size_t rsb, size_t csb,
-                       float *restrict dst)
+__attribute__((target("avx2,fma"))) static void pack_b_avx(size_t nr, size_t nc, size_t kc,
+                                                           const float *b, size_t rsb, size_t csb,
+                                                           float *restrict dst)
 {
     for (size_t j0 = 0; j0 < nc; j0 += nr) {
         size_t cols = dpt__gemm_min(nr, nc - j0);
@@ -243,9 +240,9 @@ static void pack_b_avx(size_t nr, size_t nc, size_t kc, const float *b, size_t r
  * also zero the padding rows of a partial panel and read nothing past the
  * matrix). Row-major A is read in place by the kernels and packed here only
  * for its last, partial panel. */
-__attribute__((target("avx2,fma")))
-static void pack_a_avx(size_t mr, size_t mc, size_t kc, const float *a, size_t rsa, size_t csa,
-                       float *restrict dst)
+__attribute__((target("avx2,fma"))) static void pack_a_avx(size_t mr, size_t mc, size_t kc,
+                                                           const float *a, size_t rsa, size_t csa,
+                                                           float *restrict dst)
 {
     const __m256i store_mask = lanes_below(mr);
     for (size_t i0 = 0; i0 < mc; i0 += mr) {
@@ -277,36 +274,35 @@ static void pack_a_avx(size_t mr, size_t mc, size_t kc, const float *a, size_t r
 #define DPT__AVX2_MR 6
 #define DPT__AVX2_NR 16
 
-#define DPT__AVX2_ROW(ap, r0, r1)                        \
-    do {                                                 \
-        __m256 ai_ = _mm256_broadcast_ss(ap);            \
-        r0 = _mm256_fmadd_ps(ai_, b0, r0);               \
-        r1 = _mm256_fmadd_ps(ai_, b1, r1);               \
+#define DPT__AVX2_ROW(ap, r0, r1)             \
+    do {                                      \
+        __m256 ai_ = _mm256_broadcast_ss(ap); \
+        r0 = _mm256_fmadd_ps(ai_, b0, r0);    \
+        r1 = _mm256_fmadd_ps(ai_, b1, r1);    \
     } while (0)
 
 /* c[0:16] = alpha * (r0, r1) + beta * c[0:16], c not read when beta == 0. */
-#define DPT__AVX2_UPDATE(cp, r0, r1)                                         \
-    do {                                                                     \
-        __m256 x0_ = _mm256_mul_ps(va, r0), x1_ = _mm256_mul_ps(va, r1);     \
-        if (beta != 0.0f) {                                                  \
-            x0_ = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cp), x0_);             \
-            x1_ = _mm256_fmadd_ps(vb, _mm256_loadu_ps((cp) + 8), x1_);       \
-        }                                                                    \
-        _mm256_storeu_ps(cp, x0_);                                           \
-        _mm256_storeu_ps((cp) + 8, x1_);                                     \
+#define DPT__AVX2_UPDATE(cp, r0, r1)                                     \
+    do {                                                                 \
+        __m256 x0_ = _mm256_mul_ps(va, r0), x1_ = _mm256_mul_ps(va, r1); \
+        if (beta != 0.0f) {                                              \
+            x0_ = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cp), x0_);         \
+            x1_ = _mm256_fmadd_ps(vb, _mm256_loadu_ps((cp) + 8), x1_);   \
+        }                                                                \
+        _mm256_storeu_ps(cp, x0_);                                       \
+        _mm256_storeu_ps((cp) + 8, x1_);                                 \
     } while (0)
 
 /* Row i of a tile (NR columns, the two vectors r0, r1) into the buffer t. */
-#define DPT__AVX2_SPILL(t, i, r0, r1)                            \
-    do {                                                         \
-        _mm256_store_ps((t) + (i) * DPT__AVX2_NR, r0);           \
-        _mm256_store_ps((t) + (i) * DPT__AVX2_NR + 8, r1);       \
+#define DPT__AVX2_SPILL(t, i, r0, r1)                    \
+    do {                                                 \
+        _mm256_store_ps((t) + (i)*DPT__AVX2_NR, r0);     \
+        _mm256_store_ps((t) + (i)*DPT__AVX2_NR + 8, r1); \
     } while (0)
 
-__attribute__((target("avx2,fma")))
-static void ukernel_avx2(size_t k, const float *restrict a, size_t rsa, size_t csa,
-                         const float *restrict b, float *restrict c, size_t rsc, size_t csc,
-                         float alpha, float beta, size_t m, size_t n)
+__attribute__((target("avx2,fma"))) static void
+ukernel_avx2(size_t k, const float *restrict a, size_t rsa, size_t csa, const float *restrict b,
+             float *restrict c, size_t rsc, size_t csc, float alpha, float beta, size_t m, size_t n)
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
@@ -364,25 +360,25 @@ static void ukernel_avx2(size_t k, const float *restrict a, size_t rsa, size_t c
 #define DPT__AVX2_EDGE_MR 2
 #define DPT__AVX2_EDGE_PANELS 3
 
-#define DPT__AVX2_EDGE_COL(bp, r0, r1)                   \
-    do {                                                 \
-        __m256 v_ = _mm256_load_ps(bp);                  \
-        r0 = _mm256_fmadd_ps(x0, v_, r0);                \
-        r1 = _mm256_fmadd_ps(x1, v_, r1);                \
+#define DPT__AVX2_EDGE_COL(bp, r0, r1)    \
+    do {                                  \
+        __m256 v_ = _mm256_load_ps(bp);   \
+        r0 = _mm256_fmadd_ps(x0, v_, r0); \
+        r1 = _mm256_fmadd_ps(x1, v_, r1); \
     } while (0)
 
 /* c[0:48] = alpha * (r0..r5) + beta * c[0:48], c not read when beta == 0. */
-#define DPT__AVX2_EDGE_UPDATE(cp, r0, r1, r2, r3, r4, r5)  \
-    do {                                                   \
-        DPT__AVX2_UPDATE(cp, r0, r1);                      \
-        DPT__AVX2_UPDATE((cp) + 16, r2, r3);               \
-        DPT__AVX2_UPDATE((cp) + 32, r4, r5);               \
+#define DPT__AVX2_EDGE_UPDATE(cp, r0, r1, r2, r3, r4, r5) \
+    do {                                                  \
+        DPT__AVX2_UPDATE(cp, r0, r1);                     \
+        DPT__AVX2_UPDATE((cp) + 16, r2, r3);              \
+        DPT__AVX2_UPDATE((cp) + 32, r4, r5);              \
     } while (0)
 
-__attribute__((target("avx2,fma")))
-static void ukernel_avx2_edge(size_t k, const float *restrict a, size_t rsa, size_t csa,
-                              const float *restrict b, size_t bs, float *restrict c, size_t rsc,
-                              size_t csc, float alpha, float beta, size_t m, size_t n)
+__attribute__((target("avx2,fma"))) static void
+ukernel_avx2_edge(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                  const float *restrict b, size_t bs, float *restrict c, size_t rsc, size_t csc,
+                  float alpha, float beta, size_t m, size_t n)
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c04 = c00, c05 = c00;
     __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00, c14 = c00, c15 = c00;
@@ -424,10 +420,10 @@ static void ukernel_avx2_edge(size_t k, const float *restrict a, size_t rsa, siz
 /* The edge kernel for three or four rows (M = 64 and 256 leave four): a 4 x 16
  * tile, 8 accumulators, two B loads and four broadcasts per p, 8 FMAs where
  * the full tile would issue 12. Rows past m re-read row 0. */
-__attribute__((target("avx2,fma")))
-static void ukernel_avx2_edge4(size_t k, const float *restrict a, size_t rsa, size_t csa,
-                               const float *restrict b, size_t bs, float *restrict c, size_t rsc,
-                               size_t csc, float alpha, float beta, size_t m, size_t n)
+__attribute__((target("avx2,fma"))) static void
+ukernel_avx2_edge4(size_t k, const float *restrict a, size_t rsa, size_t csa,
+                   const float *restrict b, size_t bs, float *restrict c, size_t rsc, size_t csc,
+                   float alpha, float beta, size_t m, size_t n)
 {
     (void)bs;
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00;
@@ -474,28 +470,28 @@ static void ukernel_avx2_edge4(size_t k, const float *restrict a, size_t rsa, si
 #define DPT__AVX512_MR 8
 #define DPT__AVX512_NR 32
 
-#define DPT__AVX512_ROW(ap, r0, r1)                      \
-    do {                                                 \
-        __m512 ai_ = _mm512_set1_ps(*(ap));              \
-        r0 = _mm512_fmadd_ps(ai_, b0, r0);               \
-        r1 = _mm512_fmadd_ps(ai_, b1, r1);               \
+#define DPT__AVX512_ROW(ap, r0, r1)         \
+    do {                                    \
+        __m512 ai_ = _mm512_set1_ps(*(ap)); \
+        r0 = _mm512_fmadd_ps(ai_, b0, r0);  \
+        r1 = _mm512_fmadd_ps(ai_, b1, r1);  \
     } while (0)
 
-#define DPT__AVX512_UPDATE(cp, r0, r1)                                       \
-    do {                                                                     \
-        __m512 x0_ = _mm512_mul_ps(va, r0), x1_ = _mm512_mul_ps(va, r1);     \
-        if (beta != 0.0f) {                                                  \
-            x0_ = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cp), x0_);             \
-            x1_ = _mm512_fmadd_ps(vb, _mm512_loadu_ps((cp) + 16), x1_);      \
-        }                                                                    \
-        _mm512_storeu_ps(cp, x0_);                                           \
-        _mm512_storeu_ps((cp) + 16, x1_);                                    \
+#define DPT__AVX512_UPDATE(cp, r0, r1)                                   \
+    do {                                                                 \
+        __m512 x0_ = _mm512_mul_ps(va, r0), x1_ = _mm512_mul_ps(va, r1); \
+        if (beta != 0.0f) {                                              \
+            x0_ = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cp), x0_);         \
+            x1_ = _mm512_fmadd_ps(vb, _mm512_loadu_ps((cp) + 16), x1_);  \
+        }                                                                \
+        _mm512_storeu_ps(cp, x0_);                                       \
+        _mm512_storeu_ps((cp) + 16, x1_);                                \
     } while (0)
 
-__attribute__((target("avx512f")))
-static void ukernel_avx512(size_t k, const float *restrict a, size_t rsa, size_t csa,
-                           const float *restrict b, float *restrict c, size_t rsc, size_t csc,
-                           float alpha, float beta, size_t m, size_t n)
+__attribute__((target("avx512f"))) static void
+ukernel_avx512(size_t k, const float *restrict a, size_t rsa, size_t csa, const float *restrict b,
+               float *restrict c, size_t rsc, size_t csc, float alpha, float beta, size_t m,
+               size_t n)
 {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
@@ -585,14 +581,34 @@ static int cpu_avx512(void)
 /* Ordered from narrowest to widest: the dispatcher takes the last one the CPU
  * supports. */
 static const dpt__gemm_kernel_t kernels[] = {
-    {"c", "portable (plain C, 4x8 tiles)", DPT__C_MR, DPT__C_NR, ukernel_c, pack_a_generic,
-     pack_b_generic, cpu_any, {{NULL, 0, 0}, {NULL, 0, 0}}},
+    {"c",
+     "portable (plain C, 4x8 tiles)",
+     DPT__C_MR,
+     DPT__C_NR,
+     ukernel_c,
+     pack_a_generic,
+     pack_b_generic,
+     cpu_any,
+     {{NULL, 0, 0}, {NULL, 0, 0}}},
 #if DPT__GEMM_X86
-    {"avx2", "portable (avx2+fma, 6x16 tiles)", DPT__AVX2_MR, DPT__AVX2_NR, ukernel_avx2,
-     pack_a_avx, pack_b_avx, cpu_avx2,
+    {"avx2",
+     "portable (avx2+fma, 6x16 tiles)",
+     DPT__AVX2_MR,
+     DPT__AVX2_NR,
+     ukernel_avx2,
+     pack_a_avx,
+     pack_b_avx,
+     cpu_avx2,
      {{ukernel_avx2_edge, DPT__AVX2_EDGE_MR, DPT__AVX2_EDGE_PANELS}, {ukernel_avx2_edge4, 4, 1}}},
-    {"avx512f", "portable (avx512f, 8x32 tiles)", DPT__AVX512_MR, DPT__AVX512_NR, ukernel_avx512,
-     pack_a_avx, pack_b_avx, cpu_avx512, {{NULL, 0, 0}, {NULL, 0, 0}}},
+    {"avx512f",
+     "portable (avx512f, 8x32 tiles)",
+     DPT__AVX512_MR,
+     DPT__AVX512_NR,
+     ukernel_avx512,
+     pack_a_avx,
+     pack_b_avx,
+     cpu_avx512,
+     {{NULL, 0, 0}, {NULL, 0, 0}}},
 #endif
 };
 #define DPT__NKERNELS (sizeof kernels / sizeof kernels[0])

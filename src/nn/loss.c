@@ -33,8 +33,8 @@ static int dpt__check_finite(const char *what, const float *x, size_t rows, size
                      (double)x[i]);
 }
 
-int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t batch,
-                          size_t classes, float *dlogits, double *loss, size_t *correct)
+int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t batch, size_t classes,
+                          float *dlogits, double *loss, size_t *correct)
 {
     if (batch == 0 || classes == 0)
         return dpt_error(DPT_EINVAL, "softmax cross-entropy: %zu rows, %zu classes", batch,
@@ -106,7 +106,8 @@ int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int3
     if (logp && actions)
         for (size_t b = 0; b < batch; b++)
             if (actions[b] < 0 || (size_t)actions[b] >= k)
-                return dpt_error(DPT_EINVAL, "categorical: action %d in row %zu is outside [0, %zu)",
+                return dpt_error(DPT_EINVAL,
+                                 "categorical: action %d in row %zu is outside [0, %zu)",
                                  (int)actions[b], b, k);
     for (size_t b = 0; b < batch; b++) {
         const float *z = logits + b * k;
@@ -126,9 +127,8 @@ int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int3
     return DPT_OK;
 }
 
-void dpt_categorical_backward(const float *logits, size_t batch, size_t k,
-                              const int32_t *actions, const float *dlogp, const float *dentropy,
-                              float *dlogits)
+void dpt_categorical_backward(const float *logits, size_t batch, size_t k, const int32_t *actions,
+                              const float *dlogp, const float *dentropy, float *dlogits)
 {
     for (size_t b = 0; b < batch; b++) {
         const float *z = logits + b * k;
@@ -254,8 +254,7 @@ void dpt_gaussian_sample(const float *mean, const float *log_std, size_t batch, 
         double lp = 0.0;
         for (size_t d = 0; d < dim; d++) {
             double z = dpt_rng_normal(rng);
-            actions[b * dim + d] =
-                (float)((double)mean[b * dim + d] + exp((double)log_std[d]) * z);
+            actions[b * dim + d] = (float)((double)mean[b * dim + d] + exp((double)log_std[d]) * z);
             lp += -0.5 * z * z - (double)log_std[d] - 0.5 * DPT_LOG_2PI;
         }
         if (logp)

@@ -9,9 +9,9 @@ struct dpt_mlp {
     dpt_vartable_t vars;
     dpt_seq_t *seq;
     dpt_loss_kind_t loss;
-    dpt_layer_spec_t *specs;  /* kept so that replicate() can rebuild the stack */
+    dpt_layer_spec_t *specs; /* kept so that replicate() can rebuild the stack */
     size_t nlayers, in_dim, out_dim, max_batch;
-    float *dy;                /* [max_batch, out_dim] loss gradient scratch */
+    float *dy; /* [max_batch, out_dim] loss gradient scratch */
 };
 
 static const char *const dpt__loss_names[] = {
@@ -31,8 +31,8 @@ void dpt_mlp_destroy(dpt_mlp_t *m)
     free(m);
 }
 
-int dpt_mlp_create(dpt_mlp_t **out, size_t in_dim, const dpt_layer_spec_t *layers,
-                   size_t nlayers, dpt_loss_kind_t loss, size_t max_batch)
+int dpt_mlp_create(dpt_mlp_t **out, size_t in_dim, const dpt_layer_spec_t *layers, size_t nlayers,
+                   dpt_loss_kind_t loss, size_t max_batch)
 {
     *out = NULL;
     if ((unsigned)loss >= DPT_LOSS_COUNT)
@@ -102,8 +102,8 @@ static int dpt__mlp_columns(const dpt_mlp_t *m, const dpt_batch_t *b, dpt__mlp_c
 
 /* Forward and loss on rows [r0, r0 + n); the loss gradient goes to m->dy
  * when `grad` is set. Adds the row-weighted loss and hits to the totals. */
-static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt__mlp_cols_t *c,
-                          size_t r0, size_t n, int grad, double *loss_sum, double *hits)
+static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt__mlp_cols_t *c, size_t r0,
+                          size_t n, int grad, double *loss_sum, double *hits)
 {
     const float *y;
     int rc = dpt_seq_forward(m->seq, params, c->x + r0 * m->in_dim, n, &y);
@@ -126,8 +126,8 @@ static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt__mlp_cols
     return DPT_OK;
 }
 
-static int dpt__mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads,
-                              const dpt_batch_t *b, dpt_loss_out_t *out, int store)
+static int dpt__mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt_batch_t *b,
+                              dpt_loss_out_t *out, int store)
 {
     dpt__mlp_cols_t c;
     int rc = dpt__mlp_columns(m, b, &c);
@@ -157,8 +157,7 @@ int dpt_mlp_loss_grad(dpt_mlp_t *m, const float *params, float *grads, const dpt
     return dpt__mlp_loss_grad(m, params, grads, b, out, 0);
 }
 
-int dpt_mlp_evaluate(dpt_mlp_t *m, const float *params, const dpt_batch_t *b,
-                     dpt_loss_out_t *out)
+int dpt_mlp_evaluate(dpt_mlp_t *m, const float *params, const dpt_batch_t *b, dpt_loss_out_t *out)
 {
     dpt__mlp_cols_t c;
     int rc = dpt__mlp_columns(m, b, &c);
@@ -176,8 +175,7 @@ int dpt_mlp_evaluate(dpt_mlp_t *m, const float *params, const dpt_batch_t *b,
     return DPT_OK;
 }
 
-int dpt_mlp_predict(dpt_mlp_t *m, const float *params, const float *x, size_t rows,
-                    const float **y)
+int dpt_mlp_predict(dpt_mlp_t *m, const float *params, const float *x, size_t rows, const float **y)
 {
     return dpt_seq_forward(m->seq, params, x, rows, y);
 }

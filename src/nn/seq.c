@@ -18,9 +18,9 @@
 
 typedef struct dpt__layer {
     dpt_layer_spec_t spec;
-    size_t in, out;   /* features in and out */
-    size_t w_off;     /* linear: offset of W [out, in] in the arena */
-    size_t b_off;     /* linear: offset of b [out] */
+    size_t in, out; /* features in and out */
+    size_t w_off;   /* linear: offset of W [out, in] in the arena */
+    size_t b_off;   /* linear: offset of b [out] */
 } dpt__layer_t;
 
 /* Backward modes: what a layer stores rather than adds to. */
@@ -85,13 +85,16 @@ static void dpt__linear_backward(const dpt__layer_t *l, const float *params, flo
  * "sign bit clear and not +0", which is the signed integer test bits > 0
  * (this also passes +NaN through, which the input checks exclude). The
  * backward mask uses y > 0, i.e. y's bits are non-zero (y is +0 or > 0). */
-static void dpt__relu_forward(const dpt__layer_t *l, const float *params, const float *x,
-                              float *y, size_t batch)
+static void dpt__relu_forward(const dpt__layer_t *l, const float *params, const float *x, float *y,
+                              size_t batch)
 {
     (void)params;
     size_t n = batch * l->out;
     for (size_t i = 0; i < n; i++) {
-        union { float f; int32_t i; } u = {x[i]};
+        union {
+            float f;
+            int32_t i;
+        } u = {x[i]};
         u.i &= -(int32_t)(u.i > 0);
         y[i] = u.f;
     }
@@ -107,7 +110,10 @@ static void dpt__relu_backward(const dpt__layer_t *l, const float *params, float
     size_t n = batch * l->out;
     int add = !(mode & DPT__STORE_DX);
     for (size_t i = 0; i < n; i++) {
-        union { float f; int32_t i; } uy = {y[i]}, ud = {dy[i]};
+        union {
+            float f;
+            int32_t i;
+        } uy = {y[i]}, ud = {dy[i]};
         ud.i &= -(int32_t)(uy.i != 0);
         dx[i] = add ? dx[i] + ud.f : ud.f;
     }
@@ -130,15 +136,25 @@ static inline float dpt__tanhf(float x)
     /* Clamp |x| to 9 on the bit pattern: positive floats order like their
      * bits, and an integer select vectorises where a float compare (which
      * may trap in ISO C) does not. */
-    union { float f; int32_t i; } ua = {fabsf(x)};
+    union {
+        float f;
+        int32_t i;
+    } ua = {fabsf(x)};
     ua.i = ua.i < 0x41100000 ? ua.i : 0x41100000; /* 9.0f */
     float t = -2.0f * ua.f;
     /* n = round(t / ln2) by the 1.5 * 2^23 trick (|t / ln2| < 27) */
     float n = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = (t - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-    float p = r * (1.0f + r * (0.5f + r * (1.0f / 6.0f + r * (1.0f / 24.0f +
-              r * (1.0f / 120.0f + r * (1.0f / 720.0f + r * (1.0f / 5040.0f)))))));
-    union { int32_t i; float f; } us = {((int32_t)n + 127) << 23}; /* 2^n */
+    float p =
+        r *
+        (1.0f +
+         r * (0.5f + r * (1.0f / 6.0f +
+                          r * (1.0f / 24.0f +
+                               r * (1.0f / 120.0f + r * (1.0f / 720.0f + r * (1.0f / 5040.0f)))))));
+    union {
+        int32_t i;
+        float f;
+    } us = {((int32_t)n + 127) << 23}; /* 2^n */
     float s = us.f;
     float em = s * p + (s - 1.0f);
     float th = (0.0f - em) / (2.0f + em); /* 0 - em keeps tanh(0) = +0 */
@@ -147,17 +163,19 @@ static inline float dpt__tanhf(float x)
 
 /* The loop is compiled for AVX2 and for the baseline, picked at load time;
  * both give the same bits (the same operations, no contraction). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void dpt__tanh_vec(const float *x, float *y, size_t n)
+static void
+dpt__tanh_vec(const float *x, float *y, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         y[i] = dpt__tanhf(x[i]);
 }
 
-static void dpt__tanh_forward(const dpt__layer_t *l, const float *params, const float *x,
-                              float *y, size_t batch)
+static void dpt__tanh_forward(const dpt__layer_t *l, const float *params, const float *x, float *y,
+                              size_t batch)
 {
     (void)params;
     dpt__tanh_vec(x, y, batch * l->out);
@@ -192,7 +210,10 @@ static void dpt__linear_relu_forward(const dpt__layer_t *l, const float *params,
         const float *zr = z + r * l->out;
         float *yr = y + r * l->out;
         for (size_t o = 0; o < l->out; o++) {
-            union { float f; int32_t i; } u = {zr[o] + b[o]};
+            union {
+                float f;
+                int32_t i;
+            } u = {zr[o] + b[o]};
             u.i &= -(int32_t)(u.i > 0);
             yr[o] = u.f;
         }
@@ -254,10 +275,10 @@ struct dpt_seq {
     dpt__layer_t *layers;
     size_t nlayers;
     size_t in_dim, out_dim, max_batch, max_width;
-    float **act;         /* act[i] = output of layer i, [max_batch, layers[i].out] */
-    float *dbuf[2];      /* ping-pong input-gradient buffers [max_batch, max_width] */
-    const float *x;      /* input of the last forward (borrowed) */
-    size_t batch;        /* rows of the last forward, 0 = none */
+    float **act;    /* act[i] = output of layer i, [max_batch, layers[i].out] */
+    float *dbuf[2]; /* ping-pong input-gradient buffers [max_batch, max_width] */
+    const float *x; /* input of the last forward (borrowed) */
+    size_t batch;   /* rows of the last forward, 0 = none */
 };
 
 void dpt_seq_destroy(dpt_seq_t *s)
@@ -282,8 +303,8 @@ static float *dpt__alloc_floats(size_t rows, size_t cols)
     return dpt_alloc_aligned(bytes);
 }
 
-int dpt_seq_create(dpt_seq_t **out, size_t in_dim, const dpt_layer_spec_t *layers,
-                   size_t nlayers, size_t max_batch, dpt_vartable_t *table, const char *prefix)
+int dpt_seq_create(dpt_seq_t **out, size_t in_dim, const dpt_layer_spec_t *layers, size_t nlayers,
+                   size_t max_batch, dpt_vartable_t *table, const char *prefix)
 {
     *out = NULL;
     if (!layers || nlayers == 0)
@@ -365,9 +386,18 @@ fail:
     return rc;
 }
 
-size_t dpt_seq_in_dim(const dpt_seq_t *s) { return s->in_dim; }
-size_t dpt_seq_out_dim(const dpt_seq_t *s) { return s->out_dim; }
-size_t dpt_seq_max_batch(const dpt_seq_t *s) { return s->max_batch; }
+size_t dpt_seq_in_dim(const dpt_seq_t *s)
+{
+    return s->in_dim;
+}
+size_t dpt_seq_out_dim(const dpt_seq_t *s)
+{
+    return s->out_dim;
+}
+size_t dpt_seq_max_batch(const dpt_seq_t *s)
+{
+    return s->max_batch;
+}
 
 /* Orthonormalises the rows of a [rows, cols] matrix (rows <= cols) in place
  * by modified Gram–Schmidt in double. A row that becomes (numerically) zero
@@ -412,12 +442,8 @@ static void dpt__init_linear(const dpt__layer_t *l, float *params, dpt_rng_t *rn
         dpt_rng_fill_uniform(rng, b, l->out, -bound, bound);
         return;
     }
-    case DPT_INIT_UNIFORM:
-        dpt_rng_fill_uniform(rng, w, n, -gain, gain);
-        break;
-    case DPT_INIT_NORMAL:
-        dpt_rng_fill_normal(rng, w, n, 0.0f, gain);
-        break;
+    case DPT_INIT_UNIFORM: dpt_rng_fill_uniform(rng, w, n, -gain, gain); break;
+    case DPT_INIT_NORMAL: dpt_rng_fill_normal(rng, w, n, 0.0f, gain); break;
     case DPT_INIT_ORTHOGONAL: {
         /* Work on the orientation with fewer vectors than their length. */
         size_t rows = l->out <= l->in ? l->out : l->in;
@@ -443,8 +469,7 @@ static void dpt__init_linear(const dpt__layer_t *l, float *params, dpt_rng_t *rn
         free(m);
         break;
     }
-    default:
-        break;
+    default: break;
     }
     dpt_vec_zero(b, l->out);
 }
@@ -461,8 +486,8 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
 {
     s->batch = 0;
     if (batch == 0 || batch > s->max_batch)
-        return dpt_error(DPT_EINVAL, "sequential model: batch of %zu rows (allowed 1..%zu)",
-                         batch, s->max_batch);
+        return dpt_error(DPT_EINVAL, "sequential model: batch of %zu rows (allowed 1..%zu)", batch,
+                         s->max_batch);
     if (!dpt_vec_all_finite(x, batch * s->in_dim)) {
         size_t i = dpt_vec_first_nonfinite(x, batch * s->in_dim);
         return dpt_error(DPT_ENUMERIC, "sequential model: input row %zu column %zu is %g",
@@ -486,8 +511,8 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
     return DPT_OK;
 }
 
-int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const float *dy,
-                        float *dx, int store_grads)
+int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const float *dy, float *dx,
+                        int store_grads)
 {
     if (s->batch == 0)
         return dpt_error(DPT_ESTATE, "sequential model: backward without a forward pass");
@@ -501,15 +526,13 @@ int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const f
          * buffers between layers are overwritten, so they need no zeroing. */
         float *ldx = i ? s->dbuf[i & 1] : dx;
         unsigned mode = gmode | (i ? DPT__STORE_DX : 0u);
-        dpt__layer_ops[l->spec.kind].backward(l, params, grads, lx, s->act[i], g, ldx, batch,
-                                              mode);
+        dpt__layer_ops[l->spec.kind].backward(l, params, grads, lx, s->act[i], g, ldx, batch, mode);
         g = ldx;
     }
     return DPT_OK;
 }
 
-int dpt_seq_backward(dpt_seq_t *s, const float *params, float *grads, const float *dy,
-                     float *dx)
+int dpt_seq_backward(dpt_seq_t *s, const float *params, float *grads, const float *dy, float *dx)
 {
     return dpt_seq_backward_ex(s, params, grads, dy, dx, 0);
 }

@@ -75,7 +75,8 @@ int dpt_optim_create(dpt_optim_t **out, const dpt_optim_config_t *cfg, size_t co
     if (cfg->nesterov && cfg->kind != DPT_OPTIM_MOMENTUM)
         return dpt_error(DPT_EINVAL, "optimizer %s: nesterov needs the momentum optimizer", name);
     if (cfg->kind == DPT_OPTIM_ADAM || cfg->kind == DPT_OPTIM_ADAMW) {
-        if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) || !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
+        if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) ||
+            !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
             return dpt_error(DPT_EINVAL, "optimizer %s: betas (%g, %g) must be in [0, 1)", name,
                              (double)cfg->beta1, (double)cfg->beta2);
         if (!(cfg->eps > 0.0f))
@@ -108,8 +109,8 @@ void dpt_optim_destroy(dpt_optim_t *o)
     free(o);
 }
 
-void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const float *g,
-                           size_t lo, size_t hi, uint64_t t, float lr)
+void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
+                           size_t hi, uint64_t t, float lr)
 {
     const dpt_optim_config_t *c = &o->cfg;
     float wd = c->weight_decay;
@@ -152,13 +153,12 @@ void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const flo
         }
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
-void dpt_optim_update(dpt_optim_t *o, float *p, const float *g, size_t lo, size_t hi,
-                      uint64_t t, float lr)
+void dpt_optim_update(dpt_optim_t *o, float *p, const float *g, size_t lo, size_t hi, uint64_t t,
+                      float lr)
 {
     dpt_optim_update_into(o, p, p, g, lo, hi, t, lr);
 }
@@ -169,11 +169,26 @@ void dpt_optim_step(dpt_optim_t *o, float *params, const float *grads, float lr)
     dpt_optim_update(o, params, grads, 0, o->count, o->t, lr);
 }
 
-uint64_t dpt_optim_get_t(const dpt_optim_t *o) { return o->t; }
-void dpt_optim_set_t(dpt_optim_t *o, uint64_t t) { o->t = t; }
-int dpt_optim_num_slots(const dpt_optim_t *o) { return o->nslots; }
-size_t dpt_optim_count(const dpt_optim_t *o) { return o->count; }
-const dpt_optim_config_t *dpt_optim_config(const dpt_optim_t *o) { return &o->cfg; }
+uint64_t dpt_optim_get_t(const dpt_optim_t *o)
+{
+    return o->t;
+}
+void dpt_optim_set_t(dpt_optim_t *o, uint64_t t)
+{
+    o->t = t;
+}
+int dpt_optim_num_slots(const dpt_optim_t *o)
+{
+    return o->nslots;
+}
+size_t dpt_optim_count(const dpt_optim_t *o)
+{
+    return o->count;
+}
+const dpt_optim_config_t *dpt_optim_config(const dpt_optim_t *o)
+{
+    return &o->cfg;
+}
 
 const char *dpt_optim_slot_name(const dpt_optim_t *o, int slot)
 {

@@ -33,8 +33,10 @@ int dpt__optim_ckpt_load(const dpt_safetensors_t *st, const dpt_vartable_t *vars
     memset(out, 0, sizeof *out);
     size_t n = vars->total, parts = (size_t)dpt_optim_num_slots(opt) + 1;
     if (n && parts > (size_t)-1 / sizeof(float) / n)
-        return dpt_error(DPT_EOVERFLOW, "checkpoint %s: %zu arenas of %zu floats overflow the "
-                         "size", dpt_safetensors_path(st), parts, n);
+        return dpt_error(DPT_EOVERFLOW,
+                         "checkpoint %s: %zu arenas of %zu floats overflow the "
+                         "size",
+                         dpt_safetensors_path(st), parts, n);
     size_t floats = parts * n;
     float *data = calloc(floats > 0 ? floats : 1, sizeof(float));
     if (!data)

@@ -32,13 +32,13 @@ typedef struct dpt__worker {
 
 struct dpt_device_pool {
     int n;
-    dpt__barrier_t sync;       /* spin-then-sleep waits on the counters below */
-    atomic_uint job_gen;       /* bumped once per job (and to stop) */
-    atomic_uint done_gen;      /* bumped when the last worker finishes a job */
-    atomic_uint remaining;     /* workers still running the current job */
+    dpt__barrier_t sync;   /* spin-then-sleep waits on the counters below */
+    atomic_uint job_gen;   /* bumped once per job (and to stop) */
+    atomic_uint done_gen;  /* bumped when the last worker finishes a job */
+    atomic_uint remaining; /* workers still running the current job */
     atomic_int stop;
     int sync_ready;
-    dpt_device_fn fn;          /* the job: written before job_gen is bumped */
+    dpt_device_fn fn; /* the job: written before job_gen is bumped */
     void *arg;
     dpt__worker_t *workers;
 };

@@ -35,8 +35,7 @@ int dpt_towers_mode_parse(const char *name, dpt_towers_mode_t *mode)
             *mode = (dpt_towers_mode_t)i;
             return DPT_OK;
         }
-    return dpt_error(DPT_EINVAL, "unknown towers mode \"%s\" (known: ps, replicated, async)",
-                     name);
+    return dpt_error(DPT_EINVAL, "unknown towers mode \"%s\" (known: ps, replicated, async)", name);
 }
 
 dpt_towers_config_t dpt_towers_defaults(void)
@@ -105,8 +104,7 @@ static int dpt__check_config(const dpt_model_t *model, const dpt_batch_t *layout
         return dpt_error(DPT_EINVAL, "towers: num_devices must be >= 1 (got %d)", c->num_devices);
     if (c->max_per_device_batch_size < 1)
         return dpt_error(DPT_EINVAL, "towers: max_per_device_batch_size must be >= 1");
-    if (model->max_batch && c->max_per_device_batch_size > model->max_batch &&
-        layout->seq_len == 0)
+    if (model->max_batch && c->max_per_device_batch_size > model->max_batch && layout->seq_len == 0)
         return dpt_error(DPT_EINVAL,
                          "towers: max_per_device_batch_size %zu exceeds the model's max_batch %zu",
                          c->max_per_device_batch_size, model->max_batch);
@@ -123,19 +121,20 @@ static int dpt__check_config(const dpt_model_t *model, const dpt_batch_t *layout
         return dpt_error(DPT_EINVAL, "towers: async_scale must be >= 0");
     if (c->weight_rows && !c->comm)
         return dpt_error(DPT_EINVAL, "towers: weight_rows needs an external communicator (comm): "
-                         "the devices of one engine always hold equal rows");
+                                     "the devices of one engine always hold equal rows");
     if (c->comm) {
         if (c->num_devices != 1)
-            return dpt_error(DPT_EINVAL, "towers: num_devices = %d with an external "
+            return dpt_error(DPT_EINVAL,
+                             "towers: num_devices = %d with an external "
                              "communicator: several devices per participant with an external "
                              "communicator are not supported yet (use num_devices = 1)",
                              c->num_devices);
         if (c->mode == DPT_TOWERS_ASYNC)
             return dpt_error(DPT_EINVAL, "towers: mode async does not run over an external "
-                             "communicator (use ps or replicated)");
+                                         "communicator (use ps or replicated)");
         if (c->weight_rows && c->reduce_sum)
             return dpt_error(DPT_EINVAL, "towers: weight_rows and reduce_sum exclude each other "
-                             "(weight_rows divides by the total rows)");
+                                         "(weight_rows divides by the total rows)");
     }
     return DPT_OK;
 }
@@ -237,9 +236,10 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
                 size_t bytes;
                 if (dpt_mul_size(t->cap_rows, dpt__col_row_bytes(&layout->cols[c]), &bytes) ||
                     !(w->stack_data[(size_t)s * ncols + c] = dpt_alloc_aligned(bytes))) {
-                    rc = dpt_error(DPT_ENOMEM,
-                                   "towers: cannot allocate column \"%s\" for %zu rows on device %d",
-                                   layout->cols[c].name, t->cap_rows, i);
+                    rc =
+                        dpt_error(DPT_ENOMEM,
+                                  "towers: cannot allocate column \"%s\" for %zu rows on device %d",
+                                  layout->cols[c].name, t->cap_rows, i);
                     goto fail;
                 }
             }
@@ -248,20 +248,18 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
         goto fail;
     *out = t;
     return DPT_OK;
-fail:
-    {
-        /* Keep the message of the failure, not of the clean-up. */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", dpt_last_error());
-        dpt_towers_destroy(t);
-        return dpt_error(rc, "%s", msg);
-    }
+fail : {
+    /* Keep the message of the failure, not of the clean-up. */
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dpt_last_error());
+    dpt_towers_destroy(t);
+    return dpt_error(rc, "%s", msg);
+}
 }
 
 /* ---- load ---------------------------------------------------------------- */
 
-int dpt_towers_load(dpt_towers_t *t, int stack, const dpt_batch_t *b,
-                    dpt_towers_load_info_t *info)
+int dpt_towers_load(dpt_towers_t *t, int stack, const dpt_batch_t *b, dpt_towers_load_info_t *info)
 {
     return dpt_towers_load_ex(t, stack, b, 0, info);
 }
@@ -288,18 +286,23 @@ int dpt_towers_load_ex(dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t 
                          t->cfg.max_load_rows);
     size_t m = t->cfg.max_per_device_batch_size;
     if (fixed_pdb > m)
-        return dpt_error(DPT_EINVAL, "towers load: per_device_batch %zu exceeds "
-                         "max_per_device_batch_size %zu", fixed_pdb, m);
+        return dpt_error(DPT_EINVAL,
+                         "towers load: per_device_batch %zu exceeds "
+                         "max_per_device_batch_size %zu",
+                         fixed_pdb, m);
     size_t keep_rows, seqs_per_device = 0, pdb;
     if (b->seq_len == 0) {
         if (b->rows < n)
-            return dpt_error(DPT_EINVAL, "towers load: %zu rows for %zu devices; every device "
-                             "needs at least one row", b->rows, n);
+            return dpt_error(DPT_EINVAL,
+                             "towers load: %zu rows for %zu devices; every device "
+                             "needs at least one row",
+                             b->rows, n);
         size_t mb = m * n;
         if (fixed_pdb) {
             mb = fixed_pdb * n;
             if (b->rows < mb)
-                return dpt_error(DPT_EINVAL, "towers load: %zu rows are fewer than one "
+                return dpt_error(DPT_EINVAL,
+                                 "towers load: %zu rows are fewer than one "
                                  "minibatch of %zu (per_device_batch %zu x %zu devices)",
                                  b->rows, mb, fixed_pdb, n);
         } else if (b->rows < mb) {
@@ -317,24 +320,29 @@ int dpt_towers_load_ex(dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t 
         size_t spm = m / L * n;
         if (fixed_pdb) {
             if (fixed_pdb % L)
-                return dpt_error(DPT_EINVAL, "towers load: per_device_batch %zu is not a whole "
-                                 "number of sequences of %zu rows", fixed_pdb, L);
+                return dpt_error(DPT_EINVAL,
+                                 "towers load: per_device_batch %zu is not a whole "
+                                 "number of sequences of %zu rows",
+                                 fixed_pdb, L);
             spm = fixed_pdb / L * n;
             if (nseq < spm)
-                return dpt_error(DPT_EINVAL, "towers load: %zu sequences are fewer than one "
+                return dpt_error(DPT_EINVAL,
+                                 "towers load: %zu sequences are fewer than one "
                                  "minibatch of %zu (per_device_batch %zu rows x %zu devices)",
                                  nseq, spm, fixed_pdb, n);
         } else if (spm < 1 || m < L) {
             spm = n;
             snprintf(li.warning, sizeof li.warning,
                      "minibatch of %zu rows per device is shorter than a sequence (%zu rows); "
-                     "raised to %zu rows (one sequence per device)", m, L, L * n);
+                     "raised to %zu rows (one sequence per device)",
+                     m, L, L * n);
         }
         if (nseq < n)
             return dpt_error(DPT_EINVAL,
                              "towers load: %zu sequences for %zu devices; every device needs at "
                              "least one whole sequence: raise the minibatch size or shorten the "
-                             "sequences", nseq, n);
+                             "sequences",
+                             nseq, n);
         if (nseq < spm)
             spm = nseq - nseq % n;
         size_t keep_seqs = nseq - nseq % spm;
@@ -459,8 +467,7 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
             sq += t->slice_sumsq[i];
         t->towers[0].norm = sqrt(sq);
         if (!isfinite(t->towers[0].norm))
-            return dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused",
-                             t->towers[0].norm);
+            return dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", t->towers[0].norm);
         dpt_arena_t next = t->params_next;
         t->params_next = t->params;
         t->params = next;
@@ -496,8 +503,8 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
             stats->extra[e] = rows ? extra[e] / (double)rows : 0.0;
         stats->correct = correct;
         stats->rows = rows;
-        stats->grad_norm = t->cfg.mode == DPT_TOWERS_ASYNC ? (ok ? norm / ok : 0.0)
-                                                           : t->towers[0].norm;
+        stats->grad_norm =
+            t->cfg.mode == DPT_TOWERS_ASYNC ? (ok ? norm / ok : 0.0) : t->towers[0].norm;
     }
     if (rc)
         return rc;
@@ -552,8 +559,10 @@ static int dpt__check_participants(dpt_towers_t *t)
     for (int s = 0; !rc && s < dpt_optim_num_slots(opt); s++) {
         rc = dpt_comm_check_equal(t->cfg.comm, dpt_optim_slot(opt, s), t->nparams);
         if (rc == DPT_ECOMM)
-            return dpt_error(rc, "towers: participants' optimizer slot %d differs after %llu "
-                             "steps: %s", s, (unsigned long long)t->steps, dpt_last_error());
+            return dpt_error(rc,
+                             "towers: participants' optimizer slot %d differs after %llu "
+                             "steps: %s",
+                             s, (unsigned long long)t->steps, dpt_last_error());
     }
     return rc;
 }
@@ -570,13 +579,17 @@ int dpt_towers_check_replicas(dpt_towers_t *t)
     for (int i = 1; i < t->cfg.num_devices; i++) {
         const dpt__tower_t *w = &t->towers[i];
         if (dpt_vec_checksum(w->params, t->nparams) != p0)
-            return dpt_error(DPT_ESTATE, "towers: replica %d's parameters differ from replica 0's "
-                             "after %llu steps", i, (unsigned long long)t->steps);
+            return dpt_error(DPT_ESTATE,
+                             "towers: replica %d's parameters differ from replica 0's "
+                             "after %llu steps",
+                             i, (unsigned long long)t->steps);
         for (int s = 0; s < nslots; s++)
             if (dpt_vec_checksum(dpt_optim_slot(w->own_opt, s), t->nparams) !=
                 dpt_vec_checksum(dpt_optim_slot(w0->own_opt, s), t->nparams))
-                return dpt_error(DPT_ESTATE, "towers: replica %d's optimizer slot %d differs from "
-                                 "replica 0's", i, s);
+                return dpt_error(DPT_ESTATE,
+                                 "towers: replica %d's optimizer slot %d differs from "
+                                 "replica 0's",
+                                 i, s);
     }
     return DPT_OK;
 }
@@ -590,8 +603,7 @@ int dpt_towers_set_optimizer_state(dpt_towers_t *t, dpt_optim_t *src)
 {
     if (t->cfg.mode == DPT_TOWERS_ASYNC)
         atomic_store(&t->async_t, dpt_optim_get_t(src));
-    if (dpt_optim_count(src) != t->nparams ||
-        dpt_optim_config(src)->kind != t->cfg.optim.kind)
+    if (dpt_optim_count(src) != t->nparams || dpt_optim_config(src)->kind != t->cfg.optim.kind)
         return dpt_error(DPT_EINVAL, "towers: optimizer state of another kind or size");
     int reps = t->cfg.mode == DPT_TOWERS_REPLICATED ? t->cfg.num_devices : 1;
     for (int i = 0; i < reps; i++) {

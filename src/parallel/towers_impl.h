@@ -31,15 +31,15 @@ typedef struct dpt__stack_info {
 
 typedef struct dpt__tower {
     int index;
-    void *ctx;                 /* model context (own replica, or the shared one) */
+    void *ctx; /* model context (own replica, or the shared one) */
     int own_ctx;
-    dpt_arena_t grads;         /* this tower's gradient */
-    dpt_arena_t own_params;    /* replicated: replica; async: snapshot */
-    float *params;             /* replicated: its replica; async: its snapshot;
+    dpt_arena_t grads;      /* this tower's gradient */
+    dpt_arena_t own_params; /* replicated: replica; async: snapshot */
+    float *params;          /* replicated: its replica; async: its snapshot;
                                   ps: NULL (the towers read t->params) */
-    dpt_optim_t *own_opt;      /* replicated: own optimizer */
-    dpt_comm_t *comm;          /* replicated without an external communicator: the towers' group */
-    void **stack_data;         /* [num_stacks * ncols] column buffers */
+    dpt_optim_t *own_opt;   /* replicated: own optimizer */
+    dpt_comm_t *comm;       /* replicated without an external communicator: the towers' group */
+    void **stack_data;      /* [num_stacks * ncols] column buffers */
     /* results of the current step */
     int rc;
     dpt_loss_out_t out;
@@ -53,15 +53,15 @@ struct dpt_towers {
     dpt_model_t model;
     dpt_batch_t layout;
     size_t nparams;
-    size_t cap_rows;              /* per device per stack */
+    size_t cap_rows; /* per device per stack */
     dpt_device_pool_t *pool;
     dpt__tower_t *towers;
     dpt__stack_info_t *stacks;
-    dpt_arena_t params;           /* ps/async: shared parameters */
-    dpt_arena_t params_next;      /* ps with a stateless optimizer and no clipping:
+    dpt_arena_t params;      /* ps/async: shared parameters */
+    dpt_arena_t params_next; /* ps with a stateless optimizer and no clipping:
                                      the next weights, kept if the step succeeds */
-    dpt_optim_t *opt;             /* ps/async: shared optimizer */
-    double *slice_sumsq;          /* ps: per-device partial sums of squares */
+    dpt_optim_t *opt;        /* ps/async: shared optimizer */
+    double *slice_sumsq;     /* ps: per-device partial sums of squares */
     dpt__barrier_t barrier;
     int barrier_ready;
     dpt_comm_threads_group_t *group;
@@ -76,10 +76,10 @@ struct dpt_towers {
     int job_stack;
     size_t job_offset;
     float job_lr;
-    uint64_t job_t;               /* optimizer step number of this step (ps, replicated) */
+    uint64_t job_t; /* optimizer step number of this step (ps, replicated) */
     const dpt_batch_t *job_src;
     size_t job_rows_per_device, job_seqs_per_device;
-    atomic_int job_failed;        /* set between barriers in ps/replicated */
+    atomic_int job_failed; /* set between barriers in ps/replicated */
 };
 
 /* Bytes of one row (or one sequence) of a column. */

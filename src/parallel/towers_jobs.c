@@ -173,8 +173,8 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
         for (size_t c = lo; c < hi; c += DPT__FUSE_CHUNK) {
             size_t len = hi - c < DPT__FUSE_CHUNK ? hi - c : DPT__FUSE_CHUNK;
             sq += dpt__add_scale_sumsq(g, gs + c, last ? last + c : NULL, len, scale);
-            dpt_optim_update_into(t->opt, t->params.data + c, t->params_next.data + c, g, 0,
-                                  len, t->job_t, t->job_lr);
+            dpt_optim_update_into(t->opt, t->params.data + c, t->params_next.data + c, g, 0, len,
+                                  t->job_t, t->job_lr);
         }
         t->slice_sumsq[d] = sq;
         return DPT_OK;
@@ -257,9 +257,10 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     if (rc)
         return rc;
     if (!isfinite(g[n]))
-        return dpt_error(DPT_ECOMM, "another participant's step at offset %zu of stack %d "
-                         "failed (that participant reports why); step refused", t->job_offset,
-                         t->job_stack);
+        return dpt_error(DPT_ECOMM,
+                         "another participant's step at offset %zu of stack %d "
+                         "failed (that participant reports why); step refused",
+                         t->job_offset, t->job_stack);
     /* Every participant holds the same bits now: the same norm, the same
      * clip and the same update everywhere. */
     if (t->cfg.weight_rows)
@@ -293,8 +294,7 @@ static int dpt__job_step_async(dpt_towers_t *t, dpt__tower_t *w)
     w->norm = norm;
     if (!isfinite(norm))
         return (w->rc = dpt_error(DPT_ENUMERIC, "gradient norm is %g; update skipped", norm));
-    float scale = t->cfg.async_scale > 0.0f ? t->cfg.async_scale
-                                            : 1.0f / (float)t->cfg.num_devices;
+    float scale = t->cfg.async_scale > 0.0f ? t->cfg.async_scale : 1.0f / (float)t->cfg.num_devices;
     scale *= dpt_clip_factor(norm, t->cfg.grad_clip);
     dpt_vec_scale(w->grads.data, t->nparams, scale);
     uint64_t step = atomic_fetch_add(&t->async_t, 1) + 1;

@@ -65,8 +65,23 @@ void dpt_ddppo_shared_destroy(dpt_ddppo_shared_t *s)
 
 /* Statistics summed over workers in one all-reduce, then normalised. */
 enum {
-    ST_ROWS, ST_EPIS_THIS, ST_EPIS_TOTAL, ST_WIN_COUNT, ST_WIN_RET, ST_WIN_LEN, ST_N20,
-    ST_RET20, ST_PG, ST_VF, ST_ENT, ST_KL, ST_CLIP, ST_GNORM, ST_STEPS, ST_EV, ST_PREEMPTED,
+    ST_ROWS,
+    ST_EPIS_THIS,
+    ST_EPIS_TOTAL,
+    ST_WIN_COUNT,
+    ST_WIN_RET,
+    ST_WIN_LEN,
+    ST_N20,
+    ST_RET20,
+    ST_PG,
+    ST_VF,
+    ST_ENT,
+    ST_KL,
+    ST_CLIP,
+    ST_GNORM,
+    ST_STEPS,
+    ST_EV,
+    ST_PREEMPTED,
     ST_COUNT
 };
 
@@ -77,24 +92,24 @@ struct dpt_ddppo {
     dpt_ddppo_shared_t *shared;
     int rank, size;
     dpt__rollout_t ro;
-    dpt_policy_t *actor;         /* acting copy */
-    dpt_policy_t *learner;       /* the model the towers train */
+    dpt_policy_t *actor;   /* acting copy */
+    dpt_policy_t *learner; /* the model the towers train */
     dpt_towers_t *towers;
-    dpt_arena_t params;          /* the towers' weights, copied out after each learning
+    dpt_arena_t params; /* the towers' weights, copied out after each learning
                                   * phase: the actor samples with them, checkpoints and
                                   * the identical-weights check read them */
-    size_t nparams;              /* table total */
-    size_t *perm;                /* [rows]: the iteration's row order */
-    size_t *order;               /* [rows]: one epoch's minibatch order (a load holds at
+    size_t nparams;     /* table total */
+    size_t *perm;       /* [rows]: the iteration's row order */
+    size_t *order;      /* [rows]: one epoch's minibatch order (a load holds at
                                   * most one minibatch per row) */
     /* the shuffled copy of the batch that is loaded [rows] */
     float *obs, *logp, *adv, *ret, *val;
     void *act;
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps, finished_base;
-    uint64_t local_iters;        /* iterations run by this process (preemption counter base) */
-    float minmax[4];             /* this worker's [-min, max] and a spare pair */
-    float *gathered;             /* [size * 4] */
+    uint64_t local_iters; /* iterations run by this process (preemption counter base) */
+    float minmax[4];      /* this worker's [-min, max] and a spare pair */
+    float *gathered;      /* [size * 4] */
     /* A restore validated by dpt__ddppo_restore_prepare, not yet applied. */
     dpt__optim_ckpt_t restore_ck; /* params and optimizer state; data NULL when none */
     uint64_t restore_head[4];
@@ -129,11 +144,13 @@ int dpt_ddppo_check_batch(int worker, size_t rows, size_t expected, int preempte
     if (!preempted && rows != expected)
         return dpt_error(DPT_ESTATE,
                          "ddppo worker %d: batch has %zu rows, expected rollout_fragment_length "
-                         "x num_envs_per_worker = %zu", worker, rows, expected);
+                         "x num_envs_per_worker = %zu",
+                         worker, rows, expected);
     if (preempted && (rows * 4 < expected || rows > expected))
         return dpt_error(DPT_ESTATE,
                          "ddppo worker %d: preempted batch has %zu rows, expected between 25%% "
-                         "of %zu and %zu", worker, rows, expected, expected);
+                         "of %zu and %zu",
+                         worker, rows, expected, expected);
     return DPT_OK;
 }
 
@@ -148,7 +165,7 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
         return rc;
     if (cfg->sync_frac < 1.0 && cfg->sgd_minibatch_size < 4)
         return dpt_error(DPT_EINVAL, "ddppo: sgd_minibatch_size must be >= 4 with preemption "
-                         "(a worker may hold a quarter of its rows)");
+                                     "(a worker may hold a quarter of its rows)");
     dpt_ddppo_t *w = calloc(1, sizeof *w);
     if (!w)
         return dpt_error(DPT_ENOMEM, "ddppo: cannot allocate");
@@ -159,8 +176,8 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     w->rank = dpt_comm_rank(comm);
     w->size = dpt_comm_size(comm);
     size_t mb = cfg->sgd_minibatch_size;
-    if ((rc = dpt__rollout_init(&w->ro, cls, cfg->num_envs, cfg->rollout_fragment_length,
-                                cfg->seed, (uint32_t)w->rank)) != 0 ||
+    if ((rc = dpt__rollout_init(&w->ro, cls, cfg->num_envs, cfg->rollout_fragment_length, cfg->seed,
+                                (uint32_t)w->rank)) != 0 ||
         (rc = dpt_policy_create(&w->actor, cls, cfg->hidden, cfg->nhidden, cfg->num_envs)) != 0 ||
         (rc = dpt_policy_create(&w->learner, cls, cfg->hidden, cfg->nhidden, mb)) != 0)
         goto fail;
@@ -193,8 +210,8 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     w->ret = malloc(rows * sizeof(float));
     w->val = malloc(rows * sizeof(float));
     w->gathered = malloc((size_t)w->size * 4 * sizeof(float));
-    if (!w->perm || !w->order || !w->obs || !w->act || !w->logp || !w->adv || !w->ret ||
-        !w->val || !w->gathered) {
+    if (!w->perm || !w->order || !w->obs || !w->act || !w->logp || !w->adv || !w->ret || !w->val ||
+        !w->gathered) {
         rc = dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the batch of %zu rows", rows);
         goto fail;
     }
@@ -213,8 +230,14 @@ fail:
     return rc;
 }
 
-dpt_policy_t *dpt_ddppo_policy(dpt_ddppo_t *w) { return w->actor; }
-const float *dpt_ddppo_weights(const dpt_ddppo_t *w) { return w->params.data; }
+dpt_policy_t *dpt_ddppo_policy(dpt_ddppo_t *w)
+{
+    return w->actor;
+}
+const float *dpt_ddppo_weights(const dpt_ddppo_t *w)
+{
+    return w->params.data;
+}
 
 int dpt_ddppo_check_weights(dpt_ddppo_t *w)
 {
@@ -246,8 +269,9 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     w->finished_base = w->local_iters * (w->shared ? (uint64_t)w->shared->workers : 0);
     w->local_iters++;
     size_t min_steps = preempt ? (T + 3) / 4 : T;
-    int rc = dpt__rollout_collect(&w->ro, w->actor, w->params.data, c->gamma, c->lambda,
-                                  c->reward_scale, min_steps, preempt ? dpt__ddppo_should_stop : NULL, w);
+    int rc =
+        dpt__rollout_collect(&w->ro, w->actor, w->params.data, c->gamma, c->lambda, c->reward_scale,
+                             min_steps, preempt ? dpt__ddppo_should_stop : NULL, w);
     if (w->shared)
         atomic_fetch_add(&w->shared->finished, 1);
     if (rc)
@@ -264,8 +288,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     for (size_t i = 0; i < rows; i++)
         w->perm[i] = i;
     dpt_rng_shuffle(&w->shuffle_rng, w->perm, rows);
-    dpt__rollout_gather(&w->ro, w->perm, rows, w->obs, w->act, w->logp, w->adv, w->ret,
-                        w->val);
+    dpt__rollout_gather(&w->ro, w->perm, rows, w->obs, w->act, w->logp, w->adv, w->ret, w->val);
     /* The same count on every worker (it depends on the config only); the
      * size is capped by the learner's batch, and a preempted worker (>= 25%
      * of its rows, and sgd_minibatch_size >= 4) still has >= 1 row per
@@ -279,21 +302,22 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
         dpt__rl_normalize_minibatches(w->adv, 1, keep, pdb);
     dpt_batch_t b;
     dpt_towers_load_info_t li;
-    if ((rc = dpt_ppo_batch(&b, w->cls, rows, w->obs, w->act, w->logp, w->adv, w->ret,
-                            w->val)) != 0 ||
+    if ((rc = dpt_ppo_batch(&b, w->cls, rows, w->obs, w->act, w->logp, w->adv, w->ret, w->val)) !=
+            0 ||
         (rc = dpt_towers_load_ex(w->towers, 0, &b, pdb, &li)) != 0)
         return rc;
     if (li.rows_loaded != keep || li.per_device_batch != pdb || li.steps < nmb)
-        return dpt_error(DPT_ESTATE, "ddppo worker %d: the towers loaded %zu rows in %zu "
+        return dpt_error(DPT_ESTATE,
+                         "ddppo worker %d: the towers loaded %zu rows in %zu "
                          "minibatches of %zu; expected %zu rows in at least %zu minibatches of "
-                         "%zu", w->rank, li.rows_loaded, li.steps, li.per_device_batch, keep,
-                         nmb, pdb);
+                         "%zu",
+                         w->rank, li.rows_loaded, li.steps, li.per_device_batch, keep, nmb, pdb);
     float lr = dpt__rl_lr(c, w->timesteps);
     /* Every epoch shuffles all li.steps minibatches and visits the first
      * nmb: this worker's loss terms; the norm of the all-reduced gradient. */
     dpt__rl_learn_stats_t ls;
-    if ((rc = dpt__rl_learn(w->towers, c->num_sgd_iter, li.steps, nmb, pdb, lr,
-                            &w->shuffle_rng, w->order, &ls)) != 0)
+    if ((rc = dpt__rl_learn(w->towers, c->num_sgd_iter, li.steps, nmb, pdb, lr, &w->shuffle_rng,
+                            w->order, &ls)) != 0)
         return rc;
     if ((rc = dpt_towers_get_weights(w->towers, w->params.data, w->nparams)) != 0)
         return rc;
@@ -349,8 +373,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     res->episodes_in_window = (size_t)cnt;
     res->episode_reward_mean = cnt > 0 ? (double)st[ST_WIN_RET] / cnt : 0.0;
     res->episode_len_mean = cnt > 0 ? (double)st[ST_WIN_LEN] / cnt : 0.0;
-    res->episode_reward_mean_20 =
-        st[ST_N20] > 0 ? (double)st[ST_RET20] / (double)st[ST_N20] : 0.0;
+    res->episode_reward_mean_20 = st[ST_N20] > 0 ? (double)st[ST_RET20] / (double)st[ST_N20] : 0.0;
     res->episode_reward_min = gmin < DBL_MAX ? gmin : 0.0;
     res->episode_reward_max = gmax > -DBL_MAX ? gmax : 0.0;
     res->policy_loss = (double)st[ST_PG] / P;
@@ -461,8 +484,10 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
     uint64_t workers = 0, head[4] = {0};
     int rc = dpt_safetensors_meta_u64(st, "workers", &workers);
     if (!rc && workers != (uint64_t)w->size)
-        rc = dpt_error(DPT_EINVAL, "checkpoint %s was written by %llu DD-PPO workers, this run "
-                       "has %d", dpt_safetensors_path(st), (unsigned long long)workers, w->size);
+        rc = dpt_error(DPT_EINVAL,
+                       "checkpoint %s was written by %llu DD-PPO workers, this run "
+                       "has %d",
+                       dpt_safetensors_path(st), (unsigned long long)workers, w->size);
     if (!rc && bytes != dpt_ddppo_state_bytes(w))
         rc = dpt_error(DPT_EFORMAT, "checkpoint %s: worker %d state has %zu bytes, expected %zu",
                        dpt_safetensors_path(st), w->rank, bytes, dpt_ddppo_state_bytes(w));
@@ -483,8 +508,8 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
     /* The towers refuse non-finite weights: refused here, commit cannot fail. */
     if (!rc && !dpt_vec_all_finite(ck.data, ck.count)) {
         size_t i = dpt_vec_first_nonfinite(ck.data, ck.count);
-        rc = dpt_error(DPT_EFORMAT, "checkpoint %s: parameter %zu is %g",
-                       dpt_safetensors_path(st), i, (double)ck.data[i]);
+        rc = dpt_error(DPT_EFORMAT, "checkpoint %s: parameter %zu is %g", dpt_safetensors_path(st),
+                       i, (double)ck.data[i]);
     }
     if (rc) {
         dpt__optim_ckpt_free(&ck);
@@ -503,8 +528,8 @@ void dpt__ddppo_restore_commit(dpt_ddppo_t *w)
         return;
     size_t n = w->nparams, hb = sizeof w->restore_head;
     /* prepare checked the state, so this load cannot fail. */
-    if (dpt__rollout_load_state(&w->ro, (const char *)w->restore_buf + hb,
-                                w->restore_bytes - hb) != 0)
+    if (dpt__rollout_load_state(&w->ro, (const char *)w->restore_buf + hb, w->restore_bytes - hb) !=
+        0)
         abort();
     const float *tmp = w->restore_ck.data;
     memcpy(w->params.data, tmp, n * sizeof(float));
@@ -521,8 +546,7 @@ void dpt__ddppo_restore_commit(dpt_ddppo_t *w)
     dpt__ddppo_restore_abort(w);
 }
 
-int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
-                      size_t bytes)
+int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf, size_t bytes)
 {
     int rc = dpt__ddppo_restore_prepare(w, st, buf, bytes);
     if (!rc)

@@ -103,8 +103,8 @@ int dpt_env_class_check(const dpt_env_class_t *cls)
     switch (cls->action_kind) {
     case DPT_ACTION_DISCRETE:
         if (cls->num_actions < 1 || cls->num_actions > (size_t)INT32_MAX)
-            return dpt_error(DPT_EINVAL, "env class \"%s\": num_actions is %zu, must be 1..%d",
-                             nm, cls->num_actions, INT32_MAX);
+            return dpt_error(DPT_EINVAL, "env class \"%s\": num_actions is %zu, must be 1..%d", nm,
+                             cls->num_actions, INT32_MAX);
         break;
     case DPT_ACTION_BOX:
         if (cls->action_dim < 1 || cls->action_dim > DPT_ENV_MAX_DIM)
@@ -145,20 +145,20 @@ struct dpt_vecenv {
     size_t n;
     uint64_t seed;
     uint32_t rank;
-    int started;                /* 1 after the first dpt_vecenv_reset */
-    size_t stride;              /* bytes between state blocks (multiple of 16) */
-    unsigned char *states;      /* [n * stride] */
-    dpt_rng_t *rngs;            /* [n] */
-    uint32_t *t;                /* [n] current episode lengths */
-    double *ret;                /* [n] current episode returns */
-    double *ep_ret;             /* [DPT__EP_CAP] finished episodes (ring) */
-    uint32_t *ep_len;           /* [DPT__EP_CAP] */
+    int started;           /* 1 after the first dpt_vecenv_reset */
+    size_t stride;         /* bytes between state blocks (multiple of 16) */
+    unsigned char *states; /* [n * stride] */
+    dpt_rng_t *rngs;       /* [n] */
+    uint32_t *t;           /* [n] current episode lengths */
+    double *ret;           /* [n] current episode returns */
+    double *ep_ret;        /* [DPT__EP_CAP] finished episodes (ring) */
+    uint32_t *ep_len;      /* [DPT__EP_CAP] */
     size_t ep_head, ep_count;
-    size_t ep_dropped;          /* dropped since the last pop */
-    float *act;                 /* [action_dim] clipped box action */
-    float *obs_scratch;         /* [obs_dim] for dpt_vecenv_reset(v, NULL) */
+    size_t ep_dropped;  /* dropped since the last pop */
+    float *act;         /* [action_dim] clipped box action */
+    float *obs_scratch; /* [obs_dim] for dpt_vecenv_reset(v, NULL) */
     uint64_t total_steps, total_episodes;
-    size_t state_bytes;         /* size of a saved state */
+    size_t state_bytes; /* size of a saved state */
 };
 
 static size_t dpt__round_up(size_t x, size_t a)
@@ -217,8 +217,10 @@ int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, 
     size_t per_env = DPT__STATE_PER_ENV + cls->state_size, sbytes;
     if (off == SIZE_MAX || dpt_mul_size(n, per_env, &sbytes) != 0 ||
         sbytes > SIZE_MAX - DPT__STATE_HEADER - DPT__STATE_TAIL)
-        return dpt_error(DPT_EOVERFLOW, "env \"%s\": %zu envs of %zu bytes overflow the address "
-                         "space", cls->name, n, cls->state_size);
+        return dpt_error(DPT_EOVERFLOW,
+                         "env \"%s\": %zu envs of %zu bytes overflow the address "
+                         "space",
+                         cls->name, n, cls->state_size);
     unsigned char *base = dpt_alloc_aligned(off);
     if (!base)
         return dpt_error(DPT_ENOMEM, "env \"%s\": cannot allocate %zu bytes for %zu envs",
@@ -312,8 +314,7 @@ static int dpt__check_actions(const dpt_vecenv_t *v, const void *actions)
                 return dpt_error(DPT_EINVAL,
                                  "env \"%s\" #%zu: action[%zu] is %g (not finite); no env was "
                                  "stepped",
-                                 cls->name, j / cls->action_dim, j % cls->action_dim,
-                                 (double)a[j]);
+                                 cls->name, j / cls->action_dim, j % cls->action_dim, (double)a[j]);
     }
     return DPT_OK;
 }
@@ -325,8 +326,10 @@ int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rew
         return dpt_error(DPT_EINVAL, "dpt_vecenv_step: runner is NULL");
     const dpt_env_class_t *cls = v->cls;
     if (!actions || !obs || !rewards || !terminated || !truncated)
-        return dpt_error(DPT_EINVAL, "env \"%s\": dpt_vecenv_step needs actions, obs, rewards, "
-                         "terminated and truncated buffers", cls->name);
+        return dpt_error(DPT_EINVAL,
+                         "env \"%s\": dpt_vecenv_step needs actions, obs, rewards, "
+                         "terminated and truncated buffers",
+                         cls->name);
     if (!v->started)
         return dpt_error(DPT_ESTATE, "env \"%s\": dpt_vecenv_step before dpt_vecenv_reset",
                          cls->name);
@@ -443,7 +446,6 @@ uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v)
 #define DPT__OFF_STARTED 112
 #define DPT__OFF_SUM 120
 
-
 static void dpt__put(unsigned char *buf, size_t off, const void *x, size_t size)
 {
     memcpy(buf + off, x, size);
@@ -510,50 +512,64 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
     const dpt_env_class_t *cls = v->cls;
     const unsigned char *b = buf;
     if (bytes < DPT__STATE_HEADER || memcmp(b + DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8) != 0)
-        return dpt_error(DPT_EFORMAT, "env \"%s\": the buffer (%zu bytes) is not a saved runner "
-                         "state", cls->name, bytes);
+        return dpt_error(DPT_EFORMAT,
+                         "env \"%s\": the buffer (%zu bytes) is not a saved runner "
+                         "state",
+                         cls->name, bytes);
     uint32_t version, bom, obs_dim, started;
     uint64_t n, ssz, sum;
     dpt__get(b, DPT__OFF_VERSION, &version, 4);
     dpt__get(b, DPT__OFF_BOM, &bom, 4);
     if (version != DPT__STATE_VERSION || bom != DPT__STATE_BOM)
-        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has version %u and "
+        return dpt_error(DPT_EFORMAT,
+                         "env \"%s\": saved runner state has version %u and "
                          "byte-order mark 0x%08x, expected %u and 0x%08x",
                          cls->name, version, bom, DPT__STATE_VERSION, DPT__STATE_BOM);
     char name[DPT__ENV_NAME_CAP];
     memcpy(name, b + DPT__OFF_NAME, sizeof name);
     if (name[sizeof name - 1] != '\0')
-        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has an unterminated class "
-                         "name", cls->name);
+        return dpt_error(DPT_EFORMAT,
+                         "env \"%s\": saved runner state has an unterminated class "
+                         "name",
+                         cls->name);
     if (strcmp(name, cls->name) != 0)
-        return dpt_error(DPT_EINVAL, "saved runner state is for env \"%s\", this runner runs "
-                         "\"%s\"", name, cls->name);
+        return dpt_error(DPT_EINVAL,
+                         "saved runner state is for env \"%s\", this runner runs "
+                         "\"%s\"",
+                         name, cls->name);
     dpt__get(b, DPT__OFF_N, &n, 8);
     dpt__get(b, DPT__OFF_STATE_SIZE, &ssz, 8);
     dpt__get(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
     if (n != v->n || ssz != cls->state_size || obs_dim != cls->obs_dim)
-        return dpt_error(DPT_EINVAL, "env \"%s\": saved runner state has %" PRIu64 " envs, "
+        return dpt_error(DPT_EINVAL,
+                         "env \"%s\": saved runner state has %" PRIu64 " envs, "
                          "state_size %" PRIu64 ", obs_dim %u; this runner has %zu, %zu, %zu",
                          cls->name, n, ssz, obs_dim, v->n, cls->state_size, cls->obs_dim);
     size_t need = dpt_vecenv_state_bytes(v);
     if (bytes != need)
-        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state is %zu bytes, expected %zu "
-                         "(truncated or padded)", cls->name, bytes, need);
+        return dpt_error(DPT_EFORMAT,
+                         "env \"%s\": saved runner state is %zu bytes, expected %zu "
+                         "(truncated or padded)",
+                         cls->name, bytes, need);
     dpt__get(b, DPT__OFF_SUM, &sum, 8);
     if (sum != dpt_fnv1a64(DPT_FNV1A64_INIT, b + DPT__STATE_HEADER, need - DPT__STATE_HEADER))
-        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state fails its checksum "
-                         "(corrupted)", cls->name);
+        return dpt_error(DPT_EFORMAT,
+                         "env \"%s\": saved runner state fails its checksum "
+                         "(corrupted)",
+                         cls->name);
     dpt__get(b, DPT__OFF_STARTED, &started, 4);
     if (started > 1)
-        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has started = %u",
-                         cls->name, started);
+        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has started = %u", cls->name,
+                         started);
     const size_t o_t = DPT__STATE_HEADER + v->n * 8;
     for (size_t i = 0; i < v->n; i++) {
         uint32_t t;
         dpt__get(b, o_t + i * 4, &t, 4);
         if (cls->max_episode_steps && t >= cls->max_episode_steps)
-            return dpt_error(DPT_EFORMAT, "env \"%s\" #%zu: saved episode length %u is not below "
-                             "the time limit %u", cls->name, i, t, cls->max_episode_steps);
+            return dpt_error(DPT_EFORMAT,
+                             "env \"%s\" #%zu: saved episode length %u is not below "
+                             "the time limit %u",
+                             cls->name, i, t, cls->max_episode_steps);
     }
     return DPT_OK;
 }

@@ -148,8 +148,8 @@ static void acrobot_dsdt(const double *s, double a, double *ds)
     const double lc1 = AC_LINK_COM_POS_1, lc2 = AC_LINK_COM_POS_2;
     const double I1 = AC_LINK_MOI, I2 = AC_LINK_MOI, g = AC_G;
     double theta1 = s[0], theta2 = s[1], dtheta1 = s[2], dtheta2 = s[3];
-    double d1 = m1 * (lc1 * lc1) + m2 * ((l1 * l1) + (lc2 * lc2) + 2 * l1 * lc2 * cos(theta2)) +
-                I1 + I2;
+    double d1 =
+        m1 * (lc1 * lc1) + m2 * ((l1 * l1) + (lc2 * lc2) + 2 * l1 * lc2 * cos(theta2)) + I1 + I2;
     double d2 = m2 * ((lc2 * lc2) + l1 * lc2 * cos(theta2)) + I2;
     double phi2 = m2 * lc2 * g * cos(theta1 + theta2 - DPT_PI / 2.0);
     double phi1 = -m2 * l1 * lc2 * (dtheta2 * dtheta2) * sin(theta2) -
@@ -195,8 +195,8 @@ static void acrobot_reset(void *state, dpt_rng_t *rng, float *obs)
     acrobot_obs(st, obs);
 }
 
-static void acrobot_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
-                         float *reward, int *terminated)
+static void acrobot_step(void *state, const void *action, dpt_rng_t *rng, float *obs, float *reward,
+                         int *terminated)
 {
     (void)rng;
     static const double avail_torque[3] = {-1.0, 0.0, 1.0};

@@ -72,17 +72,17 @@ int dpt_policy_create(dpt_policy_t **out, const dpt_env_class_t *cls, const size
             goto fail;
         }
         p->hidden[i] = hidden[i];
-        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, hidden[i], DPT_INIT_ORTHOGONAL,
-                                          (float)sqrt(2.0)};
+        layers[nl++] =
+            (dpt_layer_spec_t){DPT_LAYER_LINEAR, hidden[i], DPT_INIT_ORTHOGONAL, (float)sqrt(2.0)};
         layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_TANH, 0, DPT_INIT_DEFAULT, 0.0f};
     }
     layers[nl] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, p->out_dim, DPT_INIT_ORTHOGONAL, 0.01f};
-    if ((rc = dpt_seq_create(&p->actor, cls->obs_dim, layers, (size_t)nl + 1, max_batch,
-                             &p->vars, "actor.")) != 0)
+    if ((rc = dpt_seq_create(&p->actor, cls->obs_dim, layers, (size_t)nl + 1, max_batch, &p->vars,
+                             "actor.")) != 0)
         goto fail;
     layers[nl] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, 1, DPT_INIT_ORTHOGONAL, 1.0f};
-    if ((rc = dpt_seq_create(&p->critic, cls->obs_dim, layers, (size_t)nl + 1, max_batch,
-                             &p->vars, "critic.")) != 0)
+    if ((rc = dpt_seq_create(&p->critic, cls->obs_dim, layers, (size_t)nl + 1, max_batch, &p->vars,
+                             "critic.")) != 0)
         goto fail;
     if (!p->discrete) {
         size_t shape[1] = {p->out_dim};
@@ -108,9 +108,18 @@ fail:
     return rc;
 }
 
-const dpt_vartable_t *dpt_policy_vars(const dpt_policy_t *p) { return &p->vars; }
-const dpt_env_class_t *dpt_policy_env_class(const dpt_policy_t *p) { return p->cls; }
-size_t dpt_policy_max_batch(const dpt_policy_t *p) { return p->max_batch; }
+const dpt_vartable_t *dpt_policy_vars(const dpt_policy_t *p)
+{
+    return &p->vars;
+}
+const dpt_env_class_t *dpt_policy_env_class(const dpt_policy_t *p)
+{
+    return p->cls;
+}
+size_t dpt_policy_max_batch(const dpt_policy_t *p)
+{
+    return p->max_batch;
+}
 
 int dpt__policy_hidden(const dpt_policy_t *p, size_t *out)
 {
@@ -137,8 +146,8 @@ int dpt_policy_value(dpt_policy_t *p, const float *params, const float *obs, siz
     return DPT_OK;
 }
 
-int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n,
-                   dpt_rng_t *rng, void *actions, float *logp, float *values)
+int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n, dpt_rng_t *rng,
+                   void *actions, float *logp, float *values)
 {
     const float *z;
     int rc = dpt_seq_forward(p->actor, params, obs, n, &z);
@@ -185,8 +194,7 @@ static int dpt__ppo_columns(const dpt_policy_t *p, const dpt_batch_t *b, dpt__pp
         return DPT_EINVAL;
     c->actions = p->discrete
                      ? dpt_batch_get(b, "ppo loss", DPT_PPO_COL_ACTIONS, DPT_I32, 1, NULL)
-                     : dpt_batch_get(b, "ppo loss", DPT_PPO_COL_ACTIONS, DPT_F32, p->out_dim,
-                                     NULL);
+                     : dpt_batch_get(b, "ppo loss", DPT_PPO_COL_ACTIONS, DPT_F32, p->out_dim, NULL);
     if (!c->actions ||
         !(c->logp_old = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_LOGP, DPT_F32, 1, NULL)) ||
         !(c->adv = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_ADV, DPT_F32, 1, NULL)) ||
@@ -196,8 +204,8 @@ static int dpt__ppo_columns(const dpt_policy_t *p, const dpt_batch_t *b, dpt__pp
     return DPT_OK;
 }
 
-static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads,
-                              const dpt_batch_t *b, dpt_loss_out_t *out)
+static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, const dpt_batch_t *b,
+                              dpt_loss_out_t *out)
 {
     dpt_policy_t *p = ctx;
     dpt__ppo_cols_t c;
@@ -263,8 +271,8 @@ static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads,
         return rc;
     double loss = pg - (double)hp->ent_coef * ent + (double)hp->vf_coef * vl;
     if (!isfinite(loss))
-        return dpt_error(DPT_ENUMERIC, "ppo loss is %g (policy %g, value %g, entropy %g)", loss,
-                         pg, vl, ent);
+        return dpt_error(DPT_ENUMERIC, "ppo loss is %g (policy %g, value %g, entropy %g)", loss, pg,
+                         vl, ent);
     if (out) {
         memset(out, 0, sizeof *out);
         out->loss = loss;

@@ -20,20 +20,20 @@ struct dpt_ppo {
     dpt_rl_config_t cfg;
     const dpt_env_class_t *cls;
     dpt__rollout_t ro;
-    dpt_policy_t *actor;      /* acting copy */
-    dpt_policy_t *learner;    /* the model the towers train */
+    dpt_policy_t *actor;   /* acting copy */
+    dpt_policy_t *learner; /* the model the towers train */
     dpt_towers_t *towers;
-    dpt_arena_t params;       /* weights used for sampling */
-    size_t rows;              /* T * N */
+    dpt_arena_t params; /* weights used for sampling */
+    size_t rows;        /* T * N */
     size_t *perm;
-    size_t *order;            /* [max_minibatches]: one epoch's minibatch order */
-    size_t max_minibatches;   /* rows / sgd_minibatch_size: a load's most */
+    size_t *order;          /* [max_minibatches]: one epoch's minibatch order */
+    size_t max_minibatches; /* rows / sgd_minibatch_size: a load's most */
     /* shuffled copy of the batch that is loaded */
     float *obs, *logp, *adv, *ret, *val;
     void *act;
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps;
-    void *blob;          /* checkpoint state, kept so a writer can borrow it */
+    void *blob; /* checkpoint state, kept so a writer can borrow it */
     size_t blob_bytes;
 };
 
@@ -85,8 +85,10 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     if (rc)
         return rc;
     if (cfg->num_devices < 1 || cfg->sgd_minibatch_size % (size_t)cfg->num_devices)
-        return dpt_error(DPT_EINVAL, "ppo: sgd_minibatch_size %zu must be divisible by "
-                         "num_devices %d", cfg->sgd_minibatch_size, cfg->num_devices);
+        return dpt_error(DPT_EINVAL,
+                         "ppo: sgd_minibatch_size %zu must be divisible by "
+                         "num_devices %d",
+                         cfg->sgd_minibatch_size, cfg->num_devices);
     dpt_ppo_t *p = calloc(1, sizeof *p);
     if (!p)
         return dpt_error(DPT_ENOMEM, "ppo: cannot allocate");
@@ -94,8 +96,8 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     p->cls = cls;
     p->rows = rows;
     size_t pdb = cfg->sgd_minibatch_size / (size_t)cfg->num_devices;
-    if ((rc = dpt__rollout_init(&p->ro, cls, cfg->num_envs, cfg->rollout_fragment_length,
-                                cfg->seed, 0)) != 0 ||
+    if ((rc = dpt__rollout_init(&p->ro, cls, cfg->num_envs, cfg->rollout_fragment_length, cfg->seed,
+                                0)) != 0 ||
         (rc = dpt_policy_create(&p->actor, cls, cfg->hidden, cfg->nhidden, cfg->num_envs)) != 0 ||
         (rc = dpt_policy_create(&p->learner, cls, cfg->hidden, cfg->nhidden, pdb)) != 0)
         goto fail;
@@ -183,8 +185,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     for (size_t i = 0; i < rows; i++)
         p->perm[i] = i;
     dpt_rng_shuffle(&p->shuffle_rng, p->perm, rows);
-    dpt__rollout_gather(&p->ro, p->perm, rows, p->obs, p->act, p->logp, p->adv, p->ret,
-                        p->val);
+    dpt__rollout_gather(&p->ro, p->perm, rows, p->obs, p->act, p->logp, p->adv, p->ret, p->val);
     /* The towers keep the first `keep` rows, device d holding rows
      * [d keep/D, (d+1) keep/D); minibatch membership is fixed here, so each
      * minibatch is normalized over all its rows before the load. */
@@ -194,18 +195,19 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
         dpt__rl_normalize_minibatches(p->adv, D, keep / D, pdb);
     dpt_batch_t b;
     dpt_towers_load_info_t li;
-    if ((rc = dpt_ppo_batch(&b, p->cls, rows, p->obs, p->act, p->logp, p->adv, p->ret,
-                            p->val)) != 0 ||
+    if ((rc = dpt_ppo_batch(&b, p->cls, rows, p->obs, p->act, p->logp, p->adv, p->ret, p->val)) !=
+            0 ||
         (rc = dpt_towers_load(p->towers, 0, &b, &li)) != 0)
         return rc;
     if (li.rows_loaded != keep || li.per_device_batch != pdb || li.steps > p->max_minibatches)
-        return dpt_error(DPT_ESTATE, "ppo: the towers loaded %zu rows in %zu minibatches of %zu "
+        return dpt_error(DPT_ESTATE,
+                         "ppo: the towers loaded %zu rows in %zu minibatches of %zu "
                          "rows per device; expected %zu rows in minibatches of %zu",
                          li.rows_loaded, li.steps, li.per_device_batch, keep, pdb);
     float lr = dpt__rl_lr(c, p->timesteps);
     dpt__rl_learn_stats_t ls;
-    if ((rc = dpt__rl_learn(p->towers, c->num_sgd_iter, li.steps, li.steps, li.per_device_batch,
-                            lr, &p->shuffle_rng, p->order, &ls)) != 0)
+    if ((rc = dpt__rl_learn(p->towers, c->num_sgd_iter, li.steps, li.steps, li.per_device_batch, lr,
+                            &p->shuffle_rng, p->order, &ls)) != 0)
         return rc;
     double t2 = dpt_now();
     p->iteration++;
@@ -233,9 +235,8 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     return DPT_OK;
 }
 
-int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit,
-                  size_t per_device, float lr, dpt_rng_t *rng, size_t *order,
-                  dpt__rl_learn_stats_t *out)
+int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit, size_t per_device,
+                  float lr, dpt_rng_t *rng, size_t *order, dpt__rl_learn_stats_t *out)
 {
     double sums[6] = {0};
     size_t nsteps = 0;
@@ -319,8 +320,7 @@ int dpt_ppo_checkpoint(dpt_ppo_t *p, dpt_safetensors_writer_t *w)
         p->blob = nb;
         p->blob_bytes = bytes;
     }
-    uint64_t head[4] = {DPT__PPO_MAGIC, p->iteration, p->timesteps,
-                        dpt_rng_tell(&p->shuffle_rng)};
+    uint64_t head[4] = {DPT__PPO_MAGIC, p->iteration, p->timesteps, dpt_rng_tell(&p->shuffle_rng)};
     memcpy(p->blob, head, sizeof head);
     if ((rc = dpt__rollout_save_state(&p->ro, (char *)p->blob + sizeof head,
                                       bytes - sizeof head)) != 0 ||
@@ -342,8 +342,10 @@ int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
         rc = dpt_safetensors_get_blob(st, "ppo.state", &blob, &bytes);
     uint64_t head[4] = {0};
     if (!rc && bytes != 4 * sizeof(uint64_t) + dpt__rollout_state_bytes(&p->ro))
-        rc = dpt_error(DPT_EFORMAT, "checkpoint %s: ppo.state has %zu bytes, this "
-                       "configuration needs %zu", dpt_safetensors_path(st), bytes,
+        rc = dpt_error(DPT_EFORMAT,
+                       "checkpoint %s: ppo.state has %zu bytes, this "
+                       "configuration needs %zu",
+                       dpt_safetensors_path(st), bytes,
                        4 * sizeof(uint64_t) + dpt__rollout_state_bytes(&p->ro));
     if (!rc) {
         memcpy(head, blob, sizeof head);
@@ -353,8 +355,7 @@ int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
     }
     /* Everything validated: from here on the trainer changes. */
     if (!rc)
-        rc = dpt__rollout_load_state(&p->ro, (const char *)blob + sizeof head,
-                                     bytes - sizeof head);
+        rc = dpt__rollout_load_state(&p->ro, (const char *)blob + sizeof head, bytes - sizeof head);
     if (!rc)
         rc = dpt_towers_set_weights(p->towers, ck.data, ck.count);
     if (!rc) {

@@ -47,29 +47,29 @@
 
 typedef struct dpt_rl_config {
     uint64_t seed;
-    size_t num_envs;                 /* envs per sampler / worker */
-    size_t rollout_fragment_length;  /* steps per env per iteration */
-    size_t sgd_minibatch_size;       /* rows per minibatch (per worker in DD-PPO) */
-    int num_sgd_iter;                /* epochs per batch */
+    size_t num_envs;                /* envs per sampler / worker */
+    size_t rollout_fragment_length; /* steps per env per iteration */
+    size_t sgd_minibatch_size;      /* rows per minibatch (per worker in DD-PPO) */
+    int num_sgd_iter;               /* epochs per batch */
     double gamma, lambda;
     dpt_ppo_loss_params_t loss;
     float lr;
-    int anneal_lr;                   /* linear decay to 0 over total_timesteps */
+    int anneal_lr; /* linear decay to 0 over total_timesteps */
     float adam_eps;
-    double grad_clip;                /* 0 = off */
+    double grad_clip; /* 0 = off */
     dpt_adv_norm_t normalize_advantages;
-    float reward_scale;              /* rewards are multiplied by this for learning (1 = off);
+    float reward_scale; /* rewards are multiplied by this for learning (1 = off);
                                       * episode returns are reported unscaled */
     size_t hidden[DPT_POLICY_MAX_HIDDEN];
     int nhidden;
-    uint64_t total_timesteps;        /* for annealing (all workers together) */
-    double comm_timeout_s;           /* collectives (replicated towers, DD-PPO threads) */
+    uint64_t total_timesteps; /* for annealing (all workers together) */
+    double comm_timeout_s;    /* collectives (replicated towers, DD-PPO threads) */
     /* PPO only */
-    int num_devices;                 /* towers */
+    int num_devices; /* towers */
     dpt_towers_mode_t towers_mode;
     /* DD-PPO only */
-    double sync_frac;                /* preemption threshold; >= 1 disables it */
-    int check_weights_every;         /* identical-weights check period; 0 = off */
+    double sync_frac;        /* preemption threshold; >= 1 disables it */
+    int check_weights_every; /* identical-weights check period; 0 = off */
 } dpt_rl_config_t;
 
 /* The engine settings of a finalized config of job ppo or ddppo (the key
@@ -89,13 +89,13 @@ typedef struct dpt_rl_result {
     uint64_t timesteps_total, timesteps_this_iter;
     uint64_t episodes_total, episodes_this_iter;
     double episode_reward_mean, episode_reward_min, episode_reward_max, episode_len_mean;
-    double episode_reward_mean_20;  /* mean of the last 20 episodes (CleanRL's criterion) */
-    size_t episodes_in_window;      /* episodes behind the means (<= 100) */
+    double episode_reward_mean_20; /* mean of the last 20 episodes (CleanRL's criterion) */
+    size_t episodes_in_window;     /* episodes behind the means (<= 100) */
     double policy_loss, vf_loss, entropy, kl, clipfrac, grad_norm, vf_explained_var, cur_lr;
     double sample_time_s, learn_time_s, iteration_time_s;
-    double env_steps_per_s;         /* timesteps_this_iter / iteration_time_s */
-    uint64_t preempted_workers;     /* DD-PPO: workers stopped early this iteration */
-    uint64_t rows_min;              /* DD-PPO: fewest rows any worker collected */
+    double env_steps_per_s;     /* timesteps_this_iter / iteration_time_s */
+    uint64_t preempted_workers; /* DD-PPO: workers stopped early this iteration */
+    uint64_t rows_min;          /* DD-PPO: fewest rows any worker collected */
 } dpt_rl_result_t;
 
 /* ---- PPO on towers ------------------------------------------------------------ */
@@ -154,9 +154,8 @@ typedef struct dpt_ddppo dpt_ddppo_t;
  * "train_batch_size is derived for DD-PPO" is the caller's to report;
  * here: minibatch larger than the fragment, etc. Collective: every worker
  * must call it. */
-int dpt_ddppo_worker_create(dpt_ddppo_t **w, const dpt_env_class_t *cls,
-                            const dpt_rl_config_t *cfg, dpt_comm_t *comm,
-                            dpt_ddppo_shared_t *shared);
+int dpt_ddppo_worker_create(dpt_ddppo_t **w, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+                            dpt_comm_t *comm, dpt_ddppo_shared_t *shared);
 void dpt_ddppo_worker_destroy(dpt_ddppo_t *w);
 /* One iteration on every worker (collective). Every worker gets the same
  * aggregated result. */
@@ -179,8 +178,7 @@ size_t dpt_ddppo_state_bytes(const dpt_ddppo_t *w);
 int dpt_ddppo_save_state(const dpt_ddppo_t *w, void *buf, size_t bytes);
 /* Restores the common part from `st` and this worker's private bytes
  * (validates everything first; on error the worker is unchanged). */
-int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,
-                      size_t bytes);
+int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf, size_t bytes);
 /* The same in two steps, so that workers can agree before any changes:
  * prepare validates everything (worker count, sizes, the parameter and
  * optimizer tensors, the private state) and keeps the loaded values;

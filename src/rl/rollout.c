@@ -29,8 +29,8 @@ void dpt__rollout_deinit(dpt__rollout_t *r)
     memset(r, 0, sizeof *r);
 }
 
-int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_envs,
-                      size_t T, uint64_t seed, uint32_t rank)
+int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_envs, size_t T,
+                      uint64_t seed, uint32_t rank)
 {
     memset(r, 0, sizeof *r);
     if (num_envs == 0 || T == 0)
@@ -65,9 +65,9 @@ int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_
     r->term = calloc(num_envs, 1);
     r->trunc = calloc(num_envs, 1);
     r->last_values = calloc(num_envs, sizeof(float));
-    if (!r->obs || !r->actions || !r->logp || !r->values || !r->rewards || !r->adv ||
-        !r->returns || !r->dones || !r->cur_obs || !r->final_obs || !r->boot_obs ||
-        !r->boot_v || !r->step_rew || !r->term || !r->trunc || !r->last_values) {
+    if (!r->obs || !r->actions || !r->logp || !r->values || !r->rewards || !r->adv || !r->returns ||
+        !r->dones || !r->cur_obs || !r->final_obs || !r->boot_obs || !r->boot_v || !r->step_rew ||
+        !r->term || !r->trunc || !r->last_values) {
         dpt__rollout_deinit(r);
         return dpt_error(DPT_ENOMEM, "rollout: cannot allocate %zu rows", rows);
     }
@@ -76,8 +76,8 @@ int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_
     return DPT_OK;
 }
 
-int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params,
-                         double gamma, double lambda, float reward_scale, size_t min_steps,
+int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
+                         double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx)
 {
     size_t N = r->N, od = r->obs_dim, aw = r->act_w;
@@ -215,9 +215,10 @@ int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes)
 int dpt__rollout_check_state(const dpt__rollout_t *r, const void *buf, size_t bytes)
 {
     if (bytes != dpt__rollout_state_bytes(r))
-        return dpt_error(DPT_EFORMAT, "rollout state: %zu bytes, this configuration needs %zu "
-                         "(different envs or observation size?)", bytes,
-                         dpt__rollout_state_bytes(r));
+        return dpt_error(DPT_EFORMAT,
+                         "rollout state: %zu bytes, this configuration needs %zu "
+                         "(different envs or observation size?)",
+                         bytes, dpt__rollout_state_bytes(r));
     uint64_t head[5];
     memcpy(head, buf, sizeof head);
     if (head[0] != DPT__ROLLOUT_MAGIC || head[2] > DPT__EPISODE_WINDOW ||

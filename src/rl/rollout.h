@@ -18,17 +18,17 @@ typedef struct dpt__rollout {
     dpt_vecenv_t *env;
     size_t T, N, obs_dim, act_w;
     int discrete;
-    float *obs;        /* [T*N, obs_dim] observation the action was taken on */
-    void *actions;     /* [T*N, act_w] int32 or float */
+    float *obs;    /* [T*N, obs_dim] observation the action was taken on */
+    void *actions; /* [T*N, act_w] int32 or float */
     float *logp, *values, *rewards, *adv, *returns; /* [T*N] */
-    uint8_t *dones;    /* [T*N] */
-    float *cur_obs;    /* [N, obs_dim] */
-    float *final_obs;  /* [N, obs_dim] */
-    float *boot_obs, *boot_v; /* [N, obs_dim], [N] truncation scratch */
-    float *step_rew;   /* [N] */
+    uint8_t *dones;                                 /* [T*N] */
+    float *cur_obs;                                 /* [N, obs_dim] */
+    float *final_obs;                               /* [N, obs_dim] */
+    float *boot_obs, *boot_v;                       /* [N, obs_dim], [N] truncation scratch */
+    float *step_rew;                                /* [N] */
     uint8_t *term, *trunc;
     float *last_values; /* [N] */
-    size_t steps;      /* steps collected by the last collect() */
+    size_t steps;       /* steps collected by the last collect() */
     dpt_rng_t act_rng;
     /* recent episodes */
     double ret_window[DPT__EPISODE_WINDOW];
@@ -37,16 +37,16 @@ typedef struct dpt__rollout {
     uint64_t episodes_total, episodes_this_iter;
 } dpt__rollout_t;
 
-int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_envs,
-                      size_t T, uint64_t seed, uint32_t rank);
+int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_envs, size_t T,
+                      uint64_t seed, uint32_t rank);
 void dpt__rollout_deinit(dpt__rollout_t *r);
 
 /* Collects up to T steps with `policy` at `params`. After min_steps steps,
  * should_stop(ctx) (may be NULL) is asked before each further step. Then
  * computes last_values, GAE (advantages, returns) over the collected steps,
  * and folds finished episodes into the window. */
-int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params,
-                         double gamma, double lambda, float reward_scale, size_t min_steps,
+int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
+                         double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx);
 
 /* Copies rollout rows idx[0..n) into PPO batch buffers (each with room for
@@ -86,8 +86,7 @@ typedef struct dpt__rl_learn_stats {
  * [loaded], scratch) and taking optimizer steps on the first `visit` of
  * them (visit <= loaded) at learning rate lr. Errors: those of
  * dpt_towers_optimize (the phase stops at the failed step). */
-int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit,
-                  size_t per_device, float lr, dpt_rng_t *rng, size_t *order,
-                  dpt__rl_learn_stats_t *out);
+int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit, size_t per_device,
+                  float lr, dpt_rng_t *rng, size_t *order, dpt__rl_learn_stats_t *out);
 
 #endif

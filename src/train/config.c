@@ -106,11 +106,11 @@ const char *dpt_config_default(dpt_config_key_t k, dpt_job_t job)
 /* ---- values ------------------------------------------------------------------ */
 
 typedef struct dpt__value {
-    int64_t i;                   /* INT, BOOL, ENUM (index into choices) */
-    double f;                    /* FLOAT */
-    char s[DPT_CONFIG_STR_MAX];  /* the value's text */
-    int given;                   /* from a file or dpt_config_set */
-    int from_file;               /* given in the file (paths resolve against it) */
+    int64_t i;                  /* INT, BOOL, ENUM (index into choices) */
+    double f;                   /* FLOAT */
+    char s[DPT_CONFIG_STR_MAX]; /* the value's text */
+    int given;                  /* from a file or dpt_config_set */
+    int from_file;              /* given in the file (paths resolve against it) */
 } dpt__value_t;
 
 struct dpt_config {
@@ -262,8 +262,8 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
             return dpt_error(DPT_EINVAL, "%s: %s expects a number, got \"%s\"", where, ki->name,
                              shown);
         if (x < ki->min || x > ki->max)
-            return dpt_error(DPT_EINVAL, "%s: %s = %g is out of range [%g, %g]", where, ki->name,
-                             x, ki->min, ki->max);
+            return dpt_error(DPT_EINVAL, "%s: %s = %g is out of range [%g, %g]", where, ki->name, x,
+                             ki->min, ki->max);
         v->f = x;
         break;
     }
@@ -287,8 +287,8 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
     case DPT_CFG_T_STR:
         for (const char *p = text; *p; p++)
             if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                return dpt_error(DPT_EINVAL, "%s: %s contains a control character: \"%s\"",
-                                 where, ki->name, shown);
+                return dpt_error(DPT_EINVAL, "%s: %s contains a control character: \"%s\"", where,
+                                 ki->name, shown);
         break;
     }
     snprintf(v->s, sizeof v->s, "%s", text);
@@ -349,8 +349,10 @@ static int dpt__config_read(dpt_config_t *c, FILE *f, const char *name)
         for (size_t i = 0; i < keep; i++) {
             unsigned char ch = (unsigned char)line[i];
             if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f) {
-                rc = dpt_error(DPT_EINVAL, "%s: byte %zu is a control character (0x%02x); a "
-                               "config is a text file of `key = value` lines", where, i + 1, ch);
+                rc = dpt_error(DPT_EINVAL,
+                               "%s: byte %zu is a control character (0x%02x); a "
+                               "config is a text file of `key = value` lines",
+                               where, i + 1, ch);
                 break;
             }
         }
@@ -378,15 +380,15 @@ int dpt_config_load(dpt_config_t *c, const char *path)
 {
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s",
-                         path, strerror(errno));
+        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s", path,
+                         strerror(errno));
     if (!S_ISREG(sb.st_mode))
         return dpt_error(DPT_EINVAL, "config %s: not a regular file (%s)", path,
                          S_ISDIR(sb.st_mode) ? "a directory" : "a special file");
     FILE *f = fopen(path, "r");
     if (!f)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s",
-                         path, strerror(errno));
+        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s", path,
+                         strerror(errno));
     int rc = dpt__config_read(c, f, path);
     fclose(f);
     if (!rc)
@@ -507,8 +509,8 @@ static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
     }
     char *abs = realpath(base, NULL);
     if (!abs)
-        return dpt_error(DPT_EINVAL, "%s = %s: cannot resolve directory %s: %s",
-                         dpt__keys[k].name, v->s, base, strerror(errno));
+        return dpt_error(DPT_EINVAL, "%s = %s: cannot resolve directory %s: %s", dpt__keys[k].name,
+                         v->s, base, strerror(errno));
     snprintf(joined, sizeof joined, "%s/%s", abs, v->s);
     free(abs);
     /* "a/../b" becomes "b" (lexically: the file may not exist yet, and then
@@ -545,23 +547,25 @@ static int dpt__cross_checks(const dpt_config_t *c)
         return dpt_error(DPT_EINVAL,
                          "sgd_minibatch_size %lld exceeds the %lld rows of a%s batch "
                          "(rollout_fragment_length %lld x num_envs_per_worker %lld)",
-                         (long long)mb, (long long)rows,
-                         job == DPT_JOB_DDPPO ? " worker's" : "", (long long)frag,
-                         (long long)envs);
+                         (long long)mb, (long long)rows, job == DPT_JOB_DDPPO ? " worker's" : "",
+                         (long long)frag, (long long)envs);
     if (job == DPT_JOB_PPO) {
         int64_t tb = c->v[DPT_CFG_train_batch_size].i;
         if (tb != 0 && tb != rows)
-            return dpt_error(DPT_EINVAL, "train_batch_size %lld must equal num_envs_per_worker x "
-                             "rollout_fragment_length = %lld (or be left out)", (long long)tb,
-                             (long long)rows);
+            return dpt_error(DPT_EINVAL,
+                             "train_batch_size %lld must equal num_envs_per_worker x "
+                             "rollout_fragment_length = %lld (or be left out)",
+                             (long long)tb, (long long)rows);
         int64_t d = c->v[DPT_CFG_num_devices].i;
         if (mb % d)
-            return dpt_error(DPT_EINVAL, "sgd_minibatch_size %lld must be divisible by "
-                             "num_devices %lld", (long long)mb, (long long)d);
+            return dpt_error(DPT_EINVAL,
+                             "sgd_minibatch_size %lld must be divisible by "
+                             "num_devices %lld",
+                             (long long)mb, (long long)d);
     }
     if (job == DPT_JOB_DDPPO && c->v[DPT_CFG_sync_frac].f < 1.0 && mb < 4)
         return dpt_error(DPT_EINVAL, "sgd_minibatch_size must be >= 4 when sync_frac < 1 (a "
-                         "preempted worker may hold a quarter of its rows)");
+                                     "preempted worker may hold a quarter of its rows)");
     size_t sizes[DPT_POLICY_MAX_HIDDEN];
     int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
     return n < 0 ? n : DPT_OK;
@@ -657,8 +661,10 @@ int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, in
         errno = 0;
         long long x = strtoll(p, &end, 10);
         if (end == p || errno || x < 1 || x > 1000000)
-            return dpt_error(DPT_EINVAL, "%s = \"%s\": expected comma-separated integers in "
-                             "[1, 1000000]", name, s);
+            return dpt_error(DPT_EINVAL,
+                             "%s = \"%s\": expected comma-separated integers in "
+                             "[1, 1000000]",
+                             name, s);
         if (n == max)
             return dpt_error(DPT_EINVAL, "%s = \"%s\": more than %d layers", name, s, max);
         out[n++] = (size_t)x;
@@ -679,12 +685,12 @@ int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, in
 
 /* ---- text and digests ------------------------------------------------------------ */
 
-#define DPT__APPEND(buf, size, len, ...)                                                  \
-    do {                                                                                  \
-        int w_ = snprintf((len) < (size) ? (buf) + (len) : NULL,                          \
-                          (len) < (size) ? (size) - (len) : 0, __VA_ARGS__);              \
-        if (w_ > 0)                                                                       \
-            (len) += (size_t)w_;                                                          \
+#define DPT__APPEND(buf, size, len, ...)                                     \
+    do {                                                                     \
+        int w_ = snprintf((len) < (size) ? (buf) + (len) : NULL,             \
+                          (len) < (size) ? (size) - (len) : 0, __VA_ARGS__); \
+        if (w_ > 0)                                                          \
+            (len) += (size_t)w_;                                             \
     } while (0)
 
 size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size)

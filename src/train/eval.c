@@ -8,9 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n,
-                        size_t episodes, uint64_t seed, dpt_eval_result_t *out, char *path_out,
-                        size_t path_size, dpt_job_t *job_out)
+int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n, size_t episodes,
+                        uint64_t seed, dpt_eval_result_t *out, char *path_out, size_t path_size,
+                        dpt_job_t *job_out)
 {
     out->count = 0;
     out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
@@ -31,9 +31,11 @@ int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n
     const char *text = dpt_safetensors_meta(st, "config");
     const char *job = dpt_safetensors_meta(st, "job");
     if (!text || !job) {
-        rc = dpt_error(DPT_EFORMAT, "checkpoint %s has no dpt run metadata: it was written by "
+        rc = dpt_error(DPT_EFORMAT,
+                       "checkpoint %s has no dpt run metadata: it was written by "
                        "dpt before 0.2 or by another program; evaluate it with the dpt that "
-                       "wrote it", dpt_safetensors_path(st));
+                       "wrote it",
+                       dpt_safetensors_path(st));
         goto out;
     }
     if ((rc = dpt_config_create(&c)) != 0 ||

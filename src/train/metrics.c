@@ -85,9 +85,9 @@ static double dpt__find(const dpt_metric_t *metrics, size_t n, const char *name)
 int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
 {
     if (!m->header_written) {
-        m->ncols = n < sizeof m->columns / sizeof m->columns[0] ? n
-                                                               : sizeof m->columns /
-                                                                     sizeof m->columns[0];
+        m->ncols = n < sizeof m->columns / sizeof m->columns[0]
+                       ? n
+                       : sizeof m->columns / sizeof m->columns[0];
         for (size_t i = 0; i < m->ncols; i++) {
             m->columns[i] = metrics[i].name;
             fprintf(m->csv, "%s%s", i ? "," : "", metrics[i].name);
@@ -132,8 +132,7 @@ int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
             depth++;
             first[depth] = 1;
         }
-        fprintf(m->jsonl, "%s\"%.*s\":", first[depth] ? "" : ",", (int)lens[np - 1],
-                parts[np - 1]);
+        fprintf(m->jsonl, "%s\"%.*s\":", first[depth] ? "" : ",", (int)lens[np - 1], parts[np - 1]);
         first[depth] = 0;
         dpt__json_number(m->jsonl, metrics[i].value);
     }

@@ -123,8 +123,7 @@ int dpt_rl_defaults(dpt_job_t job, dpt_rl_config_t *out)
 {
     memset(out, 0, sizeof *out);
     if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO)
-        return dpt_error(DPT_EINVAL, "rl defaults: job %s is not ppo or ddppo",
-                         dpt_job_name(job));
+        return dpt_error(DPT_EINVAL, "rl defaults: job %s is not ppo or ddppo", dpt_job_name(job));
     dpt_config_t *c;
     int rc = dpt_config_create(&c);
     if (rc)
@@ -175,8 +174,7 @@ void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, in
     dpt_train_result_add(r, "info/learner/default_policy/kl", rr->kl);
     dpt_train_result_add(r, "info/learner/default_policy/clip_fraction", rr->clipfrac);
     dpt_train_result_add(r, "info/learner/default_policy/grad_gnorm", rr->grad_norm);
-    dpt_train_result_add(r, "info/learner/default_policy/vf_explained_var",
-                         rr->vf_explained_var);
+    dpt_train_result_add(r, "info/learner/default_policy/vf_explained_var", rr->vf_explained_var);
     if (ddppo) {
         dpt_train_result_add(r, "info/preempted_workers", (double)rr->preempted_workers);
         dpt_train_result_add(r, "info/min_worker_rows", (double)rr->rows_min);
@@ -212,8 +210,8 @@ int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *p
     return rc;
 }
 
-int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t episodes,
-                          uint64_t seed, dpt_eval_result_t *out)
+int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t episodes, uint64_t seed,
+                          dpt_eval_result_t *out)
 {
     if (episodes == 0)
         return DPT_OK;
@@ -227,8 +225,8 @@ int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t epis
     return DPT_OK;
 }
 
-int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st,
-                            size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st, size_t episodes,
+                            uint64_t seed, dpt_eval_result_t *out)
 {
     dpt_rl_config_t rc_cfg;
     const dpt_env_class_t *cls;
@@ -241,8 +239,8 @@ int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st
     dpt_arena_t p = {0};
     if ((rc = dpt_policy_create(&pol, cls, rc_cfg.hidden, rc_cfg.nhidden, 1)) != 0 ||
         (rc = dpt_arena_init(&p, dpt_policy_vars(pol)->total)) != 0 ||
-        (rc = dpt_safetensors_load_arena(st, "params.", dpt_policy_vars(pol), p.data,
-                                         p.count)) != 0)
+        (rc = dpt_safetensors_load_arena(st, "params.", dpt_policy_vars(pol), p.data, p.count)) !=
+            0)
         goto cleanup;
     if (episodes == 0)
         episodes = (size_t)DPT_CI(cfg, eval_episodes);

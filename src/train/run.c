@@ -49,9 +49,9 @@ typedef struct dpt__run {
     dpt_config_t *cfg;
     char dir[DPT__DIR_MAX];
     int rank, world;
-    int created;            /* rank 0 made the directory in this start */
-    uint64_t iterations;    /* iterations done by this process */
-    dpt_comm_t *mpi;        /* one handle per process, world > 1 */
+    int created;         /* rank 0 made the directory in this start */
+    uint64_t iterations; /* iterations done by this process */
+    dpt_comm_t *mpi;     /* one handle per process, world > 1 */
     dpt_trainer_t *t;
     dpt__metrics_t metrics;
     int metrics_open;
@@ -239,7 +239,8 @@ static int dpt__make_run_dir(dpt__run_t *r)
             if (!S_ISDIR(sb.st_mode))
                 return dpt_error(DPT_EINVAL, "output_dir %s exists and is not a directory", given);
             if (!dpt__dir_empty(given))
-                return dpt_error(DPT_EINVAL, "output_dir %s is not empty: continue that run with "
+                return dpt_error(DPT_EINVAL,
+                                 "output_dir %s is not empty: continue that run with "
                                  "`dpt train --resume %s`, or choose another output_dir",
                                  given, given);
             return DPT_OK;
@@ -357,11 +358,15 @@ static int dpt__agree(dpt__run_t *r, const char *resume_dir)
     free(mine);
     free(all);
     if (differ && r->rank != 0)
-        return dpt_error(DPT_EINVAL, "rank %d: the ranks were started with different "
-                         "configurations (rank 0 names them)", r->rank);
+        return dpt_error(DPT_EINVAL,
+                         "rank %d: the ranks were started with different "
+                         "configurations (rank 0 names them)",
+                         r->rank);
     if (differ)
-        return dpt_error(DPT_EINVAL, "the ranks were started with different configurations; "
-                         "differing from rank 0: %s%s", msg, differ > 12 ? ", ..." : "");
+        return dpt_error(DPT_EINVAL,
+                         "the ranks were started with different configurations; "
+                         "differing from rank 0: %s%s",
+                         msg, differ > 12 ? ", ..." : "");
     return DPT_OK;
 }
 
@@ -379,8 +384,8 @@ static int dpt__stop_requested(dpt__run_t *r, int *rc)
 /* ---- stop conditions ------------------------------------------------------------- */
 
 /* Why the run should stop after an iteration with these numbers (0 = go on). */
-static int dpt__should_stop(const dpt_config_t *c, uint64_t iteration, int finished,
-                            double reward, size_t episodes, dpt_run_reason_t *why)
+static int dpt__should_stop(const dpt_config_t *c, uint64_t iteration, int finished, double reward,
+                            size_t episodes, dpt_run_reason_t *why)
 {
     uint64_t stop_iters = (uint64_t)dpt_config_int(c, DPT_CFG_stop_iters);
     if (finished) {
@@ -434,8 +439,8 @@ static int dpt__save(dpt__run_t *r, const dpt_train_result_t *res, double time_t
     if ((rc = dpt_safetensors_set_meta(w, "episode_reward_mean", buf)) != 0 ||
         (rc = dpt_safetensors_set_meta_u64(w, "episodes_in_window", res->episodes_in_window)) !=
             0 ||
-        (rc = dpt_safetensors_set_meta(w, "stop_reason",
-                                       why ? dpt_run_reason_text(*why) : "")) != 0)
+        (rc = dpt_safetensors_set_meta(w, "stop_reason", why ? dpt_run_reason_text(*why) : "")) !=
+            0)
         goto out;
     snprintf(path, sizeof path, "%s/checkpoints", r->dir);
     if ((rc = dpt__mkdirs(path)) != 0)
@@ -473,15 +478,16 @@ static int dpt__compare(const dpt_config_t *a, const dpt_config_t *b, unsigned a
                      ki->name, x, y);
     }
     if (n)
-        return dpt_error(DPT_EINVAL, "%s: %s%s. Only stop conditions, checkpoint and "
+        return dpt_error(DPT_EINVAL,
+                         "%s: %s%s. Only stop conditions, checkpoint and "
                          "evaluation settings, timeouts and data locations may change when a "
-                         "run is resumed", what, msg, n > 8 ? "; ..." : "");
+                         "run is resumed",
+                         what, msg, n > 8 ? "; ..." : "");
     return DPT_OK;
 }
 
 /* Appends one line per changed key to dir/overrides.log. */
-static int dpt__record_overrides(const dpt__run_t *r, const dpt_config_t *saved,
-                                 uint64_t iteration)
+static int dpt__record_overrides(const dpt__run_t *r, const dpt_config_t *saved, uint64_t iteration)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/overrides.log", r->dir);
@@ -496,8 +502,8 @@ static int dpt__record_overrides(const dpt__run_t *r, const dpt_config_t *saved,
         if (!f && !(f = fopen(path, "a")))
             return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(errno));
         fprintf(f, "resumed after iteration %llu: %s = %s (was %s)\n",
-                (unsigned long long)iteration, dpt_config_key_info((dpt_config_key_t)k)->name,
-                now, was);
+                (unsigned long long)iteration, dpt_config_key_info((dpt_config_key_t)k)->name, now,
+                was);
     }
     if (!f)
         return DPT_OK;
@@ -538,7 +544,8 @@ static int dpt__resume_config(dpt__run_t *r, const char *dir, const dpt_config_t
     }
     const char *text = dpt_safetensors_meta(*st, "config");
     if (!text) {
-        rc = dpt_error(DPT_EINVAL, "--resume %s: checkpoint %s was written by dpt before 0.2 "
+        rc = dpt_error(DPT_EINVAL,
+                       "--resume %s: checkpoint %s was written by dpt before 0.2 "
                        "(no run metadata); continue it with that version, or start a new run",
                        dir, dpt_safetensors_path(*st));
         goto out;
@@ -556,9 +563,9 @@ static int dpt__resume_config(dpt__run_t *r, const char *dir, const dpt_config_t
     if (given) {
         if (dpt_config_given(given, DPT_CFG_job) &&
             dpt_config_job(given) != dpt_config_job(saved)) {
-            rc = dpt_error(DPT_EINVAL, "--resume %s: the run is job %s, not %s", dir,
-                           dpt_job_name(dpt_config_job(saved)),
-                           dpt_job_name(dpt_config_job(given)));
+            rc =
+                dpt_error(DPT_EINVAL, "--resume %s: the run is job %s, not %s", dir,
+                          dpt_job_name(dpt_config_job(saved)), dpt_job_name(dpt_config_job(given)));
             goto out;
         }
         if ((rc = dpt__config_apply_overrides(r->cfg, given)) != 0 ||
@@ -595,8 +602,7 @@ static int dpt__fail(int rc, const char *what)
     return what ? dpt_error(rc, "%s: %s", what, msg) : dpt_error(rc, "%s", msg);
 }
 
-int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o,
-                  dpt_run_reason_t *reason)
+int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_run_reason_t *reason)
 {
     dpt__run_t r;
     memset(&r, 0, sizeof r);
@@ -633,11 +639,12 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o,
     if (r.world > 1) {
         if (job == DPT_JOB_PPO) {
             rc = dpt_error(DPT_EINVAL, "job ppo does not run under mpirun (one sampler in one "
-                           "process); use job = ddppo to train across processes");
+                                       "process); use job = ddppo to train across processes");
             goto out;
         }
         if (job == DPT_JOB_SUPERVISED && dpt_config_int(r.cfg, DPT_CFG_num_devices) != 1) {
-            rc = dpt_error(DPT_EINVAL, "under mpirun the supervised job runs one device per "
+            rc = dpt_error(DPT_EINVAL,
+                           "under mpirun the supervised job runs one device per "
                            "rank: set num_devices = 1 (num_devices = %lld)",
                            (long long)dpt_config_int(r.cfg, DPT_CFG_num_devices));
             goto out;
@@ -646,8 +653,8 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o,
          * other than this one (hier); the supervised job's one device runs
          * on this thread. */
         int threads = job == DPT_JOB_DDPPO ? (int)dpt_config_int(r.cfg, DPT_CFG_num_workers) : 1;
-        if ((rc = dpt_comm_mpi_init(NULL, NULL, threads > 1 ? DPT_COMM_MPI_SERIALIZED
-                                                            : DPT_COMM_MPI_FUNNELED)) != 0)
+        if ((rc = dpt_comm_mpi_init(
+                 NULL, NULL, threads > 1 ? DPT_COMM_MPI_SERIALIZED : DPT_COMM_MPI_FUNNELED)) != 0)
             goto out;
         mpi_inited = 1;
         dpt_comm_mpi_options_t mo;
@@ -779,7 +786,7 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o,
             break;
     }
 
-end: {
+end : {
     /* 7. The end: a greedy evaluation for RL jobs (rank 0). */
     dpt_eval_result_t ev_res;
     int evaluated = 0;

@@ -55,7 +55,7 @@ int dpt_trainer_create(dpt_trainer_t **out, const dpt_config_t *cfg, const dpt_t
     *out = NULL;
     if (!dpt_config_finalized(cfg))
         return dpt_error(DPT_EINVAL, "trainer: the config is not finalized "
-                         "(call dpt_config_finalize first)");
+                                     "(call dpt_config_finalize first)");
     const dpt_trainer_ops_t *ops = dpt_trainer_ops(dpt_config_job(cfg));
     if (!ops)
         return dpt_error(DPT_EINVAL, "trainer: unknown job %d", (int)dpt_config_job(cfg));
@@ -166,8 +166,10 @@ int dpt_trainer_restore(dpt_trainer_t *t, const dpt_safetensors_t *st)
 {
     const char *job = dpt_safetensors_meta(st, "job");
     if (!job || !dpt_safetensors_meta(st, "config"))
-        return dpt_error(DPT_EFORMAT, "checkpoint %s has no dpt run metadata (written by dpt "
-                         "before 0.2, or not by dpt train)", dpt_safetensors_path(st));
+        return dpt_error(DPT_EFORMAT,
+                         "checkpoint %s has no dpt run metadata (written by dpt "
+                         "before 0.2, or not by dpt train)",
+                         dpt_safetensors_path(st));
     if (strcmp(job, dpt_job_name(t->ops->job)) != 0)
         return dpt_error(DPT_EINVAL, "checkpoint %s is a %s checkpoint, this trainer is %s",
                          dpt_safetensors_path(st), job, dpt_job_name(t->ops->job));

@@ -45,18 +45,18 @@ struct dpt__dd_trainer;
 
 typedef struct dpt__dd_worker {
     struct dpt__dd_trainer *d;
-    int index;          /* thread of this process, 0..T-1 */
+    int index; /* thread of this process, 0..T-1 */
     dpt_comm_t *comm;
     dpt_ddppo_t *w;
     pthread_t thread;
     /* The outcome of the last command: written by the worker, read by the
      * caller after the command's hand-back under the mutex. */
     int rc;
-    int peer_only;      /* failed only because another worker did */
-    char msg[512];      /* dpt_last_error() is per thread: a copy */
+    int peer_only; /* failed only because another worker did */
+    char msg[512]; /* dpt_last_error() is per thread: a copy */
     dpt_rl_result_t res;
-    float *state;       /* checkpoint: this worker's private state [state_floats] */
-    float *gathered;    /* checkpoint: every worker's [size * state_floats]; worker 0's
+    float *state;    /* checkpoint: this worker's private state [state_floats] */
+    float *gathered; /* checkpoint: every worker's [size * state_floats]; worker 0's
                          * is borrowed by the writer until it saves */
 } dpt__dd_worker_t;
 
@@ -64,17 +64,17 @@ typedef struct dpt__dd_trainer {
     const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
     dpt_rl_config_t rc;
     const dpt_env_class_t *cls;
-    int T;                   /* workers in this process */
-    int size;                /* workers in the run (all processes) */
+    int T;    /* workers in this process */
+    int size; /* workers in the run (all processes) */
     dpt_comm_threads_group_t *tg;
     dpt_comm_hier_group_t *hg;
     dpt_ddppo_shared_t *shared;
-    dpt__dd_worker_t *wk;    /* [T] */
-    int nstarted;            /* threads running: workers 1..nstarted */
-    int sync_ready;          /* mu and the condition variables are initialized */
+    dpt__dd_worker_t *wk; /* [T] */
+    int nstarted;         /* threads running: workers 1..nstarted */
+    int sync_ready;       /* mu and the condition variables are initialized */
     pthread_mutex_t mu;
-    pthread_cond_t cmd_cv;   /* a new command (gen changed) */
-    pthread_cond_t done_cv;  /* pending reached 0 */
+    pthread_cond_t cmd_cv;  /* a new command (gen changed) */
+    pthread_cond_t done_cv; /* pending reached 0 */
     uint64_t gen;
     dpt__dd_cmd_t cmd;
     int pending;
@@ -135,7 +135,8 @@ static int dpt__dd_restore_part(dpt__dd_worker_t *wk)
         rc = grc;
     if (!rc && failed > 0.0f) {
         wk->peer_only = 1;
-        rc = dpt_error(DPT_EFORMAT, "checkpoint %s: another worker cannot restore from it "
+        rc = dpt_error(DPT_EFORMAT,
+                       "checkpoint %s: another worker cannot restore from it "
                        "(its process reports why); nothing was restored",
                        dpt_safetensors_path(d->st));
     }
@@ -161,14 +162,9 @@ static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
          * DPT_ECOMM (dpt/towers.h) or time out: report its error first. */
         wk->peer_only = rc == DPT_ECOMM || rc == DPT_ETIMEDOUT;
         break;
-    case DPT__DD_CHECKPOINT:
-        rc = dpt__dd_checkpoint_part(wk);
-        break;
-    case DPT__DD_RESTORE:
-        rc = dpt__dd_restore_part(wk);
-        break;
-    case DPT__DD_QUIT:
-        break;
+    case DPT__DD_CHECKPOINT: rc = dpt__dd_checkpoint_part(wk); break;
+    case DPT__DD_RESTORE: rc = dpt__dd_restore_part(wk); break;
+    case DPT__DD_QUIT: break;
     }
     wk->rc = rc;
     if (rc)
@@ -331,8 +327,7 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
     }
     d->sync_ready = 1;
     int mpi = env && env->use_mpi && dpt__mpi_world_size() > 1;
-    if ((rc = dpt__dd_comms(d, mpi)) != 0 ||
-        (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
+    if ((rc = dpt__dd_comms(d, mpi)) != 0 || (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
         goto fail;
     d->size = dpt_comm_size(d->wk[0].comm);
     for (int i = 1; i < d->T; i++) {
@@ -356,8 +351,10 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
         wk->state = calloc(d->state_floats, sizeof(float));
         wk->gathered = calloc(all, sizeof(float));
         if (!wk->state || !wk->gathered) {
-            rc = dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the checkpoint states of %d "
-                           "workers (%zu floats)", d->size, all);
+            rc = dpt_error(DPT_ENOMEM,
+                           "ddppo: cannot allocate the checkpoint states of %d "
+                           "workers (%zu floats)",
+                           d->size, all);
             goto fail;
         }
     }
@@ -398,9 +395,10 @@ static int dpt__dd_restore(void *self, const dpt_safetensors_t *st)
     if (rc)
         return rc;
     if (workers != (uint64_t)d->size)
-        return dpt_error(DPT_EINVAL, "checkpoint %s was written by %llu DD-PPO workers, this "
-                         "run has %d (num_workers x processes)", dpt_safetensors_path(st),
-                         (unsigned long long)workers, d->size);
+        return dpt_error(DPT_EINVAL,
+                         "checkpoint %s was written by %llu DD-PPO workers, this "
+                         "run has %d (num_workers x processes)",
+                         dpt_safetensors_path(st), (unsigned long long)workers, d->size);
     d->st = st;
     rc = dpt__dd_run(d, DPT__DD_RESTORE);
     d->st = NULL;
@@ -418,8 +416,8 @@ static int dpt__dd_get_weights(void *self, float *out, size_t count)
     dpt__dd_trainer_t *d = self;
     size_t n = dpt__dd_vars(self)->total;
     if (count != n)
-        return dpt_error(DPT_EINVAL, "ddppo weights: %zu floats asked, the policy has %zu",
-                         count, n);
+        return dpt_error(DPT_EINVAL, "ddppo weights: %zu floats asked, the policy has %zu", count,
+                         n);
     memcpy(out, dpt_ddppo_weights(d->wk[0].w), n * sizeof(float));
     return DPT_OK;
 }

@@ -33,7 +33,7 @@ static int dpt__ppo_create(void **self, const dpt_config_t *cfg, const dpt_train
      * train their own model and write the same run directory. */
     if (env && env->use_mpi && dpt__mpi_world_size() > 1)
         return dpt_error(DPT_EINVAL, "ppo does not run under mpirun (one sampler, one "
-                         "process); use job = ddppo to train across processes");
+                                     "process); use job = ddppo to train across processes");
     dpt__ppo_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return dpt_error(DPT_ENOMEM, "ppo: cannot allocate the trainer");
@@ -96,8 +96,7 @@ static int dpt__ppo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eva
     int rc = dpt_ppo_get_weights(t->ppo, t->eval_params.data, t->eval_params.count);
     if (rc)
         return rc;
-    return dpt__rl_evaluate_into(dpt_ppo_policy(t->ppo), t->eval_params.data, episodes, seed,
-                                 out);
+    return dpt__rl_evaluate_into(dpt_ppo_policy(t->ppo), t->eval_params.data, episodes, seed, out);
 }
 
 static int dpt__ppo_describe(void *self, dpt_safetensors_writer_t *w)

@@ -42,17 +42,19 @@
 #define SUP_EVAL_BATCH 1000
 
 /* The choices of the `dataset` key, in the key table's order. */
-#define SUP_DATASET_LIST(X)                    \
-    X(SUP_FASHION_MNIST, "fashion_mnist")      \
-    X(SUP_CSV, "csv")                          \
+#define SUP_DATASET_LIST(X)               \
+    X(SUP_FASHION_MNIST, "fashion_mnist") \
+    X(SUP_CSV, "csv")                     \
     X(SUP_SPIRALS, "spirals")
 
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum sup_dataset {
 #define SUP__DATASET_ENUM(sym, name) sym,
     SUP_DATASET_LIST(SUP__DATASET_ENUM)
 #undef SUP__DATASET_ENUM
     SUP_DATASET_COUNT
 } sup_dataset_t;
+/* clang-format on */
 
 static const char *const sup_dataset_names[SUP_DATASET_COUNT] = {
 #define SUP__DATASET_NAME(sym, name) [sym] = name,
@@ -88,9 +90,9 @@ typedef struct sup {
     dpt_rng_t shuffle_rng;
     dpt_schedule_t sched;
     int shuffle;
-    size_t batch;        /* batch_size: rows per step over all ranks and devices */
-    dpt_comm_t *comm;    /* the ranks' communicator when there are several; else NULL */
-    int rank, nranks;    /* 0 and 1 in one process */
+    size_t batch;     /* batch_size: rows per step over all ranks and devices */
+    dpt_comm_t *comm; /* the ranks' communicator when there are several; else NULL */
+    int rank, nranks; /* 0 and 1 in one process */
     uint64_t epochs;
     uint64_t epoch, samples, steps; /* done so far (checkpointed) */
 } sup_t;
@@ -118,8 +120,8 @@ static int sup_spec(const dpt_config_t *c, size_t classes, sup_spec_t *m)
         return rc;
     m->nhidden = nh;
     for (int i = 0; i < nh; i++) {
-        m->layers[m->nlayers++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, m->hidden[i],
-                                                     DPT_INIT_DEFAULT, 0};
+        m->layers[m->nlayers++] =
+            (dpt_layer_spec_t){DPT_LAYER_LINEAR, m->hidden[i], DPT_INIT_DEFAULT, 0};
         m->layers[m->nlayers++] = (dpt_layer_spec_t){m->act, 0, DPT_INIT_DEFAULT, 0};
     }
     m->layers[m->nlayers++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, classes, DPT_INIT_DEFAULT, 0};
@@ -173,8 +175,8 @@ static int sup_load_data(const dpt_config_t *c, sup_dataset_t kind, dpt_dataset_
     if ((rc = dpt_dataset_load_csv(test, DPT_CS(c, test_csv), &o)) != 0)
         return rc;
     if (train && test->dim != train->dim)
-        return dpt_error(DPT_EINVAL, "dataset %s has %zu features, %s has %zu",
-                         DPT_CS(c, test_csv), test->dim, DPT_CS(c, train_csv), train->dim);
+        return dpt_error(DPT_EINVAL, "dataset %s has %zu features, %s has %zu", DPT_CS(c, test_csv),
+                         test->dim, DPT_CS(c, train_csv), train->dim);
     return DPT_OK;
 }
 
@@ -229,22 +231,29 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     size_t ranks = (size_t)s->nranks;
     if (ranks > 1) {
         if (devices != 1)
-            return dpt_error(DPT_EINVAL, "num_devices = %d: across %zu processes the supervised "
-                             "job runs one device per rank: set num_devices = 1", devices, ranks);
+            return dpt_error(DPT_EINVAL,
+                             "num_devices = %d: across %zu processes the supervised "
+                             "job runs one device per rank: set num_devices = 1",
+                             devices, ranks);
         if (batch % ranks)
-            return dpt_error(DPT_EINVAL, "batch_size %zu must be divisible by the %zu ranks "
+            return dpt_error(DPT_EINVAL,
+                             "batch_size %zu must be divisible by the %zu ranks "
                              "(each rank trains on batch_size / ranks rows of every batch)",
                              batch, ranks);
         if (rows < ranks)
-            return dpt_error(DPT_EINVAL, "the %s training set has %zu rows, fewer than the "
-                             "%zu ranks", sup_dataset_names[s->dataset], rows, ranks);
+            return dpt_error(DPT_EINVAL,
+                             "the %s training set has %zu rows, fewer than the "
+                             "%zu ranks",
+                             sup_dataset_names[s->dataset], rows, ranks);
     }
     if (batch % (size_t)devices)
         return dpt_error(DPT_EINVAL, "batch_size %zu must be divisible by num_devices %d", batch,
                          devices);
     if (rows < (size_t)devices)
-        return dpt_error(DPT_EINVAL, "the %s training set has %zu rows, fewer than "
-                         "num_devices %d", sup_dataset_names[s->dataset], rows, devices);
+        return dpt_error(DPT_EINVAL,
+                         "the %s training set has %zu rows, fewer than "
+                         "num_devices %d",
+                         sup_dataset_names[s->dataset], rows, devices);
     s->batch = batch;
     size_t pdb = batch / (size_t)devices / ranks;
     dpt_towers_config_t tc = dpt_towers_defaults();
@@ -267,8 +276,8 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     /* nesterov is a momentum setting; the other optimizers refuse it. */
     if (tc.optim.kind != DPT_OPTIM_MOMENTUM)
         tc.optim.nesterov = 0;
-    if ((rc = dpt_mlp_create(&s->mlp, dim, s->spec.layers, s->spec.nlayers,
-                             DPT_LOSS_SOFTMAX_XENT, pdb)) != 0 ||
+    if ((rc = dpt_mlp_create(&s->mlp, dim, s->spec.layers, s->spec.nlayers, DPT_LOSS_SOFTMAX_XENT,
+                             pdb)) != 0 ||
         (rc = dpt_mlp_create(&s->eval_mlp, dim, s->spec.layers, s->spec.nlayers,
                              DPT_LOSS_SOFTMAX_XENT, SUP_EVAL_BATCH)) != 0)
         return rc;
@@ -285,8 +294,10 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     dpt_mlp_init_params(s->mlp, s->params.data, &init);
     dpt_rng_init(&s->shuffle_rng, seed, 0, 0, DPT_RNG_SHUFFLE);
     if (dim && rows > ((size_t)-1) / sizeof(float) / dim)
-        return dpt_error(DPT_EOVERFLOW, "the %s training set: %zu rows of %zu features "
-                         "overflow the size", sup_dataset_names[s->dataset], rows, dim);
+        return dpt_error(DPT_EOVERFLOW,
+                         "the %s training set: %zu rows of %zu features "
+                         "overflow the size",
+                         sup_dataset_names[s->dataset], rows, dim);
     s->xs = malloc(rows * dim * sizeof(float));
     s->ys = malloc(rows * sizeof(int32_t));
     s->perm = malloc(rows * sizeof(size_t));
@@ -310,7 +321,8 @@ static int sup_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
     dpt_comm_t *comm = env ? env->comm : NULL;
     /* Without the ranks' communicator every rank would train alone. */
     if (env && env->use_mpi && dpt__mpi_world_size() > 1 && !comm)
-        return dpt_error(DPT_EINVAL, "supervised training under mpirun is not supported without "
+        return dpt_error(DPT_EINVAL,
+                         "supervised training under mpirun is not supported without "
                          "the ranks' communicator (dpt_trainer_env_t.comm; dpt_train_run "
                          "passes it)");
     sup_t *s = calloc(1, sizeof *s);
@@ -559,8 +571,9 @@ static int sup_ckpt_classes(const dpt_safetensors_t *st, const sup_spec_t *m, si
     int rc = dpt_safetensors_meta_u64(st, "num_classes", &k);
     if (rc == DPT_OK) {
         if (k < 1 || k > 1000000)
-            return dpt_error(DPT_EFORMAT, "checkpoint %s: num_classes = %" PRIu64
-                             " is out of range", dpt_safetensors_path(st), k);
+            return dpt_error(DPT_EFORMAT,
+                             "checkpoint %s: num_classes = %" PRIu64 " is out of range",
+                             dpt_safetensors_path(st), k);
         *classes = (size_t)k;
         return DPT_OK;
     }
@@ -570,15 +583,17 @@ static int sup_ckpt_classes(const dpt_safetensors_t *st, const sup_spec_t *m, si
     snprintf(name, sizeof name, "params.%zu.weight", m->nlayers - 1);
     const dpt_safetensors_tensor_t *out_w = dpt_safetensors_find(st, name);
     if (!out_w || out_w->ndim != 2 || out_w->shape[0] < 1)
-        return dpt_error(DPT_EINVAL, "checkpoint %s does not match the config's model (%d "
+        return dpt_error(DPT_EINVAL,
+                         "checkpoint %s does not match the config's model (%d "
                          "hidden layers): it has no num_classes metadata and no 2-D output "
-                         "layer %s", dpt_safetensors_path(st), m->nhidden, name);
+                         "layer %s",
+                         dpt_safetensors_path(st), m->nhidden, name);
     *classes = out_w->shape[0];
     return DPT_OK;
 }
 
-static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st,
-                               size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
+                               uint64_t seed, dpt_eval_result_t *out)
 {
     (void)episodes, (void)seed; /* the test set is fixed */
     const char *path = dpt_safetensors_path(st);
@@ -607,15 +622,16 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
     }
     uint64_t in_dim = 0;
     if (dpt_safetensors_meta_u64(st, "input_dim", &in_dim) == DPT_OK && in_dim != test.dim) {
-        rc = dpt_error(DPT_EINVAL, "checkpoint %s takes %" PRIu64 " features, the %s test data "
-                       "(%s) have %zu", path, in_dim, sup_dataset_names[kind], where, test.dim);
+        rc = dpt_error(DPT_EINVAL,
+                       "checkpoint %s takes %" PRIu64 " features, the %s test data "
+                       "(%s) have %zu",
+                       path, in_dim, sup_dataset_names[kind], where, test.dim);
         goto done;
     }
     if ((rc = dpt_mlp_create(&mlp, test.dim, m.layers, m.nlayers, DPT_LOSS_SOFTMAX_XENT,
                              SUP_EVAL_BATCH)) != 0 ||
         (rc = dpt_arena_init(&p, dpt_mlp_vars(mlp)->total)) != 0 ||
-        (rc = dpt_safetensors_load_arena(st, "params.", dpt_mlp_vars(mlp), p.data, p.count)) !=
-            0)
+        (rc = dpt_safetensors_load_arena(st, "params.", dpt_mlp_vars(mlp), p.data, p.count)) != 0)
         goto done;
     dpt_batch_t b = sup_batch(test.rows, test.dim, test.x, test.labels);
     dpt_loss_out_t o;
