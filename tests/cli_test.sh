@@ -195,6 +195,9 @@ expect 1 "trunc.safetensors" -- eval trunc.safetensors
 expect 2 "not a run directory" -- train --resume ok_missing_dir
 mkdir -p empty_run && cp ppo_full/config.conf empty_run/config.conf
 expect 1 "no valid checkpoint" -- train --resume empty_run
+# A run directory of dpt 0.1 is refused with the reason (exit 2).
+mkdir -p old_run/checkpoints && printf '# dpt configuration used by this run (every key)\njob = ppo\nhidden = 256,128\n' > old_run/config.conf
+expect 2 "this run was made by dpt 0.1" -- train --resume old_run
 # Resuming with a key that changes the results is refused, naming the key.
 expect 2 "these keys cannot change: lr (0.00025, now 0.1)" -- train --resume ppo_half --set lr=0.1
 expect 2 "give CONFIG or --resume DIR, not both" -- train ppo.conf --resume ppo_half

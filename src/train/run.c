@@ -526,6 +526,23 @@ static int dpt__resume_config(dpt__run_t *r, const char *dir, const dpt_config_t
     snprintf(path, sizeof path, "%s/config.conf", dir);
     if ((rc = dpt_config_create(&saved)) != 0)
         return rc;
+    /* dpt 0.1 wrote every key of every job under this first line; its runs
+     * carry no run metadata and cannot continue here. */
+    FILE *f = fopen(path, "r");
+    char first[80] = "";
+    if (f) {
+        if (!fgets(first, sizeof first, f))
+            first[0] = '\0';
+        fclose(f);
+    }
+    if (strncmp(first, "# dpt configuration used by this run (every key)", 48) == 0) {
+        rc = dpt_error(DPT_EINVAL,
+                       "--resume %s: this run was made by dpt 0.1, whose run "
+                       "directories and checkpoints 0.2 cannot continue; continue it with dpt "
+                       "0.1, or start a new run",
+                       dir);
+        goto out;
+    }
     if ((rc = dpt_config_load(saved, path)) != 0) {
         if (rc == DPT_ENOENT)
             rc = dpt_error(DPT_EINVAL, "--resume %s: not a run directory (%s)", dir,
