@@ -5,13 +5,17 @@
 #   make tsan   thread sanitizer build and its tests
 #   make bench  build the benchmark programs
 #   make minimal  build and test with every optional dependency switched off
+#   make install  build, then install into PREFIX (default /usr/local): the dpt
+#                 command, libdpt.a, libdpt.so.0, the headers, dpt.pc and the
+#                 CMake package (find_package(dpt))
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD    ?= build
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 WERROR   ?= OFF
+PREFIX   ?= /usr/local
 
-.PHONY: all build demo test asan tsan bench minimal clean
+.PHONY: all build demo test asan tsan bench minimal install clean
 
 all: build
 
@@ -38,6 +42,9 @@ bench: build
 
 minimal:
 	$(MAKE) test BUILD=build-minimal CMAKE_FLAGS="-DDPT_WITH_BLAS=OFF -DDPT_WITH_MPI=OFF -DDPT_WITH_ZLIB=OFF $(CMAKE_FLAGS)"
+
+install: build
+	cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 clean:
 	rm -rf build build-asan build-tsan build-minimal

@@ -17,8 +17,9 @@
  * ~12 steps and returns about 0.88; a random walk rarely gets there in time.
  *
  * Built into a program, the class is the variable `corridor_v0`. Built as a
- * shared library (README.md), dpt_env_plugin() hands it to `dpt train` with
- * `env = path/to/libcorridor_env.so` (DPT_ENV_PLUGIN_SYMBOL in dpt/env.h).
+ * shared library (README.md), the functions DPT_ENV_PLUGIN() defines at the
+ * end hand it to `dpt train` with `env = path/to/libcorridor_env.so`, after
+ * the loader checked the env ABI it was compiled for (dpt/env.h).
  */
 #include <dpt/env.h>
 
@@ -75,9 +76,6 @@ const dpt_env_class_t corridor_v0 = {
     .step = corridor_step,
 };
 
-/* The plug-in entry point, found by name (DPT_ENV_PLUGIN_SYMBOL). */
-const dpt_env_class_t *dpt_env_plugin(void);
-const dpt_env_class_t *dpt_env_plugin(void)
-{
-    return &corridor_v0;
-}
+/* The plug-in entry points (dpt_env_plugin() and the env ABI number the
+ * loader checks), defined by the macro of dpt/env.h. */
+DPT_ENV_PLUGIN(corridor_v0);

@@ -18,6 +18,7 @@
 #include "dpt/rng.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
+#include "dpt/version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,7 +39,8 @@ typedef enum dpt_feature {
 } dpt_feature_t;
 /* clang-format on */
 
-/* "0.1.0" — static string. */
+/* The library's version, "0.2.0" (DPT_VERSION_STRING of the build) — static
+ * string. DPT_VERSION_MAJOR/MINOR/PATCH (dpt/version.h) are the headers'. */
 const char *dpt_version(void);
 /* 1 when this build has the feature, 0 otherwise (also for unknown values). */
 int dpt_has_feature(dpt_feature_t f);

@@ -67,10 +67,44 @@ typedef struct dpt_env_class {
                  int *terminated);
 } dpt_env_class_t;
 
-/* A plug-in: a shared library built from a user's env file that exports
- *     const dpt_env_class_t *dpt_env_plugin(void);
- * can be trained by `dpt train` with `env = path/to/libmyenv.so`. */
+/* A plug-in: a shared library built from a user's env file that ends with
+ *     DPT_ENV_PLUGIN(my_class)
+ * (my_class: its dpt_env_class_t object) can be trained by `dpt train` with
+ * `env = path/to/libmyenv.so`. The macro exports two functions:
+ *     int dpt_env_plugin_abi(void);                returns DPT_ENV_ABI_VERSION
+ *     const dpt_env_class_t *dpt_env_plugin(void); returns &my_class
+ * The loader calls dpt_env_plugin_abi() first and refuses (DPT_EINVAL, exit 2
+ * from the command) a plug-in built for another env ABI, or one without the
+ * function (built before the ABI was numbered, counted as ABI 0), before it
+ * reads the class: the layout of dpt_env_class_t or the callbacks' signatures
+ * may differ. Rebuild such a plug-in against the installed headers.
+ *
+ * DPT_ENV_ABI_VERSION changes whenever dpt_env_class_t, the callbacks' types,
+ * the dpt_rng_* functions a plug-in may call, or this contract change. */
+#define DPT_ENV_ABI_VERSION 1
 #define DPT_ENV_PLUGIN_SYMBOL "dpt_env_plugin"
+#define DPT_ENV_PLUGIN_ABI_SYMBOL "dpt_env_plugin_abi"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DPT__PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define DPT__PLUGIN_EXPORT
+#endif
+
+/* The plug-in's entry points for the class object `cls` (at file scope, once
+ * per plug-in; the prototypes keep -Wmissing-prototypes quiet). */
+#define DPT_ENV_PLUGIN(cls)                                         \
+    DPT__PLUGIN_EXPORT int dpt_env_plugin_abi(void);                \
+    DPT__PLUGIN_EXPORT const dpt_env_class_t *dpt_env_plugin(void); \
+    int dpt_env_plugin_abi(void)                                    \
+    {                                                               \
+        return DPT_ENV_ABI_VERSION;                                 \
+    }                                                               \
+    const dpt_env_class_t *dpt_env_plugin(void)                     \
+    {                                                               \
+        return &(cls);                                              \
+    }                                                               \
+    typedef int dpt__env_plugin_semicolon_t /* so the macro takes a ';' after it */
 
 /* Built-in classes: CartPole-v1, Acrobot-v1, MountainCar-v0, Pendulum-v1
  * (Gymnasium's constants and rules; docs/ENVS.md). Their state blocks are

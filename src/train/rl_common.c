@@ -38,8 +38,27 @@ int dpt__rl_find_env(const char *name, const dpt_env_class_t **out)
     /* ISO C has no cast from an object pointer to a function pointer. */
     union {
         void *p;
+        int (*fn)(void);
+    } abi;
+    union {
+        void *p;
         const dpt_env_class_t *(*fn)(void);
     } sym;
+    /* The ABI number first: a plug-in built against other headers may lay
+     * out dpt_env_class_t differently, so nothing else of it is touched.
+     * One without the function predates the numbering (ABI 0). */
+    abi.p = dlsym(h, DPT_ENV_PLUGIN_ABI_SYMBOL);
+    int plugin_abi = abi.p ? abi.fn() : 0;
+    if (plugin_abi != DPT_ENV_ABI_VERSION) {
+        dlclose(h);
+        return dpt_error(DPT_EINVAL,
+                         "env plug-in %s was built for env ABI %d, this dpt has %d; rebuild it "
+                         "against this dpt's headers%s",
+                         name, plugin_abi, DPT_ENV_ABI_VERSION,
+                         abi.p ? ""
+                               : " (it does not export " DPT_ENV_PLUGIN_ABI_SYMBOL "(): "
+                                 "end the env file with DPT_ENV_PLUGIN(class))");
+    }
     sym.p = dlsym(h, DPT_ENV_PLUGIN_SYMBOL);
     if (!sym.p) {
         dlclose(h);

@@ -92,8 +92,9 @@ extern const dpt_trainer_ops_t dpt__ppo_ops;
 extern const dpt_trainer_ops_t dpt__ddppo_ops;
 
 /* A built-in env by name, or a plug-in by path (a shared library exporting
- * DPT_ENV_PLUGIN_SYMBOL, kept loaded for the life of the process); NULL
- * with a DPT_EINVAL/DPT_ENOENT message otherwise. */
+ * DPT_ENV_PLUGIN_SYMBOL whose DPT_ENV_PLUGIN_ABI_SYMBOL matches
+ * DPT_ENV_ABI_VERSION, kept loaded for the life of the process); NULL with a
+ * DPT_EINVAL/DPT_ENOENT message otherwise. */
 struct dpt_env_class;
 const struct dpt_env_class *dpt__find_env(const char *name);
 
