@@ -5,13 +5,17 @@
 #   make tsan   thread sanitizer build and its tests
 #   make bench  build the benchmark programs
 #   make minimal  build and test with every optional dependency switched off
+#   make fuzz   clang + libFuzzer build of the fuzz targets (build-fuzz)
+#   make fuzz-run  make fuzz, then run every target on its corpus
+#                  (FUZZ_SECONDS in all, shared equally; default 240)
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD    ?= build
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 WERROR   ?= OFF
+FUZZ_SECONDS ?= 240
 
-.PHONY: all build demo test asan tsan bench minimal clean
+.PHONY: all build demo test asan tsan bench minimal fuzz fuzz-run clean
 
 all: build
 
@@ -39,5 +43,15 @@ bench: build
 minimal:
 	$(MAKE) test BUILD=build-minimal CMAKE_FLAGS="-DDPT_WITH_BLAS=OFF -DDPT_WITH_MPI=OFF -DDPT_WITH_ZLIB=OFF $(CMAKE_FLAGS)"
 
+# The fuzz build needs clang and its libFuzzer runtime; configuring fails
+# (it does not skip) without them. MPI is left out: no target uses it.
+fuzz:
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPT_FUZZ=ON \
+	    -DDPT_WITH_MPI=OFF -DBUILD_TESTING=OFF -DDPT_WERROR=$(WERROR) $(CMAKE_FLAGS)
+	cmake --build build-fuzz --target dpt_fuzz -j $(JOBS)
+
+fuzz-run: fuzz
+	fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-asan build-tsan build-minimal
+	rm -rf build build-asan build-tsan build-minimal build-fuzz
