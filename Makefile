@@ -8,14 +8,18 @@
 #   make install  build, then install into PREFIX (default /usr/local): the dpt
 #                 command, libdpt.a, libdpt.so.0, the headers, dpt.pc and the
 #                 CMake package (find_package(dpt))
+#   make fuzz   clang + libFuzzer build of the fuzz targets (build-fuzz)
+#   make fuzz-run  make fuzz, then run every target on its corpus
+#                  (FUZZ_SECONDS in all, shared equally; default 240)
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD    ?= build
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 WERROR   ?= OFF
 PREFIX   ?= /usr/local
+FUZZ_SECONDS ?= 240
 
-.PHONY: all build demo test asan tsan bench minimal install clean
+.PHONY: all build demo test asan tsan bench minimal install fuzz fuzz-run clean
 
 all: build
 
@@ -46,5 +50,15 @@ minimal:
 install: build
 	cmake --install $(BUILD) --prefix "$(PREFIX)"
 
+# The fuzz build needs clang and its libFuzzer runtime; configuring fails
+# (it does not skip) without them. MPI is left out: no target uses it.
+fuzz:
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPT_FUZZ=ON \
+	    -DDPT_WITH_MPI=OFF -DBUILD_TESTING=OFF -DDPT_WERROR=$(WERROR) $(CMAKE_FLAGS)
+	cmake --build build-fuzz --target dpt_fuzz -j $(JOBS)
+
+fuzz-run: fuzz
+	fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-asan build-tsan build-minimal
+	rm -rf build build-asan build-tsan build-minimal build-fuzz

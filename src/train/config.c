@@ -289,6 +289,13 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
             if ((unsigned char)*p < 0x20 || *p == 0x7f)
                 return dpt_error(DPT_EINVAL, "%s: %s contains a control character: \"%s\"", where,
                                  ki->name, shown);
+        /* '#' starts a comment in a config file, so such a value given with
+         * dpt_config_set would not survive dpt_config_format (the config a
+         * run directory and a checkpoint keep): refuse it everywhere. */
+        if (strchr(text, '#'))
+            return dpt_error(DPT_EINVAL,
+                             "%s: %s contains '#', which starts a comment in a config: \"%s\"",
+                             where, ki->name, shown);
         break;
     }
     snprintf(v->s, sizeof v->s, "%s", text);
@@ -516,10 +523,16 @@ static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
     /* "a/../b" becomes "b" (lexically: the file may not exist yet, and then
      * the error that follows names what was looked for). */
     dpt__normalize_path(joined);
-    if (strlen(joined) >= DPT_CONFIG_STR_MAX)
+    size_t jlen = strlen(joined);
+    if (jlen >= DPT_CONFIG_STR_MAX)
         return dpt_error(DPT_EINVAL, "%s: the resolved path is longer than %d characters",
                          dpt__keys[k].name, DPT_CONFIG_STR_MAX - 1);
-    snprintf(v->s, sizeof v->s, "%s", joined);
+    /* "a /" normalizes to ".../a ": a value ending in a blank would lose it
+     * when the formatted config is read again (values are trimmed). */
+    if (jlen > 0 && isspace((unsigned char)joined[jlen - 1]))
+        return dpt_error(DPT_EINVAL, "%s = %s: the path ends in a blank once resolved (\"%s\")",
+                         dpt__keys[k].name, v->s, joined);
+    memcpy(v->s, joined, jlen + 1);
     return DPT_OK;
 }
 

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets into fuzz/corpus/<target>/:
+a handful of small valid and near-valid inputs each. Run from anywhere;
+the output is deterministic (the committed files are its output)."""
+import glob
+import gzip
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- config: the examples, and small near-valid texts ----------------------
+for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.conf"))):
+    lines = [l for l in open(path).read().splitlines() if l and not l.startswith("#")]
+    put("config", os.path.basename(path), "\n".join(lines) + "\n")
+put("config", "supervised_spirals", "job = supervised\ndataset = spirals\nhidden = 16,16\nepochs = 2\n")
+put("config", "bad_value", "job = ppo\nlr = -1\nenv = CartPole-v1 # comment\n")
+put("config", "unknown_key", "job = ddppo\nnum_workers = 0\nfoo = bar\n")
+put("config", "plugin_path", "job = ppo\nenv = ./libmyenv.so\npolicy_hidden = 64,,64\n")
+put("config", "empty", "")
+
+# ---- safetensors ------------------------------------------------------------
+FNV_OFF, FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
+
+
+def fnv1a64(b):
+    h = FNV_OFF
+    for x in b:
+        h = ((h ^ x) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def safetensors(tensors, meta=None, checksum=False):
+    """tensors: list of (name, dtype, shape, raw bytes)."""
+    header, off, blob = {}, 0, b""
+    if meta is not None or checksum:
+        m = dict(meta or {})
+        if checksum:
+            m["dpt.format"] = "1"
+            m["dpt.checksum"] = "fnv1a64:" + "0" * 16
+        header["__metadata__"] = m
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+        blob += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    data = struct.pack("<Q", len(h)) + h + blob
+    if checksum:
+        digest = "%016x" % fnv1a64(data)
+        data = data.replace(b"0" * 16, digest.encode(), 1)
+    return data
+
+
+def f32(*v):
+    return struct.pack("<%df" % len(v), *v)
+
+
+w = ("params.w", "F32", [2, 3], f32(1, 2, 3, 4, 5, 6))
+b = ("params.b", "F32", [3], f32(0.5, -0.5, 0))
+put("safetensors", "arena", safetensors([w, b], {"iteration": "7"}))
+put("safetensors", "arena_checksum", safetensors([w, b], {"iteration": "12"}, checksum=True))
+put("safetensors", "blob", safetensors([("rng", "U8", [5], b"\x01\x02\x03\x04\x05"),
+                                         ("step", "I64", [], struct.pack("<q", 3))]))
+put("safetensors", "wrong_shape", safetensors([("params.w", "F32", [3, 2], f32(1, 2, 3, 4, 5, 6)), b]))
+put("safetensors", "extra_tensor", safetensors([w, b, ("params.x", "I32", [1], b"\0\0\0\0")]))
+put("safetensors", "empty_header", safetensors([]))
+bad = bytearray(safetensors([w, b], checksum=True))
+bad[-1] ^= 1
+put("safetensors", "checksum_mismatch", bytes(bad))
+put("safetensors", "bf16", safetensors([("x", "BF16", [2], b"\0\0\0\0")]))
+
+# ---- idx: [num_classes int8][images length u32 LE][images][labels] ----------
+def idx_pair(n, rows, cols, num_classes=0, labels=None, gz=False):
+    img = struct.pack(">IIII", 0x803, n, rows, cols) + bytes((i * 37) % 256 for i in range(n * rows * cols))
+    lab = struct.pack(">II", 0x801, n) + bytes(labels if labels is not None else [i % 3 for i in range(n)])
+    if gz:
+        img, lab = gzip.compress(img, mtime=0), gzip.compress(lab, mtime=0)
+    return struct.pack("<bI", num_classes, len(img)) + img + lab
+
+
+put("idx", "small", idx_pair(3, 2, 2))
+put("idx", "classes10", idx_pair(4, 3, 1, num_classes=10))
+put("idx", "label_range", idx_pair(2, 2, 2, num_classes=2, labels=[0, 5]))
+put("idx", "gzip", idx_pair(3, 2, 2, gz=True))
+put("idx", "flat_2d", struct.pack("<bI", 0, 16) + struct.pack(">III", 0x802, 2, 2) + bytes(4)
+    + struct.pack(">II", 0x801, 2) + b"\0\1")
+put("idx", "count_mismatch", idx_pair(3, 1, 1)[:-1])
+
+# ---- csv: [flags][label_index int8][num_classes int8][file] -----------------
+def csv(flags, label_index, num_classes, text):
+    return struct.pack("<Bbb", flags, label_index, num_classes) + text.encode()
+
+
+put("csv", "plain", csv(0, 0, 0, "0,1.5,2\n1,-3,4e2\n2,0.25,0\n"))
+put("csv", "header_name", csv(3, 0, 0, "x,y,label\n1,2,0\n3,4,1\n"))
+put("csv", "last_col_semicolon", csv(4, -1, 3, "# comment\n1;2;0\r\n\n3;4;2\r\n"))
+put("csv", "gzip", csv(16, 0, 0, "1,0.5\n0,0.25\n"))
+put("csv", "bad_cell", csv(0, 0, 0, "0,abc\n1,2\n"))
+put("csv", "ragged", csv(8, 1, 0, "1\t2\t3\n4\t5\n"))
+put("csv", "huge_number", csv(0, 0, 0, "0,1e300\n1,2\n"))
+
+# ---- env: see fuzz_env.c for the layout -------------------------------------
+def env(name, flags, obs_dim, kind, num_actions, action_dim, bounds, steps_max, state_size,
+        nenv, steps, actions):
+    out = bytes([len(name)]) + name + bytes([flags, obs_dim, kind, num_actions, action_dim])
+    out += bytes(bounds)
+    out += bytes([steps_max]) + bytes(8) + bytes([state_size, nenv]) + bytes(8)
+    out += bytes([steps]) + actions
+    return out
+
+
+put("env", "discrete", env(b"Fuzz-v0", 0, 4, 0, 2, 0, [0] * 64, 5, 16, 2, 8,
+                           b"".join(struct.pack("<i", i % 2) for i in range(16))))
+put("env", "box", env(b"FuzzBox-v0", 0, 3, 1, 0, 2, [3, 3] * 32, 0, 8, 1, 4,
+                      b"".join(struct.pack("<f", x) for x in (0.5, -9, 1e9, 0.0) * 2)))
+put("env", "out_of_range_action", env(b"F", 0, 1, 0, 3, 0, [0] * 64, 2, 0, 3, 2,
+                                      struct.pack("<iii", 0, 3, -1) * 2))
+put("env", "no_reset", env(b"F", 8, 1, 0, 3, 0, [0] * 64, 2, 0, 1, 0, b""))
+put("env", "bad_dims", env(b"", 0, 33, 2, 0, 40, [0] * 64, 0, 63, 1, 0, b""))
