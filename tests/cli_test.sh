@@ -193,8 +193,19 @@ expect 1 "checkpoint-00000099.safetensors: no such file" -- eval ppo_corrupt/che
 head -c 100 ppo_full/checkpoints/checkpoint-00000010.safetensors > trunc.safetensors
 expect 1 "trunc.safetensors" -- eval trunc.safetensors
 expect 2 "not a run directory" -- train --resume ok_missing_dir
-mkdir -p empty_run && cp ppo_full/config.conf empty_run/config.conf
+mkdir -p empty_run/checkpoints && cp ppo_full/config.conf empty_run/config.conf
+printf 'garbage' > empty_run/checkpoints/checkpoint-00000003.safetensors
 expect 1 "no valid checkpoint" -- train --resume empty_run
+# Stopped before its first checkpoint: --resume starts the run over from
+# its config.conf; a fresh start into a directory holding only the
+# temporary of a killed start goes ahead.
+mkdir -p no_ckpt_yet && cp ppo_full/config.conf no_ckpt_yet/config.conf
+printf '{"training_iteration":1' > no_ckpt_yet/result.jsonl
+expect 0 "from the start: it has no checkpoint yet" -- train --resume no_ckpt_yet --set stop_iters=2
+check "the restarted run wrote iterations 1 and 2 only" [ "$(rows no_ckpt_yet/result.jsonl)" = 2 ]
+mkdir -p tmp_only && touch tmp_only/config.conf.tmp-999
+expect 0 "run directory tmp_only" -- train ppo.conf --set output_dir=tmp_only --set stop_iters=1
+check "the temporary of the killed start is gone" [ ! -e tmp_only/config.conf.tmp-999 ]
 # A run directory of dpt 0.1 is refused with the reason (exit 2).
 mkdir -p old_run/checkpoints && printf '# dpt configuration used by this run (every key)\njob = ppo\nhidden = 256,128\n' > old_run/config.conf
 expect 2 "this run was made by dpt 0.1" -- train --resume old_run

@@ -3,6 +3,7 @@
  * safetensors.c. */
 #include "dpt/checkpoint.h"
 #include "dpt/status.h"
+#include "io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -364,18 +365,7 @@ static int host_is_little_endian(void)
  * buffer. Returns 0 or an errno value. */
 static int write_all(int fd, const void *p, size_t n)
 {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t k = write(fd, c, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    return dpt__io_write(fd, p, n) == 0 ? 0 : errno;
 }
 
 static int emit_tensor(const wtensor_t *t, int fd, uint64_t *h)
@@ -511,7 +501,7 @@ int dpt_safetensors_save(const dpt_safetensors_writer_t *w, const char *path)
     }
     for (int attempt = 0; fd < 0; attempt++) {
         snprintf(tmp, tlen, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        fd = dpt__io_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
             rc = dpt_error(DPT_EIO, "checkpoint %s: cannot create temporary file %s: %s", path, tmp,
                            strerror(errno));
@@ -529,7 +519,7 @@ int dpt_safetensors_save(const dpt_safetensors_writer_t *w, const char *path)
         rc = dpt_error(DPT_EIO, "checkpoint %s: writing %s failed: %s", path, tmp, strerror(e));
         goto fail;
     }
-    if (fsync(fd) != 0) {
+    if (dpt__io_fsync(fd) != 0) {
         rc =
             dpt_error(DPT_EIO, "checkpoint %s: fsync of %s failed: %s", path, tmp, strerror(errno));
         goto fail;
@@ -540,7 +530,7 @@ int dpt_safetensors_save(const dpt_safetensors_writer_t *w, const char *path)
         rc = dpt_error(DPT_EIO, "checkpoint %s: closing %s failed: %s", path, tmp, strerror(errno));
         goto fail;
     }
-    if (rename(tmp, path) != 0) {
+    if (dpt__io_rename(tmp, path) != 0) {
         rc = dpt_error(DPT_EIO, "checkpoint %s: cannot rename %s over it: %s", path, tmp,
                        strerror(errno));
         goto fail;
@@ -555,7 +545,7 @@ int dpt_safetensors_save(const dpt_safetensors_writer_t *w, const char *path)
     if (dir_of(path, dir, sizeof dir) == 0) {
         int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
-            int bad = fsync(dfd) != 0 && errno != EINVAL && errno != EROFS;
+            int bad = dpt__io_fsync(dfd) != 0 && errno != EINVAL && errno != EROFS;
             int err = errno;
             close(dfd);
             if (bad) {

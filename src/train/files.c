@@ -1,5 +1,6 @@
 /* Files of a run: atomic writes, directories; the launcher's world. */
 #include "dpt/status.h"
+#include "core/io.h"
 #include "train_internal.h"
 
 #include <dirent.h>
@@ -24,7 +25,10 @@ int dpt__mkdirs(const char *path)
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            struct stat sb;
+            /* Only what is missing is made (a full or read-only disk
+             * refuses mkdir, even of a directory that exists). */
+            if (stat(buf, &sb) != 0 && dpt__io_mkdir(buf, 0777) != 0 && errno != EEXIST)
                 return dpt_error(DPT_EIO, "cannot create directory %s: %s", buf, strerror(errno));
             *p = c;
             if (!c)
@@ -50,25 +54,16 @@ int dpt__write_file_atomic(const char *path, const void *data, size_t n)
     /* The same pattern as checkpoint temporaries (NAME.tmp-PID-...), so one
      * rule finds the leftovers of a killed write. */
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = dpt__io_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
         return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(errno));
-    const char *p = data;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(w < 0 ? e : EIO));
-        }
-        p += w;
-        left -= (size_t)w;
+    if (dpt__io_write(fd, data, n) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(e));
     }
-    if (fsync(fd) != 0) {
+    if (dpt__io_fsync(fd) != 0) {
         int e = errno;
         close(fd);
         unlink(tmp);
@@ -79,17 +74,19 @@ int dpt__write_file_atomic(const char *path, const void *data, size_t n)
         unlink(tmp);
         return dpt_error(DPT_EIO, "cannot write %s: close: %s", path, strerror(e));
     }
-    if (rename(tmp, path) != 0) {
+    if (dpt__io_rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
         return dpt_error(DPT_EIO, "cannot write %s: rename: %s", path, strerror(e));
     }
     int dfd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
-        int bad = fsync(dfd) != 0;
+        int bad = dpt__io_fsync(dfd) != 0;
+        int e = errno;
         close(dfd);
         if (bad)
-            return dpt_error(DPT_EIO, "%s: fsync of its directory failed", path);
+            return dpt_error(DPT_EIO, "cannot write %s: fsync of its directory: %s", path,
+                             strerror(e));
     }
     return DPT_OK;
 }

@@ -1,5 +1,6 @@
 /* result.jsonl and progress.csv of a run (see train_internal.h). */
 #define _GNU_SOURCE /* getline */
+#include "core/io.h"
 #include "dpt/status.h"
 #include "train_internal.h"
 
@@ -17,7 +18,7 @@ int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append)
     memset(m, 0, sizeof *m);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/result.jsonl", dir);
-    m->jsonl = fopen(path, append ? "a" : "w");
+    m->jsonl = dpt__io_fopen(path, append ? "a" : "w");
     if (!m->jsonl)
         return dpt_error(DPT_EIO, "cannot open %s: %s", path, strerror(errno));
     snprintf(path, sizeof path, "%s/progress.csv", dir);
@@ -26,7 +27,7 @@ int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append)
         struct stat st;
         m->header_written = stat(path, &st) == 0 && st.st_size > 0;
     }
-    m->csv = fopen(path, append ? "a" : "w");
+    m->csv = dpt__io_fopen(path, append ? "a" : "w");
     if (!m->csv) {
         int e = errno;
         fclose(m->jsonl);
@@ -139,8 +140,10 @@ int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
     while (depth-- > 0)
         fputc('}', m->jsonl);
     fputs("}\n", m->jsonl);
-    if (fflush(m->jsonl) != 0 || fflush(m->csv) != 0 || ferror(m->jsonl) || ferror(m->csv))
-        return dpt_error(DPT_EIO, "writing metrics failed: %s", strerror(errno));
+    if (dpt__io_fflush(m->jsonl) != 0 || ferror(m->jsonl))
+        return dpt_error(DPT_EIO, "cannot write result.jsonl: %s", strerror(errno));
+    if (dpt__io_fflush(m->csv) != 0 || ferror(m->csv))
+        return dpt_error(DPT_EIO, "cannot write progress.csv: %s", strerror(errno));
     return DPT_OK;
 }
 

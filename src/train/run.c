@@ -10,6 +10,7 @@
  * never rewrites it.
  */
 #define _GNU_SOURCE /* strdup */
+#include "core/io.h"
 #include "dpt/comm.h"
 #include "dpt/dpt.h"
 #include "dpt/gemm.h"
@@ -199,8 +200,10 @@ static int dpt__dir_empty(const char *dir)
         return errno == ENOENT;
     struct dirent *e;
     int empty = 1;
+    /* What a start killed before writing config.conf leaves (a temporary)
+     * does not count; a fresh start removes it. */
     while (empty && (e = readdir(d)) != NULL)
-        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || strstr(e->d_name, ".tmp-");
     closedir(d);
     return empty;
 }
@@ -243,6 +246,7 @@ static int dpt__make_run_dir(dpt__run_t *r)
                                  "output_dir %s is not empty: continue that run with "
                                  "`dpt train --resume %s`, or choose another output_dir",
                                  given, given);
+            dpt__remove_temporaries(given);
             return DPT_OK;
         }
         int rc = dpt__mkdirs(given);
@@ -266,7 +270,7 @@ static int dpt__make_run_dir(dpt__run_t *r)
             snprintf(r->dir, sizeof r->dir, "%s", base);
         else
             snprintf(r->dir, sizeof r->dir, "%s-%d", base, k);
-        if (mkdir(r->dir, 0777) == 0) {
+        if (dpt__io_mkdir(r->dir, 0777) == 0) {
             r->created = 1;
             return DPT_OK;
         }
@@ -499,7 +503,7 @@ static int dpt__record_overrides(const dpt__run_t *r, const dpt_config_t *saved,
         const char *now = dpt_config_str(r->cfg, (dpt_config_key_t)k);
         if (strcmp(was, now) == 0)
             continue;
-        if (!f && !(f = fopen(path, "a")))
+        if (!f && !(f = dpt__io_fopen(path, "a")))
             return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(errno));
         fprintf(f, "resumed after iteration %llu: %s = %s (was %s)\n",
                 (unsigned long long)iteration, dpt_config_key_info((dpt_config_key_t)k)->name, now,
@@ -507,9 +511,14 @@ static int dpt__record_overrides(const dpt__run_t *r, const dpt_config_t *saved,
     }
     if (!f)
         return DPT_OK;
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-    if (fclose(f) != 0 || bad)
-        return dpt_error(DPT_EIO, "cannot write %s", path);
+    int bad = dpt__io_fflush(f) != 0 || dpt__io_fsync(fileno(f)) != 0;
+    int e = errno;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad)
+        return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(e));
     return DPT_OK;
 }
 
@@ -555,26 +564,39 @@ static int dpt__resume_config(dpt__run_t *r, const char *dir, const dpt_config_t
     }
     if ((rc = dpt__find_checkpoint(dir, st, dpt__note_cb, r)) != 0)
         goto out;
+    /* Stopped before its first checkpoint: the run starts over from its
+     * config.conf (nothing else was saved). Checkpoints that are all
+     * corrupt are another matter: the run's history would be lost. */
     if (!*st) {
-        rc = dpt_error(DPT_ENOENT, "--resume %s: no valid checkpoint in %s/checkpoints", dir, dir);
-        goto out;
+        uint64_t *its;
+        size_t n;
+        if ((rc = dpt__list_checkpoints(dir, &its, &n)) != 0)
+            goto out;
+        free(its);
+        if (n) {
+            rc = dpt_error(DPT_ENOENT, "--resume %s: no valid checkpoint in %s/checkpoints", dir,
+                           dir);
+            goto out;
+        }
     }
-    const char *text = dpt_safetensors_meta(*st, "config");
-    if (!text) {
+    const char *text = *st ? dpt_safetensors_meta(*st, "config") : NULL;
+    if (*st && !text) {
         rc = dpt_error(DPT_EINVAL,
                        "--resume %s: checkpoint %s was written by dpt before 0.2 "
                        "(no run metadata); continue it with that version, or start a new run",
                        dir, dpt_safetensors_path(*st));
         goto out;
     }
-    if ((rc = dpt_config_create(&ck)) != 0 ||
-        (rc = dpt__config_load_text(ck, text, dpt_safetensors_path(*st))) != 0 ||
-        (rc = dpt_config_finalize(ck)) != 0)
-        goto out;
-    snprintf(path, sizeof path, "%s/config.conf differs from checkpoint %s", dir,
-             dpt_safetensors_path(*st));
-    if ((rc = dpt__compare(ck, saved, DPT_CFG_RESUMABLE, path)) != 0)
-        goto out;
+    if (*st) {
+        if ((rc = dpt_config_create(&ck)) != 0 ||
+            (rc = dpt__config_load_text(ck, text, dpt_safetensors_path(*st))) != 0 ||
+            (rc = dpt_config_finalize(ck)) != 0)
+            goto out;
+        snprintf(path, sizeof path, "%s/config.conf differs from checkpoint %s", dir,
+                 dpt_safetensors_path(*st));
+        if ((rc = dpt__compare(ck, saved, DPT_CFG_RESUMABLE, path)) != 0)
+            goto out;
+    }
     if ((rc = dpt_config_clone(&r->cfg, saved)) != 0)
         goto out;
     if (given) {
@@ -740,9 +762,14 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
         memset(&ev, 0, sizeof ev);
         ev.kind = DPT_RUN_START;
         ev.resumed = resume_dir != NULL;
-        if (resume_dir)
+        if (resume_dir && st)
             snprintf(text, sizeof text, "resuming %s from iteration %llu (%s)", r.dir,
                      (unsigned long long)it0, dpt_safetensors_path(st));
+        else if (resume_dir)
+            snprintf(text, sizeof text,
+                     "resuming %s from the start: it has no checkpoint yet (stopped before its "
+                     "first)",
+                     r.dir);
         else
             snprintf(text, sizeof text, "run directory %s", r.dir);
         ev.text = text;
