@@ -8,6 +8,9 @@
 #   make install  build, then install into PREFIX (default /usr/local): the dpt
 #                 command, libdpt.a, libdpt.so.0, the headers, dpt.pc and the
 #                 CMake package (find_package(dpt))
+#   make test-faults  build, then the fault-injection and distributed failure
+#                 tests (label "faults": kill -9, I/O faults, signals, ranks
+#                 killed or stopped); `make test` leaves out the long ones
 #   make fuzz   clang + libFuzzer build of the fuzz targets (build-fuzz)
 #   make fuzz-run  make fuzz, then run every target on its corpus
 #                  (FUZZ_SECONDS in all, shared equally; default 240)
@@ -15,11 +18,14 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD    ?= build
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
+# Tests labelled "long" (fault injection, distributed failures) run in
+# `make test-faults`, not in `make test` and the sanitizer builds.
+CTEST_EXCLUDE ?= -LE long
 WERROR   ?= OFF
 PREFIX   ?= /usr/local
 FUZZ_SECONDS ?= 240
 
-.PHONY: all build demo test asan tsan bench minimal install fuzz fuzz-run clean
+.PHONY: all build demo test test-faults asan tsan bench minimal install fuzz fuzz-run clean
 
 all: build
 
@@ -34,7 +40,11 @@ demo: build
 	./$(BUILD)/dpt train examples/cartpole_ddppo.conf
 
 test: build
-	cd $(BUILD) && ctest $(CTEST_FLAGS) -j $(JOBS)
+	cd $(BUILD) && ctest $(CTEST_FLAGS) $(CTEST_EXCLUDE) -j $(JOBS)
+
+# One at a time: the tests kill processes and time their ends.
+test-faults: build
+	cd $(BUILD) && ctest $(CTEST_FLAGS) -L faults
 
 asan:
 	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPT_SANITIZE=address $(CMAKE_FLAGS)"

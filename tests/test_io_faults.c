@@ -48,7 +48,8 @@ static int run(const char *dir, int resume)
     snprintf(out, sizeof out, "output_dir=%s", dir);
     const char *sets[] = {out};
     dpt_config_t *c = NULL;
-    int rc = resume ? 0 : dpt_test_config(&c, base_cfg, sizeof base_cfg / sizeof *base_cfg, sets, 1);
+    int rc =
+        resume ? 0 : dpt_test_config(&c, base_cfg, sizeof base_cfg / sizeof *base_cfg, sets, 1);
     if (rc)
         return rc;
     dpt_run_options_t o;

@@ -21,10 +21,10 @@
 #include <sys/types.h>
 
 /* The kinds of call that can be made to fail. */
-#define DPT__IO_OPS(X)                                                                             \
-    X(OPEN, "open")     /* open or fopen for writing, mkdir */                                     \
-    X(WRITE, "write")   /* write, or fflush of a stream's buffered output */                      \
-    X(FSYNC, "fsync")   /* fsync of a file or of a directory */                                    \
+#define DPT__IO_OPS(X)                                                       \
+    X(OPEN, "open")     /* open or fopen for writing, mkdir */               \
+    X(WRITE, "write")   /* write, or fflush of a stream's buffered output */ \
+    X(FSYNC, "fsync")   /* fsync of a file or of a directory */              \
     X(RENAME, "rename") /* rename over the final name */
 
 typedef enum {
