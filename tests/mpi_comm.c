@@ -147,6 +147,7 @@ static void test_bad_arguments(void)
     CHECK_ERR(dpt_comm_allreduce(g_comm, NULL, 4, DPT_REDUCE_SUM), DPT_EINVAL, "buf is NULL");
     CHECK_ERR(dpt_comm_broadcast(g_comm, buf, 4, P), DPT_EINVAL, "root");
     CHECK_ERR(dpt_comm_broadcast(g_comm, buf, 4, -1), DPT_EINVAL, "root -1");
+    CHECK_ERR(dpt_comm_abort(g_comm, "x"), DPT_ENOTSUP, "dpt_comm_mpi_abort");
     CHECK_ERR(dpt_comm_reduce_scatter(g_comm, NULL, 4, buf, DPT_REDUCE_SUM), DPT_EINVAL,
               "send is NULL");
     dpt_comm_request_t req;

@@ -418,6 +418,62 @@ static void test_timeout_missing_participant(void)
     }
 }
 
+/* A participant that fails aborts the group: the others, waiting with a
+ * 60 s timeout, fail at once with DPT_ECOMM and its reason. */
+typedef struct abort_ctx {
+    worker_fn fn;
+} abort_ctx_t;
+
+static void abort_worker(worker_t *w)
+{
+    float buf[8] = {0};
+    double t0 = dpt_now();
+    int rc;
+    if (w->rank == 2) {
+        /* Let the others start waiting first. */
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        rc = dpt_comm_abort(w->comm, "env step failed");
+        if (rc != DPT_ECOMM)
+            werr(w, "expected DPT_ECOMM from dpt_comm_abort", "abort", rc);
+    } else {
+        rc = dpt_comm_allreduce(w->comm, buf, 8, DPT_REDUCE_SUM);
+        if (rc != DPT_ECOMM)
+            werr(w, "expected DPT_ECOMM", "allreduce", rc);
+        else if (!strstr(dpt_last_error(), "rank 2: env step failed"))
+            werr(w, "message lacks the reason", dpt_last_error(), rc);
+    }
+    w->elapsed = dpt_now() - t0;
+    /* Failed for good: later calls fail at once too. */
+    rc = dpt_comm_barrier(w->comm);
+    if (rc != DPT_ECOMM)
+        werr(w, "expected DPT_ECOMM after the abort", "barrier", rc);
+}
+
+static void test_abort(void)
+{
+    abort_ctx_t c = {.fn = abort_worker};
+    dpt_comm_threads_options_t opt;
+    dpt_comm_threads_options_init(&opt);
+    opt.timeout_s = 60.0;
+    worker_t *w = run_group(4, &opt, &c, NULL);
+    if (w) {
+        CHECK(report(w, 4, "abort") == 0);
+        for (int r = 0; r < 4; r++)
+            CHECK(w[r].elapsed < 10.0);
+        free(w);
+    }
+    CHECK_ERR(dpt_comm_abort(NULL, "x"), DPT_EINVAL, "NULL");
+    dpt_comm_threads_group_t *g;
+    dpt_comm_t *one;
+    REQUIRE_OK(dpt_comm_threads_group_create(&g, 1, &opt));
+    REQUIRE_OK(dpt_comm_threads_join(g, 0, &one));
+    CHECK_ERR(dpt_comm_abort(one, NULL), DPT_EINVAL, "NULL");
+    CHECK_ERR(dpt_comm_abort(one, "gone"), DPT_ECOMM, "rank 0: gone");
+    dpt_comm_destroy(one);
+    dpt_comm_threads_group_destroy(g);
+}
+
 typedef struct mismatch_ctx {
     worker_fn fn;
 } mismatch_ctx_t;
@@ -612,6 +668,7 @@ int main(void)
         DPT_TEST(test_all_ops_small_path),
         DPT_TEST(test_determinism_random_floats),
         DPT_TEST(test_timeout_missing_participant),
+        DPT_TEST(test_abort),
         DPT_TEST(test_waiting_blocks),
         DPT_TEST(test_mismatched_calls),
         DPT_TEST(test_check_equal),

@@ -1519,6 +1519,60 @@ static void test_load_errors(void)
     dpt_vecenv_destroy(y);
 }
 
+/* ---- non-finite numbers from an env ------------------------------------------ */
+
+/* Gives a bad number at the step `poison_at` of every episode: 1 NaN
+ * reward, 2 infinite observation, 3 NaN observation on its reset. */
+static int poison_kind;
+static void poison_reset(void *state, dpt_rng_t *rng, float *obs)
+{
+    (void)rng;
+    uint32_t *t = state;
+    obs[0] = (*t > 0 && poison_kind == 3) ? NAN : 0.0f;
+    obs[1] = 1.0f;
+    *t = 0;
+}
+static void poison_step(void *state, const void *action, dpt_rng_t *rng, float *obs, float *reward,
+                        int *terminated)
+{
+    (void)action, (void)rng;
+    uint32_t *t = state;
+    ++*t;
+    obs[0] = (float)*t;
+    obs[1] = (*t == 2 && poison_kind == 2) ? INFINITY : 1.0f;
+    *reward = (*t == 2 && poison_kind == 1) ? NAN : 1.0f;
+    *terminated = *t == 2 && poison_kind == 3;
+}
+
+static void test_nonfinite_step(void)
+{
+    static const dpt_env_class_t poison = {
+        .name = "Poison-v0",
+        .obs_dim = 2,
+        .action_kind = DPT_ACTION_DISCRETE,
+        .num_actions = 1,
+        .state_size = sizeof(uint32_t),
+        .reset = poison_reset,
+        .step = poison_step,
+    };
+    static const char *const want[] = {"", "#0: step 2 of its episode returned reward nan",
+                                       "#0: step 2 of its episode returned observation[1] = inf",
+                                       "#0: reset returned observation[0] = nan"};
+    for (poison_kind = 1; poison_kind <= 3; poison_kind++) {
+        dpt_vecenv_t *v;
+        REQUIRE_OK(dpt_vecenv_create(&v, &poison, 2, 1, 0));
+        bufs_t b;
+        REQUIRE(bufs_init(&b, 2, 2));
+        int32_t act[2] = {0, 0};
+        dpt_vecenv_reset(v, b.obs);
+        CHECK_OK(vstep(v, &b, act));
+        CHECK_ERR(vstep(v, &b, act), DPT_EINVAL, want[poison_kind]);
+        CHECK(strstr(dpt_last_error(), "Poison-v0") != NULL);
+        bufs_free(&b);
+        dpt_vecenv_destroy(v);
+    }
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
@@ -1544,6 +1598,7 @@ int main(void)
         DPT_TEST(test_save_load),
         DPT_TEST(test_save_load_returns),
         DPT_TEST(test_load_errors),
+        DPT_TEST(test_nonfinite_step),
     };
     return DPT_TEST_RUN(cases);
 }

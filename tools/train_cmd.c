@@ -74,6 +74,16 @@ static void train_print_end(train_ui_t *ui, const dpt_run_event_t *ev)
            (unsigned long long)r->iteration, ev->dir);
 }
 
+/* Joining the MPI world is stuck (another rank stopped or dead): nothing
+ * can return from a blocked MPI_Init, so the process ends here. */
+static void train_on_stall(void *user, const char *what)
+{
+    (void)user;
+    fflush(stdout);
+    fprintf(stderr, "dpt train: %s\n", what);
+    _exit(DPT_EXIT_FAIL);
+}
+
 static void train_on_event(void *user, const dpt_run_event_t *ev)
 {
     train_ui_t *ui = user;
@@ -226,6 +236,7 @@ int dpt_cmd_train(int argc, char **argv)
     o.on_event = train_on_event;
     o.user = &ui;
     o.stop_flag = &dpt__stop_flag;
+    o.on_stall = train_on_stall;
     dpt_run_reason_t why;
     rc = dpt_train_run(c, &o, &why);
     if (rc) {

@@ -206,6 +206,18 @@ int dpt_comm_reduce_scatter(dpt_comm_t *comm, const float *send, size_t count, f
 /* Returns once every participant has called it. */
 int dpt_comm_barrier(dpt_comm_t *comm);
 
+/* Declares this participant failed (`why`: what went wrong, copied) so
+ * that the others stop waiting for it: on the threads backend, and among
+ * the threads of this process on hier, every participant waiting in a
+ * collective, or entering one later, fails at once with DPT_ECOMM and a
+ * message that ends with "rank R: why". Not a collective; call it from
+ * the failed participant only, instead of its next collective. The
+ * communicator stays failed: destroy it. MPI: DPT_ENOTSUP (other
+ * processes learn of a failure by their timeout or by
+ * dpt_comm_mpi_abort). Returns DPT_ECOMM (the communicator is now failed),
+ * DPT_EINVAL for a NULL comm or why. */
+int dpt_comm_abort(dpt_comm_t *comm, const char *why);
+
 /* A 64-bit fingerprint (FNV-1a over the bit patterns) of `count` floats;
  * equal buffers give equal fingerprints, -0.0 and 0.0 differ. */
 uint64_t dpt_comm_fingerprint(const float *buf, size_t count);

@@ -518,6 +518,15 @@ typedef struct dpt_run_options {
      * signal handler may write; the run reads it once per iteration and
      * never waits on it.) */
     const volatile sig_atomic_t *stop_flag;
+    /* Under mpirun: called, from a watchdog thread, when joining the MPI
+     * world (MPI_Init and the run's communicators) has not completed
+     * within comm_timeout_s — another rank is stopped, dead or was never
+     * started. MPI has no way back from a blocked MPI_Init, so the run
+     * cannot return an error: the callee reports `what` (a sentence naming
+     * the rank and the timeout; valid during the call) and ends the
+     * process (the dpt command prints it and exits 1). May be NULL: the
+     * join then waits as long as MPI does. */
+    void (*on_stall)(void *user, const char *what);
 } dpt_run_options_t;
 
 /* Why a run ended (dpt_train_run's *reason). */

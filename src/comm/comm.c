@@ -269,6 +269,18 @@ int dpt_comm_barrier(dpt_comm_t *comm)
     return comm->ops->barrier(comm);
 }
 
+int dpt_comm_abort(dpt_comm_t *comm, const char *why)
+{
+    if (comm == NULL || why == NULL)
+        return dpt_error(DPT_EINVAL, "dpt_comm_abort: comm and why must not be NULL");
+    if (comm->ops->abort == NULL)
+        return dpt_error(DPT_ENOTSUP,
+                         "comm %s: dpt_comm_abort is not supported (a peer learns of the failure "
+                         "by its timeout, or end the job with dpt_comm_mpi_abort)",
+                         dpt_comm_backend_name(comm->ops->backend));
+    return comm->ops->abort(comm, why);
+}
+
 void dpt_comm_destroy(dpt_comm_t *comm)
 {
     if (comm != NULL)

@@ -339,6 +339,11 @@ static void h_destroy(dpt_comm_t *c)
     free(h);
 }
 
+static int h_abort(dpt_comm_t *c, const char *why)
+{
+    return dpt__tpart_fail(&((hcomm_t *)c)->part, DPT_ECOMM, "%s", why);
+}
+
 static const dpt__comm_ops_t hier_ops = {
     .backend = DPT_COMM_HIER,
     .allreduce = h_allreduce,
@@ -348,6 +353,7 @@ static const dpt__comm_ops_t hier_ops = {
     .allgather = h_allgather,
     .reduce_scatter = h_reduce_scatter,
     .barrier = h_barrier,
+    .abort = h_abort,
     .destroy = h_destroy,
 };
 

@@ -62,6 +62,7 @@ typedef struct dpt__comm_ops {
     int (*reduce_scatter)(dpt_comm_t *c, const float *send, size_t count, float *recv,
                           dpt_reduce_op_t op);
     int (*barrier)(dpt_comm_t *c);
+    int (*abort)(dpt_comm_t *c, const char *why); /* NULL: not supported */
     void (*destroy)(dpt_comm_t *c);
 } dpt__comm_ops_t;
 

@@ -661,6 +661,11 @@ static void t_destroy(dpt_comm_t *c)
     free(t);
 }
 
+static int t_abort(dpt_comm_t *c, const char *why)
+{
+    return dpt__tpart_fail(&((tcomm_t *)c)->part, DPT_ECOMM, "%s", why);
+}
+
 static const dpt__comm_ops_t threads_ops = {
     .backend = DPT_COMM_THREADS,
     .allreduce = t_allreduce,
@@ -670,6 +675,7 @@ static const dpt__comm_ops_t threads_ops = {
     .allgather = t_allgather,
     .reduce_scatter = t_reduce_scatter,
     .barrier = t_barrier,
+    .abort = t_abort,
     .destroy = t_destroy,
 };
 

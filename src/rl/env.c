@@ -319,6 +319,28 @@ static int dpt__check_actions(const dpt_vecenv_t *v, const void *actions)
     return DPT_OK;
 }
 
+/* The error of an env whose step (t >= 1) or automatic reset (t = 0) gave
+ * a non-finite reward or observation. Envs before #i have stepped: the
+ * runner is not to be used after it. */
+static int dpt__bad_step(const dpt_vecenv_t *v, size_t i, uint32_t t, float r, const float *o)
+{
+    const dpt_env_class_t *cls = v->cls;
+    if (!isfinite(r))
+        return dpt_error(DPT_EINVAL,
+                         "env \"%s\" #%zu: step %" PRIu32 " of its episode returned reward %g "
+                         "(not finite)",
+                         cls->name, i, t, (double)r);
+    size_t k = dpt_vec_first_nonfinite(o, cls->obs_dim);
+    if (t == 0)
+        return dpt_error(DPT_EINVAL,
+                         "env \"%s\" #%zu: reset returned observation[%zu] = %g (not finite)",
+                         cls->name, i, k, (double)o[k]);
+    return dpt_error(DPT_EINVAL,
+                     "env \"%s\" #%zu: step %" PRIu32 " of its episode returned observation[%zu] "
+                     "= %g (not finite)",
+                     cls->name, i, t, k, (double)o[k]);
+}
+
 int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rewards,
                     uint8_t *terminated, uint8_t *truncated, float *final_obs)
 {
@@ -361,6 +383,10 @@ int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rew
         int term = 0;
         step(state, a, &v->rngs[i], o, &r, &term);
         uint32_t t = v->t[i] + 1;
+        /* An env's numbers feed the gradients: a NaN or an infinity would
+         * reach the weights (and every checkpoint after) unnoticed. */
+        if (!isfinite(r) || !dpt_vec_all_finite(o, od))
+            return dpt__bad_step(v, i, t, r, o);
         double ret = v->ret[i] + (double)r;
         /* Terminated and truncated are exclusive: a time limit reached on a
          * terminal step is reported as terminated (no bootstrapping). */
@@ -373,6 +399,8 @@ int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rew
             if (final_obs)
                 memcpy(final_obs + i * od, o, od * sizeof *o);
             cls->reset(state, &v->rngs[i], o);
+            if (!dpt_vec_all_finite(o, od))
+                return dpt__bad_step(v, i, 0, 0.0f, o);
             t = 0;
             ret = 0.0;
         }

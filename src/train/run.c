@@ -20,6 +20,7 @@
 #include "train_internal.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -622,6 +623,78 @@ out:
     return rc;
 }
 
+/* ---- joining the MPI world ------------------------------------------------------------ */
+
+/* A watchdog over the blocking steps of joining MPI (MPI_Init, the
+ * communicators' creation), which no timeout of ours covers: past
+ * timeout_s it reports the stall through on_stall, which ends the process. */
+typedef struct dpt__watchdog {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int done, started;
+    double timeout_s;
+    int rank, world;
+    const dpt_run_options_t *o;
+} dpt__watchdog_t;
+
+static void *dpt__watchdog_main(void *arg)
+{
+    dpt__watchdog_t *w = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + w->timeout_s;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&w->mu);
+    int timed_out = 0;
+    while (!w->done && !timed_out)
+        timed_out = pthread_cond_timedwait(&w->cv, &w->mu, &until) != 0;
+    int stalled = !w->done;
+    pthread_mutex_unlock(&w->mu);
+    if (stalled) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "rank %d: joining the MPI world of %d ranks did not complete within "
+                 "comm_timeout_s = %g s: another rank is stopped, dead or was never started",
+                 w->rank, w->world, w->timeout_s);
+        w->o->on_stall(w->o->user, msg);
+    }
+    return NULL;
+}
+
+static void dpt__watchdog_start(dpt__watchdog_t *w, const dpt__run_t *r, double timeout_s)
+{
+    memset(w, 0, sizeof *w);
+    if (!r->o || !r->o->on_stall || timeout_s <= 0)
+        return;
+    w->timeout_s = timeout_s;
+    w->rank = r->rank;
+    w->world = r->world;
+    w->o = r->o;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->started = pthread_create(&w->thread, NULL, dpt__watchdog_main, w) == 0;
+    if (!w->started) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+    }
+}
+
+static void dpt__watchdog_stop(dpt__watchdog_t *w)
+{
+    if (!w->started)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    w->started = 0;
+}
+
 /* ---- the run ------------------------------------------------------------------------ */
 
 static void dpt__run_release(dpt__run_t *r)
@@ -692,14 +765,18 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
          * other than this one (hier); the supervised job's one device runs
          * on this thread. */
         int threads = job == DPT_JOB_DDPPO ? (int)dpt_config_int(r.cfg, DPT_CFG_num_workers) : 1;
-        if ((rc = dpt_comm_mpi_init(
-                 NULL, NULL, threads > 1 ? DPT_COMM_MPI_SERIALIZED : DPT_COMM_MPI_FUNNELED)) != 0)
-            goto out;
-        mpi_inited = 1;
+        dpt__watchdog_t watch;
+        dpt__watchdog_start(&watch, &r, dpt_config_float(r.cfg, DPT_CFG_comm_timeout_s));
+        rc = dpt_comm_mpi_init(NULL, NULL,
+                               threads > 1 ? DPT_COMM_MPI_SERIALIZED : DPT_COMM_MPI_FUNNELED);
+        mpi_inited = rc == 0;
         dpt_comm_mpi_options_t mo;
         dpt_comm_mpi_options_init(&mo);
         mo.timeout_s = dpt_config_float(r.cfg, DPT_CFG_comm_timeout_s);
-        if ((rc = dpt_comm_mpi_create(&r.mpi, &mo)) != 0)
+        if (!rc)
+            rc = dpt_comm_mpi_create(&r.mpi, &mo);
+        dpt__watchdog_stop(&watch);
+        if (rc)
             goto out;
         if ((rc = dpt__agree(&r, resume_dir)) != 0) {
             /* Every rank saw the difference: they all leave cleanly. */

@@ -18,9 +18,10 @@
  *   thread: lock; wait until gen changes; unlock; run its part;
  *           lock; if --pending == 0 signal the caller; unlock
  *
- * A worker that fails never leaves the others blocked: the collectives time
- * out after comm_timeout_s (threads and hier backends), so every command
- * ends and its first failure is reported with the worker's index.
+ * A worker that fails never leaves the others blocked: it aborts the
+ * workers' communicator (dpt_comm_abort), and otherwise the collectives time
+ * out after comm_timeout_s, so every command ends and its first failure is
+ * reported with the worker's index.
  */
 #include "dpt/arena.h"
 #include "dpt/comm.h"
@@ -169,6 +170,13 @@ static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
     wk->rc = rc;
     if (rc)
         snprintf(wk->msg, sizeof wk->msg, "%s", dpt_last_error());
+    /* A worker's own failure in its part of create or iterate releases
+     * the others at once instead of after comm_timeout_s (threads, and the
+     * threads of this process on hier; MPI ranks learn of it when the
+     * command ends the job). Checkpoint and restore agree on failures in a
+     * collective every worker enters. */
+    if (rc && !wk->peer_only && wk->comm && (cmd == DPT__DD_CREATE || cmd == DPT__DD_ITERATE))
+        (void)dpt_comm_abort(wk->comm, wk->msg);
 }
 
 static void *dpt__dd_thread_main(void *arg)
