@@ -11,6 +11,9 @@
 #   make test-faults  build, then the fault-injection and distributed failure
 #                 tests (label "faults": kill -9, I/O faults, signals, ranks
 #                 killed or stopped); `make test` leaves out the long ones
+#   make soak   1 hour of DD-PPO with a checkpoint every iteration and a
+#               resume every 5 minutes beside an uninterrupted run: memory,
+#               descriptors, same final weights (SOAK_MINUTES; not in CI)
 #   make fuzz   clang + libFuzzer build of the fuzz targets (build-fuzz)
 #   make fuzz-run  make fuzz, then run every target on its corpus
 #                  (FUZZ_SECONDS in all, shared equally; default 240)
@@ -24,8 +27,9 @@ CTEST_EXCLUDE ?= -LE long
 WERROR   ?= OFF
 PREFIX   ?= /usr/local
 FUZZ_SECONDS ?= 240
+SOAK_MINUTES ?= 60
 
-.PHONY: all build demo test test-faults asan tsan bench minimal install fuzz fuzz-run clean
+.PHONY: all build demo test test-faults soak asan tsan bench minimal install fuzz fuzz-run clean
 
 all: build
 
@@ -45,6 +49,9 @@ test: build
 # One at a time: the tests kill processes and time their ends.
 test-faults: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS) -L faults
+
+soak: build
+	SOAK_MINUTES=$(SOAK_MINUTES) sh tests/soak.sh ./$(BUILD)/dpt ./$(BUILD)/tests/ckpt_compare $(BUILD)/soak_work
 
 asan:
 	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPT_SANITIZE=address $(CMAKE_FLAGS)"
