@@ -45,6 +45,11 @@ expect 2 "unknown benchmark"    -- bench nope
 expect 0 "allreduce"            -- bench --help
 expect 2 "rounds 1..101"         -- bench towers --rounds 0
 expect 0 '"mode":"ps","devices":2,"batch":32' -- bench towers --mode ps --batch 32 --seconds 0.2 --rounds 3 --json
+expect 0 "usage: dpt bench lstm" -- bench lstm --help
+expect 2 "multiple of --threads" -- bench lstm --batch 5 --threads 2
+expect 2 "--hidden expects an integer" -- bench lstm --hidden 0
+expect 2 "not a backend"        -- bench lstm --gemm nope
+expect 0 '"hidden":8,"batch":4,"seq":3,"input":2,"threads":2' -- bench lstm --hidden 8 --batch 4 --seq 3 --input 2 --threads 2 --seconds 0.05 --json
 expect 0 "keys of job = ppo"    -- train --help
 expect 0 "standardize advantages over each minibatch" -- train --help
 expect 2 "CONFIG file or --resume" -- train

@@ -9,6 +9,7 @@
 #include "dpt/gemm.h"
 #include "dpt/nn.h"
 #include "dpt/status.h"
+#include "nn_impl.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -119,56 +120,9 @@ static void dpt__relu_backward(const dpt__layer_t *l, const float *params, float
     }
 }
 
-/*
- * tanh without libm: libm's tanhf is a scalar call per element and dominated
- * small policy networks (60% of a PPO run). Here, with a = |x| clamped to 9
- * (tanh(9) rounds to 1 in float):
- *   tanh(a) = -expm1(-2a) / (2 + expm1(-2a))
- *   expm1(t) = 2^n (e^r - 1) + (2^n - 1),  t = n ln2 + r,  |r| <= ln2 / 2
- * with e^r - 1 from its degree-7 Taylor polynomial (truncation < 1e-8) and
- * ln2 split in two parts (Cody–Waite) so r is exact enough. Written as plain
- * arithmetic so the compiler vectorises the loop; the result is within a few
- * ulp of tanh and, since no FMA contraction is allowed (ISO C mode), the same
- * on every x86-64 machine.
- */
-static inline float dpt__tanhf(float x)
-{
-    /* Clamp |x| to 9 on the bit pattern: positive floats order like their
-     * bits, and an integer select vectorises where a float compare (which
-     * may trap in ISO C) does not. */
-    union {
-        float f;
-        int32_t i;
-    } ua = {fabsf(x)};
-    ua.i = ua.i < 0x41100000 ? ua.i : 0x41100000; /* 9.0f */
-    float t = -2.0f * ua.f;
-    /* n = round(t / ln2) by the 1.5 * 2^23 trick (|t / ln2| < 27) */
-    float n = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = (t - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-    float p =
-        r *
-        (1.0f +
-         r * (0.5f + r * (1.0f / 6.0f +
-                          r * (1.0f / 24.0f +
-                               r * (1.0f / 120.0f + r * (1.0f / 720.0f + r * (1.0f / 5040.0f)))))));
-    union {
-        int32_t i;
-        float f;
-    } us = {((int32_t)n + 127) << 23}; /* 2^n */
-    float s = us.f;
-    float em = s * p + (s - 1.0f);
-    float th = (0.0f - em) / (2.0f + em); /* 0 - em keeps tanh(0) = +0 */
-    return copysignf(th, x);
-}
-
-/* The loop is compiled for AVX2 and for the baseline, picked at load time;
- * both give the same bits (the same operations, no contraction). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-static void
-dpt__tanh_vec(const float *x, float *y, size_t n)
+/* The loop is compiled for AVX2 and for the baseline (nn_impl.h). */
+DPT__NN_CLONES
+static void dpt__tanh_vec(const float *x, float *y, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         y[i] = dpt__tanhf(x[i]);
@@ -402,7 +356,7 @@ size_t dpt_seq_max_batch(const dpt_seq_t *s)
 /* Orthonormalises the rows of a [rows, cols] matrix (rows <= cols) in place
  * by modified Gram–Schmidt in double. A row that becomes (numerically) zero
  * is redrawn — impossible in practice with Gaussian input, but cheap. */
-static void dpt__orthonormal_rows(double *m, size_t rows, size_t cols, dpt_rng_t *rng)
+void dpt__orthonormal_rows(double *m, size_t rows, size_t cols, dpt_rng_t *rng)
 {
     for (size_t i = 0; i < rows; i++) {
         double *ri = m + i * cols;
