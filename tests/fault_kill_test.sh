@@ -147,12 +147,12 @@ if [ -n "$dir" ]; then
 fi
 t2=$(date +%s)
 
-# SIGINT and SIGTERM at random moments (20 to 400 ms) of runs that write
+# SIGINT and SIGTERM at random moments (20 to 260 ms) of runs that write
 # no checkpoint of their own (checkpoint_every = 0): each must finish its
 # iteration, write a checkpoint of it and exit 130 or 143 (0 when it
 # finished first); the resumed run must end with the reference's weights.
 nsig=${FAULT_SIGNALS:-20} signals=0 caught=0 sig_done=0
-awk -v n="$nsig" -v s="$seed" 'BEGIN { srand(s + 1); for (i = 0; i < n; i++) printf "%d\n", 20 + int(rand() * 380) }' >sig_delays
+awk -v n="$nsig" -v s="$seed" 'BEGIN { srand(s + 1); for (i = 0; i < n; i++) printf "%d\n", 20 + int(rand() * 240) }' >sig_delays
 exec 3<sig_delays
 while read -r ms <&3; do
     signals=$((signals + 1))
