@@ -218,6 +218,22 @@ expect 2 "this run was made by dpt 0.1" -- train --resume old_run
 expect 2 "these keys cannot change: lr (0.00025, now 0.1)" -- train --resume ppo_half --set lr=0.1
 expect 2 "give CONFIG or --resume DIR, not both" -- train ppo.conf --resume ppo_half
 
+# ---- --seeds: one run per seed, side by side, and a summary ------------------------
+expect 0 "final return over 3 of 3 seeds: mean" -- train ppo.conf --seeds 1-2,7 --set output_dir=seeds --set eval_episodes=0
+check "--seeds: one directory per seed" [ -f seeds/seed-1/config.conf ] && [ -f seeds/seed-2/config.conf ] && [ -f seeds/seed-7/config.conf ]
+check "--seeds: each run has its seed" grep -q "^seed = 7" seeds/seed-7/config.conf
+expect 0 "" -- train ppo.conf --quiet --set output_dir=seed7_alone --set seed=7 --set eval_episodes=0
+check "--seeds: a seed run side by side is bitwise the same run alone" "$cmp" \
+    seeds/seed-7/checkpoints/checkpoint-00000020.safetensors seed7_alone/checkpoints/checkpoint-00000020.safetensors
+mkdir -p seeds_fail/seed-2 && touch seeds_fail/seed-2/keep
+expect 2 "seed 2: output_dir seeds_fail/seed-2 is not empty" -- train ppo.conf --seeds 1,2 --set output_dir=seeds_fail --parallel 1
+check "--seeds: a failed seed does not stop the others" [ -f seeds_fail/seed-1/checkpoints/checkpoint-00000020.safetensors ]
+expect 2 "seed 1 is given twice" -- train ppo.conf --seeds 1,1
+expect 2 "got \"1,x\"" -- train ppo.conf --seeds 1,x
+expect 2 "got \"4-2\"" -- train ppo.conf --seeds 4-2
+expect 2 "--parallel goes with --seeds" -- train ppo.conf --parallel 2
+expect 2 "resume each run directory on its own" -- train --resume ppo_full --seeds 1,2
+
 # ---- SIGINT / SIGTERM: finish the iteration, checkpoint, exit 130 / 143 ------------
 cat > long.conf <<'CONF'
 job = ppo

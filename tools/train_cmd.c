@@ -137,6 +137,7 @@ static void train_print_keys(FILE *f)
 static int train_usage(FILE *f, int code)
 {
     fprintf(f, "usage: dpt train CONFIG [--set key=value]... [--quiet]\n"
+               "       dpt train CONFIG --seeds LIST [--parallel N] [--set key=value]...\n"
                "       dpt train --resume DIR [--set key=value]... [--quiet]\n\n"
                "Trains what CONFIG describes (job = supervised | ppo | ddppo) into a new run\n"
                "directory (output_dir, or runs/JOB-ENV_OR_DATASET-TIMESTAMP): config.conf,\n"
@@ -147,8 +148,134 @@ static int train_usage(FILE *f, int code)
                "checkpoint is written, exit 130 or 143; a second signal exits at once.\n"
                "Exit codes: 0 done, 1 runtime failure, 2 bad usage or config.\n"
                "DD-PPO across processes: mpirun -np N dpt train CONFIG (every rank the same\n"
-               "command; rank 0 writes the files). `dpt init JOB` writes a starter config.\n");
+               "command; rank 0 writes the files). `dpt init JOB` writes a starter config.\n"
+               "--seeds 1,2,3 (or 1-5): one run per seed, in OUTPUT_DIR/seed-S (or a new\n"
+               "runs/JOB-ENV-seeds-TIMESTAMP/seed-S), N at a time (default: as many as the\n"
+               "cores hold given each run's threads), then one line per seed and a summary:\n"
+               "final return (or test accuracy) mean +- std and interquartile mean; steps and\n"
+               "time to stop_reward.\n");
     train_print_keys(f);
+    return code;
+}
+
+/* ---- --seeds ---------------------------------------------------------------------- */
+
+/* Parses "1,2,3" or "1-5" (or a mix) into a malloc'ed list; exit code. */
+static int train_parse_seeds(const char *text, uint64_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        if (*p < '0' || *p > '9')
+            goto bad;
+        unsigned long long a = strtoull(p, &end, 10), b = a;
+        if (*end == '-') {
+            if (end[1] < '0' || end[1] > '9')
+                goto bad;
+            b = strtoull(end + 1, &end, 10);
+        }
+        if (b < a || b > 4294967295ull || b - a >= 10000 || (*end && *end != ','))
+            goto bad;
+        for (unsigned long long v = a; v <= b; v++) {
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 8;
+                uint64_t *nl = realloc(*out, cap * sizeof *nl);
+                if (!nl) {
+                    fprintf(stderr, "dpt train: out of memory\n");
+                    free(*out);
+                    *out = NULL;
+                    return DPT_EXIT_FAIL;
+                }
+                *out = nl;
+            }
+            (*out)[(*n)++] = v;
+        }
+        p = *end ? end + 1 : end;
+        if (*end && !*p)
+            goto bad;
+    }
+    if (*n)
+        return DPT_EXIT_OK;
+bad:
+    fprintf(stderr,
+            "dpt train: --seeds expects seeds in [0, 4294967295] as a list and ranges, "
+            "e.g. 1,2,3 or 1-5, got \"%.60s\"\n",
+            text);
+    free(*out);
+    *out = NULL;
+    return DPT_EXIT_USAGE;
+}
+
+static void seeds_on_event(void *user, const dpt_run_event_t *ev)
+{
+    (void)user;
+    if (ev->kind == DPT_RUN_START)
+        printf("dpt train: %s\n", ev->text);
+    else if (ev->kind == DPT_RUN_NOTE)
+        fprintf(stderr, "dpt train: %s: %s\n", ev->dir, ev->text);
+    else if (ev->kind == DPT_RUN_END)
+        printf("dpt train: %s: %s after iteration %llu\n", ev->dir, ev->text,
+               (unsigned long long)ev->result->iteration);
+    fflush(stdout);
+}
+
+/* Runs every seed and prints one line per seed and the summary. */
+static int train_seeds(const dpt_config_t *c, const uint64_t *seeds, size_t n, uint64_t parallel)
+{
+    dpt_seed_run_t *runs = calloc(n, sizeof *runs);
+    if (!runs) {
+        fprintf(stderr, "dpt train: out of memory\n");
+        return DPT_EXIT_FAIL;
+    }
+    dpt_run_options_t o;
+    memset(&o, 0, sizeof o);
+    o.on_event = seeds_on_event;
+    o.stop_flag = &dpt__stop_flag;
+    int rc = dpt_train_seeds(c, seeds, n, (size_t)parallel, &o, runs);
+    size_t ran = 0;
+    for (size_t i = 0; i < n; i++)
+        ran += runs[i].status != DPT_OK || runs[i].time_s > 0.0;
+    if (rc && !ran) {
+        /* refused before any run started */
+        fprintf(stderr, "dpt train: %s\n", dpt_last_error());
+        free(runs);
+        return dpt_cli_exit_code(rc);
+    }
+    int rl = dpt_config_job(c) != DPT_JOB_SUPERVISED;
+    printf("\n%-10s %-7s %12s %12s %10s %14s  %s\n", "seed", "status", rl ? "return" : "accuracy",
+           "steps", "time_s", "to_target", "run directory");
+    int stopped = 0;
+    for (size_t i = 0; i < n; i++) {
+        const dpt_seed_run_t *r = &runs[i];
+        char target[48] = "-";
+        if (r->reached)
+            snprintf(target, sizeof target, "%llu in %.1fs", (unsigned long long)r->steps_to_target,
+                     r->time_to_target_s);
+        stopped |= r->status == DPT_OK && r->reason == DPT_RUN_STOPPED;
+        printf("%-10llu %-7s %12.4g %12llu %10.1f %14s  %s\n", (unsigned long long)r->seed,
+               r->status ? "failed" : "ok", r->final, (unsigned long long)r->timesteps, r->time_s,
+               target, r->dir);
+        if (r->status)
+            fprintf(stderr, "dpt train: seed %llu: %s\n", (unsigned long long)r->seed, r->error);
+    }
+    dpt_seeds_summary_t sum;
+    dpt_seeds_summarize(runs, n, &sum);
+    printf("%s over %zu of %zu seeds: mean %.4g +- %.4g (std), interquartile mean %.4g\n",
+           rl ? "final return" : "test accuracy", sum.ok, sum.runs, sum.mean, sum.std, sum.iqm);
+    if (rl && dpt_config_float(c, DPT_CFG_stop_reward) != 0.0 && sum.reached)
+        printf("stop_reward %g reached by %zu of %zu seeds; median %.0f steps, %.2f s to it\n",
+               dpt_config_float(c, DPT_CFG_stop_reward), sum.reached, sum.runs,
+               sum.median_steps_to_target, sum.median_time_to_target_s);
+    else if (rl && dpt_config_float(c, DPT_CFG_stop_reward) != 0.0)
+        printf("stop_reward %g reached by none of %zu seeds\n",
+               dpt_config_float(c, DPT_CFG_stop_reward), sum.runs);
+    int code = rc ? dpt_cli_exit_code(rc) : DPT_EXIT_OK;
+    if (!rc && stopped)
+        code = 128 + (int)dpt__stop_signal;
+    free(runs);
     return code;
 }
 
@@ -166,6 +293,8 @@ int dpt_cmd_train(int argc, char **argv)
     int code = DPT_EXIT_USAGE;
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int nsets = 0;
+    uint64_t *seeds = NULL, parallel = 0;
+    size_t nseeds = 0;
     if (!sets) {
         fprintf(stderr, "dpt train: out of memory\n");
         code = DPT_EXIT_FAIL;
@@ -178,6 +307,21 @@ int dpt_cmd_train(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--quiet")) {
             ui.quiet = 1;
+        } else if (!strcmp(argv[i], "--seeds") || !strcmp(argv[i], "--parallel")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dpt train: %s needs a value\n", argv[i]);
+                goto out;
+            }
+            const char *opt = argv[i], *val = argv[++i];
+            if (!strcmp(opt, "--parallel")) {
+                if (dpt_cli_parse_u64("train", opt, val, 1, 256, &parallel))
+                    goto out;
+            } else {
+                free(seeds);
+                if ((code = train_parse_seeds(val, &seeds, &nseeds)) != DPT_EXIT_OK)
+                    goto out;
+                code = DPT_EXIT_USAGE;
+            }
         } else if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--resume")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "dpt train: %s needs a value\n", argv[i]);
@@ -217,6 +361,20 @@ int dpt_cmd_train(int argc, char **argv)
             goto out;
         }
     ui.job = dpt_config_job(c);
+    if (seeds && resume_dir) {
+        fprintf(stderr, "dpt train: --seeds starts new runs; resume each run directory on its "
+                        "own\n");
+        goto out;
+    }
+    if (parallel && !seeds) {
+        fprintf(stderr, "dpt train: --parallel goes with --seeds\n");
+        goto out;
+    }
+    if (seeds) {
+        dpt__install_signals();
+        code = train_seeds(c, seeds, nseeds, parallel);
+        goto out;
+    }
     if (resume_dir) {
         /* The job comes from the run's own config. */
         char path[4200];
@@ -255,6 +413,7 @@ int dpt_cmd_train(int argc, char **argv)
     }
 out:
     free(sets);
+    free(seeds);
     dpt_config_destroy(c);
     return code;
 }

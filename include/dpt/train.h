@@ -567,6 +567,53 @@ const char *dpt_run_reason_text(dpt_run_reason_t reason);
 int dpt_train_run(const dpt_config_t *cfg, const dpt_run_options_t *options,
                   dpt_run_reason_t *reason);
 
+/* ---- several seeds ---------------------------------------------------------- */
+
+/* One run of dpt_train_seeds: how it ended and what it reached. */
+typedef struct dpt_seed_run {
+    uint64_t seed;
+    int status; /* DPT_OK, or the run's error (message in `error`) */
+    char error[512];
+    char dir[4096]; /* its run directory ("" when none was made) */
+    dpt_run_reason_t reason;
+    uint64_t iterations; /* training_iteration at the end */
+    uint64_t timesteps;  /* env steps (RL) or samples (supervised) at the end */
+    double final;        /* RL: episode_reward_mean at the end; supervised:
+                          * test_accuracy; NAN when there was no result */
+    double time_s;       /* wall time of the run */
+    int reached;         /* RL with stop_reward set: 1 once the mean return
+                          * over >= 20 episodes reached it */
+    uint64_t steps_to_target;
+    double time_to_target_s;
+} dpt_seed_run_t;
+
+/* Runs cfg once per seed (the key `seed` set to seeds[i]), `parallel` runs
+ * at a time (0: as many as the cores hold, given each run's threads:
+ * num_workers for ddppo, num_devices otherwise). Each run gets its own
+ * directory: OUTPUT_DIR/seed-S when output_dir is set, else a new
+ * runs/JOB-LABEL-seedS-TIME. options (may be NULL): resume_dir must be NULL;
+ * stop_flag stops every run; on_event gets every run's events, one at a
+ * time (ev->dir tells the runs apart). runs[i] describes seeds[i] (n
+ * entries, caller's storage). A run that fails does not stop the others.
+ * Not under mpirun. Returns DPT_OK when every run succeeded, else the
+ * first failed run's status with "seed S: its message"; DPT_EINVAL for bad
+ * arguments (no seeds, a repeated seed, resume_dir, under mpirun). */
+int dpt_train_seeds(const dpt_config_t *cfg, const uint64_t *seeds, size_t n, size_t parallel,
+                    const dpt_run_options_t *options, dpt_seed_run_t *runs);
+
+/* What several seeds reached: over the runs that succeeded (ok of them),
+ * the mean, standard deviation (n - 1) and interquartile mean (the mean of
+ * the middle half: floor(ok/4) runs cut off each end) of `final`; and over
+ * those that reached stop_reward (reached of them), the median steps and
+ * time to it (NAN when none did). */
+typedef struct dpt_seeds_summary {
+    size_t runs, ok, reached;
+    double mean, std, iqm;
+    double median_steps_to_target, median_time_to_target_s;
+} dpt_seeds_summary_t;
+
+void dpt_seeds_summarize(const dpt_seed_run_t *runs, size_t n, dpt_seeds_summary_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -211,7 +211,7 @@ static int dpt__dir_empty(const char *dir)
 
 /* The name part of runs/JOB-NAME-TIME: the env (a plug-in's file name
  * without .so) or the dataset. */
-static void dpt__run_label(const dpt_config_t *c, char *out, size_t n)
+void dpt__run_label(const dpt_config_t *c, char *out, size_t n)
 {
     const char *s = dpt_config_applies(c, DPT_CFG_env) ? dpt_config_str(c, DPT_CFG_env)
                                                        : dpt_config_str(c, DPT_CFG_dataset);

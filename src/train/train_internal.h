@@ -45,6 +45,11 @@ int dpt__write_file_atomic(const char *path, const void *data, size_t n);
 /* mkdir -p. DPT_EIO naming the path that could not be made. */
 int dpt__mkdirs(const char *path);
 
+/* The name part of a default run directory (runs/JOB-LABEL-TIME): the env
+ * (a plug-in's file name without .so) or the dataset, made safe for a
+ * file name. */
+void dpt__run_label(const dpt_config_t *c, char *out, size_t n);
+
 /* Removes the temporary files a killed write left in dir (names containing
  * ".tmp-"); returns how many were removed. */
 int dpt__remove_temporaries(const char *dir);
