@@ -41,54 +41,87 @@ int dpt__mkdirs(const char *path)
     return DPT_OK;
 }
 
-int dpt__write_file_atomic(const char *path, const void *data, size_t n)
+int dpt__atomic_open(dpt__atomic_file_t *a, const char *path)
 {
-    char tmp[PATH_MAX + 64], dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (strlen(path) >= PATH_MAX)
+    a->fd = -1;
+    if (strlen(path) >= sizeof a->path)
         return dpt_error(DPT_EINVAL, "path too long: %.100s...", path);
-    if (slash)
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    else
-        snprintf(dir, sizeof dir, ".");
+    snprintf(a->path, sizeof a->path, "%s", path);
     /* The same pattern as checkpoint temporaries (NAME.tmp-PID-...), so one
      * rule finds the leftovers of a killed write. */
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    int fd = dpt__io_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0)
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp-%ld", path, (long)getpid());
+    a->fd = dpt__io_open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (a->fd < 0)
         return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (dpt__io_write(fd, data, n) != 0) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return dpt_error(DPT_EIO, "cannot write %s: %s", path, strerror(e));
+    return DPT_OK;
+}
+
+void dpt__atomic_abort(dpt__atomic_file_t *a)
+{
+    if (a->fd >= 0) {
+        close(a->fd);
+        unlink(a->tmp);
     }
-    if (dpt__io_fsync(fd) != 0) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return dpt_error(DPT_EIO, "cannot write %s: fsync: %s", path, strerror(e));
-    }
+    a->fd = -1;
+}
+
+/* Aborts the write and reports errno e for `what` ("" or ": fsync"...). */
+static int dpt__atomic_fail(dpt__atomic_file_t *a, const char *what, int e)
+{
+    dpt__atomic_abort(a);
+    return dpt_error(DPT_EIO, "cannot write %s%s: %s", a->path, what, strerror(e));
+}
+
+int dpt__atomic_write(dpt__atomic_file_t *a, const void *data, size_t n)
+{
+    if (n && dpt__io_write(a->fd, data, n) != 0)
+        return dpt__atomic_fail(a, "", errno);
+    return DPT_OK;
+}
+
+int dpt__atomic_commit(dpt__atomic_file_t *a)
+{
+    if (dpt__io_fsync(a->fd) != 0)
+        return dpt__atomic_fail(a, ": fsync", errno);
+    int fd = a->fd;
+    a->fd = -1;
     if (close(fd) != 0) {
         int e = errno;
-        unlink(tmp);
-        return dpt_error(DPT_EIO, "cannot write %s: close: %s", path, strerror(e));
+        unlink(a->tmp);
+        return dpt_error(DPT_EIO, "cannot write %s: close: %s", a->path, strerror(e));
     }
-    if (dpt__io_rename(tmp, path) != 0) {
+    if (dpt__io_rename(a->tmp, a->path) != 0) {
         int e = errno;
-        unlink(tmp);
-        return dpt_error(DPT_EIO, "cannot write %s: rename: %s", path, strerror(e));
+        unlink(a->tmp);
+        return dpt_error(DPT_EIO, "cannot write %s: rename: %s", a->path, strerror(e));
     }
+    char dir[PATH_MAX];
+    const char *slash = strrchr(a->path, '/');
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->path), a->path);
+    else
+        snprintf(dir, sizeof dir, ".");
     int dfd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         int bad = dpt__io_fsync(dfd) != 0;
         int e = errno;
         close(dfd);
         if (bad)
-            return dpt_error(DPT_EIO, "cannot write %s: fsync of its directory: %s", path,
+            return dpt_error(DPT_EIO, "cannot write %s: fsync of its directory: %s", a->path,
                              strerror(e));
     }
     return DPT_OK;
+}
+
+int dpt__write_file_atomic(const char *path, const void *data, size_t n)
+{
+    dpt__atomic_file_t a;
+    int rc = dpt__atomic_open(&a, path);
+    if (!rc)
+        rc = dpt__atomic_write(&a, data, n);
+    if (!rc)
+        rc = dpt__atomic_commit(&a);
+    return rc;
 }
 
 static int dpt__env_int(const char *a, const char *b, int dflt)

@@ -163,22 +163,24 @@ static long long dpt__csv_field(const char *line, int col)
     return end == p ? -1 : v;
 }
 
-/* Keeps the complete lines whose iteration is <= last; rewrites atomically. */
+/* Keeps the complete lines whose iteration is <= last; rewrites atomically,
+ * streaming (a long run's metrics need not fit in memory). */
 static int dpt__filter_file(const char *path, int csv, uint64_t last)
 {
     FILE *in = fopen(path, "r");
     if (!in)
         return DPT_OK; /* nothing to truncate */
-    char *out = NULL, *line = NULL;
-    size_t out_len = 0, cap = 0;
-    FILE *mem = open_memstream(&out, &out_len);
-    if (!mem) {
+    dpt__atomic_file_t out;
+    int rc = dpt__atomic_open(&out, path);
+    if (rc) {
         fclose(in);
-        return dpt_error(DPT_ENOMEM, "%s: cannot allocate", path);
+        return rc;
     }
+    char buf[1 << 16], *line = NULL;
+    size_t used = 0, cap = 0;
     ssize_t len;
     int col = -1, lineno = 0;
-    while ((len = getline(&line, &cap, in)) > 0) {
+    while (!rc && (len = getline(&line, &cap, in)) > 0) {
         lineno++;
         if (line[len - 1] != '\n')
             break; /* cut off by a kill: not a row */
@@ -192,28 +194,39 @@ static int dpt__filter_file(const char *path, int csv, uint64_t last)
                 if (p)
                     p++;
             }
-            fputs(line, mem);
-            continue;
-        }
-        if (csv) {
+        } else if (csv) {
             it = dpt__csv_field(line, col);
         } else {
             char *p = strstr(line, "\"training_iteration\":");
             if (p)
                 it = strtoll(p + 21, NULL, 10);
         }
-        if (it >= 0 && (uint64_t)it <= last)
-            fputs(line, mem);
+        if (!(csv && lineno == 1) && !(it >= 0 && (uint64_t)it <= last))
+            continue;
+        /* Whole lines into a 64 KiB buffer, written when full. */
+        if (used + (size_t)len > sizeof buf) {
+            rc = dpt__atomic_write(&out, buf, used);
+            used = 0;
+        }
+        if (!rc && (size_t)len > sizeof buf)
+            rc = dpt__atomic_write(&out, line, (size_t)len);
+        else if (!rc) {
+            memcpy(buf + used, line, (size_t)len);
+            used += (size_t)len;
+        }
     }
+    int read_error = ferror(in);
     free(line);
     fclose(in);
-    if (fclose(mem) != 0) {
-        free(out);
-        return dpt_error(DPT_ENOMEM, "%s: cannot allocate", path);
+    if (rc)
+        return rc; /* the write aborted itself */
+    if (read_error) {
+        dpt__atomic_abort(&out);
+        return dpt_error(DPT_EIO, "cannot read %s", path);
     }
-    int rc = dpt__write_file_atomic(path, out, out_len);
-    free(out);
-    return rc;
+    if ((rc = dpt__atomic_write(&out, buf, used)) != 0)
+        return rc;
+    return dpt__atomic_commit(&out);
 }
 
 int dpt__metrics_truncate(const char *dir, uint64_t last)

@@ -43,8 +43,8 @@ static void dpt__seed_event(void *ctx, const dpt_run_event_t *ev)
     if (r) {
         o->iterations = r->iteration;
         o->timesteps = r->timesteps_total;
-        o->final = isfinite(r->reward_mean) ? r->reward_mean
-                                            : dpt_train_result_get(r, "test_accuracy");
+        o->final =
+            isfinite(r->reward_mean) ? r->reward_mean : dpt_train_result_get(r, "test_accuracy");
         if (ev->kind == DPT_RUN_RESULT && j->target != 0.0 && !o->reached &&
             r->episodes_in_window >= 20 && r->reward_mean >= j->target) {
             o->reached = 1;
@@ -149,7 +149,8 @@ int dpt_train_seeds(const dpt_config_t *cfg, const uint64_t *seeds, size_t n, si
     s.user = options;
     s.jobs = calloc(n, sizeof *s.jobs);
     dpt_config_t *base = NULL;
-    int rc = s.jobs ? dpt_config_clone(&base, cfg) : dpt_error(DPT_ENOMEM, "--seeds: out of memory");
+    int rc =
+        s.jobs ? dpt_config_clone(&base, cfg) : dpt_error(DPT_ENOMEM, "--seeds: out of memory");
     if (!rc)
         rc = dpt_config_finalize(base);
     char dir[PATH_MAX / 2];

@@ -42,6 +42,20 @@ int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, in
  * ("NAME.tmp-PID"), fsync, rename, fsync of the directory. On failure the
  * old file is untouched and the temporary removed. DPT_EIO naming path. */
 int dpt__write_file_atomic(const char *path, const void *data, size_t n);
+
+/* The same, written piece by piece: open (a temporary beside path), any
+ * number of writes, then commit (fsync, rename, fsync of the directory) or
+ * abort (the temporary removed). A failed write or commit aborts by itself
+ * and returns DPT_EIO naming path; the old file is untouched. */
+typedef struct dpt__atomic_file {
+    char path[4096];
+    char tmp[4096 + 64];
+    int fd;
+} dpt__atomic_file_t;
+int dpt__atomic_open(dpt__atomic_file_t *a, const char *path);
+int dpt__atomic_write(dpt__atomic_file_t *a, const void *data, size_t n);
+int dpt__atomic_commit(dpt__atomic_file_t *a);
+void dpt__atomic_abort(dpt__atomic_file_t *a);
 /* mkdir -p. DPT_EIO naming the path that could not be made. */
 int dpt__mkdirs(const char *path);
 
