@@ -218,6 +218,24 @@ expect 2 "this run was made by dpt 0.1" -- train --resume old_run
 expect 2 "these keys cannot change: lr (0.00025, now 0.1)" -- train --resume ppo_half --set lr=0.1
 expect 2 "give CONFIG or --resume DIR, not both" -- train ppo.conf --resume ppo_half
 
+# ---- evaluation during training: evaluation/ metrics, checkpoints/best -------------
+expect 0 "" -- train ppo.conf --quiet --set output_dir=evald --set evaluation_interval=4 --set evaluation_episodes=3
+check "evaluation: the training is the run without it, bitwise" "$cmp" \
+    ppo_full/checkpoints/checkpoint-00000020.safetensors evald/checkpoints/checkpoint-00000020.safetensors
+best=$(grep -o '"episode_reward_mean":[0-9.]*,"episode_len_mean":[0-9.]*,"episodes":3' evald/result.jsonl |
+    cut -d: -f2 | cut -d, -f1 | sort -n | tail -1)
+got=$("$dpt" eval evald/checkpoints/best.safetensors --episodes 3 --json | sed 's/.*"mean_return":\([0-9.]*\).*/\1/')
+if [ -n "$best" ] && [ "$best" = "$got" ]; then
+    ok "evaluation: checkpoints/best holds the best evaluation's weights (return $best)"
+else
+    bad "evaluation: best in result.jsonl $best, best.safetensors evaluates to $got"
+fi
+check "evaluation: 5 evaluations in 20 iterations" [ "$(grep -c '"episodes":3' evald/result.jsonl)" -eq 5 ]
+expect 0 "" -- train ppo.conf --quiet --set output_dir=evald_half --set evaluation_interval=4 --set evaluation_episodes=3 --set stop_iters=10
+expect 0 "" -- train --resume evald_half --quiet --set stop_iters=0
+check "evaluation: half + resume = the whole run (metrics included)" cmp -s \
+    "$(untimed evald/result.jsonl > e1.txt; echo e1.txt)" "$(untimed evald_half/result.jsonl > e2.txt; echo e2.txt)"
+
 # ---- --seeds: one run per seed, side by side, and a summary ------------------------
 expect 0 "final return over 3 of 3 seeds: mean" -- train ppo.conf --seeds 1-2,7 --set output_dir=seeds --set eval_episodes=0
 check "--seeds: one directory per seed" [ -f seeds/seed-1/config.conf ] && [ -f seeds/seed-2/config.conf ] && [ -f seeds/seed-7/config.conf ]

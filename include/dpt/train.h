@@ -139,93 +139,99 @@ typedef enum dpt_adv_norm {
 /* X(name, type, jobs, flags, default, min, max, choices, help)
  * types: INT (int64), FLOAT (double), STR, BOOL (true/false, yes/no, 1/0),
  * ENUM (one of `choices`, separated by '|'). min/max bound INT and FLOAT. */
-#define DPT_CONFIG_KEYS(X)                                                                        \
-    X(job, ENUM, DPT_JOBS_ALL, 0, "supervised", 0, 0, DPT_CHOICES_JOB,                            \
-      "what to train: supervised classification, PPO, or decentralized DD-PPO")                   \
-    X(seed, INT, DPT_JOBS_ALL, 0, "1", 0, 4294967295.0, "", "random seed of every stream")        \
-    X(output_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",       \
-      "run directory (empty: a new runs/JOB-ENV_OR_DATASET-TIMESTAMP); a fresh run refuses a "    \
-      "non-empty one")                                                                            \
-    X(checkpoint_every, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "1", 0, 1e9,  \
-      "", "write a checkpoint every N iterations (0 = only at the end)")                          \
-    X(keep_checkpoints, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "3", 1, 1000, \
-      "", "how many of this run's newest checkpoints to keep")                                    \
-    X(stop_iters, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", 0, 1e12, "",   \
-      "stop once training_iteration reaches this (0 = off); schedules still span epochs or "      \
-      "total_timesteps")                                                                          \
-    X(comm_timeout_s, FLOAT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "300", 0.01,  \
-      1e6, "", "seconds a participant waits for the others in a collective before failing")       \
-    /* supervised */                                                                              \
-    X(dataset, ENUM, DPT_JOBS_SUP, 0, "fashion_mnist", 0, 0, "fashion_mnist|csv|spirals",         \
-      "data: Fashion-MNIST IDX files, CSV files, or two interleaved spirals made from the seed")  \
-    X(data_dir, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING,                       \
-      "/usr/share/datasets/fashion-mnist", 0, 0, "", "fashion_mnist: directory of the IDX files") \
-    X(train_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",        \
-      "csv: training file (relative to the config file)")                                         \
-    X(test_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",         \
-      "csv: test file (relative to the config file)")                                             \
-    X(label_column, STR, DPT_JOBS_SUP, 0, "label", 0, 0, "", "csv: name of the label column")     \
-    X(hidden, STR, DPT_JOBS_SUP, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")   \
-    X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")          \
-    X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")             \
-    X(batch_size, INT, DPT_JOBS_SUP, 0, "128", 1, 1e6, "",                                        \
-      "minibatch rows per step (all devices)")                                                    \
-    X(optimizer, ENUM, DPT_JOBS_SUP, 0, "adam", 0, 0, DPT_CHOICES_OPTIM, "optimizer")             \
-    X(lr_end, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                             \
-      "final learning rate of the linear schedule")                                               \
-    X(momentum, FLOAT, DPT_JOBS_SUP, 0, "0.9", 0, 0.999999, "", "momentum coefficient")           \
-    X(nesterov, BOOL, DPT_JOBS_SUP, 0, "false", 0, 0, "", "Nesterov momentum")                    \
-    X(weight_decay, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                       \
-      "weight decay (L2, or decoupled for adamw)")                                                \
-    X(shuffle, BOOL, DPT_JOBS_SUP, 0, "true", 0, 0, "", "shuffle the training set every epoch")   \
-    X(spirals_points, INT, DPT_JOBS_SUP, 0, "4096", 16, 1e7, "",                                  \
-      "spirals: training points (plus a quarter as many test points)")                            \
-    /* shared by supervised and RL */                                                             \
-    X(lr, FLOAT, DPT_JOBS_ALL, 0, "0.001", 0, 10, "", "learning rate")                            \
-    X(lr_schedule, ENUM, DPT_JOBS_ALL, 0, "constant", 0, 0, DPT_CHOICES_SCHEDULE,                 \
-      "learning-rate schedule: linear decays to lr_end (supervised) or to 0 at total_timesteps "  \
-      "(RL)")                                                                                     \
-    X(adam_eps, FLOAT, DPT_JOBS_ALL, 0, "1e-8", 1e-30, 1, "", "Adam epsilon")                     \
-    X(grad_clip, FLOAT, DPT_JOBS_ALL, 0, "0", 0, 1e9, "",                                         \
-      "global-norm gradient clipping (0 = off)")                                                  \
-    X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, DPT_CHOICES_TOWERS_MODE,                 \
-      "how tower gradients combine")                                                              \
-    X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "", "towers (CPU threads) per process")  \
-    /* reinforcement learning */                                                                  \
-    X(env, STR, DPT_JOBS_RL, 0, "CartPole-v1", 0, 0, "",                                          \
-      "environment: a built-in name, or the path of a plug-in .so (relative to the config file)") \
-    X(num_workers, INT, DPT_JOBS_DDPPO, 0, "2", 1, 1024, "", "worker threads per process")        \
-    X(num_envs_per_worker, INT, DPT_JOBS_RL, 0, "4", 1, 65536, "",                                \
-      "envs stepped by the sampler (ppo) or by each worker (ddppo)")                              \
-    X(rollout_fragment_length, INT, DPT_JOBS_RL, 0, "128", 1, 1e7, "",                            \
-      "steps per env per iteration")                                                              \
-    X(train_batch_size, INT, DPT_JOBS_PPO, 0, "0", 0, 1e9, "",                                    \
-      "rows per iteration (0 = rollout_fragment_length x num_envs_per_worker, the only value "    \
-      "allowed)")                                                                                 \
-    X(sgd_minibatch_size, INT, DPT_JOBS_RL, 0, "128", 1, 1e9, "",                                 \
-      "rows per SGD minibatch (all devices; per worker for ddppo)")                               \
-    X(num_sgd_iter, INT, DPT_JOBS_RL, 0, "4", 1, 1000, "", "epochs over each batch")              \
-    X(total_timesteps, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE, "500000", 1, 1e12, "",                \
-      "env steps to train for (all workers); the linear schedule spans them")                     \
-    X(stop_reward, FLOAT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", -1e30, 1e30, \
-      "", "stop once episode_reward_mean over >= 20 episodes reaches this (0 = off)")             \
-    X(gamma, FLOAT, DPT_JOBS_RL, 0, "0.99", 0, 1, "", "discount factor")                          \
-    X(lambda, FLOAT, DPT_JOBS_RL, 0, "0.95", 0, 1, "", "GAE lambda")                              \
-    X(clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 10, "", "PPO ratio clip")                      \
-    X(vf_clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 1e9, "", "value clip (0 = off)")            \
-    X(vf_loss_coeff, FLOAT, DPT_JOBS_RL, 0, "0.5", 0, 1e6, "", "value loss coefficient")          \
-    X(entropy_coeff, FLOAT, DPT_JOBS_RL, 0, "0.01", 0, 1e6, "", "entropy bonus coefficient")      \
-    X(reward_scale, FLOAT, DPT_JOBS_RL, 0, "1", 1e-9, 1e9, "",                                    \
-      "multiply rewards by this for learning (returns are reported unscaled)")                    \
-    X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,        \
-      "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")       \
-    X(policy_hidden, STR, DPT_JOBS_RL, 0, "64,64", 0, 0, "", "actor and critic hidden sizes")     \
-    X(sync_frac, FLOAT, DPT_JOBS_DDPPO, 0, "0.6", 0, 1, "",                                       \
-      "preempt stragglers once this fraction of workers finished collecting (1 = off)")           \
-    X(check_weights_every, INT, DPT_JOBS_DDPPO, DPT_CFG_BOOKKEEPING, "10", 0, 1e9, "",            \
-      "verify that workers hold identical weights every N iterations (0 = off)")                  \
-    X(eval_episodes, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "10", 0, 1e6, "", \
-      "episodes of the greedy policy evaluated at the end of a run")
+#define DPT_CONFIG_KEYS(X)                                                                         \
+    X(job, ENUM, DPT_JOBS_ALL, 0, "supervised", 0, 0, DPT_CHOICES_JOB,                             \
+      "what to train: supervised classification, PPO, or decentralized DD-PPO")                    \
+    X(seed, INT, DPT_JOBS_ALL, 0, "1", 0, 4294967295.0, "", "random seed of every stream")         \
+    X(output_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",        \
+      "run directory (empty: a new runs/JOB-ENV_OR_DATASET-TIMESTAMP); a fresh run refuses a "     \
+      "non-empty one")                                                                             \
+    X(checkpoint_every, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "1", 0, 1e9,   \
+      "", "write a checkpoint every N iterations (0 = only at the end)")                           \
+    X(keep_checkpoints, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "3", 1, 1000,  \
+      "", "how many of this run's newest checkpoints to keep")                                     \
+    X(stop_iters, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", 0, 1e12, "",    \
+      "stop once training_iteration reaches this (0 = off); schedules still span epochs or "       \
+      "total_timesteps")                                                                           \
+    X(comm_timeout_s, FLOAT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "300", 0.01,   \
+      1e6, "", "seconds a participant waits for the others in a collective before failing")        \
+    /* supervised */                                                                               \
+    X(dataset, ENUM, DPT_JOBS_SUP, 0, "fashion_mnist", 0, 0, "fashion_mnist|csv|spirals",          \
+      "data: Fashion-MNIST IDX files, CSV files, or two interleaved spirals made from the seed")   \
+    X(data_dir, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING,                        \
+      "/usr/share/datasets/fashion-mnist", 0, 0, "", "fashion_mnist: directory of the IDX files")  \
+    X(train_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",         \
+      "csv: training file (relative to the config file)")                                          \
+    X(test_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",          \
+      "csv: test file (relative to the config file)")                                              \
+    X(label_column, STR, DPT_JOBS_SUP, 0, "label", 0, 0, "", "csv: name of the label column")      \
+    X(hidden, STR, DPT_JOBS_SUP, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")    \
+    X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")           \
+    X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")              \
+    X(batch_size, INT, DPT_JOBS_SUP, 0, "128", 1, 1e6, "",                                         \
+      "minibatch rows per step (all devices)")                                                     \
+    X(optimizer, ENUM, DPT_JOBS_SUP, 0, "adam", 0, 0, DPT_CHOICES_OPTIM, "optimizer")              \
+    X(lr_end, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                              \
+      "final learning rate of the linear schedule")                                                \
+    X(momentum, FLOAT, DPT_JOBS_SUP, 0, "0.9", 0, 0.999999, "", "momentum coefficient")            \
+    X(nesterov, BOOL, DPT_JOBS_SUP, 0, "false", 0, 0, "", "Nesterov momentum")                     \
+    X(weight_decay, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                        \
+      "weight decay (L2, or decoupled for adamw)")                                                 \
+    X(shuffle, BOOL, DPT_JOBS_SUP, 0, "true", 0, 0, "", "shuffle the training set every epoch")    \
+    X(spirals_points, INT, DPT_JOBS_SUP, 0, "4096", 16, 1e7, "",                                   \
+      "spirals: training points (plus a quarter as many test points)")                             \
+    /* shared by supervised and RL */                                                              \
+    X(lr, FLOAT, DPT_JOBS_ALL, 0, "0.001", 0, 10, "", "learning rate")                             \
+    X(lr_schedule, ENUM, DPT_JOBS_ALL, 0, "constant", 0, 0, DPT_CHOICES_SCHEDULE,                  \
+      "learning-rate schedule: linear decays to lr_end (supervised) or to 0 at total_timesteps "   \
+      "(RL)")                                                                                      \
+    X(adam_eps, FLOAT, DPT_JOBS_ALL, 0, "1e-8", 1e-30, 1, "", "Adam epsilon")                      \
+    X(grad_clip, FLOAT, DPT_JOBS_ALL, 0, "0", 0, 1e9, "",                                          \
+      "global-norm gradient clipping (0 = off)")                                                   \
+    X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, DPT_CHOICES_TOWERS_MODE,                  \
+      "how tower gradients combine")                                                               \
+    X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "", "towers (CPU threads) per process")   \
+    /* reinforcement learning */                                                                   \
+    X(env, STR, DPT_JOBS_RL, 0, "CartPole-v1", 0, 0, "",                                           \
+      "environment: a built-in name, or the path of a plug-in .so (relative to the config file)")  \
+    X(num_workers, INT, DPT_JOBS_DDPPO, 0, "2", 1, 1024, "", "worker threads per process")         \
+    X(num_envs_per_worker, INT, DPT_JOBS_RL, 0, "4", 1, 65536, "",                                 \
+      "envs stepped by the sampler (ppo) or by each worker (ddppo)")                               \
+    X(rollout_fragment_length, INT, DPT_JOBS_RL, 0, "128", 1, 1e7, "",                             \
+      "steps per env per iteration")                                                               \
+    X(train_batch_size, INT, DPT_JOBS_PPO, 0, "0", 0, 1e9, "",                                     \
+      "rows per iteration (0 = rollout_fragment_length x num_envs_per_worker, the only value "     \
+      "allowed)")                                                                                  \
+    X(sgd_minibatch_size, INT, DPT_JOBS_RL, 0, "128", 1, 1e9, "",                                  \
+      "rows per SGD minibatch (all devices; per worker for ddppo)")                                \
+    X(num_sgd_iter, INT, DPT_JOBS_RL, 0, "4", 1, 1000, "", "epochs over each batch")               \
+    X(total_timesteps, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE, "500000", 1, 1e12, "",                 \
+      "env steps to train for (all workers); the linear schedule spans them")                      \
+    X(stop_reward, FLOAT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", -1e30, 1e30,  \
+      "", "stop once episode_reward_mean over >= 20 episodes reaches this (0 = off)")              \
+    X(gamma, FLOAT, DPT_JOBS_RL, 0, "0.99", 0, 1, "", "discount factor")                           \
+    X(lambda, FLOAT, DPT_JOBS_RL, 0, "0.95", 0, 1, "", "GAE lambda")                               \
+    X(clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 10, "", "PPO ratio clip")                       \
+    X(vf_clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 1e9, "", "value clip (0 = off)")             \
+    X(vf_loss_coeff, FLOAT, DPT_JOBS_RL, 0, "0.5", 0, 1e6, "", "value loss coefficient")           \
+    X(entropy_coeff, FLOAT, DPT_JOBS_RL, 0, "0.01", 0, 1e6, "", "entropy bonus coefficient")       \
+    X(reward_scale, FLOAT, DPT_JOBS_RL, 0, "1", 1e-9, 1e9, "",                                     \
+      "multiply rewards by this for learning (returns are reported unscaled)")                     \
+    X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,         \
+      "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")        \
+    X(policy_hidden, STR, DPT_JOBS_RL, 0, "64,64", 0, 0, "", "actor and critic hidden sizes")      \
+    X(sync_frac, FLOAT, DPT_JOBS_DDPPO, 0, "0.6", 0, 1, "",                                        \
+      "preempt stragglers once this fraction of workers finished collecting (1 = off)")            \
+    X(check_weights_every, INT, DPT_JOBS_DDPPO, DPT_CFG_BOOKKEEPING, "10", 0, 1e9, "",             \
+      "verify that workers hold identical weights every N iterations (0 = off)")                   \
+    X(eval_episodes, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "10", 0, 1e6, "",  \
+      "episodes of the greedy policy evaluated at the end of a run")                               \
+    X(evaluation_interval, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", 0, 1e9, \
+      "",                                                                                          \
+      "evaluate the greedy policy every N iterations (0 = never): metrics under "                  \
+      "evaluation/, the best kept as checkpoints/best.safetensors")                                \
+    X(evaluation_episodes, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "10", 1,     \
+      1e6, "", "episodes of each evaluation during training")
 
 /* Per-job defaults that differ from the table's: X(job, key, value). */
 #define DPT_CONFIG_JOB_DEFAULTS(X)                   \

@@ -59,6 +59,7 @@ typedef struct dpt__run {
     int metrics_open;
     double time_offset, start;
     uint64_t ts_start;
+    double best; /* best evaluation return so far (-inf: none) */
 } dpt__run_t;
 
 static void dpt__emit(dpt__run_t *r, dpt_run_event_t *ev)
@@ -426,7 +427,7 @@ static int dpt__job_complete(const dpt_config_t *c, uint64_t iteration, uint64_t
 /* ---- checkpoint of the run ------------------------------------------------------- */
 
 static int dpt__save(dpt__run_t *r, const dpt_train_result_t *res, double time_total,
-                     const dpt_run_reason_t *why)
+                     const dpt_run_reason_t *why, int best)
 {
     dpt_safetensors_writer_t *w = NULL;
     int rc = DPT_OK;
@@ -447,17 +448,63 @@ static int dpt__save(dpt__run_t *r, const dpt_train_result_t *res, double time_t
         (rc = dpt_safetensors_set_meta(w, "stop_reason", why ? dpt_run_reason_text(*why) : "")) !=
             0)
         goto out;
+    if (isfinite(r->best)) {
+        snprintf(buf, sizeof buf, "%.17g", r->best);
+        if ((rc = dpt_safetensors_set_meta(w, "evaluation_best_return", buf)) != 0)
+            goto out;
+    }
     snprintf(path, sizeof path, "%s/checkpoints", r->dir);
     if ((rc = dpt__mkdirs(path)) != 0)
         goto out;
     dpt__ckpt_path(r->dir, res->iteration, path, sizeof path);
     if ((rc = dpt_safetensors_save(w, path)) != 0)
         goto out;
+    if (best) {
+        snprintf(path, sizeof path, "%s/checkpoints/best.safetensors", r->dir);
+        if ((rc = dpt_safetensors_save(w, path)) != 0)
+            goto out;
+    }
     rc = dpt__rotate(r->dir, res->iteration,
                      (uint64_t)dpt_config_int(r->cfg, DPT_CFG_keep_checkpoints));
 out:
     dpt_safetensors_writer_destroy(w);
     return rc;
+}
+
+/* ---- evaluation during training ------------------------------------------------------ */
+
+/* Every evaluation_interval iterations: the greedy policy over
+ * evaluation_episodes episodes, on every rank (the same weights and seed
+ * give the same figures, so the ranks agree on the best without a message).
+ * Adds evaluation/... metrics to res (NAN between evaluations, so the CSV
+ * columns stay fixed); *improved when it beat every earlier one. */
+static int dpt__evaluate_during(dpt__run_t *r, dpt_train_result_t *res, int *improved)
+{
+    *improved = 0;
+    if (!dpt_config_applies(r->cfg, DPT_CFG_evaluation_interval))
+        return DPT_OK;
+    uint64_t every = (uint64_t)dpt_config_int(r->cfg, DPT_CFG_evaluation_interval);
+    if (every == 0)
+        return DPT_OK;
+    dpt_eval_result_t ev;
+    ev.mean_return = ev.mean_length = (double)NAN;
+    ev.count = 0;
+    if (res->iteration % every == 0) {
+        int rc =
+            dpt_trainer_evaluate(r->t, (size_t)dpt_config_int(r->cfg, DPT_CFG_evaluation_episodes),
+                                 (uint64_t)dpt_config_int(r->cfg, DPT_CFG_seed), &ev);
+        if (rc)
+            return rc;
+        if (!isfinite(r->best) || ev.mean_return > r->best) {
+            r->best = ev.mean_return;
+            *improved = 1;
+        }
+    }
+    dpt_train_result_add(res, "evaluation/episode_reward_mean", ev.mean_return);
+    dpt_train_result_add(res, "evaluation/episode_len_mean", ev.mean_length);
+    dpt_train_result_add(res, "evaluation/episodes", ev.count ? (double)ev.count : (double)NAN);
+    dpt_train_result_add(res, "evaluation/best_episode_reward_mean", r->best);
+    return DPT_OK;
 }
 
 /* ---- resume -------------------------------------------------------------------------- */
@@ -718,6 +765,7 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
 {
     dpt__run_t r;
     memset(&r, 0, sizeof r);
+    r.best = -(double)INFINITY;
     r.o = o;
     r.start = dpt_now();
     r.world = dpt__mpi_world_size();
@@ -799,6 +847,9 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
             goto out;
         const char *tt = dpt_safetensors_meta(st, "time_total_s");
         r.time_offset = tt ? strtod(tt, NULL) : 0.0;
+        const char *eb = dpt_safetensors_meta(st, "evaluation_best_return");
+        if (eb)
+            r.best = strtod(eb, NULL);
         dpt_safetensors_meta_u64(st, "training_iteration", &it0);
         dpt_safetensors_meta_u64(st, "timesteps_total", &ts0);
     }
@@ -880,6 +931,9 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
         if ((rc = dpt_trainer_iterate(r.t, &res)) != 0)
             goto out;
         r.iterations++;
+        int improved;
+        if ((rc = dpt__evaluate_during(&r, &res, &improved)) != 0)
+            goto out;
         double total = r.time_offset + (dpt_now() - r.start);
         dpt_train_result_add(&res, "time_total_s", total);
         if (r.metrics_open && (rc = dpt__metrics_write(&r.metrics, res.metrics, res.nmetrics)))
@@ -899,8 +953,8 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
             stop = 1;
             why = DPT_RUN_STOPPED;
         }
-        if (stop || (every && res.iteration % every == 0)) {
-            if ((rc = dpt__save(&r, &res, total, stop ? &why : NULL)) != 0)
+        if (stop || improved || (every && res.iteration % every == 0)) {
+            if ((rc = dpt__save(&r, &res, total, stop ? &why : NULL, improved)) != 0)
                 goto out;
         }
         if (stop)
