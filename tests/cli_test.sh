@@ -322,6 +322,48 @@ else
     bad "ddppo defaults"
 fi
 
+# ---- recurrent policies: PPO-LSTM and DD-PPO-LSTM ----------------------------------
+cat > lstm.conf <<'CONF'
+job = ppo
+env = CartPole-v1
+use_lstm = true
+lstm_cell_size = 16
+max_seq_len = 8
+lstm_use_prev_action = true
+lstm_use_prev_reward = true
+num_envs_per_worker = 4
+rollout_fragment_length = 32
+sgd_minibatch_size = 32
+total_timesteps = 2560
+checkpoint_every = 5
+eval_episodes = 2
+CONF
+expect 0 "evaluation: greedy policy, 2 episodes" -- train lstm.conf --set output_dir=lstm_full
+expect 0 "" -- train lstm.conf --quiet --set output_dir=lstm_half --set stop_iters=10
+expect 0 "" -- train --resume lstm_half --quiet --set stop_iters=0
+if "$cmp" lstm_full/checkpoints/checkpoint-00000020.safetensors \
+          lstm_half/checkpoints/checkpoint-00000020.safetensors >cmp.out 2>&1; then
+    ok "ppo-lstm: half + resume ends bitwise identical (weights, optimizer, envs, LSTM states)"
+else
+    bad "ppo-lstm resume differs: $(cat cmp.out)"
+fi
+if [ "$(untimed lstm_full/result.jsonl)" = "$(untimed lstm_half/result.jsonl)" ]; then
+    ok "ppo-lstm: resumed run has identical metrics"
+else
+    bad "ppo-lstm resume metrics differ"
+fi
+check "ppo-lstm: sequence metrics in result.jsonl" grep -q '"num_sequences":[0-9]*,"rows_padded":[0-9]*,"rows_dropped":[0-9]*' lstm_full/result.jsonl
+check "ppo-lstm: the checkpoint describes the LSTM" grep -a -q '"use_lstm":"true","lstm_cell_size":"16","lstm_use_prev_action":"true","lstm_use_prev_reward":"true"' lstm_full/checkpoints/checkpoint-00000020.safetensors
+expect 0 "greedy policy, 3 episodes: mean return" -- eval lstm_full --episodes 3
+expect 0 "raised to 16 rows (one sequence per device)" -- train lstm.conf --set output_dir=lstm_raise --set stop_iters=1 --set num_devices=2 --set sgd_minibatch_size=6
+expect 2 "max_seq_len expects an integer" -- train lstm.conf --set max_seq_len=x
+sed 's/^job = ppo/job = ddppo\nnum_workers = 2/' lstm.conf > ddlstm.conf
+expect 0 "evaluation: greedy policy, 2 episodes" -- train ddlstm.conf --set output_dir=ddlstm_full
+expect 0 "" -- train ddlstm.conf --quiet --set output_dir=ddlstm_half --set stop_iters=5
+expect 0 "" -- train --resume ddlstm_half --quiet --set stop_iters=0
+check "ddppo-lstm: half + resume ends bitwise identical" "$cmp" \
+    ddlstm_full/checkpoints/checkpoint-00000010.safetensors ddlstm_half/checkpoints/checkpoint-00000010.safetensors
+
 # ---- under mpirun (when this build has MPI) ------------------------------------------
 if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -665,7 +665,7 @@ static void test_rl_defaults_from_key_table(void)
     CHECK(p.num_envs == 4 && p.rollout_fragment_length == 128 && p.sgd_minibatch_size == 128);
     CHECK(p.num_sgd_iter == 4 && p.lr == 2.5e-4f && p.anneal_lr && p.adam_eps == 1e-5f);
     CHECK(p.grad_clip == 0.5 && p.normalize_advantages == DPT_ADV_NORM_MINIBATCH);
-    CHECK(p.nhidden == 2 && p.hidden[0] == 64 && p.hidden[1] == 64);
+    CHECK(p.policy.nhidden == 2 && p.policy.hidden[0] == 64 && p.policy.hidden[1] == 64);
     CHECK(p.num_devices == 1 && p.towers_mode == DPT_TOWERS_PS && p.total_timesteps == 500000);
     REQUIRE_OK(dpt_rl_defaults(DPT_JOB_DDPPO, &d));
     CHECK(d.num_envs == 5 && d.rollout_fragment_length == 100 && d.sgd_minibatch_size == 50);

@@ -8,11 +8,41 @@
  * is the usual one for PPO: orthogonal, gain sqrt(2) for hidden layers,
  * 0.01 for the actor's output, 1 for the critic's, zero biases, log_std 0.
  *
+ * A recurrent policy (spec.use_lstm) puts one LSTM layer (dpt/lstm.h, cell
+ * size H) in front of both MLPs, which then read the LSTM's output instead
+ * of the observation (RLlib's use_lstm with the value function on the same
+ * torso). The LSTM's input at step t of an episode is
+ *   x_t = [obs_t, prev action, prev reward]
+ * where the previous action (one-hot for discrete actions, the action
+ * vector for box actions) and the previous (unscaled) reward are appended
+ * only when lstm_use_prev_action / lstm_use_prev_reward are set, and are 0
+ * at the first step of an episode; the reward is the env's, times
+ * spec.prev_reward_scale. The state (h, c), [H] each, starts at 0
+ * in every episode; while acting, the caller carries it from step to step
+ * (dpt_policy_act_state). Variables: "lstm.weight_ih" [4H, I],
+ * "lstm.weight_hh" [4H, H], "lstm.bias" [4H] (PyTorch's nn.LSTM layout,
+ * gates i, f, g, o; see dpt/lstm.h), then the actor's and critic's as for a
+ * feed-forward policy, with input size H.
+ *
  * The PPO loss is exposed as a dpt_model_t, so the towers engine and the
  * DD-PPO workers train it like any other model. It reads these batch
  * columns (DPT_PPO_COL_*): obs [obs_dim] f32, actions (i32 [1] or f32
  * [action_dim]), logp [1] (behaviour log-prob), advantages [1], returns [1],
  * values [1] (value predictions at sampling time, for value clipping).
+ *
+ * A recurrent policy trains on sequence batches (dpt/batch.h, seq_len = L):
+ * rows s L .. s L + L - 1 are the steps of sequence s, padded at the end,
+ * and these columns come in addition (dpt_ppo_batch_seq):
+ *   seq_lens [1] i32, per sequence: its real steps (1..L); rows past them
+ *            are padding and count for nothing
+ *   state_in_0, state_in_1 [H] f32, per sequence: the LSTM's h and c before
+ *            the sequence's first step (as they were while sampling)
+ *   prev_actions (i32 [1] or f32 [action_dim]), prev_rewards [1] f32 (the
+ *            env's rewards): only when the policy reads them
+ * The LSTM runs over each sequence from its state; every mean below is then
+ * over the batch's valid (unpadded) steps, and dpt_loss_out_t.rows is their
+ * number (the towers engine weights statistics, and DD-PPO gradients, by
+ * it). Padded rows get no gradient.
  *
  *   ratio   = exp(logp_new - logp_old)
  *   L_pi    = mean(max(-A ratio, -A clip(ratio, 1 - eps, 1 + eps)))
@@ -44,6 +74,12 @@ extern "C" {
 #define DPT_PPO_COL_ADV "advantages"
 #define DPT_PPO_COL_RETURNS "returns"
 #define DPT_PPO_COL_VALUES "values"
+/* Sequence batches of recurrent policies (RLlib's names). */
+#define DPT_PPO_COL_SEQ_LENS "seq_lens"
+#define DPT_PPO_COL_STATE_H "state_in_0"
+#define DPT_PPO_COL_STATE_C "state_in_1"
+#define DPT_PPO_COL_PREV_ACTIONS "prev_actions"
+#define DPT_PPO_COL_PREV_REWARDS "prev_rewards"
 
 enum {
     DPT_PPO_STAT_POLICY_LOSS = 0,
@@ -65,27 +101,78 @@ typedef struct dpt_ppo_loss_params {
 
 typedef struct dpt_policy dpt_policy_t;
 
+/* The shape of a policy. */
+typedef struct dpt_policy_spec {
+    size_t hidden[DPT_POLICY_MAX_HIDDEN]; /* actor and critic hidden sizes */
+    int nhidden;                          /* 1..DPT_POLICY_MAX_HIDDEN */
+    int use_lstm;                         /* 1: an LSTM in front of both MLPs */
+    size_t lstm_cell_size;                /* H (use_lstm) */
+    int lstm_use_prev_action;             /* append the previous action to x_t */
+    int lstm_use_prev_reward;             /* append the previous reward to x_t */
+    float prev_reward_scale;              /* the appended reward is the env's times
+                                           * this (the learner's reward_scale);
+                                           * 0 means 1 */
+    size_t max_seq_len;                   /* use_lstm: steps per training sequence,
+                                           * 1 for a policy that only acts */
+} dpt_policy_spec_t;
+
 /* Creates a policy for environments of class `cls` (borrowed) with the given
  * hidden sizes (1..DPT_POLICY_MAX_HIDDEN layers) for batches of at most
  * max_batch rows, owning its variable table. Errors: DPT_EINVAL, DPT_ENOMEM. */
 int dpt_policy_create(dpt_policy_t **p, const dpt_env_class_t *cls, const size_t *hidden,
                       int nhidden, size_t max_batch);
+/* The same from a spec (copied). A recurrent policy takes calls of at most
+ * max_batch rows: acting on up to max_batch envs at once, or training on
+ * up to max_batch / max_seq_len sequences of max_seq_len steps (max_batch
+ * must be a multiple of max_seq_len). Errors: DPT_EINVAL naming the field,
+ * DPT_EOVERFLOW, DPT_ENOMEM. */
+int dpt_policy_create_ex(dpt_policy_t **p, const dpt_env_class_t *cls,
+                         const dpt_policy_spec_t *spec, size_t max_batch);
 void dpt_policy_destroy(dpt_policy_t *p);
 const dpt_vartable_t *dpt_policy_vars(const dpt_policy_t *p);
 const dpt_env_class_t *dpt_policy_env_class(const dpt_policy_t *p);
 size_t dpt_policy_max_batch(const dpt_policy_t *p);
+/* The spec the policy was made from (borrowed). */
+const dpt_policy_spec_t *dpt_policy_spec(const dpt_policy_t *p);
+/* Floats of one env's recurrent state: H for h and H for c (0 when the
+ * policy is not recurrent). */
+size_t dpt_policy_state_size(const dpt_policy_t *p);
 /* Writes the initial parameters into `params` (an arena of the table's size). */
 void dpt_policy_init_params(const dpt_policy_t *p, float *params, dpt_rng_t *rng);
 
 /* Acts on obs [n, obs_dim] (n <= max_batch): samples actions from `rng`, or
  * takes the greedy action (arg-max / mean) when rng is NULL. Writes actions
  * ([n] int32 or [n, action_dim] float), and when not NULL logp [n] and
- * values [n]. Errors: DPT_EINVAL, DPT_ENUMERIC (non-finite observation). */
+ * values [n]. A recurrent policy acts from the zero state (the first step
+ * of an episode); dpt_policy_act_state carries a state. Errors:
+ * DPT_EINVAL, DPT_ENUMERIC (non-finite observation). */
 int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n, dpt_rng_t *rng,
                    void *actions, float *logp, float *values);
-/* Critic only: values [n] of obs [n, obs_dim]. */
+/* Critic only: values [n] of obs [n, obs_dim] (from the zero state). */
 int dpt_policy_value(dpt_policy_t *p, const float *params, const float *obs, size_t n,
                      float *values);
+
+/* What a recurrent policy carries from one step of n envs to the next
+ * (caller owns every array; NULL means zeros). A feed-forward policy
+ * ignores it. */
+typedef struct dpt_policy_state {
+    float *h, *c;              /* [n, H]: the LSTM state before the step */
+    const void *prev_actions;  /* [n] int32 or [n, action_dim] float */
+    const float *prev_rewards; /* [n] */
+} dpt_policy_state_t;
+
+/* dpt_policy_act for one step of n envs from `state` (NULL: zeros):
+ * afterwards state->h and state->c (when not NULL) hold the state after
+ * the step, to pass with the next observation. The previous actions and
+ * rewards are the caller's to update (and to zero, with h and c, when an
+ * episode starts). */
+int dpt_policy_act_state(dpt_policy_t *p, const float *params, const float *obs,
+                         const dpt_policy_state_t *state, size_t n, dpt_rng_t *rng, void *actions,
+                         float *logp, float *values);
+/* Values [n] of obs after `state` (NULL: zeros), which is not changed: the
+ * value of an observation the policy will not act on (bootstrapping). */
+int dpt_policy_value_state(dpt_policy_t *p, const float *params, const float *obs,
+                           const dpt_policy_state_t *state, size_t n, float *values);
 
 /* The PPO loss over this policy as a trainable model. The returned model
  * borrows `p` (its replicate() creates an equal policy per device). */
@@ -94,6 +181,13 @@ dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *h
 /* Adds the PPO columns to a batch over caller-owned arrays (rows each). */
 int dpt_ppo_batch(dpt_batch_t *b, const dpt_env_class_t *cls, size_t rows, float *obs,
                   void *actions, float *logp, float *adv, float *returns, float *values);
+/* Makes a batch of dpt_ppo_batch() a sequence batch for the recurrent
+ * policy p: sets seq_len and adds seq_lens [rows / seq_len], state_in_0 and
+ * state_in_1 [rows / seq_len, H], and prev_actions / prev_rewards [rows]
+ * when p reads them (those pointers are ignored otherwise). Errors:
+ * DPT_EINVAL (p not recurrent, rows not a multiple of seq_len, seq_len 0). */
+int dpt_ppo_batch_seq(dpt_batch_t *b, const dpt_policy_t *p, size_t seq_len, int32_t *seq_lens,
+                      float *state_h, float *state_c, void *prev_actions, float *prev_rewards);
 
 /*
  * Generalized advantage estimation over a rollout of T steps x N envs

@@ -195,6 +195,13 @@ int dpt_towers_load(dpt_towers_t *towers, int stack, const dpt_batch_t *batch,
 int dpt_towers_load_ex(dpt_towers_t *towers, int stack, const dpt_batch_t *batch,
                        size_t per_device_batch, dpt_towers_load_info_t *info);
 
+/* What dpt_towers_load_ex(t, stack, batch, per_device_batch, info) would
+ * keep and how it would split it, without loading anything (the same
+ * checks and errors, the stack aside): a caller that prepares minibatches
+ * before the load (per-minibatch normalization) plans with it. */
+int dpt_towers_plan(const dpt_towers_t *towers, const dpt_batch_t *batch, size_t per_device_batch,
+                    dpt_towers_load_info_t *info);
+
 /* One step on rows [offset, offset + per_device_batch) of every device's
  * slice of stack `stack`, with learning rate lr. offset must be a multiple
  * of per_device_batch below rows_per_device. Before the first step the

@@ -220,6 +220,16 @@ typedef enum dpt_adv_norm {
     X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,         \
       "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")        \
     X(policy_hidden, STR, DPT_JOBS_RL, 0, "64,64", 0, 0, "", "actor and critic hidden sizes")      \
+    X(use_lstm, BOOL, DPT_JOBS_RL, 0, "false", 0, 0, "",                                           \
+      "put an LSTM in front of the actor and critic (a recurrent policy; RLlib's use_lstm)")       \
+    X(lstm_cell_size, INT, DPT_JOBS_RL, 0, "64", 1, 65536, "", "use_lstm: the LSTM's cell size")   \
+    X(lstm_use_prev_action, BOOL, DPT_JOBS_RL, 0, "false", 0, 0, "",                               \
+      "use_lstm: feed the previous action (one-hot if discrete) to the LSTM")                      \
+    X(lstm_use_prev_reward, BOOL, DPT_JOBS_RL, 0, "false", 0, 0, "",                               \
+      "use_lstm: feed the previous reward (times reward_scale) to the LSTM")                       \
+    X(max_seq_len, INT, DPT_JOBS_RL, 0, "20", 1, 100000, "",                                       \
+      "use_lstm: steps per training sequence (rollouts are cut at episode ends and every "         \
+      "max_seq_len steps, then padded)")                                                           \
     X(sync_frac, FLOAT, DPT_JOBS_DDPPO, 0, "0.6", 0, 1, "",                                        \
       "preempt stragglers once this fraction of workers finished collecting (1 = off)")            \
     X(check_weights_every, INT, DPT_JOBS_DDPPO, DPT_CFG_BOOKKEEPING, "10", 0, 1e9, "",             \
@@ -377,6 +387,10 @@ typedef struct dpt_train_result {
     double reward_mean;        /* RL: episode_reward_mean over the window; NAN otherwise */
     size_t episodes_in_window; /* RL: episodes behind reward_mean (<= 100) */
     char line[256];            /* one line for a progress display */
+    char note[192];            /* "" or something the user should know (a rule changed
+                                * what the config asked for, e.g. a minibatch raised to
+                                * one sequence per device); dpt_train_run reports it as a
+                                * DPT_RUN_NOTE when it differs from the last one */
     size_t nmetrics;
     dpt_metric_t metrics[DPT_TRAIN_MAX_METRICS]; /* in the same order every iteration */
 } dpt_train_result_t;

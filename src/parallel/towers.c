@@ -231,10 +231,16 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
             rc = dpt_error(DPT_ENOMEM, "towers: cannot allocate stack buffers");
             goto fail;
         }
+        /* A device holds at most cap_rows rows, so at most cap_rows / seq_len
+         * whole sequences: per-sequence columns (an RNN's state, wide) are
+         * sized by that. */
+        size_t cap_seqs = layout->seq_len ? t->cap_rows / layout->seq_len : t->cap_rows;
+        if (cap_seqs == 0)
+            cap_seqs = 1;
         for (int s = 0; s < cfg->num_stacks; s++)
             for (size_t c = 0; c < ncols; c++) {
-                size_t bytes;
-                if (dpt_mul_size(t->cap_rows, dpt__col_row_bytes(&layout->cols[c]), &bytes) ||
+                size_t bytes, cap = layout->cols[c].per_sequence ? cap_seqs : t->cap_rows;
+                if (dpt_mul_size(cap, dpt__col_row_bytes(&layout->cols[c]), &bytes) ||
                     !(w->stack_data[(size_t)s * ncols + c] = dpt_alloc_aligned(bytes))) {
                     rc =
                         dpt_error(DPT_ENOMEM,
@@ -264,15 +270,14 @@ int dpt_towers_load(dpt_towers_t *t, int stack, const dpt_batch_t *b, dpt_towers
     return dpt_towers_load_ex(t, stack, b, 0, info);
 }
 
-int dpt_towers_load_ex(dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t fixed_pdb,
-                       dpt_towers_load_info_t *info)
+/* The load rules (dpt/towers.h): what a load of b would keep, without
+ * copying anything. *seqs_per_device: sequences (or rows) per device. */
+static int dpt__towers_plan(const dpt_towers_t *t, const dpt_batch_t *b, size_t fixed_pdb,
+                            dpt_towers_load_info_t *info, size_t *seqs_per_device_out)
 {
     dpt_towers_load_info_t li;
     memset(&li, 0, sizeof li);
     size_t n = (size_t)t->cfg.num_devices;
-    if (stack < 0 || stack >= t->cfg.num_stacks)
-        return dpt_error(DPT_EINVAL, "towers: stack %d out of range [0, %d)", stack,
-                         t->cfg.num_stacks);
     int rc = dpt_batch_check_layout(b, &t->layout);
     if (rc)
         return dpt_error(rc, "towers load: %s", dpt_last_error());
@@ -356,18 +361,41 @@ int dpt_towers_load_ex(dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t 
     li.rows_per_device = keep_rows / n;
     li.per_device_batch = pdb;
     li.steps = li.rows_per_device / pdb;
+    *info = li;
+    *seqs_per_device_out = b->seq_len ? seqs_per_device : li.rows_per_device;
+    return DPT_OK;
+}
+
+int dpt_towers_plan(const dpt_towers_t *t, const dpt_batch_t *b, size_t per_device_batch,
+                    dpt_towers_load_info_t *info)
+{
+    size_t spd;
+    return dpt__towers_plan(t, b, per_device_batch, info, &spd);
+}
+
+int dpt_towers_load_ex(dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t fixed_pdb,
+                       dpt_towers_load_info_t *info)
+{
+    if (stack < 0 || stack >= t->cfg.num_stacks)
+        return dpt_error(DPT_EINVAL, "towers: stack %d out of range [0, %d)", stack,
+                         t->cfg.num_stacks);
+    dpt_towers_load_info_t li;
+    size_t seqs_per_device;
+    int rc = dpt__towers_plan(t, b, fixed_pdb, &li, &seqs_per_device);
+    if (rc)
+        return rc;
     t->job = DPT__JOB_LOAD;
     t->job_stack = stack;
     t->job_src = b;
     t->job_rows_per_device = li.rows_per_device;
-    t->job_seqs_per_device = b->seq_len ? seqs_per_device : li.rows_per_device;
+    t->job_seqs_per_device = seqs_per_device;
     t->stacks[stack].loaded = 0;
     if ((rc = dpt_device_pool_run(t->pool, dpt__towers_job, t)) != 0)
         return rc;
     t->stacks[stack].loaded = 1;
     t->stacks[stack].rows_per_device = li.rows_per_device;
-    t->stacks[stack].per_device_batch = pdb;
-    t->stacks[stack].seqs_per_device = t->job_seqs_per_device;
+    t->stacks[stack].per_device_batch = li.per_device_batch;
+    t->stacks[stack].seqs_per_device = seqs_per_device;
     if (info)
         *info = li;
     return DPT_OK;

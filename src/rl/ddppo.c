@@ -36,6 +36,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,9 @@ enum {
     ST_STEPS,
     ST_EV,
     ST_PREEMPTED,
+    ST_SEQS,
+    ST_PADDED,
+    ST_DROPPED,
     ST_COUNT
 };
 
@@ -95,16 +99,16 @@ struct dpt_ddppo {
     dpt_policy_t *actor;   /* acting copy */
     dpt_policy_t *learner; /* the model the towers train */
     dpt_towers_t *towers;
-    dpt_arena_t params; /* the towers' weights, copied out after each learning
+    dpt_arena_t params;    /* the towers' weights, copied out after each learning
                                   * phase: the actor samples with them, checkpoints and
                                   * the identical-weights check read them */
-    size_t nparams;     /* table total */
-    size_t *perm;       /* [rows]: the iteration's row order */
-    size_t *order;      /* [rows]: one epoch's minibatch order (a load holds at
-                                  * most one minibatch per row) */
-    /* the shuffled copy of the batch that is loaded [rows] */
-    float *obs, *logp, *adv, *ret, *val;
-    void *act;
+    size_t nparams;        /* table total */
+    size_t L;              /* recurrent: steps per sequence; 0 = feed-forward */
+    size_t *perm;          /* [rows or sequences]: the iteration's order */
+    size_t *order;         /* [rows or sequences]: one epoch's minibatch order (a
+                                  * load holds at most one minibatch per row) */
+    dpt__chunk_t *chunks;  /* recurrent: the sequences of an iteration */
+    dpt__rl_batch_t batch; /* the shuffled copy of the batch that is loaded */
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps, finished_base;
     uint64_t local_iters; /* iterations run by this process (preemption counter base) */
@@ -128,12 +132,8 @@ void dpt_ddppo_worker_destroy(dpt_ddppo_t *w)
     dpt_arena_deinit(&w->params);
     free(w->perm);
     free(w->order);
-    free(w->obs);
-    free(w->logp);
-    free(w->adv);
-    free(w->ret);
-    free(w->val);
-    free(w->act);
+    free(w->chunks);
+    dpt__rl_batch_deinit(&w->batch);
     free(w->gathered);
     dpt__optim_ckpt_free(&w->restore_ck);
     free(w);
@@ -176,11 +176,21 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     w->rank = dpt_comm_rank(comm);
     w->size = dpt_comm_size(comm);
     size_t mb = cfg->sgd_minibatch_size;
+    w->L = cfg->policy.use_lstm ? cfg->policy.max_seq_len : 0;
     if ((rc = dpt__rollout_init(&w->ro, cls, cfg->num_envs, cfg->rollout_fragment_length, cfg->seed,
-                                (uint32_t)w->rank)) != 0 ||
-        (rc = dpt_policy_create(&w->actor, cls, cfg->hidden, cfg->nhidden, cfg->num_envs)) != 0 ||
-        (rc = dpt_policy_create(&w->learner, cls, cfg->hidden, cfg->nhidden, mb)) != 0)
+                                (uint32_t)w->rank,
+                                cfg->policy.use_lstm ? cfg->policy.lstm_cell_size : 0)) != 0 ||
+        (rc = dpt__rl_policies(cls, cfg, mb, &w->actor, &w->learner)) != 0)
         goto fail;
+    /* A recurrent batch is padded to whole sequences: at most one per step,
+     * L rows each; a minibatch holds at least one. */
+    size_t seqs = w->L ? dpt__rollout_max_chunks(&w->ro) : 0, load_rows = rows;
+    if (w->L && dpt_mul_size(seqs, w->L, &load_rows)) {
+        rc = dpt_error(DPT_EOVERFLOW, "ddppo: %zu sequences of %zu steps overflow", seqs, w->L);
+        goto fail;
+    }
+    if (w->L && mb < w->L)
+        mb = w->L;
     w->nparams = dpt_policy_vars(w->actor)->total;
     if ((rc = dpt_arena_init(&w->params, w->nparams)) != 0)
         goto fail;
@@ -189,7 +199,7 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     tc.num_devices = 1;
     tc.mode = DPT_TOWERS_REPLICATED;
     tc.max_per_device_batch_size = mb;
-    tc.max_load_rows = rows;
+    tc.max_load_rows = load_rows;
     tc.grad_clip = cfg->grad_clip;
     tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
     tc.optim.eps = cfg->adam_eps;
@@ -197,22 +207,17 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     tc.weight_rows = 1;
     tc.check_every = 0; /* check_weights_every is the workers' check */
     dpt_batch_t lay;
-    if ((rc = dpt_ppo_batch(&lay, cls, 0, NULL, NULL, NULL, NULL, NULL, NULL)) != 0 ||
-        (rc = dpt_towers_create(&w->towers, &model, &lay, &tc)) != 0)
+    if ((rc = dpt__rl_layout(w->learner, &lay)) != 0 ||
+        (rc = dpt_towers_create(&w->towers, &model, &lay, &tc)) != 0 ||
+        (rc = dpt__rl_batch_init(&w->batch, &w->ro, load_rows, seqs)) != 0)
         goto fail;
-    size_t od = cls->obs_dim, aw = w->ro.act_w;
-    w->perm = malloc(rows * sizeof *w->perm);
-    w->order = malloc(rows * sizeof *w->order);
-    w->obs = malloc(rows * od * sizeof(float));
-    w->act = malloc(rows * aw * 4);
-    w->logp = malloc(rows * sizeof(float));
-    w->adv = malloc(rows * sizeof(float));
-    w->ret = malloc(rows * sizeof(float));
-    w->val = malloc(rows * sizeof(float));
+    size_t nperm = w->L ? seqs : rows;
+    w->perm = malloc(nperm * sizeof *w->perm);
+    w->order = malloc(nperm * sizeof *w->order);
+    w->chunks = w->L ? malloc(seqs * sizeof *w->chunks) : NULL;
     w->gathered = malloc((size_t)w->size * 4 * sizeof(float));
-    if (!w->perm || !w->order || !w->obs || !w->act || !w->logp || !w->adv || !w->ret || !w->val ||
-        !w->gathered) {
-        rc = dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the batch of %zu rows", rows);
+    if (!w->perm || !w->order || (w->L && !w->chunks) || !w->gathered) {
+        rc = dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the batch of %zu rows", load_rows);
         goto fail;
     }
     /* Every worker starts from rank 0's initial weights. */
@@ -263,7 +268,9 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     memset(res, 0, sizeof *res);
     double t0 = dpt_now();
     size_t T = c->rollout_fragment_length, N = c->num_envs, expected = T * N;
-    int preempt = w->shared && c->sync_frac < 1.0 && w->size > 1;
+    /* Preemption cuts fragments short, and a recurrent batch's sequences
+     * depend on where: recurrent workers always collect whole fragments. */
+    int preempt = w->shared && c->sync_frac < 1.0 && w->size > 1 && !w->L;
     /* The shared counter counts arrivals since this process started (not
      * since the run started: a resumed run has a fresh counter). */
     w->finished_base = w->local_iters * (w->shared ? (uint64_t)w->shared->workers : 0);
@@ -284,34 +291,46 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     double ev = dpt_explained_variance(w->ro.values, w->ro.returns, rows);
     if (c->normalize_advantages == DPT_ADV_NORM_BATCH)
         dpt_normalize(w->ro.adv, rows);
-    /* Shuffle the rows once; the epochs then permute whole minibatches. */
-    for (size_t i = 0; i < rows; i++)
-        w->perm[i] = i;
-    dpt_rng_shuffle(&w->shuffle_rng, w->perm, rows);
-    dpt__rollout_gather(&w->ro, w->perm, rows, w->obs, w->act, w->logp, w->adv, w->ret, w->val);
-    /* The same count on every worker (it depends on the config only); the
-     * size is capped by the learner's batch, and a preempted worker (>= 25%
-     * of its rows, and sgd_minibatch_size >= 4) still has >= 1 row per
-     * minibatch. Minibatch membership is fixed by the load (one device:
-     * minibatch k is rows [k pdb, (k+1) pdb)), so each is normalized over
-     * its own rows before it. */
-    size_t nmb = expected / c->sgd_minibatch_size;
-    size_t pdb = rows / nmb < c->sgd_minibatch_size ? rows / nmb : c->sgd_minibatch_size;
-    size_t keep = rows - rows % pdb;
-    if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
-        dpt__rl_normalize_minibatches(w->adv, 1, keep, pdb);
     dpt_batch_t b;
-    dpt_towers_load_info_t li;
-    if ((rc = dpt_ppo_batch(&b, w->cls, rows, w->obs, w->act, w->logp, w->adv, w->ret, w->val)) !=
-            0 ||
-        (rc = dpt_towers_load_ex(w->towers, 0, &b, pdb, &li)) != 0)
+    size_t nseq;
+    if ((rc = dpt__rl_make_batch(&w->ro, w->learner, w->L, &w->shuffle_rng, w->perm, w->chunks,
+                                 &w->batch, &b, &nseq)) != 0)
         return rc;
-    if (li.rows_loaded != keep || li.per_device_batch != pdb || li.steps < nmb)
+    /* The same count of minibatches on every worker (it depends on the
+     * config only); the size is capped by the learner's batch.
+     *  - rows: a preempted worker (>= 25% of its rows, and
+     *    sgd_minibatch_size >= 4) still has >= 1 row per minibatch.
+     *  - sequences: every worker has at least N ceil(T / L) of them (more
+     *    where episodes end), q = max(1, sgd_minibatch_size / L) per
+     *    minibatch, fewer when a worker holds fewer than one count's worth.
+     * Minibatch membership is fixed by the load (one device: minibatch k is
+     * rows [k pdb, (k+1) pdb)), so each is normalized over its own rows
+     * (real steps) before it. */
+    size_t nmb, pdb;
+    if (!w->L) {
+        nmb = expected / c->sgd_minibatch_size;
+        pdb = rows / nmb < c->sgd_minibatch_size ? rows / nmb : c->sgd_minibatch_size;
+    } else {
+        size_t q = c->sgd_minibatch_size / w->L, least = N * ((T + w->L - 1) / w->L);
+        q = q ? q : 1;
+        nmb = least / q ? least / q : 1;
+        pdb = (nseq / nmb < q ? nseq / nmb : q) * w->L;
+    }
+    dpt_towers_load_info_t plan, li;
+    if ((rc = dpt_towers_plan(w->towers, &b, pdb, &plan)) != 0)
+        return rc;
+    if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
+        dpt__rl_normalize_minibatches_masked(w->batch.adv, w->L ? w->batch.mask : NULL, 1,
+                                             plan.rows_loaded, pdb);
+    if ((rc = dpt_towers_load_ex(w->towers, 0, &b, pdb, &li)) != 0)
+        return rc;
+    if (li.rows_loaded != plan.rows_loaded || li.per_device_batch != pdb || li.steps < nmb)
         return dpt_error(DPT_ESTATE,
                          "ddppo worker %d: the towers loaded %zu rows in %zu "
                          "minibatches of %zu; expected %zu rows in at least %zu minibatches of "
                          "%zu",
-                         w->rank, li.rows_loaded, li.steps, li.per_device_batch, keep, nmb, pdb);
+                         w->rank, li.rows_loaded, li.steps, li.per_device_batch, plan.rows_loaded,
+                         nmb, pdb);
     float lr = dpt__rl_lr(c, w->timesteps);
     /* Every epoch shuffles all li.steps minibatches and visits the first
      * nmb: this worker's loss terms; the norm of the all-reduced gradient. */
@@ -344,6 +363,9 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     st[ST_GNORM] = (float)ls.grad_norm;
     st[ST_EV] = (float)ev;
     st[ST_PREEMPTED] = (float)preempted;
+    st[ST_SEQS] = (float)nseq;
+    st[ST_PADDED] = (float)(w->L ? nseq * w->L - rows : 0);
+    st[ST_DROPPED] = (float)(w->L ? li.rows_dropped : 0);
     if ((rc = dpt_comm_allreduce(w->comm, st, ST_COUNT, DPT_REDUCE_SUM)) != 0)
         return rc;
     w->minmax[0] = wc ? (float)-wmin : -FLT_MAX;
@@ -385,6 +407,14 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     res->vf_explained_var = (double)st[ST_EV] / P;
     res->preempted_workers = (uint64_t)st[ST_PREEMPTED];
     res->rows_min = (uint64_t)rmin;
+    res->sequences = (uint64_t)st[ST_SEQS];
+    res->rows_padded = (uint64_t)st[ST_PADDED];
+    res->rows_dropped = (uint64_t)st[ST_DROPPED];
+    if (w->L && c->sgd_minibatch_size < w->L)
+        snprintf(res->note, sizeof res->note,
+                 "sgd_minibatch_size %zu is shorter than a sequence (max_seq_len %zu); "
+                 "raised to %zu rows (one sequence per minibatch)",
+                 c->sgd_minibatch_size, w->L, w->L);
     res->cur_lr = lr;
     double t3 = dpt_now();
     res->sample_time_s = t1 - t0;
@@ -411,15 +441,39 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
     float obs[DPT_ENV_MAX_DIM], rew;
     int32_t iact;
     float fact[DPT_ENV_MAX_DIM];
-    void *act = cls->action_kind == DPT_ACTION_DISCRETE ? (void *)&iact : (void *)fact;
+    int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
+    void *act = discrete ? (void *)&iact : (void *)fact;
     uint8_t term, trunc;
     double sum_r = 0.0, sum_l = 0.0;
     size_t done = 0;
+    /* A recurrent policy carries its state (and previous action and
+     * reward) from step to step, from zeros at every episode's start. */
+    size_t ss = dpt_policy_state_size(policy);
+    float *h = ss ? calloc(ss, sizeof(float)) : NULL, prev_rew = 0.0f;
+    int32_t prev_iact = 0;
+    float prev_fact[DPT_ENV_MAX_DIM] = {0};
+    dpt_policy_state_t st = {h, h ? h + ss / 2 : NULL, discrete ? (void *)&prev_iact : prev_fact,
+                             &prev_rew};
+    if (ss && !h) {
+        dpt_vecenv_destroy(env);
+        return dpt_error(DPT_ENOMEM, "evaluation: cannot allocate the policy's state");
+    }
     dpt_vecenv_reset(env, obs);
     while (done < episodes) {
-        if ((rc = dpt_policy_act(policy, params, obs, 1, NULL, act, NULL, NULL)) != 0 ||
+        if ((rc = dpt_policy_act_state(policy, params, obs, ss ? &st : NULL, 1, NULL, act, NULL,
+                                       NULL)) != 0 ||
             (rc = dpt_vecenv_step(env, act, obs, &rew, &term, &trunc, NULL)) != 0)
             break;
+        if (ss && (term || trunc)) {
+            dpt_vec_zero(h, ss);
+            prev_iact = 0;
+            memset(prev_fact, 0, sizeof prev_fact);
+            prev_rew = 0.0f;
+        } else if (ss) {
+            prev_iact = iact;
+            memcpy(prev_fact, fact, sizeof fact);
+            prev_rew = rew;
+        }
         double r;
         uint32_t l;
         while (done < episodes && dpt_vecenv_pop_episodes(env, &r, &l, 1, NULL) == 1) {
@@ -429,6 +483,7 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
         }
     }
     dpt_vecenv_destroy(env);
+    free(h);
     if (rc)
         return rc;
     *mean_return = sum_r / (double)episodes;

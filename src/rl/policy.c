@@ -1,35 +1,47 @@
 /*
  * Actor-critic policies and the PPO loss (see dpt/rl.h for the formulas).
  * The actor and the critic are two sequential stacks appended to one
- * variable table, so one arena holds the whole policy and the towers
- * engine, checkpoints and all-reduces treat it as a single vector.
+ * variable table (after the LSTM's variables in a recurrent policy), so one
+ * arena holds the whole policy and the towers engine, checkpoints and
+ * all-reduces treat it as a single vector.
  */
 #include "dpt/rl.h"
 #include "dpt/arena.h"
+#include "dpt/lstm.h"
 #include "dpt/status.h"
 #include "rl_trainers.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct dpt_policy {
     const dpt_env_class_t *cls;
+    dpt_policy_spec_t spec;
     dpt_vartable_t vars;
+    dpt_lstm_t *lstm; /* recurrent: in front of the actor and the critic */
     dpt_seq_t *actor, *critic;
-    size_t hidden[DPT_POLICY_MAX_HIDDEN];
-    int nhidden;
     size_t max_batch, out_dim, log_std_off;
+    size_t act_w;   /* values per action row: 1 (int32) or action_dim (float) */
+    size_t in_dim;  /* recurrent: the LSTM's input size I */
+    size_t max_seq; /* recurrent: sequences per call (max_batch / max_seq_len) */
     int discrete;
     dpt_ppo_loss_params_t hp;
     /* scratch, [max_batch] or [max_batch, out_dim] */
     float *logp, *ent, *dlogp, *dent, *dz, *dv, *values;
+    /* recurrent scratch, time-major: x [max_batch, I], y and dy
+     * [max_batch, H], the loss's columns and the mask [max_batch] */
+    float *x, *y, *dy, *tm_logp, *tm_adv, *tm_ret, *tm_val;
+    void *tm_act;
+    uint8_t *mask;
 };
 
 void dpt_policy_destroy(dpt_policy_t *p)
 {
     if (!p)
         return;
+    dpt_lstm_destroy(p->lstm);
     dpt_seq_destroy(p->actor);
     dpt_seq_destroy(p->critic);
     dpt_vartable_deinit(&p->vars);
@@ -40,48 +52,120 @@ void dpt_policy_destroy(dpt_policy_t *p)
     free(p->dz);
     free(p->dv);
     free(p->values);
+    free(p->x);
+    free(p->y);
+    free(p->dy);
+    free(p->tm_logp);
+    free(p->tm_adv);
+    free(p->tm_ret);
+    free(p->tm_val);
+    free(p->tm_act);
+    free(p->mask);
     free(p);
 }
 
 int dpt_policy_create(dpt_policy_t **out, const dpt_env_class_t *cls, const size_t *hidden,
                       int nhidden, size_t max_batch)
 {
+    dpt_policy_spec_t spec;
+    memset(&spec, 0, sizeof spec);
     *out = NULL;
-    int rc = dpt_env_class_check(cls);
-    if (rc)
-        return rc;
     if (nhidden < 1 || nhidden > DPT_POLICY_MAX_HIDDEN)
         return dpt_error(DPT_EINVAL, "policy: %d hidden layers (allowed 1..%d)", nhidden,
                          DPT_POLICY_MAX_HIDDEN);
+    memcpy(spec.hidden, hidden, (size_t)nhidden * sizeof *hidden);
+    spec.nhidden = nhidden;
+    return dpt_policy_create_ex(out, cls, &spec, max_batch);
+}
+
+/* Checks a spec and works out the LSTM's input size. */
+static int dpt__policy_check_spec(const dpt_env_class_t *cls, const dpt_policy_spec_t *s,
+                                  size_t max_batch, size_t *in_dim)
+{
+    if (s->nhidden < 1 || s->nhidden > DPT_POLICY_MAX_HIDDEN)
+        return dpt_error(DPT_EINVAL, "policy: %d hidden layers (allowed 1..%d)", s->nhidden,
+                         DPT_POLICY_MAX_HIDDEN);
+    for (int i = 0; i < s->nhidden; i++)
+        if (s->hidden[i] == 0)
+            return dpt_error(DPT_EINVAL, "policy: hidden layer %d has size 0", i);
     if (max_batch == 0)
         return dpt_error(DPT_EINVAL, "policy: max_batch is 0");
+    *in_dim = cls->obs_dim;
+    if (!s->use_lstm)
+        return DPT_OK;
+    if (s->lstm_cell_size == 0 || s->max_seq_len == 0)
+        return dpt_error(DPT_EINVAL, "policy: lstm_cell_size %zu and max_seq_len %zu must be >= 1",
+                         s->lstm_cell_size, s->max_seq_len);
+    if (max_batch % s->max_seq_len)
+        return dpt_error(DPT_EINVAL,
+                         "policy: max_batch %zu is not a whole number of sequences of %zu steps",
+                         max_batch, s->max_seq_len);
+    int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
+    size_t aw = discrete ? cls->num_actions : cls->action_dim;
+    if (s->lstm_use_prev_action && aw > SIZE_MAX - *in_dim - 1)
+        return dpt_error(DPT_EOVERFLOW, "policy: the LSTM's input size overflows");
+    *in_dim += (s->lstm_use_prev_action ? aw : 0) + (s->lstm_use_prev_reward ? 1 : 0);
+    return DPT_OK;
+}
+
+/* calloc of n items of `size` bytes, n = a * b checked. */
+static void *dpt__calloc2(size_t a, size_t b, size_t size)
+{
+    size_t n;
+    return dpt_mul_size(a, b, &n) ? NULL : calloc(n ? n : 1, size);
+}
+
+int dpt_policy_create_ex(dpt_policy_t **out, const dpt_env_class_t *cls,
+                         const dpt_policy_spec_t *spec, size_t max_batch)
+{
+    *out = NULL;
+    if (!spec)
+        return dpt_error(DPT_EINVAL, "policy: no spec given");
+    int rc = dpt_env_class_check(cls);
+    if (rc)
+        return rc;
+    size_t in_dim = 0;
+    if ((rc = dpt__policy_check_spec(cls, spec, max_batch, &in_dim)) != 0)
+        return rc;
     dpt_policy_t *p = calloc(1, sizeof *p);
     if (!p)
         return dpt_error(DPT_ENOMEM, "policy: cannot allocate");
     dpt_vartable_init(&p->vars);
     p->cls = cls;
-    p->nhidden = nhidden;
+    p->spec = *spec;
+    if (!spec->use_lstm) {
+        p->spec.lstm_cell_size = 0;
+        p->spec.max_seq_len = 0;
+        p->spec.lstm_use_prev_action = p->spec.lstm_use_prev_reward = 0;
+    }
+    if (p->spec.prev_reward_scale == 0.0f)
+        p->spec.prev_reward_scale = 1.0f;
     p->max_batch = max_batch;
     p->discrete = cls->action_kind == DPT_ACTION_DISCRETE;
     p->out_dim = p->discrete ? cls->num_actions : cls->action_dim;
+    p->act_w = p->discrete ? 1 : cls->action_dim;
+    p->in_dim = in_dim;
+    size_t feat = cls->obs_dim, H = p->spec.lstm_cell_size;
+    if (spec->use_lstm) {
+        p->max_seq = max_batch / spec->max_seq_len;
+        if ((rc = dpt_lstm_create(&p->lstm, in_dim, H, p->max_seq, spec->max_seq_len, &p->vars,
+                                  "lstm.")) != 0)
+            goto fail;
+        feat = H;
+    }
     dpt_layer_spec_t layers[2 * DPT_POLICY_MAX_HIDDEN + 1];
     int nl = 0;
-    for (int i = 0; i < nhidden; i++) {
-        if (hidden[i] == 0) {
-            rc = dpt_error(DPT_EINVAL, "policy: hidden layer %d has size 0", i);
-            goto fail;
-        }
-        p->hidden[i] = hidden[i];
-        layers[nl++] =
-            (dpt_layer_spec_t){DPT_LAYER_LINEAR, hidden[i], DPT_INIT_ORTHOGONAL, (float)sqrt(2.0)};
+    for (int i = 0; i < spec->nhidden; i++) {
+        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, spec->hidden[i], DPT_INIT_ORTHOGONAL,
+                                          (float)sqrt(2.0)};
         layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_TANH, 0, DPT_INIT_DEFAULT, 0.0f};
     }
     layers[nl] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, p->out_dim, DPT_INIT_ORTHOGONAL, 0.01f};
-    if ((rc = dpt_seq_create(&p->actor, cls->obs_dim, layers, (size_t)nl + 1, max_batch, &p->vars,
+    if ((rc = dpt_seq_create(&p->actor, feat, layers, (size_t)nl + 1, max_batch, &p->vars,
                              "actor.")) != 0)
         goto fail;
     layers[nl] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, 1, DPT_INIT_ORTHOGONAL, 1.0f};
-    if ((rc = dpt_seq_create(&p->critic, cls->obs_dim, layers, (size_t)nl + 1, max_batch, &p->vars,
+    if ((rc = dpt_seq_create(&p->critic, feat, layers, (size_t)nl + 1, max_batch, &p->vars,
                              "critic.")) != 0)
         goto fail;
     if (!p->discrete) {
@@ -95,8 +179,22 @@ int dpt_policy_create(dpt_policy_t **out, const dpt_env_class_t *cls, const size
     p->dent = calloc(max_batch, sizeof(float));
     p->dv = calloc(max_batch, sizeof(float));
     p->values = calloc(max_batch, sizeof(float));
-    p->dz = calloc(max_batch * p->out_dim, sizeof(float));
-    if (!p->logp || !p->ent || !p->dlogp || !p->dent || !p->dv || !p->values || !p->dz) {
+    p->dz = dpt__calloc2(max_batch, p->out_dim, sizeof(float));
+    int ok = p->logp && p->ent && p->dlogp && p->dent && p->dv && p->values && p->dz;
+    if (ok && p->lstm) {
+        p->x = dpt__calloc2(max_batch, in_dim, sizeof(float));
+        p->y = dpt__calloc2(max_batch, H, sizeof(float));
+        p->dy = dpt__calloc2(max_batch, H, sizeof(float));
+        p->tm_logp = calloc(max_batch, sizeof(float));
+        p->tm_adv = calloc(max_batch, sizeof(float));
+        p->tm_ret = calloc(max_batch, sizeof(float));
+        p->tm_val = calloc(max_batch, sizeof(float));
+        p->tm_act = dpt__calloc2(max_batch, p->act_w, 4);
+        p->mask = calloc(max_batch, 1);
+        ok = p->x && p->y && p->dy && p->tm_logp && p->tm_adv && p->tm_ret && p->tm_val &&
+             p->tm_act && p->mask;
+    }
+    if (!ok) {
         rc = dpt_error(DPT_ENOMEM, "policy: cannot allocate scratch for %zu rows", max_batch);
         goto fail;
     }
@@ -120,37 +218,115 @@ size_t dpt_policy_max_batch(const dpt_policy_t *p)
 {
     return p->max_batch;
 }
+const dpt_policy_spec_t *dpt_policy_spec(const dpt_policy_t *p)
+{
+    return &p->spec;
+}
+size_t dpt_policy_state_size(const dpt_policy_t *p)
+{
+    return 2 * p->spec.lstm_cell_size;
+}
 
 int dpt__policy_hidden(const dpt_policy_t *p, size_t *out)
 {
-    memcpy(out, p->hidden, (size_t)p->nhidden * sizeof *out);
-    return p->nhidden;
+    memcpy(out, p->spec.hidden, (size_t)p->spec.nhidden * sizeof *out);
+    return p->spec.nhidden;
 }
 
 void dpt_policy_init_params(const dpt_policy_t *p, float *params, dpt_rng_t *rng)
 {
+    if (p->lstm)
+        dpt_lstm_init_params(p->lstm, params, rng);
     dpt_seq_init_params(p->actor, params, rng);
     dpt_seq_init_params(p->critic, params, rng);
     if (!p->discrete)
         dpt_vec_zero(params + p->log_std_off, p->out_dim);
 }
 
-int dpt_policy_value(dpt_policy_t *p, const float *params, const float *obs, size_t n,
-                     float *values)
+/* One row of the LSTM's input: [obs, prev action, prev reward] (the last
+ * two when the spec asks for them). prev_action points at the row's action
+ * (NULL: none, zeros), prev_reward at its reward (NULL: 0). */
+static int dpt__policy_input(const dpt_policy_t *p, float *x, const float *obs,
+                             const void *prev_action, const float *prev_reward)
 {
-    const float *v;
-    int rc = dpt_seq_forward(p->critic, params, obs, n, &v);
+    size_t od = p->cls->obs_dim;
+    memcpy(x, obs, od * sizeof(float));
+    x += od;
+    if (p->spec.lstm_use_prev_action) {
+        dpt_vec_zero(x, p->out_dim);
+        if (prev_action && p->discrete) {
+            int32_t a = *(const int32_t *)prev_action;
+            if (a < 0 || (size_t)a >= p->out_dim)
+                return dpt_error(DPT_EINVAL, "policy: previous action %d out of range [0, %zu)",
+                                 (int)a, p->out_dim);
+            x[a] = 1.0f;
+        } else if (prev_action) {
+            memcpy(x, prev_action, p->out_dim * sizeof(float));
+        }
+        x += p->out_dim;
+    }
+    if (p->spec.lstm_use_prev_reward)
+        *x = prev_reward ? *prev_reward * p->spec.prev_reward_scale : 0.0f;
+    return DPT_OK;
+}
+
+/* The features the heads read for one step of n envs: the observations,
+ * or the LSTM's output from `st` (written back to st->h, st->c when
+ * keep). */
+static int dpt__policy_features(dpt_policy_t *p, const float *params, const float *obs,
+                                const dpt_policy_state_t *st, size_t n, int keep,
+                                const float **feat)
+{
+    *feat = obs;
+    if (!p->lstm)
+        return DPT_OK;
+    if (n == 0 || n > p->max_seq)
+        return dpt_error(DPT_EINVAL, "policy: %zu rows (allowed 1..%zu)", n, p->max_seq);
+    size_t od = p->cls->obs_dim, I = p->in_dim, ab = p->act_w * 4;
+    const char *pa = st ? st->prev_actions : NULL;
+    const float *pr = st ? st->prev_rewards : NULL;
+    for (size_t i = 0; i < n; i++) {
+        int rc = dpt__policy_input(p, p->x + i * I, obs + i * od, pa ? pa + i * ab : NULL,
+                                   pr ? pr + i : NULL);
+        if (rc)
+            return rc;
+    }
+    float *h = st ? st->h : NULL, *c = st ? st->c : NULL;
+    int rc = dpt_lstm_forward(p->lstm, params, p->x, 1, n, NULL, h, c, p->y, keep ? h : NULL,
+                              keep ? c : NULL);
+    if (rc)
+        return rc;
+    *feat = p->y;
+    return DPT_OK;
+}
+
+int dpt_policy_value_state(dpt_policy_t *p, const float *params, const float *obs,
+                           const dpt_policy_state_t *state, size_t n, float *values)
+{
+    const float *feat, *v;
+    int rc = dpt__policy_features(p, params, obs, state, n, 0, &feat);
+    if (!rc)
+        rc = dpt_seq_forward(p->critic, params, feat, n, &v);
     if (rc)
         return rc;
     memcpy(values, v, n * sizeof(float));
     return DPT_OK;
 }
 
-int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n, dpt_rng_t *rng,
-                   void *actions, float *logp, float *values)
+int dpt_policy_value(dpt_policy_t *p, const float *params, const float *obs, size_t n,
+                     float *values)
 {
-    const float *z;
-    int rc = dpt_seq_forward(p->actor, params, obs, n, &z);
+    return dpt_policy_value_state(p, params, obs, NULL, n, values);
+}
+
+int dpt_policy_act_state(dpt_policy_t *p, const float *params, const float *obs,
+                         const dpt_policy_state_t *state, size_t n, dpt_rng_t *rng, void *actions,
+                         float *logp, float *values)
+{
+    const float *feat, *z;
+    int rc = dpt__policy_features(p, params, obs, state, n, 1, &feat);
+    if (!rc)
+        rc = dpt_seq_forward(p->actor, params, feat, n, &z);
     if (rc)
         return rc;
     if (p->discrete) {
@@ -171,63 +347,114 @@ int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_
                 rc = dpt_gaussian_logp(z, ls, n, p->out_dim, actions, logp, NULL);
         }
     }
-    if (rc)
+    if (rc || !values)
         return rc;
-    return values ? dpt_policy_value(p, params, obs, n, values) : DPT_OK;
+    const float *v;
+    if ((rc = dpt_seq_forward(p->critic, params, feat, n, &v)) != 0)
+        return rc;
+    memcpy(values, v, n * sizeof(float));
+    return DPT_OK;
+}
+
+int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n, dpt_rng_t *rng,
+                   void *actions, float *logp, float *values)
+{
+    return dpt_policy_act_state(p, params, obs, NULL, n, rng, actions, logp, values);
 }
 
 /* ---- the PPO loss ----------------------------------------------------------- */
 
+/* The loss's per-row inputs, in the order of the rows the heads see. */
 typedef struct dpt__ppo_cols {
     const float *obs, *logp_old, *adv, *ret, *v_old;
     const void *actions;
 } dpt__ppo_cols_t;
 
-static int dpt__ppo_columns(const dpt_policy_t *p, const dpt_batch_t *b, dpt__ppo_cols_t *c)
+/* The recurrent columns of a sequence batch. */
+typedef struct dpt__ppo_seq_cols {
+    const int32_t *seq_lens;
+    const float *h0, *c0, *prev_rewards;
+    const void *prev_actions;
+} dpt__ppo_seq_cols_t;
+
+static int dpt__ppo_columns(const dpt_policy_t *p, const dpt_batch_t *b, dpt__ppo_cols_t *c,
+                            dpt__ppo_seq_cols_t *sc)
 {
     memset(c, 0, sizeof *c);
+    memset(sc, 0, sizeof *sc);
     if (b->rows == 0 || b->rows > p->max_batch)
         return dpt_error(DPT_EINVAL, "ppo loss: batch of %zu rows (allowed 1..%zu)", b->rows,
                          p->max_batch);
     /* Looked up in order, so the message names the first missing column. */
     if (!(c->obs = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_OBS, DPT_F32, p->cls->obs_dim, NULL)))
         return DPT_EINVAL;
-    c->actions = p->discrete
-                     ? dpt_batch_get(b, "ppo loss", DPT_PPO_COL_ACTIONS, DPT_I32, 1, NULL)
-                     : dpt_batch_get(b, "ppo loss", DPT_PPO_COL_ACTIONS, DPT_F32, p->out_dim, NULL);
+    dpt_dtype_t at = p->discrete ? DPT_I32 : DPT_F32;
+    c->actions = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_ACTIONS, at, p->act_w, NULL);
     if (!c->actions ||
         !(c->logp_old = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_LOGP, DPT_F32, 1, NULL)) ||
         !(c->adv = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_ADV, DPT_F32, 1, NULL)) ||
         !(c->ret = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_RETURNS, DPT_F32, 1, NULL)) ||
         !(c->v_old = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_VALUES, DPT_F32, 1, NULL)))
         return DPT_EINVAL;
+    if (!p->lstm)
+        return DPT_OK;
+    size_t L = b->seq_len, H = p->spec.lstm_cell_size;
+    if (L == 0 || L > p->spec.max_seq_len || b->rows % L || b->rows / L > p->max_seq)
+        return dpt_error(DPT_EINVAL,
+                         "ppo loss: a recurrent policy needs sequences of 1..%zu steps, at most "
+                         "%zu of them (the batch has %zu rows, seq_len %zu)",
+                         p->spec.max_seq_len, p->max_seq, b->rows, L);
+    if (!(sc->seq_lens = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_SEQ_LENS, DPT_I32, 1, NULL)) ||
+        !(sc->h0 = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_STATE_H, DPT_F32, H, NULL)) ||
+        !(sc->c0 = dpt_batch_get(b, "ppo loss", DPT_PPO_COL_STATE_C, DPT_F32, H, NULL)))
+        return DPT_EINVAL;
+    if (p->spec.lstm_use_prev_action &&
+        !(sc->prev_actions =
+              dpt_batch_get(b, "ppo loss", DPT_PPO_COL_PREV_ACTIONS, at, p->act_w, NULL)))
+        return DPT_EINVAL;
+    if (p->spec.lstm_use_prev_reward &&
+        !(sc->prev_rewards =
+              dpt_batch_get(b, "ppo loss", DPT_PPO_COL_PREV_REWARDS, DPT_F32, 1, NULL)))
+        return DPT_EINVAL;
+    for (size_t s = 0; s < b->rows / L; s++)
+        if (sc->seq_lens[s] < 1 || (size_t)sc->seq_lens[s] > L)
+            return dpt_error(DPT_EINVAL, "ppo loss: sequence %zu has length %d (allowed 1..%zu)", s,
+                             (int)sc->seq_lens[s], L);
     return DPT_OK;
 }
 
-static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, const dpt_batch_t *b,
-                              dpt_loss_out_t *out)
+/*
+ * The PPO loss over B rows whose heads read feat [B, F] (the observations,
+ * or the LSTM's outputs). Rows with mask[i] == 0 (mask NULL: none) are
+ * padding: they are left out of every mean (over the `valid` other rows)
+ * and get no gradient. Accumulates the parameters' gradient into grads and,
+ * when dfeat is not NULL, the features' gradient into dfeat [B, F].
+ */
+static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, const float *feat,
+                         size_t B, const dpt__ppo_cols_t *c, const uint8_t *mask, size_t valid,
+                         float *dfeat, dpt_loss_out_t *out)
 {
-    dpt_policy_t *p = ctx;
-    dpt__ppo_cols_t c;
-    int rc = dpt__ppo_columns(p, b, &c);
-    if (rc)
-        return rc;
-    size_t B = b->rows, K = p->out_dim;
+    size_t K = p->out_dim;
     const float *z, *v;
-    if ((rc = dpt_seq_forward(p->actor, params, c.obs, B, &z)) != 0 ||
-        (rc = dpt_seq_forward(p->critic, params, c.obs, B, &v)) != 0)
+    int rc;
+    if ((rc = dpt_seq_forward(p->actor, params, feat, B, &z)) != 0 ||
+        (rc = dpt_seq_forward(p->critic, params, feat, B, &v)) != 0)
         return rc;
     const float *ls = p->discrete ? NULL : params + p->log_std_off;
-    rc = p->discrete ? dpt_categorical_logp(z, B, K, c.actions, p->logp, p->ent)
-                     : dpt_gaussian_logp(z, ls, B, K, c.actions, p->logp, p->ent);
+    rc = p->discrete ? dpt_categorical_logp(z, B, K, c->actions, p->logp, p->ent)
+                     : dpt_gaussian_logp(z, ls, B, K, c->actions, p->logp, p->ent);
     if (rc)
         return rc;
     const dpt_ppo_loss_params_t *hp = &p->hp;
-    double inv_b = 1.0 / (double)B, eps = hp->clip_param, vc = hp->vf_clip_param;
+    double inv_b = 1.0 / (double)valid, eps = hp->clip_param, vc = hp->vf_clip_param;
     double pg = 0.0, vl = 0.0, ent = 0.0, kl = 0.0, clipped = 0.0;
     for (size_t i = 0; i < B; i++) {
-        double lr = (double)p->logp[i] - (double)c.logp_old[i];
-        double ratio = exp(lr), a = (double)c.adv[i];
+        if (mask && !mask[i]) {
+            p->dlogp[i] = p->dent[i] = p->dv[i] = 0.0f;
+            continue;
+        }
+        double lr = (double)p->logp[i] - (double)c->logp_old[i];
+        double ratio = exp(lr), a = (double)c->adv[i];
         double rc_ratio = ratio < 1.0 - eps ? 1.0 - eps : (ratio > 1.0 + eps ? 1.0 + eps : ratio);
         double l1 = -a * ratio, l2 = -a * rc_ratio;
         /* d/dlogp of max(l1, l2): the unclipped branch when it is the max
@@ -240,10 +467,10 @@ static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, cons
         ent += (double)p->ent[i];
         kl += (ratio - 1.0) - lr;
         clipped += fabs(ratio - 1.0) > eps;
-        double vi = (double)v[i], R = (double)c.ret[i], d1 = vi - R;
+        double vi = (double)v[i], R = (double)c->ret[i], d1 = vi - R;
         double dv;
         if (vc > 0.0) {
-            double vo = (double)c.v_old[i], diff = vi - vo;
+            double vo = (double)c->v_old[i], diff = vi - vo;
             double vcl = vo + (diff < -vc ? -vc : (diff > vc ? vc : diff)), d2 = vcl - R;
             if (d1 * d1 >= d2 * d2) {
                 vl += 0.5 * d1 * d1;
@@ -262,12 +489,12 @@ static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, cons
     /* Actor: through the distribution into the logits/mean (and log_std). */
     dpt_vec_zero(p->dz, B * K);
     if (p->discrete)
-        dpt_categorical_backward(z, B, K, c.actions, p->dlogp, p->dent, p->dz);
+        dpt_categorical_backward(z, B, K, c->actions, p->dlogp, p->dent, p->dz);
     else
-        dpt_gaussian_backward(z, ls, B, K, c.actions, p->dlogp, p->dent, p->dz,
+        dpt_gaussian_backward(z, ls, B, K, c->actions, p->dlogp, p->dent, p->dz,
                               grads + p->log_std_off);
-    if ((rc = dpt_seq_backward(p->actor, params, grads, p->dz, NULL)) != 0 ||
-        (rc = dpt_seq_backward(p->critic, params, grads, p->dv, NULL)) != 0)
+    if ((rc = dpt_seq_backward(p->actor, params, grads, p->dz, dfeat)) != 0 ||
+        (rc = dpt_seq_backward(p->critic, params, grads, p->dv, dfeat)) != 0)
         return rc;
     double loss = pg - (double)hp->ent_coef * ent + (double)hp->vf_coef * vl;
     if (!isfinite(loss))
@@ -276,7 +503,7 @@ static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, cons
     if (out) {
         memset(out, 0, sizeof *out);
         out->loss = loss;
-        out->rows = B;
+        out->rows = valid;
         out->extra[DPT_PPO_STAT_POLICY_LOSS] = pg;
         out->extra[DPT_PPO_STAT_VF_LOSS] = vl;
         out->extra[DPT_PPO_STAT_ENTROPY] = ent;
@@ -286,11 +513,76 @@ static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, cons
     return DPT_OK;
 }
 
+/*
+ * A sequence batch holds S sequences of L rows each, sequence-major (row
+ * s L + t is step t of sequence s); the LSTM wants time-major rows
+ * (t S + s). The inputs and the loss's columns are gathered time-major
+ * once, the padded steps zeroed (their values in the batch may be anything
+ * finite or not, and their actions anything), and the loss then runs over
+ * the LSTM's outputs in that order: the heads and the loss do not care
+ * about the order of rows.
+ */
+static int dpt__ppo_loss_grad_seq(dpt_policy_t *p, const float *params, float *grads,
+                                  const dpt_batch_t *b, const dpt__ppo_cols_t *c,
+                                  const dpt__ppo_seq_cols_t *sc, dpt_loss_out_t *out)
+{
+    size_t L = b->seq_len, S = b->rows / L, B = b->rows, I = p->in_dim;
+    size_t H = p->spec.lstm_cell_size, od = p->cls->obs_dim, ab = p->act_w * 4;
+    size_t valid = 0;
+    const char *pa = sc->prev_actions;
+    for (size_t s = 0; s < S; s++)
+        for (size_t t = 0; t < L; t++) {
+            size_t r = s * L + t, k = t * S + s;
+            char *act = (char *)p->tm_act + k * ab;
+            if (t >= (size_t)sc->seq_lens[s]) {
+                p->mask[k] = 0;
+                dpt_vec_zero(p->x + k * I, I);
+                memset(act, 0, ab);
+                p->tm_logp[k] = p->tm_adv[k] = p->tm_ret[k] = p->tm_val[k] = 0.0f;
+                continue;
+            }
+            int rc = dpt__policy_input(p, p->x + k * I, c->obs + r * od, pa ? pa + r * ab : NULL,
+                                       sc->prev_rewards ? sc->prev_rewards + r : NULL);
+            if (rc)
+                return dpt_error(rc, "ppo loss: row %zu: %s", r, dpt_last_error());
+            p->mask[k] = 1;
+            memcpy(act, (const char *)c->actions + r * ab, ab);
+            p->tm_logp[k] = c->logp_old[r];
+            p->tm_adv[k] = c->adv[r];
+            p->tm_ret[k] = c->ret[r];
+            p->tm_val[k] = c->v_old[r];
+            valid++;
+        }
+    int rc =
+        dpt_lstm_forward(p->lstm, params, p->x, L, S, p->mask, sc->h0, sc->c0, p->y, NULL, NULL);
+    if (rc)
+        return rc;
+    dpt__ppo_cols_t tm = {NULL, p->tm_logp, p->tm_adv, p->tm_ret, p->tm_val, p->tm_act};
+    dpt_vec_zero(p->dy, B * H);
+    if ((rc = dpt__ppo_core(p, params, grads, p->y, B, &tm, p->mask, valid, p->dy, out)) != 0)
+        return rc;
+    return dpt_lstm_backward(p->lstm, params, grads, p->dy, NULL, NULL, NULL, NULL, NULL);
+}
+
+static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, const dpt_batch_t *b,
+                              dpt_loss_out_t *out)
+{
+    dpt_policy_t *p = ctx;
+    dpt__ppo_cols_t c;
+    dpt__ppo_seq_cols_t sc;
+    int rc = dpt__ppo_columns(p, b, &c, &sc);
+    if (rc)
+        return rc;
+    if (p->lstm)
+        return dpt__ppo_loss_grad_seq(p, params, grads, b, &c, &sc, out);
+    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, b->rows, NULL, out);
+}
+
 static int dpt__ppo_replicate(void *ctx, void **copy)
 {
     const dpt_policy_t *p = ctx;
     dpt_policy_t *r;
-    int rc = dpt_policy_create(&r, p->cls, p->hidden, p->nhidden, p->max_batch);
+    int rc = dpt_policy_create_ex(&r, p->cls, &p->spec, p->max_batch);
     if (rc) {
         *copy = NULL;
         return rc;
@@ -336,6 +628,29 @@ int dpt_ppo_batch(dpt_batch_t *b, const dpt_env_class_t *cls, size_t rows, float
         rc = dpt_batch_add(b, DPT_PPO_COL_RETURNS, DPT_F32, 1, 0, returns);
     if (!rc)
         rc = dpt_batch_add(b, DPT_PPO_COL_VALUES, DPT_F32, 1, 0, values);
+    return rc;
+}
+
+int dpt_ppo_batch_seq(dpt_batch_t *b, const dpt_policy_t *p, size_t seq_len, int32_t *seq_lens,
+                      float *state_h, float *state_c, void *prev_actions, float *prev_rewards)
+{
+    if (!p->lstm)
+        return dpt_error(DPT_EINVAL, "ppo batch: the policy is not recurrent");
+    if (seq_len == 0 || b->rows % seq_len)
+        return dpt_error(DPT_EINVAL, "ppo batch: %zu rows are not whole sequences of %zu", b->rows,
+                         seq_len);
+    b->seq_len = seq_len;
+    size_t H = p->spec.lstm_cell_size;
+    int rc = dpt_batch_add(b, DPT_PPO_COL_SEQ_LENS, DPT_I32, 1, 1, seq_lens);
+    if (!rc)
+        rc = dpt_batch_add(b, DPT_PPO_COL_STATE_H, DPT_F32, H, 1, state_h);
+    if (!rc)
+        rc = dpt_batch_add(b, DPT_PPO_COL_STATE_C, DPT_F32, H, 1, state_c);
+    if (!rc && p->spec.lstm_use_prev_action)
+        rc = dpt_batch_add(b, DPT_PPO_COL_PREV_ACTIONS, p->discrete ? DPT_I32 : DPT_F32, p->act_w,
+                           0, prev_actions);
+    if (!rc && p->spec.lstm_use_prev_reward)
+        rc = dpt_batch_add(b, DPT_PPO_COL_PREV_REWARDS, DPT_F32, 1, 0, prev_rewards);
     return rc;
 }
 

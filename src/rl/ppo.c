@@ -13,6 +13,7 @@
 #include "rollout.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,14 +24,13 @@ struct dpt_ppo {
     dpt_policy_t *actor;   /* acting copy */
     dpt_policy_t *learner; /* the model the towers train */
     dpt_towers_t *towers;
-    dpt_arena_t params; /* weights used for sampling */
-    size_t rows;        /* T * N */
-    size_t *perm;
-    size_t *order;          /* [max_minibatches]: one epoch's minibatch order */
-    size_t max_minibatches; /* rows / sgd_minibatch_size: a load's most */
-    /* shuffled copy of the batch that is loaded */
-    float *obs, *logp, *adv, *ret, *val;
-    void *act;
+    dpt_arena_t params;    /* weights used for sampling */
+    size_t rows;           /* T * N */
+    size_t L;              /* recurrent: steps per sequence; 0 = feed-forward */
+    size_t *perm;          /* [rows, or the most sequences]: the batch's order */
+    size_t *order;         /* one epoch's minibatch order */
+    dpt__chunk_t *chunks;  /* recurrent: the sequences of an iteration */
+    dpt__rl_batch_t batch; /* the shuffled copy of the batch that is loaded */
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps;
     void *blob; /* checkpoint state, kept so a writer can borrow it */
@@ -46,14 +46,10 @@ void dpt_ppo_destroy(dpt_ppo_t *p)
     dpt_policy_destroy(p->actor);
     dpt__rollout_deinit(&p->ro);
     dpt_arena_deinit(&p->params);
+    dpt__rl_batch_deinit(&p->batch);
     free(p->perm);
     free(p->order);
-    free(p->obs);
-    free(p->logp);
-    free(p->adv);
-    free(p->ret);
-    free(p->val);
-    free(p->act);
+    free(p->chunks);
     free(p->blob);
     free(p);
 }
@@ -77,6 +73,35 @@ int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch)
     return DPT_OK;
 }
 
+int dpt__rl_policies(const dpt_env_class_t *cls, const dpt_rl_config_t *cfg, size_t per_device,
+                     dpt_policy_t **actor, dpt_policy_t **learner)
+{
+    *actor = *learner = NULL;
+    dpt_policy_spec_t act = cfg->policy, learn = cfg->policy;
+    size_t rows = per_device;
+    if (learn.use_lstm) {
+        /* Acting is one step of every env at a time; training takes whole
+         * sequences, at least one per device (the towers' raise). */
+        size_t L = learn.max_seq_len, q = per_device / L;
+        act.max_seq_len = 1;
+        rows = (q ? q : 1) * L;
+    }
+    int rc = dpt_policy_create_ex(actor, cls, &act, cfg->num_envs);
+    if (!rc)
+        rc = dpt_policy_create_ex(learner, cls, &learn, rows);
+    return rc;
+}
+
+int dpt__rl_layout(const dpt_policy_t *learner, dpt_batch_t *lay)
+{
+    const dpt_policy_spec_t *sp = dpt_policy_spec(learner);
+    int rc =
+        dpt_ppo_batch(lay, dpt_policy_env_class(learner), 0, NULL, NULL, NULL, NULL, NULL, NULL);
+    if (!rc && sp->use_lstm)
+        rc = dpt_ppo_batch_seq(lay, learner, sp->max_seq_len, NULL, NULL, NULL, NULL, NULL);
+    return rc;
+}
+
 int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg)
 {
     *out = NULL;
@@ -95,11 +120,11 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     p->cfg = *cfg;
     p->cls = cls;
     p->rows = rows;
+    p->L = cfg->policy.use_lstm ? cfg->policy.max_seq_len : 0;
     size_t pdb = cfg->sgd_minibatch_size / (size_t)cfg->num_devices;
     if ((rc = dpt__rollout_init(&p->ro, cls, cfg->num_envs, cfg->rollout_fragment_length, cfg->seed,
-                                0)) != 0 ||
-        (rc = dpt_policy_create(&p->actor, cls, cfg->hidden, cfg->nhidden, cfg->num_envs)) != 0 ||
-        (rc = dpt_policy_create(&p->learner, cls, cfg->hidden, cfg->nhidden, pdb)) != 0)
+                                0, cfg->policy.use_lstm ? cfg->policy.lstm_cell_size : 0)) != 0 ||
+        (rc = dpt__rl_policies(cls, cfg, pdb, &p->actor, &p->learner)) != 0)
         goto fail;
     size_t n = dpt_policy_vars(p->actor)->total;
     if ((rc = dpt_arena_init(&p->params, n)) != 0)
@@ -107,34 +132,37 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     dpt_rng_t init;
     dpt_rng_init(&init, cfg->seed, 0, 0, DPT_RNG_INIT);
     dpt_policy_init_params(p->actor, p->params.data, &init);
+    /* A recurrent batch is padded to whole sequences: at most one per step
+     * (every episode one step long), L rows each. */
+    size_t seqs = p->L ? dpt__rollout_max_chunks(&p->ro) : 0, load_rows = rows;
+    if (p->L && dpt_mul_size(seqs, p->L, &load_rows)) {
+        rc = dpt_error(DPT_EOVERFLOW, "ppo: %zu sequences of %zu steps overflow", seqs, p->L);
+        goto fail;
+    }
     dpt_model_t model = dpt_policy_ppo_model(p->learner, &cfg->loss);
     dpt_towers_config_t tc = dpt_towers_defaults();
     tc.num_devices = cfg->num_devices;
     tc.mode = cfg->towers_mode;
     tc.max_per_device_batch_size = pdb;
-    tc.max_load_rows = rows;
+    tc.max_load_rows = load_rows;
     tc.grad_clip = cfg->grad_clip;
     tc.comm_timeout_s = cfg->comm_timeout_s;
     tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
     tc.optim.eps = cfg->adam_eps;
     dpt_batch_t lay;
-    if ((rc = dpt_ppo_batch(&lay, cls, 0, NULL, NULL, NULL, NULL, NULL, NULL)) != 0 ||
+    if ((rc = dpt__rl_layout(p->learner, &lay)) != 0 ||
         (rc = dpt_towers_create(&p->towers, &model, &lay, &tc)) != 0 ||
-        (rc = dpt_towers_set_weights(p->towers, p->params.data, n)) != 0)
+        (rc = dpt_towers_set_weights(p->towers, p->params.data, n)) != 0 ||
+        (rc = dpt__rl_batch_init(&p->batch, &p->ro, load_rows, seqs)) != 0)
         goto fail;
-    /* The towers keep whole minibatches of sgd_minibatch_size rows, so a
-     * load never holds more than rows / sgd_minibatch_size of them. */
-    p->max_minibatches = rows / cfg->sgd_minibatch_size;
-    p->perm = malloc(rows * sizeof *p->perm);
-    p->order = malloc(p->max_minibatches * sizeof *p->order);
-    p->obs = malloc(rows * cls->obs_dim * sizeof(float));
-    p->act = malloc(rows * p->ro.act_w * 4);
-    p->logp = malloc(rows * sizeof(float));
-    p->adv = malloc(rows * sizeof(float));
-    p->ret = malloc(rows * sizeof(float));
-    p->val = malloc(rows * sizeof(float));
-    if (!p->perm || !p->order || !p->obs || !p->act || !p->logp || !p->adv || !p->ret || !p->val) {
-        rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate the batch of %zu rows", rows);
+    /* The order buffers: a load never holds more minibatches than rows /
+     * sgd_minibatch_size, or with sequences than sequences. */
+    size_t nperm = p->L ? seqs : rows, nmb = p->L ? seqs : rows / cfg->sgd_minibatch_size;
+    p->perm = malloc(nperm * sizeof *p->perm);
+    p->order = malloc((nmb ? nmb : 1) * sizeof *p->order);
+    p->chunks = p->L ? malloc(seqs * sizeof *p->chunks) : NULL;
+    if (!p->perm || !p->order || (p->L && !p->chunks)) {
+        rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate the batch of %zu rows", load_rows);
         goto fail;
     }
     dpt_rng_init(&p->shuffle_rng, cfg->seed, 0, 0, DPT_RNG_SHUFFLE);
@@ -164,6 +192,35 @@ float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done)
     return (float)((double)c->lr * (frac > 0.0 ? frac : 0.0));
 }
 
+int dpt__rl_make_batch(dpt__rollout_t *ro, const dpt_policy_t *learner, size_t L, dpt_rng_t *rng,
+                       size_t *perm, dpt__chunk_t *chunks, dpt__rl_batch_t *bb, dpt_batch_t *b,
+                       size_t *nseq)
+{
+    size_t rows = ro->steps * ro->N;
+    *nseq = 0;
+    if (!L) {
+        /* Shuffle the rows once; the epochs then permute whole minibatches. */
+        for (size_t i = 0; i < rows; i++)
+            perm[i] = i;
+        dpt_rng_shuffle(rng, perm, rows);
+        dpt__rollout_gather(ro, perm, rows, bb);
+        return dpt_ppo_batch(b, dpt_policy_env_class(learner), rows, bb->obs, bb->act, bb->logp,
+                             bb->adv, bb->ret, bb->val);
+    }
+    /* Sequences instead of rows: cut, shuffle whole sequences, pad. */
+    size_t n = dpt__rollout_chunk(ro, L, chunks);
+    for (size_t i = 0; i < n; i++)
+        perm[i] = i;
+    dpt_rng_shuffle(rng, perm, n);
+    dpt__rollout_gather_seq(ro, chunks, perm, n, L, bb);
+    *nseq = n;
+    int rc = dpt_ppo_batch(b, dpt_policy_env_class(learner), n * L, bb->obs, bb->act, bb->logp,
+                           bb->adv, bb->ret, bb->val);
+    return rc ? rc
+              : dpt_ppo_batch_seq(b, learner, L, bb->seq_lens, bb->h0, bb->c0, bb->prev_act,
+                                  bb->prev_rew);
+}
+
 int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
 {
     const dpt_rl_config_t *c = &p->cfg;
@@ -181,29 +238,32 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     res->vf_explained_var = dpt_explained_variance(p->ro.values, p->ro.returns, rows);
     if (c->normalize_advantages == DPT_ADV_NORM_BATCH)
         dpt_normalize(p->ro.adv, rows);
-    /* Shuffle the rows once; the epochs then permute whole minibatches. */
-    for (size_t i = 0; i < rows; i++)
-        p->perm[i] = i;
-    dpt_rng_shuffle(&p->shuffle_rng, p->perm, rows);
-    dpt__rollout_gather(&p->ro, p->perm, rows, p->obs, p->act, p->logp, p->adv, p->ret, p->val);
-    /* The towers keep the first `keep` rows, device d holding rows
-     * [d keep/D, (d+1) keep/D); minibatch membership is fixed here, so each
-     * minibatch is normalized over all its rows before the load. */
-    size_t D = (size_t)c->num_devices, mb = c->sgd_minibatch_size, pdb = mb / D;
-    size_t keep = rows - rows % mb;
-    if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
-        dpt__rl_normalize_minibatches(p->adv, D, keep / D, pdb);
     dpt_batch_t b;
-    dpt_towers_load_info_t li;
-    if ((rc = dpt_ppo_batch(&b, p->cls, rows, p->obs, p->act, p->logp, p->adv, p->ret, p->val)) !=
-            0 ||
-        (rc = dpt_towers_load(p->towers, 0, &b, &li)) != 0)
+    size_t nseq;
+    if ((rc = dpt__rl_make_batch(&p->ro, p->learner, p->L, &p->shuffle_rng, p->perm, p->chunks,
+                                 &p->batch, &b, &nseq)) != 0)
         return rc;
-    if (li.rows_loaded != keep || li.per_device_batch != pdb || li.steps > p->max_minibatches)
+    /* The towers keep the first rows_loaded rows (whole minibatches, whole
+     * sequences), device d holding rows [d R/D, (d+1) R/D); minibatch
+     * membership is fixed here, so each minibatch is normalized over all
+     * its rows (its real steps) before the load. */
+    dpt_towers_load_info_t plan, li;
+    if ((rc = dpt_towers_plan(p->towers, &b, 0, &plan)) != 0)
+        return rc;
+    if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
+        dpt__rl_normalize_minibatches_masked(p->batch.adv, p->L ? p->batch.mask : NULL,
+                                             (size_t)c->num_devices, plan.rows_per_device,
+                                             plan.per_device_batch);
+    if ((rc = dpt_towers_load(p->towers, 0, &b, &li)) != 0)
+        return rc;
+    size_t cap = p->L ? nseq : rows / c->sgd_minibatch_size;
+    if (li.rows_loaded != plan.rows_loaded || li.per_device_batch != plan.per_device_batch ||
+        li.steps > cap)
         return dpt_error(DPT_ESTATE,
                          "ppo: the towers loaded %zu rows in %zu minibatches of %zu "
                          "rows per device; expected %zu rows in minibatches of %zu",
-                         li.rows_loaded, li.steps, li.per_device_batch, keep, pdb);
+                         li.rows_loaded, li.steps, li.per_device_batch, plan.rows_loaded,
+                         plan.per_device_batch);
     float lr = dpt__rl_lr(c, p->timesteps);
     dpt__rl_learn_stats_t ls;
     if ((rc = dpt__rl_learn(p->towers, c->num_sgd_iter, li.steps, li.steps, li.per_device_batch, lr,
@@ -232,6 +292,12 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     res->iteration_time_s = t2 - t0;
     res->env_steps_per_s = (double)rows / (t2 - t0);
     res->rows_min = rows;
+    if (p->L) {
+        res->sequences = nseq;
+        res->rows_padded = nseq * p->L - rows;
+        res->rows_dropped = li.rows_dropped;
+    }
+    snprintf(res->note, sizeof res->note, "%s", li.warning);
     return DPT_OK;
 }
 
@@ -272,27 +338,44 @@ int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit,
 void dpt__rl_normalize_minibatches(float *adv, size_t devices, size_t rows_per_device,
                                    size_t per_device)
 {
-    size_t n = devices * per_device;
-    if (n == 0)
+    dpt__rl_normalize_minibatches_masked(adv, NULL, devices, rows_per_device, per_device);
+}
+
+void dpt__rl_normalize_minibatches_masked(float *adv, const uint8_t *mask, size_t devices,
+                                          size_t rows_per_device, size_t per_device)
+{
+    if (devices * per_device == 0)
         return;
-    /* The sums run device by device, row by row: with one device this is
-     * dpt_normalize() of each contiguous minibatch, bit for bit. */
+    /* The sums run device by device, row by row: with one device and no
+     * mask this is dpt_normalize() of each contiguous minibatch, bit for
+     * bit. */
     for (size_t o = 0; o + per_device <= rows_per_device; o += per_device) {
-        double m = 0.0, s = 0.0;
-        for (size_t d = 0; d < devices; d++)
-            for (size_t k = 0; k < per_device; k++)
-                m += (double)adv[d * rows_per_device + o + k];
-        m /= (double)n;
+        double m = 0.0, s = 0.0, n = 0.0;
         for (size_t d = 0; d < devices; d++)
             for (size_t k = 0; k < per_device; k++) {
-                double x = (double)adv[d * rows_per_device + o + k] - m;
-                s += x * x;
+                size_t i = d * rows_per_device + o + k;
+                if (!mask || mask[i]) {
+                    m += (double)adv[i];
+                    n += 1.0;
+                }
             }
-        double sd = sqrt(s / (double)n) + 1e-8;
+        if (n == 0.0)
+            continue;
+        m /= n;
         for (size_t d = 0; d < devices; d++)
             for (size_t k = 0; k < per_device; k++) {
-                float *x = &adv[d * rows_per_device + o + k];
-                *x = (float)(((double)*x - m) / sd);
+                size_t i = d * rows_per_device + o + k;
+                if (!mask || mask[i]) {
+                    double x = (double)adv[i] - m;
+                    s += x * x;
+                }
+            }
+        double sd = sqrt(s / n) + 1e-8;
+        for (size_t d = 0; d < devices; d++)
+            for (size_t k = 0; k < per_device; k++) {
+                size_t i = d * rows_per_device + o + k;
+                if (!mask || mask[i])
+                    adv[i] = (float)(((double)adv[i] - m) / sd);
             }
     }
 }

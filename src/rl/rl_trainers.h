@@ -58,10 +58,10 @@ typedef struct dpt_rl_config {
     float adam_eps;
     double grad_clip; /* 0 = off */
     dpt_adv_norm_t normalize_advantages;
-    float reward_scale; /* rewards are multiplied by this for learning (1 = off);
+    float reward_scale;       /* rewards are multiplied by this for learning (1 = off);
                                       * episode returns are reported unscaled */
-    size_t hidden[DPT_POLICY_MAX_HIDDEN];
-    int nhidden;
+    dpt_policy_spec_t policy; /* hidden sizes, the LSTM (use_lstm, max_seq_len:
+                               * the training sequences' length) */
     uint64_t total_timesteps; /* for annealing (all workers together) */
     double comm_timeout_s;    /* collectives (replicated towers, DD-PPO threads) */
     /* PPO only */
@@ -96,6 +96,12 @@ typedef struct dpt_rl_result {
     double env_steps_per_s;     /* timesteps_this_iter / iteration_time_s */
     uint64_t preempted_workers; /* DD-PPO: workers stopped early this iteration */
     uint64_t rows_min;          /* DD-PPO: fewest rows any worker collected */
+    /* Recurrent policies: sequences made of the batch, the padding rows
+     * among them and the rows the towers left out of the load (whole
+     * sequences: see dpt/towers.h); for DD-PPO summed over workers. */
+    uint64_t sequences, rows_padded, rows_dropped;
+    char note[192]; /* non-empty when a rule changed the request (e.g. the
+                     * towers raised the minibatch to one sequence) */
 } dpt_rl_result_t;
 
 /* ---- PPO on towers ------------------------------------------------------------ */
@@ -134,6 +140,11 @@ uint64_t dpt_ppo_iteration(const dpt_ppo_t *ppo);
  * device's), as dpt_normalize() would standardize them gathered. */
 void dpt__rl_normalize_minibatches(float *adv, size_t devices, size_t rows_per_device,
                                    size_t per_device);
+/* The same over the rows whose mask is not 0 (sequence batches: padding
+ * is left out of the mean and deviation, and left as it is); mask NULL is
+ * dpt__rl_normalize_minibatches, bit for bit. */
+void dpt__rl_normalize_minibatches_masked(float *adv, const uint8_t *mask, size_t devices,
+                                          size_t rows_per_device, size_t per_device);
 
 /* ---- DD-PPO workers ---------------------------------------------------------------- */
 

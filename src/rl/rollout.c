@@ -26,11 +26,54 @@ void dpt__rollout_deinit(dpt__rollout_t *r)
     free(r->term);
     free(r->trunc);
     free(r->last_values);
+    free(r->h);
+    free(r->c);
+    free(r->prev_act);
+    free(r->prev_rew);
+    free(r->step_h);
+    free(r->step_c);
+    free(r->step_prev_act);
+    free(r->step_prev_rew);
+    free(r->boot_h);
+    free(r->boot_c);
+    free(r->boot_pa);
+    free(r->boot_pr);
     memset(r, 0, sizeof *r);
 }
 
+/* calloc of a * b items of `size` bytes, the product checked. */
+static void *dpt__calloc2(size_t a, size_t b, size_t size)
+{
+    size_t n;
+    return dpt_mul_size(a, b, &n) ? NULL : calloc(n ? n : 1, size);
+}
+
+/* The recurrent buffers (r->H > 0): carried [N, .] and recorded [T*N, .]. */
+static int dpt__rollout_init_rnn(dpt__rollout_t *r, size_t rows)
+{
+    size_t N = r->N, H = r->H, aw = r->act_w;
+    r->h = dpt__calloc2(N, H, sizeof(float));
+    r->c = dpt__calloc2(N, H, sizeof(float));
+    r->prev_act = dpt__calloc2(N, aw, 4);
+    r->prev_rew = calloc(N, sizeof(float));
+    r->step_h = dpt__calloc2(rows, H, sizeof(float));
+    r->step_c = dpt__calloc2(rows, H, sizeof(float));
+    r->step_prev_act = dpt__calloc2(rows, aw, 4);
+    r->step_prev_rew = calloc(rows, sizeof(float));
+    r->boot_h = dpt__calloc2(N, H, sizeof(float));
+    r->boot_c = dpt__calloc2(N, H, sizeof(float));
+    r->boot_pa = dpt__calloc2(N, aw, 4);
+    r->boot_pr = calloc(N, sizeof(float));
+    if (!r->h || !r->c || !r->prev_act || !r->prev_rew || !r->step_h || !r->step_c ||
+        !r->step_prev_act || !r->step_prev_rew || !r->boot_h || !r->boot_c || !r->boot_pa ||
+        !r->boot_pr)
+        return dpt_error(DPT_ENOMEM, "rollout: cannot allocate the recurrent state of %zu rows",
+                         rows);
+    return DPT_OK;
+}
+
 int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_envs, size_t T,
-                      uint64_t seed, uint32_t rank)
+                      uint64_t seed, uint32_t rank, size_t lstm_cell_size)
 {
     memset(r, 0, sizeof *r);
     if (num_envs == 0 || T == 0)
@@ -71,17 +114,34 @@ int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_
         dpt__rollout_deinit(r);
         return dpt_error(DPT_ENOMEM, "rollout: cannot allocate %zu rows", rows);
     }
+    r->H = lstm_cell_size;
+    if (r->H && (rc = dpt__rollout_init_rnn(r, rows)) != 0) {
+        dpt__rollout_deinit(r);
+        return rc;
+    }
     dpt_rng_init(&r->act_rng, seed, rank, 0, DPT_RNG_ACTION);
     dpt_vecenv_reset(r->env, r->cur_obs);
     return DPT_OK;
+}
+
+/* Copies row i of an [n, aw] action array (4-byte values). */
+static void dpt__copy_action(void *dst, size_t di, const void *src, size_t si, size_t aw)
+{
+    memcpy((char *)dst + di * aw * 4, (const char *)src + si * aw * 4, aw * 4);
 }
 
 int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
                          double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx)
 {
-    size_t N = r->N, od = r->obs_dim, aw = r->act_w;
+    size_t N = r->N, od = r->obs_dim, aw = r->act_w, H = r->H;
     int rc;
+    if (H && dpt_policy_state_size(policy) != 2 * H)
+        return dpt_error(DPT_EINVAL, "rollout: made for an LSTM of %zu cells, the policy has %zu",
+                         H, dpt_policy_state_size(policy) / 2);
+    /* The envs' carried state; the caller's step overwrites h and c. */
+    dpt_policy_state_t carry = {r->h, r->c, r->prev_act, r->prev_rew};
+    dpt_policy_state_t boot = {r->boot_h, r->boot_c, r->boot_pa, r->boot_pr};
     r->steps = 0;
     for (size_t t = 0; t < r->T; t++) {
         if (t >= min_steps && should_stop && should_stop(ctx))
@@ -90,31 +150,63 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
         float *obs_t = r->obs + k * od;
         memcpy(obs_t, r->cur_obs, N * od * sizeof(float));
         void *act_t = (char *)r->actions + k * aw * 4;
-        if ((rc = dpt_policy_act(policy, params, obs_t, N, &r->act_rng, act_t, r->logp + k,
-                                 r->values + k)) != 0)
+        if (H) {
+            memcpy(r->step_h + k * H, r->h, N * H * sizeof(float));
+            memcpy(r->step_c + k * H, r->c, N * H * sizeof(float));
+            memcpy((char *)r->step_prev_act + k * aw * 4, r->prev_act, N * aw * 4);
+            memcpy(r->step_prev_rew + k, r->prev_rew, N * sizeof(float));
+        }
+        if ((rc = dpt_policy_act_state(policy, params, obs_t, H ? &carry : NULL, N, &r->act_rng,
+                                       act_t, r->logp + k, r->values + k)) != 0)
             return rc;
         if ((rc = dpt_vecenv_step(r->env, act_t, r->cur_obs, r->step_rew, r->term, r->trunc,
                                   r->final_obs)) != 0)
             return rc;
         /* Truncated, not terminated: the episode would have gone on, so its
-         * last reward is credited with the value of where it stopped. */
+         * last reward is credited with the value of where it stopped (for a
+         * recurrent policy, after the state the step left and with this
+         * step's action and reward as the previous ones). */
         size_t nb = 0;
-        for (size_t i = 0; i < N; i++)
-            if (r->trunc[i] && !r->term[i])
-                memcpy(r->boot_obs + (nb++) * od, r->final_obs + i * od, od * sizeof(float));
-        if (nb && (rc = dpt_policy_value(policy, params, r->boot_obs, nb, r->boot_v)) != 0)
+        for (size_t i = 0; i < N; i++) {
+            if (!r->trunc[i] || r->term[i])
+                continue;
+            memcpy(r->boot_obs + nb * od, r->final_obs + i * od, od * sizeof(float));
+            if (H) {
+                memcpy(r->boot_h + nb * H, r->h + i * H, H * sizeof(float));
+                memcpy(r->boot_c + nb * H, r->c + i * H, H * sizeof(float));
+                dpt__copy_action(r->boot_pa, nb, act_t, i, aw);
+                r->boot_pr[nb] = r->step_rew[i];
+            }
+            nb++;
+        }
+        if (nb && (rc = dpt_policy_value_state(policy, params, r->boot_obs, H ? &boot : NULL, nb,
+                                               r->boot_v)) != 0)
             return rc;
         nb = 0;
         for (size_t i = 0; i < N; i++) {
             float rew = r->step_rew[i] * reward_scale;
+            uint8_t done = (uint8_t)(r->term[i] | r->trunc[i]);
             if (r->trunc[i] && !r->term[i])
                 rew += (float)(gamma * (double)r->boot_v[nb++]);
             r->rewards[k + i] = rew;
-            r->dones[k + i] = (uint8_t)(r->term[i] | r->trunc[i]);
+            r->dones[k + i] = done;
+            if (!H)
+                continue;
+            /* The next step of this env: a new episode starts from zeros. */
+            if (done) {
+                dpt_vec_zero(r->h + i * H, H);
+                dpt_vec_zero(r->c + i * H, H);
+                memset((char *)r->prev_act + i * aw * 4, 0, aw * 4);
+                r->prev_rew[i] = 0.0f;
+            } else {
+                dpt__copy_action(r->prev_act, i, act_t, i, aw);
+                r->prev_rew[i] = r->step_rew[i];
+            }
         }
         r->steps = t + 1;
     }
-    if ((rc = dpt_policy_value(policy, params, r->cur_obs, N, r->last_values)) != 0)
+    if ((rc = dpt_policy_value_state(policy, params, r->cur_obs, H ? &carry : NULL, N,
+                                     r->last_values)) != 0)
         return rc;
     dpt_gae(r->rewards, r->values, r->dones, r->last_values, r->steps, N, gamma, lambda, r->adv,
             r->returns);
@@ -136,18 +228,121 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
     return DPT_OK;
 }
 
-void dpt__rollout_gather(const dpt__rollout_t *r, const size_t *idx, size_t n, float *obs,
-                         void *actions, float *logp, float *adv, float *returns, float *values)
+void dpt__rl_batch_deinit(dpt__rl_batch_t *b)
 {
-    size_t od = r->obs_dim, ab = r->act_w * 4; /* int32 and float are both 4 bytes */
+    free(b->obs);
+    free(b->act);
+    free(b->logp);
+    free(b->adv);
+    free(b->ret);
+    free(b->val);
+    free(b->seq_lens);
+    free(b->h0);
+    free(b->c0);
+    free(b->prev_act);
+    free(b->prev_rew);
+    free(b->mask);
+    memset(b, 0, sizeof *b);
+}
+
+int dpt__rl_batch_init(dpt__rl_batch_t *b, const dpt__rollout_t *r, size_t rows, size_t seqs)
+{
+    memset(b, 0, sizeof *b);
+    b->cap_rows = rows;
+    b->obs = dpt__calloc2(rows, r->obs_dim, sizeof(float));
+    b->act = dpt__calloc2(rows, r->act_w, 4);
+    b->logp = calloc(rows ? rows : 1, sizeof(float));
+    b->adv = calloc(rows ? rows : 1, sizeof(float));
+    b->ret = calloc(rows ? rows : 1, sizeof(float));
+    b->val = calloc(rows ? rows : 1, sizeof(float));
+    int ok = b->obs && b->act && b->logp && b->adv && b->ret && b->val;
+    if (ok && r->H) {
+        b->cap_seqs = seqs;
+        b->seq_lens = calloc(seqs ? seqs : 1, sizeof(int32_t));
+        b->h0 = dpt__calloc2(seqs, r->H, sizeof(float));
+        b->c0 = dpt__calloc2(seqs, r->H, sizeof(float));
+        b->prev_act = dpt__calloc2(rows, r->act_w, 4);
+        b->prev_rew = calloc(rows ? rows : 1, sizeof(float));
+        b->mask = calloc(rows ? rows : 1, 1);
+        ok = b->seq_lens && b->h0 && b->c0 && b->prev_act && b->prev_rew && b->mask;
+    }
+    if (!ok) {
+        dpt__rl_batch_deinit(b);
+        return dpt_error(DPT_ENOMEM, "rl: cannot allocate a batch of %zu rows", rows);
+    }
+    return DPT_OK;
+}
+
+void dpt__rollout_gather(const dpt__rollout_t *r, const size_t *idx, size_t n, dpt__rl_batch_t *b)
+{
+    size_t od = r->obs_dim, aw = r->act_w;
     for (size_t i = 0; i < n; i++) {
         size_t s = idx[i];
-        memcpy(obs + i * od, r->obs + s * od, od * sizeof(float));
-        memcpy((char *)actions + i * ab, (const char *)r->actions + s * ab, ab);
-        logp[i] = r->logp[s];
-        adv[i] = r->adv[s];
-        returns[i] = r->returns[s];
-        values[i] = r->values[s];
+        memcpy(b->obs + i * od, r->obs + s * od, od * sizeof(float));
+        dpt__copy_action(b->act, i, r->actions, s, aw);
+        b->logp[i] = r->logp[s];
+        b->adv[i] = r->adv[s];
+        b->ret[i] = r->returns[s];
+        b->val[i] = r->values[s];
+    }
+}
+
+size_t dpt__rollout_max_chunks(const dpt__rollout_t *r)
+{
+    return r->T * r->N;
+}
+
+size_t dpt__rollout_chunk(const dpt__rollout_t *r, size_t L, dpt__chunk_t *out)
+{
+    size_t n = 0, N = r->N;
+    for (size_t i = 0; i < N; i++) {
+        size_t t0 = 0;
+        while (t0 < r->steps) {
+            size_t len = 0;
+            /* Up to L steps, ending after a step that ends an episode. */
+            while (len < L && t0 + len < r->steps) {
+                len++;
+                if (r->dones[(t0 + len - 1) * N + i])
+                    break;
+            }
+            out[n++] = (dpt__chunk_t){(uint32_t)i, (uint32_t)t0, (uint32_t)len};
+            t0 += len;
+        }
+    }
+    return n;
+}
+
+void dpt__rollout_gather_seq(const dpt__rollout_t *r, const dpt__chunk_t *chunks,
+                             const size_t *order, size_t n, size_t L, dpt__rl_batch_t *b)
+{
+    size_t N = r->N, H = r->H, od = r->obs_dim, aw = r->act_w;
+    for (size_t s = 0; s < n; s++) {
+        const dpt__chunk_t *ch = &chunks[order[s]];
+        size_t first = (size_t)ch->t0 * N + ch->env;
+        b->seq_lens[s] = (int32_t)ch->len;
+        memcpy(b->h0 + s * H, r->step_h + first * H, H * sizeof(float));
+        memcpy(b->c0 + s * H, r->step_c + first * H, H * sizeof(float));
+        for (size_t t = 0; t < L; t++) {
+            size_t row = s * L + t;
+            if (t >= ch->len) {
+                dpt_vec_zero(b->obs + row * od, od);
+                memset((char *)b->act + row * aw * 4, 0, aw * 4);
+                memset((char *)b->prev_act + row * aw * 4, 0, aw * 4);
+                b->logp[row] = b->adv[row] = b->ret[row] = b->val[row] = b->prev_rew[row] = 0.0f;
+                b->mask[row] = 0;
+                continue;
+            }
+            size_t k = first + t * N; /* step t0 + t of the env */
+            memcpy(b->obs + row * od, r->obs + k * od, od * sizeof(float));
+            dpt__copy_action(b->act, row, r->actions, k, aw);
+            dpt__copy_action(b->prev_act, row, r->step_prev_act, k, aw);
+            b->prev_rew[row] = r->step_prev_rew[k];
+            b->logp[row] = r->logp[k];
+            b->adv[row] = r->adv[k];
+            b->ret[row] = r->returns[k];
+            b->val[row] = r->values[k];
+            b->mask[row] = 1;
+        }
     }
 }
 
@@ -179,13 +374,30 @@ void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *m
 
 /* Layout: [u64 magic][u64 act_rng position][u64 wcount][u64 wnext]
  * [u64 episodes_total][double ret_window[100]][u32 len_window[100]]
- * [float cur_obs[N * obs_dim]][vecenv state]. */
+ * [float cur_obs[N * obs_dim]], for a recurrent policy [float h[N * H]]
+ * [float c[N * H]][4-byte prev_act[N * act_w]][float prev_rew[N]] (what the
+ * envs carry into their next step), then [vecenv state]. */
 #define DPT__ROLLOUT_MAGIC UINT64_C(0x647074726f6c6c31) /* "dptroll1" */
+
+/* Bytes of the recurrent part (0 for a feed-forward policy). */
+static size_t dpt__rollout_rnn_bytes(const dpt__rollout_t *r)
+{
+    return r->H ? r->N * (2 * r->H + r->act_w + 1) * 4 : 0;
+}
 
 static size_t dpt__rollout_fixed_bytes(const dpt__rollout_t *r)
 {
     return 5 * sizeof(uint64_t) + sizeof r->ret_window + sizeof r->len_window +
-           r->N * r->obs_dim * sizeof(float);
+           r->N * r->obs_dim * sizeof(float) + dpt__rollout_rnn_bytes(r);
+}
+
+/* The recurrent part's arrays and sizes, in file order. */
+static void dpt__rollout_rnn_parts(const dpt__rollout_t *r, void *part[4], size_t bytes[4])
+{
+    part[0] = r->h, part[1] = r->c, part[2] = r->prev_act, part[3] = r->prev_rew;
+    bytes[0] = bytes[1] = r->N * r->H * 4;
+    bytes[2] = r->N * r->act_w * 4;
+    bytes[3] = r->N * 4;
 }
 
 size_t dpt__rollout_state_bytes(const dpt__rollout_t *r)
@@ -209,6 +421,13 @@ int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes)
     p += sizeof r->len_window;
     memcpy(p, r->cur_obs, r->N * r->obs_dim * sizeof(float));
     p += r->N * r->obs_dim * sizeof(float);
+    void *part[4];
+    size_t pb[4];
+    dpt__rollout_rnn_parts(r, part, pb);
+    for (int i = 0; r->H && i < 4; i++) {
+        memcpy(p, part[i], pb[i]);
+        p += pb[i];
+    }
     return dpt_vecenv_save_state(r->env, p, dpt_vecenv_state_bytes(r->env));
 }
 
@@ -250,5 +469,13 @@ int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes)
     memcpy(r->len_window, p, sizeof r->len_window);
     p += sizeof r->len_window;
     memcpy(r->cur_obs, p, r->N * r->obs_dim * sizeof(float));
+    p += r->N * r->obs_dim * sizeof(float);
+    void *part[4];
+    size_t pb[4];
+    dpt__rollout_rnn_parts(r, part, pb);
+    for (int i = 0; r->H && i < 4; i++) {
+        memcpy(part[i], p, pb[i]);
+        p += pb[i];
+    }
     return DPT_OK;
 }

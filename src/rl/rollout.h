@@ -29,6 +29,18 @@ typedef struct dpt__rollout {
     uint8_t *term, *trunc;
     float *last_values; /* [N] */
     size_t steps;       /* steps collected by the last collect() */
+    /* Recurrent policies (H > 0): what each env carries into its next step
+     * (zeros at an episode's start), and what every step started from. */
+    size_t H;               /* the LSTM's cell size; 0 = a feed-forward policy */
+    float *h, *c;           /* [N, H] */
+    void *prev_act;         /* [N, act_w] the env's last action */
+    float *prev_rew;        /* [N] its last reward (the env's) */
+    float *step_h, *step_c; /* [T*N, H] the state before each step */
+    void *step_prev_act;    /* [T*N, act_w] */
+    float *step_prev_rew;   /* [T*N] */
+    float *boot_h, *boot_c; /* [N, H] truncation scratch */
+    void *boot_pa;          /* [N, act_w] */
+    float *boot_pr;         /* [N] */
     dpt_rng_t act_rng;
     /* recent episodes */
     double ret_window[DPT__EPISODE_WINDOW];
@@ -37,23 +49,69 @@ typedef struct dpt__rollout {
     uint64_t episodes_total, episodes_this_iter;
 } dpt__rollout_t;
 
+/* lstm_cell_size: the cell size H of a recurrent policy that will collect
+ * (its state is carried per env and recorded per step), 0 otherwise. */
 int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_envs, size_t T,
-                      uint64_t seed, uint32_t rank);
+                      uint64_t seed, uint32_t rank, size_t lstm_cell_size);
 void dpt__rollout_deinit(dpt__rollout_t *r);
 
 /* Collects up to T steps with `policy` at `params`. After min_steps steps,
  * should_stop(ctx) (may be NULL) is asked before each further step. Then
  * computes last_values, GAE (advantages, returns) over the collected steps,
- * and folds finished episodes into the window. */
+ * and folds finished episodes into the window. A recurrent policy acts
+ * from each env's carried state, which starts at zero with every episode;
+ * bootstrapped values (truncations, the last observation) are taken from
+ * the state the env would carry. */
 int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
                          double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx);
 
-/* Copies rollout rows idx[0..n) into PPO batch buffers (each with room for
- * n rows): observations, actions, behaviour log-probs, advantages, returns
- * and value predictions. */
-void dpt__rollout_gather(const dpt__rollout_t *r, const size_t *idx, size_t n, float *obs,
-                         void *actions, float *logp, float *adv, float *returns, float *values);
+/* The buffers of a PPO batch as it is loaded into the towers: the rows of
+ * dpt_ppo_batch(), and for recurrent policies the sequence columns of
+ * dpt_ppo_batch_seq() plus a mask (1 = a real step, 0 = padding). */
+typedef struct dpt__rl_batch {
+    size_t cap_rows, cap_seqs;
+    float *obs, *logp, *adv, *ret, *val; /* [cap_rows] (obs: x obs_dim) */
+    void *act;                           /* [cap_rows, act_w] */
+    int32_t *seq_lens;                   /* [cap_seqs] */
+    float *h0, *c0;                      /* [cap_seqs, H] */
+    void *prev_act;                      /* [cap_rows, act_w] */
+    float *prev_rew;                     /* [cap_rows] */
+    uint8_t *mask;                       /* [cap_rows] */
+} dpt__rl_batch_t;
+
+/* Buffers for `rows` rows of r's envs, and with r->H > 0 for `seqs`
+ * sequences. Errors: DPT_ENOMEM, DPT_EOVERFLOW. */
+int dpt__rl_batch_init(dpt__rl_batch_t *b, const dpt__rollout_t *r, size_t rows, size_t seqs);
+void dpt__rl_batch_deinit(dpt__rl_batch_t *b);
+
+/* Copies rollout rows idx[0..n) into the batch's first n rows:
+ * observations, actions, behaviour log-probs, advantages, returns and
+ * value predictions. */
+void dpt__rollout_gather(const dpt__rollout_t *r, const size_t *idx, size_t n, dpt__rl_batch_t *b);
+
+/* One sequence of a recurrent rollout: env's steps t0 .. t0 + len - 1. */
+typedef struct dpt__chunk {
+    uint32_t env, t0, len;
+} dpt__chunk_t;
+
+/* Most sequences dpt__rollout_chunk can make of T x N steps: every step
+ * its own (one-step episodes). */
+size_t dpt__rollout_max_chunks(const dpt__rollout_t *r);
+
+/* Cuts the last collect()'s steps into sequences of at most L steps: each
+ * env's steps are cut where an episode ends, at the fragment's start and
+ * end, and after every L steps of an episode (RLlib's chop_into_sequences).
+ * Writes them to out (room for dpt__rollout_max_chunks), env by env in
+ * time order, and returns how many. */
+size_t dpt__rollout_chunk(const dpt__rollout_t *r, size_t L, dpt__chunk_t *out);
+
+/* Copies sequences chunks[order[0..n)] into the batch's first n sequences
+ * of L rows: sequence s takes rows s L .. s L + L - 1, its steps first,
+ * then padding rows (zeros; mask 0); seq_lens, h0, c0 (the state before its
+ * first step), prev_act and prev_rew as the policy saw them. */
+void dpt__rollout_gather_seq(const dpt__rollout_t *r, const dpt__chunk_t *chunks,
+                             const size_t *order, size_t n, size_t L, dpt__rl_batch_t *b);
 
 /* Means over the episode window: all (<= 100) and the last 20. */
 void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
@@ -74,6 +132,24 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
  * after `done` env steps (linear annealing to 0 when enabled). */
 int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch);
 float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done);
+
+/* The acting and the learning policy of a config: the actor steps
+ * num_envs envs at a time, the learner takes per_device rows per call
+ * (recurrent: whole sequences, at least one). Errors: those of
+ * dpt_policy_create_ex. */
+int dpt__rl_policies(const dpt_env_class_t *cls, const dpt_rl_config_t *cfg, size_t per_device,
+                     dpt_policy_t **actor, dpt_policy_t **learner);
+/* The towers' batch layout for the learner (sequence columns when it is
+ * recurrent). */
+int dpt__rl_layout(const dpt_policy_t *learner, dpt_batch_t *lay);
+/* The iteration's batch of ro's last collect(), shuffled with rng into bb
+ * and described by b: rows in a random order (L == 0), or the rollout cut
+ * into sequences of L steps (*nseq of them, chunks and perm with room for
+ * dpt__rollout_max_chunks) in a random order, padded. perm: scratch of the
+ * rows or sequences. */
+int dpt__rl_make_batch(dpt__rollout_t *ro, const dpt_policy_t *learner, size_t L, dpt_rng_t *rng,
+                       size_t *perm, dpt__chunk_t *chunks, dpt__rl_batch_t *bb, dpt_batch_t *b,
+                       size_t *nseq);
 
 /* The loss terms of a learning phase, each averaged over its steps. */
 typedef struct dpt__rl_learn_stats {

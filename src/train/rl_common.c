@@ -116,10 +116,18 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     out->grad_clip = DPT_CF(c, grad_clip);
     out->normalize_advantages = (dpt_adv_norm_t)DPT_CI(c, normalize_advantages);
     out->reward_scale = (float)DPT_CF(c, reward_scale);
-    int nh = dpt__config_sizes(c, DPT_CFG_policy_hidden, out->hidden, DPT_POLICY_MAX_HIDDEN);
+    int nh = dpt__config_sizes(c, DPT_CFG_policy_hidden, out->policy.hidden, DPT_POLICY_MAX_HIDDEN);
     if (nh < 0)
         return nh;
-    out->nhidden = nh;
+    out->policy.nhidden = nh;
+    out->policy.use_lstm = (int)DPT_CI(c, use_lstm);
+    if (out->policy.use_lstm) {
+        out->policy.lstm_cell_size = (size_t)DPT_CI(c, lstm_cell_size);
+        out->policy.lstm_use_prev_action = (int)DPT_CI(c, lstm_use_prev_action);
+        out->policy.lstm_use_prev_reward = (int)DPT_CI(c, lstm_use_prev_reward);
+        out->policy.max_seq_len = (size_t)DPT_CI(c, max_seq_len);
+        out->policy.prev_reward_scale = (float)DPT_CF(c, reward_scale);
+    }
     out->total_timesteps = (uint64_t)DPT_CI(c, total_timesteps);
     out->comm_timeout_s = DPT_CF(c, comm_timeout_s);
     if (job == DPT_JOB_PPO) {
@@ -198,6 +206,14 @@ void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, in
         dpt_train_result_add(r, "info/preempted_workers", (double)rr->preempted_workers);
         dpt_train_result_add(r, "info/min_worker_rows", (double)rr->rows_min);
     }
+    if (rr->sequences) {
+        /* Recurrent policies: how the batch was cut and what the towers
+         * left out (docs/RL.md). */
+        dpt_train_result_add(r, "info/num_sequences", (double)rr->sequences);
+        dpt_train_result_add(r, "info/rows_padded", (double)rr->rows_padded);
+        dpt_train_result_add(r, "info/rows_dropped", (double)rr->rows_dropped);
+    }
+    snprintf(r->note, sizeof r->note, "%s", rr->note);
     dpt_train_result_add(r, "timing_breakdown/sample_time_ms", rr->sample_time_s * 1e3);
     dpt_train_result_add(r, "timing_breakdown/learn_time_ms", rr->learn_time_s * 1e3);
 }
@@ -226,6 +242,25 @@ int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *p
                       : dpt_safetensors_set_meta_u64(w, "action_dim", cls->action_dim);
     if (!rc)
         rc = dpt_safetensors_set_meta(w, "policy_hidden", sizes);
+    /* The recurrent part, so a reader rebuilds the policy from the file
+     * alone (docs/CHECKPOINTS.md). */
+    const dpt_policy_spec_t *sp = dpt_policy_spec(policy);
+    if (!rc)
+        rc = dpt_safetensors_set_meta(w, "use_lstm", sp->use_lstm ? "true" : "false");
+    if (!rc && sp->use_lstm) {
+        rc = dpt_safetensors_set_meta_u64(w, "lstm_cell_size", sp->lstm_cell_size);
+        if (!rc)
+            rc = dpt_safetensors_set_meta(w, "lstm_use_prev_action",
+                                          sp->lstm_use_prev_action ? "true" : "false");
+        if (!rc)
+            rc = dpt_safetensors_set_meta(w, "lstm_use_prev_reward",
+                                          sp->lstm_use_prev_reward ? "true" : "false");
+        /* The previous reward is fed times this: reward_scale. */
+        char scale[32];
+        snprintf(scale, sizeof scale, "%.9g", (double)sp->prev_reward_scale);
+        if (!rc && sp->lstm_use_prev_reward)
+            rc = dpt_safetensors_set_meta(w, "lstm_prev_reward_scale", scale);
+    }
     return rc;
 }
 
@@ -256,7 +291,11 @@ int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st
         return rc;
     dpt_policy_t *pol = NULL;
     dpt_arena_t p = {0};
-    if ((rc = dpt_policy_create(&pol, cls, rc_cfg.hidden, rc_cfg.nhidden, 1)) != 0 ||
+    /* One env at a time: a recurrent policy steps sequences of one. */
+    dpt_policy_spec_t spec = rc_cfg.policy;
+    if (spec.use_lstm)
+        spec.max_seq_len = 1;
+    if ((rc = dpt_policy_create_ex(&pol, cls, &spec, 1)) != 0 ||
         (rc = dpt_arena_init(&p, dpt_policy_vars(pol)->total)) != 0 ||
         (rc = dpt_safetensors_load_arena(st, "params.", dpt_policy_vars(pol), p.data, p.count)) !=
             0)

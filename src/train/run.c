@@ -59,7 +59,8 @@ typedef struct dpt__run {
     int metrics_open;
     double time_offset, start;
     uint64_t ts_start;
-    double best; /* best evaluation return so far (-inf: none) */
+    double best;    /* best evaluation return so far (-inf: none) */
+    char note[192]; /* the last iteration note reported */
 } dpt__run_t;
 
 static void dpt__emit(dpt__run_t *r, dpt_run_event_t *ev)
@@ -931,6 +932,10 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
         if ((rc = dpt_trainer_iterate(r.t, &res)) != 0)
             goto out;
         r.iterations++;
+        if (res.note[0] && strcmp(res.note, r.note) != 0) {
+            snprintf(r.note, sizeof r.note, "%s", res.note);
+            dpt__note(&r, r.note);
+        }
         int improved;
         if ((rc = dpt__evaluate_during(&r, &res, &improved)) != 0)
             goto out;
