@@ -6,11 +6,13 @@
  * the towers' sequence rules with the LSTM model on 1, 2 and 3 devices.
  */
 #include "dpt_test.h"
+#include "dpt_test_files.h"
 
 #include "dpt/arena.h"
 #include "dpt/env.h"
 #include "dpt/rl.h"
 #include "dpt/towers.h"
+#include "dpt/train.h"
 #include "rl/rollout.h"
 
 #include <stdint.h>
@@ -731,6 +733,123 @@ static void test_ppo_engine_sequences(void)
     dpt_ppo_destroy(p);
 }
 
+/* tools/dpt_policy.py, the Python reference reader (docs/CHECKPOINTS.md),
+ * rebuilds a recurrent policy from a checkpoint the PPO trainer wrote and
+ * steps it through two episodes: the same greedy actions, values and
+ * logits as dpt's own policy, up to float rounding. */
+static void test_python_policy_reader(void)
+{
+    if (system("python3 -c 'import json, struct' >/dev/null 2>&1") != 0) {
+        printf("skipped: python3 is not installed (the Python policy reader check)\n");
+        return;
+    }
+    char dir[512], ckpt[600], in[600], out[600], cmd[2400];
+    REQUIRE(dpt_test_mkdtemp(dir, sizeof dir, "dpt_rnn_py") == 0);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+    snprintf(in, sizeof in, "%s/steps.txt", dir);
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    static const char *const keys[] = {"job=ppo",
+                                       "env=CartPole-v1",
+                                       "use_lstm=true",
+                                       "lstm_cell_size=8",
+                                       "lstm_use_prev_action=true",
+                                       "lstm_use_prev_reward=true",
+                                       "reward_scale=0.5",
+                                       "policy_hidden=8",
+                                       "num_envs_per_worker=2",
+                                       "rollout_fragment_length=16",
+                                       "sgd_minibatch_size=16",
+                                       "max_seq_len=4",
+                                       "lr=0.01"};
+    dpt_config_t *cfg;
+    REQUIRE_OK(dpt_config_create(&cfg));
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        REQUIRE_OK(dpt_config_set(cfg, keys[i]));
+    REQUIRE_OK(dpt_config_finalize(cfg));
+    dpt_trainer_t *t;
+    REQUIRE_OK(dpt_trainer_create(&t, cfg, NULL));
+    dpt_train_result_t r;
+    REQUIRE_OK(dpt_trainer_iterate(t, &r));
+    dpt_safetensors_writer_t *w;
+    REQUIRE_OK(dpt_safetensors_writer_create(&w));
+    REQUIRE_OK(dpt_trainer_checkpoint(t, w));
+    REQUIRE_OK(dpt_safetensors_save(w, ckpt));
+    size_t n = dpt_trainer_vars(t)->total;
+    dpt_arena_t a;
+    REQUIRE_OK(dpt_arena_init(&a, n));
+    REQUIRE_OK(dpt_trainer_get_weights(t, a.data, n));
+    dpt_safetensors_writer_destroy(w);
+    /* dpt's side: the acting policy of that config, stepped by hand. */
+    const dpt_env_class_t *cls = dpt_env_find("CartPole-v1");
+    REQUIRE(cls);
+    dpt_policy_spec_t spec;
+    memset(&spec, 0, sizeof spec);
+    spec.hidden[0] = 8;
+    spec.nhidden = 1;
+    spec.use_lstm = 1;
+    spec.lstm_cell_size = 8;
+    spec.lstm_use_prev_action = spec.lstm_use_prev_reward = 1;
+    spec.prev_reward_scale = 0.5f;
+    spec.max_seq_len = 1;
+    dpt_policy_t *p;
+    REQUIRE_OK(dpt_policy_create_ex(&p, cls, &spec, 1));
+    REQUIRE(dpt_policy_vars(p)->total == n);
+    enum { STEPS = 9, RESET_AT = 5 };
+    float obs[STEPS][4], h[16] = {0}, prev_rew = 0.0f, value[STEPS], logp[STEPS];
+    int32_t act[STEPS], prev_act = -1;
+    dpt_policy_state_t st = {h, h + 8, &prev_act, &prev_rew};
+    dpt_rng_t rng;
+    dpt_rng_init(&rng, 5, 0, 0, DPT_RNG_TEST);
+    FILE *f = fopen(in, "w");
+    REQUIRE(f);
+    for (int k = 0; k < STEPS; k++) {
+        if (k == RESET_AT) {
+            memset(h, 0, sizeof h);
+            prev_act = -1;
+            prev_rew = 0.0f;
+            fprintf(f, "reset\n");
+        }
+        dpt_rng_fill_uniform(&rng, obs[k], 4, -1, 1);
+        for (int j = 0; j < 4; j++)
+            fprintf(f, "%.9g ", (double)obs[k][j]);
+        if (k != 0 && k != RESET_AT)
+            fprintf(f, "| %.9g", (double)prev_rew);
+        fprintf(f, "\n");
+        REQUIRE_OK(
+            dpt_policy_act_state(p, a.data, obs[k], &st, 1, NULL, &act[k], &logp[k], &value[k]));
+        prev_act = act[k];
+        prev_rew = 0.25f * (float)(k + 1); /* the reward this step earned */
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tools/dpt_policy.py' '%s' < '%s' > '%s'", DPT_SOURCE_DIR,
+             ckpt, in, out);
+    fflush(stdout);
+    REQUIRE(system(cmd) == 0);
+    f = fopen(out, "r");
+    REQUIRE(f);
+    double worst = 0.0;
+    for (int k = 0; k < STEPS; k++) {
+        int pa;
+        double pv, l0, l1;
+        CHECK(fscanf(f, "%d %lf %lf %lf", &pa, &pv, &l0, &l1) == 4);
+        CHECK(pa == act[k]);
+        /* The greedy action's log-probability from Python's logits. */
+        double la = pa ? l1 : l0, lse = fmax(l0, l1) + log1p(exp(-fabs(l0 - l1)));
+        double d = fabs(pv - (double)value[k]) / fmax(1.0, fabs((double)value[k]));
+        double e = fabs((la - lse) - (double)logp[k]);
+        worst = fmax(worst, fmax(d, e));
+    }
+    fclose(f);
+    printf("python policy reader: %d steps, actions equal, values and log-probs within %.2g\n",
+           STEPS, worst);
+    CHECK(worst < 1e-5);
+    dpt_policy_destroy(p);
+    dpt_arena_deinit(&a);
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(cfg);
+    dpt_test_rm_tree(dir);
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
@@ -746,6 +865,7 @@ int main(void)
         DPT_TEST(test_towers_rules_three_devices),
         DPT_TEST(test_towers_errors),
         DPT_TEST(test_ppo_engine_sequences),
+        DPT_TEST(test_python_policy_reader),
     };
     return DPT_TEST_RUN(cases);
 }

@@ -37,8 +37,8 @@
  *            are padding and count for nothing
  *   state_in_0, state_in_1 [H] f32, per sequence: the LSTM's h and c before
  *            the sequence's first step (as they were while sampling)
- *   prev_actions (i32 [1] or f32 [action_dim]), prev_rewards [1] f32 (the
- *            env's rewards): only when the policy reads them
+ *   prev_actions (i32 [1], -1 for none, or f32 [action_dim]), prev_rewards
+ *            [1] f32 (the env's rewards): only when the policy reads them
  * The LSTM runs over each sequence from its state; every mean below is then
  * over the batch's valid (unpadded) steps, and dpt_loss_out_t.rows is their
  * number (the towers engine weights statistics, and DD-PPO gradients, by
@@ -153,12 +153,12 @@ int dpt_policy_value(dpt_policy_t *p, const float *params, const float *obs, siz
                      float *values);
 
 /* What a recurrent policy carries from one step of n envs to the next
- * (caller owns every array; NULL means zeros). A feed-forward policy
- * ignores it. */
+ * (caller owns every array; NULL means zeros, or no previous actions). A
+ * feed-forward policy ignores it. */
 typedef struct dpt_policy_state {
     float *h, *c;              /* [n, H]: the LSTM state before the step */
-    const void *prev_actions;  /* [n] int32 or [n, action_dim] float */
-    const float *prev_rewards; /* [n] */
+    const void *prev_actions;  /* [n] int32 (-1: none) or [n, action_dim] float */
+    const float *prev_rewards; /* [n] the env's rewards */
 } dpt_policy_state_t;
 
 /* dpt_policy_act for one step of n envs from `state` (NULL: zeros):

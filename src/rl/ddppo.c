@@ -450,7 +450,7 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
      * reward) from step to step, from zeros at every episode's start. */
     size_t ss = dpt_policy_state_size(policy);
     float *h = ss ? calloc(ss, sizeof(float)) : NULL, prev_rew = 0.0f;
-    int32_t prev_iact = 0;
+    int32_t prev_iact = -1;
     float prev_fact[DPT_ENV_MAX_DIM] = {0};
     dpt_policy_state_t st = {h, h ? h + ss / 2 : NULL, discrete ? (void *)&prev_iact : prev_fact,
                              &prev_rew};
@@ -466,7 +466,7 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
             break;
         if (ss && (term || trunc)) {
             dpt_vec_zero(h, ss);
-            prev_iact = 0;
+            prev_iact = -1;
             memset(prev_fact, 0, sizeof prev_fact);
             prev_rew = 0.0f;
         } else if (ss) {

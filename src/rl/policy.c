@@ -255,11 +255,14 @@ static int dpt__policy_input(const dpt_policy_t *p, float *x, const float *obs,
     if (p->spec.lstm_use_prev_action) {
         dpt_vec_zero(x, p->out_dim);
         if (prev_action && p->discrete) {
+            /* -1: none (an episode's first step), all zeros. */
             int32_t a = *(const int32_t *)prev_action;
-            if (a < 0 || (size_t)a >= p->out_dim)
-                return dpt_error(DPT_EINVAL, "policy: previous action %d out of range [0, %zu)",
+            if (a < -1 || a >= (int64_t)p->out_dim)
+                return dpt_error(DPT_EINVAL,
+                                 "policy: previous action %d out of range [0, %zu) (-1: none)",
                                  (int)a, p->out_dim);
-            x[a] = 1.0f;
+            if (a >= 0)
+                x[a] = 1.0f;
         } else if (prev_action) {
             memcpy(x, prev_action, p->out_dim * sizeof(float));
         }

@@ -48,6 +48,16 @@ static void *dpt__calloc2(size_t a, size_t b, size_t size)
     return dpt_mul_size(a, b, &n) ? NULL : calloc(n ? n : 1, size);
 }
 
+/* Row i of an action array says "no action": -1 for discrete actions
+ * (dpt_policy_state_t), zeros for box actions. */
+static void dpt__no_action(const dpt__rollout_t *r, void *actions, size_t i)
+{
+    if (r->discrete)
+        ((int32_t *)actions)[i] = -1;
+    else
+        memset((char *)actions + i * r->act_w * 4, 0, r->act_w * 4);
+}
+
 /* The recurrent buffers (r->H > 0): carried [N, .] and recorded [T*N, .]. */
 static int dpt__rollout_init_rnn(dpt__rollout_t *r, size_t rows)
 {
@@ -69,6 +79,8 @@ static int dpt__rollout_init_rnn(dpt__rollout_t *r, size_t rows)
         !r->boot_pr)
         return dpt_error(DPT_ENOMEM, "rollout: cannot allocate the recurrent state of %zu rows",
                          rows);
+    for (size_t i = 0; i < N; i++)
+        dpt__no_action(r, r->prev_act, i);
     return DPT_OK;
 }
 
@@ -196,7 +208,7 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
             if (done) {
                 dpt_vec_zero(r->h + i * H, H);
                 dpt_vec_zero(r->c + i * H, H);
-                memset((char *)r->prev_act + i * aw * 4, 0, aw * 4);
+                dpt__no_action(r, r->prev_act, i);
                 r->prev_rew[i] = 0.0f;
             } else {
                 dpt__copy_action(r->prev_act, i, act_t, i, aw);
@@ -327,7 +339,7 @@ void dpt__rollout_gather_seq(const dpt__rollout_t *r, const dpt__chunk_t *chunks
             if (t >= ch->len) {
                 dpt_vec_zero(b->obs + row * od, od);
                 memset((char *)b->act + row * aw * 4, 0, aw * 4);
-                memset((char *)b->prev_act + row * aw * 4, 0, aw * 4);
+                dpt__no_action(r, b->prev_act, row);
                 b->logp[row] = b->adv[row] = b->ret[row] = b->val[row] = b->prev_rew[row] = 0.0f;
                 b->mask[row] = 0;
                 continue;
