@@ -38,14 +38,22 @@ static inline void dpt_test_rundir_metrics(const char *path, dpt_test_rundir_t *
     if (!f)
         return;
     char line[65536];
+    int head = 1; /* this piece starts a row (rows may be longer than line) */
+    unsigned long long it = 0;
     while (fgets(line, sizeof line, f)) {
         size_t n = strlen(line);
-        if (n == 0 || line[n - 1] != '\n') {
-            r->cut_rows++;
-            break;
+        if (head) {
+            const char *p = strstr(line, "\"training_iteration\":");
+            it = p ? strtoull(p + 21, NULL, 10) : 0;
         }
-        const char *p = strstr(line, "\"training_iteration\":");
-        unsigned long long it = p ? strtoull(p + 21, NULL, 10) : 0;
+        head = n > 0 && line[n - 1] == '\n';
+        if (!head) {
+            if (feof(f) || n + 1 < sizeof line) {
+                r->cut_rows++;
+                break;
+            }
+            continue; /* the rest of a long row follows */
+        }
         if (it != r->last_iter + 1)
             r->gaps++;
         r->last_iter = it;
