@@ -145,7 +145,7 @@ static void test_errors(void)
     snprintf(dir, sizeof dir, "%s/empty_dir", scratch);
     REQUIRE(mkdir(dir, 0777) == 0);
     CHECK_ERR(dpt_metrics_load(&t, dir), DPT_ENOENT, "has no result.jsonl");
-    char deep[200] = "", longname[700];
+    char deep[256] = "", longname[700];
     for (int i = 0; i < 40; i++)
         strcat(deep, "{\"a\":");
     strcat(deep, "1\n");

@@ -149,6 +149,8 @@ static void plot_grid(FILE *f, const plot_frame_t *fr, const plot_chart_t *c)
 
 static void plot_curve(FILE *f, const plot_frame_t *fr, const plot_curve_t *cv, const char *color)
 {
+    if (cv->n == 0)
+        return; /* a group with no value yet: in the legend only */
     fprintf(f, "<path class=\"band\" fill=\"%s\" fill-opacity=\"0.18\" stroke=\"none\" d=\"",
             color);
     for (size_t i = 0; i < cv->n; i++)
