@@ -14,15 +14,6 @@
 
 static char scratch[PATH_MAX / 4];
 
-static int spill(const char *path, const char *text, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    int bad = fwrite(text, 1, n, f) != n;
-    return fclose(f) != 0 || bad ? -1 : 0;
-}
-
 /* Every result a run reported, in order. */
 typedef struct seen {
     size_t n;
@@ -100,7 +91,7 @@ static void test_shapes(void)
                                "{ \"a\" : 2 , \"n\" : { \"x\" : 4 } , \"late\" : 7 }\r\n"
                                "{\"a\":3,\"q\\\"\\/\\\\\":1,\"e\":{}}\n"
                                "{\"a\":4,\"cut\":1";
-    REQUIRE(spill(path, text, sizeof text - 1) == 0);
+    REQUIRE(dpt_test_spill(path, text, sizeof text - 1) == 0);
     dpt_metrics_table_t *t;
     REQUIRE_OK(dpt_metrics_load(&t, path));
     REQUIRE(t->rows == 3 && t->cols == 5);
@@ -117,7 +108,7 @@ static void test_shapes(void)
     CHECK(dpt_metrics_column(t, "cut") == NULL);
     dpt_metrics_destroy(t);
     /* Empty: no rows, no columns. Many rows: the columns grow. */
-    REQUIRE(spill(path, "", 0) == 0);
+    REQUIRE(dpt_test_spill(path, "", 0) == 0);
     REQUIRE_OK(dpt_metrics_load(&t, path));
     CHECK(t->rows == 0 && t->cols == 0);
     dpt_metrics_destroy(t);
@@ -171,18 +162,18 @@ static void test_errors(void)
         {longname, "longer than 511 bytes"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        REQUIRE(spill(path, cases[i].text, strlen(cases[i].text)) == 0);
+        REQUIRE(dpt_test_spill(path, cases[i].text, strlen(cases[i].text)) == 0);
         CHECK_ERR(dpt_metrics_load(&t, path), DPT_EFORMAT, cases[i].msg);
         CHECK(t == NULL);
     }
-    REQUIRE(spill(path, "{\"a\":1}\n{\"b\0\":2}\n", 17) == 0);
+    REQUIRE(dpt_test_spill(path, "{\"a\":1}\n{\"b\0\":2}\n", 17) == 0);
     CHECK_ERR(dpt_metrics_load(&t, path), DPT_EFORMAT, "bad.jsonl:2: byte 4: NUL byte");
     /* A name nested past 511 bytes. */
     char nested[1200] = "";
     for (int i = 0; i < 30; i++)
         strcat(nested, "{\"abcdefghijklmnopqrst\":");
     strcat(nested, "1\n");
-    REQUIRE(spill(path, nested, strlen(nested)) == 0);
+    REQUIRE(dpt_test_spill(path, nested, strlen(nested)) == 0);
     CHECK_ERR(dpt_metrics_load(&t, path), DPT_EFORMAT, "longer than 511 bytes");
 }
 

@@ -107,16 +107,6 @@ static void test_encoding_golden(void)
     dpt__tfbuf_free(&sum);
 }
 
-/* Writes n bytes to path. */
-static int spill(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    int bad = fwrite(data, 1, n, f) != n;
-    return fclose(f) != 0 || bad ? -1 : 0;
-}
-
 /* The library's reader: records, the clean end, and each way a file can be
  * damaged. */
 static void test_record_reader(void)
@@ -149,7 +139,7 @@ static void test_record_reader(void)
         memcpy(copy, out.data, out.len);
         if (cases[c].flip)
             copy[cases[c].flip] ^= 0x20;
-        REQUIRE(spill(path, copy, cases[c].keep) == 0);
+        REQUIRE(dpt_test_spill(path, copy, cases[c].keep) == 0);
         FILE *f = fopen(path, "rb");
         REQUIRE(f);
         int got = 0, rc;
@@ -168,7 +158,7 @@ static void test_record_reader(void)
     uint32_t m = dpt__crc32c_mask(dpt__crc32c(0, huge, 8));
     for (int i = 0; i < 4; i++)
         huge[8 + i] = (unsigned char)(m >> (8 * i));
-    REQUIRE(spill(path, huge, sizeof huge) == 0);
+    REQUIRE(dpt_test_spill(path, huge, sizeof huge) == 0);
     FILE *f = fopen(path, "rb");
     REQUIRE(f);
     CHECK_ERR(dpt__tfrecord_read(f, "records", &rec), DPT_EFORMAT, "over 1 GiB");
@@ -422,7 +412,7 @@ static void test_errors(void)
 {
     char dir[PATH_MAX], file[PATH_MAX], kv[PATH_MAX + 32];
     snprintf(file, sizeof file, "%s/a_file", scratch);
-    REQUIRE(spill(file, "x", 1) == 0);
+    REQUIRE(dpt_test_spill(file, "x", 1) == 0);
     struct stat sb;
     /* tensorboard_dir names a file: usage error, the fresh run removed. */
     snprintf(dir, sizeof dir, "%s/err1", scratch);
