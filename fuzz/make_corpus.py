@@ -130,3 +130,64 @@ put("env", "out_of_range_action", env(b"F", 0, 1, 0, 3, 0, [0] * 64, 2, 0, 3, 2,
                                       struct.pack("<iii", 0, 3, -1) * 2))
 put("env", "no_reset", env(b"F", 8, 1, 0, 3, 0, [0] * 64, 2, 0, 1, 0, b""))
 put("env", "bad_dims", env(b"", 0, 33, 2, 0, 40, [0] * 64, 0, 63, 1, 0, b""))
+
+
+# ---- metrics: result.jsonl rows ----------------------------------------------
+put("metrics", "ppo_rows",
+    '{"training_iteration":1,"timesteps_total":512,"episode_reward_mean":22.04,'
+    '"info":{"learner":{"default_policy":{"policy_loss":-0.0019,"kl":1.5e-4}}},'
+    '"timing_breakdown":{"sample_time_ms":0.86}}\n'
+    '{"training_iteration":2,"timesteps_total":1024,"episode_reward_mean":null,'
+    '"info":{"learner":{"default_policy":{"policy_loss":-0.0027,"kl":1.7e-4}}}}\n')
+put("metrics", "late_column_cut_row", '{"a":1}\n\n{"a":2,"b":{"c":3}}\n{"a":3,"b":')
+put("metrics", "escapes_blanks", '{ "q\\"\\/\\\\" : -1e-3 , "e" : {} }\r\n')
+put("metrics", "bad_value", '{"a":"text"}\n{"a":0x10}\n')
+
+
+# ---- tfevents: TFRecord files of Event protobufs ------------------------------
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c ^= b
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    return c ^ 0xFFFFFFFF
+
+
+def masked(c):
+    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def record(data):
+    head = struct.pack("<Q", len(data))
+    return head + struct.pack("<I", masked(crc32c(head))) + data + struct.pack("<I", masked(crc32c(data)))
+
+
+def varint(v):
+    out = b""
+    while v >= 0x80:
+        out += bytes([(v & 0x7F) | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def event(wall, step, version=None, values=()):
+    out = b"\x09" + struct.pack("<d", wall) + b"\x10" + varint(step)
+    if version:
+        out += b"\x1a" + varint(len(version)) + version
+    summary = b""
+    for tag, value in values:
+        v = b"\x0a" + varint(len(tag)) + tag + b"\x15" + struct.pack("<f", value)
+        summary += b"\x0a" + varint(len(v)) + v
+    if summary:
+        out += b"\x2a" + varint(len(summary)) + summary
+    return out
+
+
+first = record(event(1.7e9, 0, b"brain.Event:2"))
+scalars = record(event(1.7e9 + 1, 512, values=[(b"episode_reward_mean", 22.5),
+                                               (b"info/learner/default_policy/kl", 1e-4)]))
+put("tfevents", "run", first + scalars + record(event(1.7e9 + 2, 1024, values=[(b"a", 1.0)])))
+put("tfevents", "cut_record", first + scalars[:-7])
+put("tfevents", "bad_data_crc", first[:-1] + bytes([first[-1] ^ 1]) + scalars)
+put("tfevents", "unknown_fields", record(b"\x20\x05\x35\x00\x00\x80\x3f" + event(0.0, 7)))

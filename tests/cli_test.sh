@@ -503,6 +503,57 @@ printf 'job = supervised\ndataset = spirals\nhidden = 64,64\nactivation = tanh\n
 expect 0 "test accuracy" -- train spirals.conf --set output_dir=spirals
 expect 0 "1024 test samples" -- eval spirals
 
+# ---- TensorBoard events and dpt plot -------------------------------------------------
+check "every run writes TensorBoard events into its directory" ls ppo_full/events.out.tfevents.* spirals/events.out.tfevents.*
+expect 0 "tensorboard_dir" -- train --help
+expect 0 "" -- train ppo.conf --quiet --set output_dir=ppo_notb --set tensorboard_dir=off --set stop_iters=2
+check "tensorboard_dir = off: no events file" [ -z "$(ls ppo_notb | grep tfevents)" ]
+expect 0 "" -- train ppo.conf --quiet --set output_dir=ppo_tb --set tensorboard_dir=tb/ppo --set stop_iters=2
+check "tensorboard_dir: the events go there, saved absolute" [ -n "$(ls tb/ppo | grep tfevents)" ] &&
+    grep -q "^tensorboard_dir = /.*/tb/ppo$" ppo_tb/config.conf
+expect 2 "tensorboard_dir $(pwd)/ppo.conf exists and is not a directory" -- train ppo.conf --set output_dir=ppo_tbbad --set tensorboard_dir=ppo.conf
+check "a start refused for its tensorboard_dir leaves no run directory" [ ! -e ppo_tbbad ]
+svg_ok() { # svg_ok FILE MEANS LABEL...: an SVG document with MEANS curves and these legend labels
+    f="$1" n="$2"; shift 2
+    [ "$(head -c 4 "$f")" = "<svg" ] && [ "$(tail -1 "$f")" = "</svg>" ] || return 1
+    [ "$(grep -c 'class="mean"' "$f")" -eq "$n" ] && [ "$(grep -c 'class="band"' "$f")" -eq "$n" ] || return 1
+    grep -q '<text class="title"' "$f" && grep -q 'class="xlabel"' "$f" && grep -q 'class="ylabel"' "$f" || return 1
+    for label in "$@"; do grep -qF ">$label</text>" "$f" || return 1; done
+    if command -v xmllint >/dev/null 2>&1; then xmllint --noout "$f" || return 1; fi
+}
+# The folder of a --seeds run: its runs are one group (seeds only differ).
+expect 0 "episode_reward_mean of 3 runs in 1 group -> seeds.svg" -- plot seeds -o seeds.svg
+check "plot: one curve for the seeds, its legend" svg_ok seeds.svg 1 "ppo CartPole-v1 (seeds 1, 2, 7)"
+check "plot: the default x is env steps" grep -q "env steps (timesteps_total)" seeds.svg
+# Another lr is another group; any metric, x and band.
+expect 0 "" -- train ppo.conf --quiet --set output_dir=ppo_lr --set lr=0.001 --set eval_episodes=0
+expect 0 "info/learner/default_policy/policy_loss of 4 runs in 2 groups -> two.svg" -- \
+    plot seeds/seed-1 seeds/seed-2 ppo_lr seeds/seed-7 --metric info/learner/default_policy/policy_loss --x iteration --band std -o two.svg
+check "plot: two groups, labelled by the key that differs" \
+    svg_ok two.svg 2 "lr=0.00025 (seeds 1, 2, 7)" "lr=0.001 (seed 1)"
+check "plot: --band std is said in the legend" grep -q "one standard deviation" two.svg
+expect 0 "test_accuracy of 1 run in 1 group" -- plot spirals -o sup.svg --x time
+check "plot: supervised runs plot test_accuracy" svg_ok sup.svg 1 "supervised spirals (seed 1)"
+out=$("$dpt" plot ppo_full -o - 2>/dev/null)
+check "plot -o - writes the SVG to standard output" [ "$(printf '%s' "$out" | head -c 4)" = "<svg" ]
+expect 0 "usage: dpt plot" -- plot --help
+expect 2 "give at least one run directory" -- plot
+expect 2 "nothere: No such file or directory" -- plot nothere
+expect 2 "ppo.conf is not a directory" -- plot ppo.conf
+expect 2 "adir is not a run directory (no result.jsonl) and holds none" -- plot adir
+expect 2 'ppo_full has no metric "nope"; its metrics: training_iteration, timesteps_total,' -- plot ppo_full --metric nope
+expect 2 "--x must be one of timesteps, iteration, time; got \"epochs\"" -- plot ppo_full --x epochs
+expect 2 "--band must be one of minmax, std" -- plot ppo_full --band iqr
+expect 2 "unknown option \"--bogus\"" -- plot ppo_full --bogus
+expect 2 "-o needs a value" -- plot ppo_full -o
+mkdir -p noconf && cp ppo_full/result.jsonl noconf/
+expect 2 "noconf has no config.conf" -- plot noconf
+mkdir -p badjson && cp ppo_full/config.conf badjson/ && printf '{"a":1}\n{"a":}\n' > badjson/result.jsonl
+expect 2 "badjson/result.jsonl:2: byte 6: expected a number" -- plot badjson
+mkdir -p norows && cp ppo_full/config.conf norows/ && : > norows/result.jsonl
+expect 2 "norows/result.jsonl has no rows yet" -- plot norows
+expect 1 "cannot write adir" -- plot ppo_full -o adir
+
 # ---- a user-written env (examples/custom_env) loaded as a plug-in ------------------
 if [ -n "$plugin" ] && [ -f "$plugin" ]; then
     # The plug-in path is relative to the config file, and saved absolute.

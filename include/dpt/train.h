@@ -27,7 +27,8 @@
  *
  *  3. Runs (dpt_train_run). The loop every job shares: a run directory
  *     (never reused by a fresh run), config.conf written once atomically,
- *     result.jsonl and progress.csv, checkpoints with rotation, resume from
+ *     result.jsonl, progress.csv and TensorBoard event files (tensorboard_dir;
+ *     docs/TRAINING.md), checkpoints with rotation, resume from
  *     the newest valid checkpoint, stop conditions, stop requests (signals),
  *     and launch under mpirun (rank 0 writes files). It never prints: events
  *     go to a callback.
@@ -146,6 +147,9 @@ typedef enum dpt_adv_norm {
     X(output_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",        \
       "run directory (empty: a new runs/JOB-ENV_OR_DATASET-TIMESTAMP); a fresh run refuses a "     \
       "non-empty one")                                                                             \
+    X(tensorboard_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",   \
+      "where TensorBoard event files of the metrics go (empty: the run directory; a relative "     \
+      "path: from the working directory; off: none)")                                              \
     X(checkpoint_every, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "1", 0, 1e9,   \
       "", "write a checkpoint every N iterations (0 = only at the end)")                           \
     X(keep_checkpoints, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "3", 1, 1000,  \
@@ -304,7 +308,9 @@ int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c);
 
 /* Reads a config file: `key = value` lines, `#` starts a comment. Paths in
  * path-valued keys (env when it names a plug-in, train_csv, test_csv,
- * data_dir) are later resolved relative to this file's directory.
+ * data_dir) are later resolved relative to this file's directory;
+ * tensorboard_dir (an output, as output_dir) relative to the working
+ * directory.
  * Errors naming "FILE:LINE": DPT_ENOENT (missing file), DPT_EINVAL (a
  * directory or non-regular file, a NUL byte or other control character, a
  * value longer than DPT_CONFIG_STR_MAX - 1, syntax, unknown key with the
@@ -319,9 +325,9 @@ int dpt_config_set(dpt_config_t *c, const char *assignment);
  * ("key hidden does not apply to job ppo (it is a supervised key)");
  * cross-key rules are checked (batch_size divisible by num_devices,
  * train_batch_size consistent, sgd_minibatch_size within the batch, ...);
- * relative paths are resolved against the config file's directory (plug-in
- * env paths become absolute, so a run resumes and evaluates from any
- * directory). Idempotent. Required before a trainer or run uses it. */
+ * relative paths are resolved against the config file's directory, or the
+ * working directory for tensorboard_dir (paths become absolute, so a run
+ * resumes and evaluates from any directory). Idempotent. Required before a trainer or run uses it. */
 int dpt_config_finalize(dpt_config_t *c);
 /* 1 once finalized (and not changed since). */
 int dpt_config_finalized(const dpt_config_t *c);
@@ -619,6 +625,32 @@ typedef struct dpt_seeds_summary {
 } dpt_seeds_summary_t;
 
 void dpt_seeds_summarize(const dpt_seed_run_t *runs, size_t n, dpt_seeds_summary_t *out);
+
+/* ---- metrics of a run -------------------------------------------------------- */
+
+/* The rows of a run's result.jsonl as columns: one per metric name found in
+ * any row, in order of first appearance, named as the run wrote it (nested
+ * objects joined with '/': "info/learner/default_policy/policy_loss"). */
+typedef struct dpt_metrics_table {
+    size_t rows, cols;
+    char **names;    /* cols names (owned by the table) */
+    double **values; /* values[c][r]: metric c of row r, NAN where the row holds null or
+                      * lacks it (owned by the table) */
+} dpt_metrics_table_t;
+
+/* Reads result.jsonl: `path` names the file or a run directory holding it.
+ * Values are numbers, null or nested objects (what dpt writes); a last line
+ * without its newline (cut by a kill) is left out, blank lines are skipped.
+ * *out is the caller's until dpt_metrics_destroy (NULL on failure).
+ * Errors: DPT_ENOENT (no such file, or a directory without result.jsonl),
+ * DPT_EFORMAT naming the file, line and byte (not a JSON object of
+ * numbers, nulls and objects; a name longer than 511 bytes; nesting deeper
+ * than 32), DPT_EIO, DPT_ENOMEM. */
+int dpt_metrics_load(dpt_metrics_table_t **out, const char *path);
+/* Frees a table; NULL is a no-op. */
+void dpt_metrics_destroy(dpt_metrics_table_t *t);
+/* The column called `name` (t->rows values; borrowed from t), or NULL. */
+const double *dpt_metrics_column(const dpt_metrics_table_t *t, const char *name);
 
 #ifdef __cplusplus
 }

@@ -463,6 +463,8 @@ static int dpt__is_path_key(const dpt_config_t *c, dpt_config_key_t k)
         return 0;
     if (k == DPT_CFG_env)
         return strchr(s, '/') != NULL || strstr(s, ".so") != NULL;
+    if (k == DPT_CFG_tensorboard_dir)
+        return strcmp(s, "off") != 0;
     return k == DPT_CFG_train_csv || k == DPT_CFG_test_csv || k == DPT_CFG_data_dir;
 }
 
@@ -496,15 +498,16 @@ static void dpt__normalize_path(char *p)
     *out = '\0';
 }
 
-/* Makes a relative path absolute: against the config file's directory when
- * it came from the file, against the working directory otherwise. */
+/* Makes a relative path absolute: an input's against the config file's
+ * directory when it came from the file, an output's (tensorboard_dir, as
+ * output_dir) and any given with --set against the working directory. */
 static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
 {
     dpt__value_t *v = &c->v[k];
     if (v->s[0] == '/')
         return DPT_OK;
     char base[PATH_MAX], joined[PATH_MAX + DPT_CONFIG_STR_MAX + 2];
-    if (v->from_file && c->source[0]) {
+    if (v->from_file && c->source[0] && k != DPT_CFG_tensorboard_dir) {
         snprintf(base, sizeof base, "%s", c->source);
         char *slash = strrchr(base, '/');
         if (slash)

@@ -302,7 +302,8 @@ static void dpt__remove_fresh(dpt__run_t *r)
 /* ---- across ranks ------------------------------------------------------------------ */
 
 /* The things every rank must agree on, as 64-bit hashes: each key but
- * output_dir (rank 0 alone writes), then the build and the launch. */
+ * output_dir and tensorboard_dir (rank 0 alone writes), then the build and
+ * the launch. */
 enum { DPT__AGREE_VERSION = DPT_CFG_COUNT, DPT__AGREE_GEMM, DPT__AGREE_RESUME, DPT__AGREE_COUNT };
 
 static uint64_t dpt__hash_str(const char *s)
@@ -341,7 +342,9 @@ static int dpt__agree(dpt__run_t *r, const char *resume_dir)
         else if (i == DPT__AGREE_RESUME)
             h = dpt__hash_str(resume_dir ? resume_dir : "");
         else
-            h = i == DPT_CFG_output_dir ? 0 : dpt_config_key_hash(r->cfg, (dpt_config_key_t)i);
+            h = i == DPT_CFG_output_dir || i == DPT_CFG_tensorboard_dir
+                    ? 0
+                    : dpt_config_key_hash(r->cfg, (dpt_config_key_t)i);
         for (int q = 0; q < 4; q++)
             mine[4 * i + q] = (float)((h >> (16 * q)) & 0xffff);
     }
@@ -863,7 +866,7 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
                 goto out;
             snprintf(path, sizeof path, "%s/config.conf", r.dir);
             if ((rc = dpt_config_save(r.cfg, path)) != 0 ||
-                (rc = dpt__metrics_open(&r.metrics, r.dir, 0)) != 0) {
+                (rc = dpt__metrics_open(&r.metrics, r.dir, 0, r.cfg)) != 0) {
                 rc = dpt__fail(rc, NULL);
                 dpt__remove_fresh(&r);
                 goto out;
@@ -878,8 +881,8 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
                 dpt__note(&r, msg);
             }
             if ((rc = dpt__record_overrides(&r, saved, it0)) != 0 ||
-                (rc = dpt__metrics_truncate(r.dir, it0)) != 0 ||
-                (rc = dpt__metrics_open(&r.metrics, r.dir, 1)) != 0)
+                (rc = dpt__metrics_truncate(r.dir, r.cfg, it0, ts0)) != 0 ||
+                (rc = dpt__metrics_open(&r.metrics, r.dir, 1, r.cfg)) != 0)
                 goto out;
         }
         r.metrics_open = 1;

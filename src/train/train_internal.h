@@ -5,9 +5,11 @@
 #ifndef DPT_TRAIN_INTERNAL_H
 #define DPT_TRAIN_INTERNAL_H
 
+#include "core/tfrecord.h"
 #include "dpt/checkpoint.h"
 #include "dpt/train.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,25 +70,69 @@ void dpt__run_label(const dpt_config_t *c, char *out, size_t n);
  * ".tmp-"); returns how many were removed. */
 int dpt__remove_temporaries(const char *dir);
 
+/* ---- TensorBoard event files ---- */
+
+/* The events file of one process's part of a run (rank 0), made at its
+ * first write: events.out.tfevents.SECONDS.HOST.PID.N, whose first record
+ * holds file_version "brain.Event:2"; then one Event per iteration with the
+ * row's finite metrics as scalars (tags: the metrics' names), its step the
+ * row's timesteps_total (RL) or training_iteration (supervised). */
+typedef struct dpt__tb {
+    int on;                /* 0 when tensorboard_dir = off, or once closed */
+    int fd;                /* -1 until the first write */
+    char dir[PATH_MAX];    /* where the file goes */
+    char path[PATH_MAX];   /* the file ("" before the first write) */
+    const char *step_name; /* static storage */
+    dpt__tfbuf_t buf, summary;
+} dpt__tb_t;
+
+/* The directory of a run's events (tensorboard_dir, or run_dir when it is
+ * empty) into out; 0 when tensorboard_dir = off, else 1. */
+int dpt__tb_dir(const dpt_config_t *c, const char *run_dir, char *out, size_t n);
+/* The metric whose value is the events' step for c's job. */
+const char *dpt__tb_step_name(const dpt_config_t *c);
+/* Prepares the events of a run: makes the directory when missing (nothing
+ * when off). DPT_EINVAL (tensorboard_dir names a file), DPT_EIO naming the
+ * directory. The file itself is made by the first write, so a start that
+ * does no iteration leaves none. */
+int dpt__tb_open(dpt__tb_t *tb, const dpt_config_t *c, const char *run_dir);
+/* Appends one iteration's Event and writes it out (a no-op when off).
+ * DPT_EIO naming the file and the system's reason, DPT_ENOMEM. */
+int dpt__tb_write(dpt__tb_t *tb, const dpt_metric_t *metrics, size_t n);
+/* Closes the file and frees the buffers. Safe twice. */
+void dpt__tb_close(dpt__tb_t *tb);
+/* For a resume from the checkpoint whose step (as dpt__tb_step_name) is
+ * `last`: rewrites each events file of the run's events directory
+ * atomically without the Events of later steps and without a record cut
+ * short by a kill, so TensorBoard shows no step twice. */
+int dpt__tb_truncate(const dpt_config_t *c, const char *run_dir, uint64_t last);
+
 /* ---- metrics files ---- */
 
-/* result.jsonl (one JSON object per iteration, '/' in names nests) and
- * progress.csv (the same numbers; the first row fixes the columns). */
+/* result.jsonl (one JSON object per iteration, '/' in names nests),
+ * progress.csv (the same numbers; the first row fixes the columns) and the
+ * TensorBoard events (above). */
 typedef struct dpt__metrics {
     FILE *jsonl, *csv;
     int header_written;
     size_t ncols;
     const char *columns[DPT_TRAIN_MAX_METRICS + 8];
+    dpt__tb_t tb;
 } dpt__metrics_t;
 
-/* Opens both files in dir, appending (resume) or creating them. */
-int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append);
+/* Opens the files of the run in dir whose finalized config is c, appending
+ * (resume) or creating them; the events go to a new file either way. On
+ * failure every file is closed. */
+int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append, const dpt_config_t *c);
 void dpt__metrics_close(dpt__metrics_t *m);
 /* Writes one row and flushes. Names must stay valid while m is open. */
 int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n);
-/* Keeps the complete lines whose training_iteration is at most `last` in
- * both files (rewritten atomically); a cut-off last line is dropped. */
-int dpt__metrics_truncate(const char *dir, uint64_t last);
+/* Keeps the complete lines whose training_iteration is at most
+ * `iteration` in result.jsonl and progress.csv (rewritten atomically; a
+ * cut-off last line is dropped), and the events up to the step of that
+ * iteration (`timesteps` for RL jobs). */
+int dpt__metrics_truncate(const char *dir, const dpt_config_t *c, uint64_t iteration,
+                          uint64_t timesteps);
 
 /* ---- run directories ---- */
 
