@@ -296,7 +296,11 @@ static void test_metrics_truncate(void)
         fprintf(f, "0.5,%d,%d\n", it, 2 * it);
     fputs("0.5,5001", f);
     fclose(f);
-    CHECK_OK(dpt__metrics_truncate(dir, 4000));
+    dpt_config_t *c = NULL;
+    static const char *const kv[] = {"job=ppo", "tensorboard_dir=off"};
+    REQUIRE_OK(dpt_test_config(&c, kv, 2, NULL, 0));
+    CHECK_OK(dpt__metrics_truncate(dir, c, 4000, 0));
+    dpt_config_destroy(c);
     dpt_test_rundir_t rd;
     CHECK(dpt_test_rundir_check(dir, &rd) == 0);
     CHECK(rd.rows == 4000 && rd.last_iter == 4000 && rd.gaps == 0 && rd.cut_rows == 0);
