@@ -28,6 +28,27 @@ int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides
  * into out (at most max); returns the count or DPT_EINVAL naming the key. */
 int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, int max);
 
+/* The env_config entries against cls (the env of the config's `env`): each
+ * entry must name a parameter of cls and hold a valid value of it
+ * (DPT_EINVAL naming where it was given, the key and the env); then *out is
+ * cls configured with them (dpt_env_class_create; caller owns). */
+struct dpt_env_class;
+int dpt__config_env_class(const dpt_config_t *c, const struct dpt_env_class *cls,
+                          struct dpt_env_class **out);
+/* Adds an entry holding the default of each parameter of cls that has none
+ * (not marked as given); the config stays finalized. */
+int dpt__config_env_fill(dpt_config_t *c, const struct dpt_env_class *cls);
+/* 64-bit FNV-1a of the env_config entries ("env_config.NAME=value\n" in
+ * name order); 0 when there are none or the job has no env. */
+uint64_t dpt__config_env_hash(const dpt_config_t *c);
+/* For the RL jobs: loads the config's env (built-in, or a plug-in: see
+ * dpt__find_env), checks its env_config entries against the env's
+ * parameters (dpt__config_env_class) and fills in the defaults of the
+ * others (dpt__config_env_fill), so the config names every value the env
+ * runs with. A no-op for other jobs. Errors: those of dpt__rl_find_env and
+ * dpt__config_env_class. (src/train/rl_common.c) */
+int dpt__config_resolve_env(dpt_config_t *c);
+
 /* Most hidden layers a "hidden" or "policy_hidden" list may name. */
 #define DPT__MAX_HIDDEN 8
 
@@ -95,13 +116,12 @@ extern const dpt_trainer_ops_t dpt__ddppo_ops;
  * DPT_ENV_PLUGIN_SYMBOL whose DPT_ENV_PLUGIN_ABI_SYMBOL matches
  * DPT_ENV_ABI_VERSION, kept loaded for the life of the process); NULL with a
  * DPT_EINVAL/DPT_ENOENT message otherwise. */
-struct dpt_env_class;
 const struct dpt_env_class *dpt__find_env(const char *name);
 
-/* Metadata every RL trainer's describe() adds: env name, obs_dim,
- * action kind and size, policy layer sizes. */
+/* Metadata every RL trainer's describe() adds: env name, its env_config
+ * values, obs_dim, action kind and size, policy layer sizes. */
 struct dpt_policy;
 int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *policy,
-                         const char *env);
+                         const dpt_config_t *cfg);
 
 #endif
