@@ -1,13 +1,12 @@
 /*
  * The configuration of every job, from one key table (dpt/train.h): files,
  * overrides, per-job defaults, applicability, paths, text and digests; and
- * the env_config entries, a sorted array that grows with what is given.
+ * the env_config lines (their list is kept by config_env.c).
  */
 #define _GNU_SOURCE /* realpath with a NULL buffer is POSIX; getline too */
 #include "dpt/train.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
-#include "rl/env_internal.h"
 #include "train_internal.h"
 
 #include <ctype.h>
@@ -115,20 +114,9 @@ typedef struct dpt__value {
     int from_file;              /* given in the file (paths resolve against it) */
 } dpt__value_t;
 
-/* One `env_config.NAME = value` entry. name, value and where share one
- * allocation (name's). */
-typedef struct dpt__env_entry {
-    char *name;    /* NAME, without the prefix */
-    char *value;   /* as given (trimmed) */
-    char *where;   /* where it was given ("run.conf:3", "--set ..."), for messages */
-    int given;     /* from a file or dpt_config_set; 0: a default the env filled in */
-    int from_file; /* given in the file */
-} dpt__env_entry_t;
-
 struct dpt_config {
     dpt__value_t v[DPT_CFG_COUNT];
-    dpt__env_entry_t *envc; /* [nenvc] in name order; capacity capenvc */
-    size_t nenvc, capenvc;
+    dpt__env_entries_t envc; /* env_config entries */
     char source[PATH_MAX];
     int finalized;
 };
@@ -152,25 +140,8 @@ void dpt_config_destroy(dpt_config_t *c)
 {
     if (!c)
         return;
-    for (size_t i = 0; i < c->nenvc; i++)
-        free(c->envc[i].name);
-    free(c->envc);
+    dpt__env_entries_free(&c->envc);
     free(c);
-}
-
-/* A copy of an entry's strings in one allocation, into *e (the flags are the
- * caller's). */
-static int dpt__env_entry_init(dpt__env_entry_t *e, const char *name, const char *value,
-                               const char *where)
-{
-    size_t ln = strlen(name) + 1, lv = strlen(value) + 1, lw = strlen(where) + 1;
-    char *b = malloc(ln + lv + lw);
-    if (!b)
-        return dpt_error(DPT_ENOMEM, "config: cannot allocate env_config.%s", name);
-    e->name = memcpy(b, name, ln);
-    e->value = memcpy(b + ln, value, lv);
-    e->where = memcpy(b + ln + lv, where, lw);
-    return DPT_OK;
 }
 
 int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c)
@@ -180,24 +151,9 @@ int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c)
     if (!d)
         return dpt_error(DPT_ENOMEM, "config: cannot allocate");
     memcpy(d, c, sizeof *c);
-    d->envc = NULL;
-    d->nenvc = d->capenvc = 0;
-    if (c->nenvc) {
-        if (!(d->envc = calloc(c->nenvc, sizeof *d->envc))) {
-            free(d);
-            return dpt_error(DPT_ENOMEM, "config: cannot allocate %zu env_config entries",
-                             c->nenvc);
-        }
-        d->capenvc = c->nenvc;
-        for (; d->nenvc < c->nenvc; d->nenvc++) {
-            const dpt__env_entry_t *e = &c->envc[d->nenvc];
-            dpt__env_entry_t *f = &d->envc[d->nenvc];
-            *f = *e;
-            if (dpt__env_entry_init(f, e->name, e->value, e->where) != 0) {
-                dpt_config_destroy(d);
-                return DPT_ENOMEM;
-            }
-        }
+    if (dpt__env_entries_copy(&d->envc, &c->envc) != 0) {
+        free(d);
+        return DPT_ENOMEM;
     }
     *out = d;
     return DPT_OK;
@@ -305,8 +261,6 @@ static int dpt__check_text(const char *text, const char *prefix, const char *nam
     return DPT_OK;
 }
 
-static void dpt__env_entries_drop_defaults(dpt_config_t *c);
-
 int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where)
 {
     const dpt_config_key_info_t *ki = &dpt__keys[k];
@@ -368,7 +322,7 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
     }
     /* The parameters filled in for one env are not another env's. */
     if (k == DPT_CFG_env && strcmp(v->s, text) != 0)
-        dpt__env_entries_drop_defaults(c);
+        dpt__env_entries_drop_defaults(&c->envc);
     snprintf(v->s, sizeof v->s, "%s", text);
     c->finalized = 0;
     return DPT_OK;
@@ -376,94 +330,13 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
 
 /* ---- env_config entries ------------------------------------------------------ */
 
-/* Index of the entry `name`, or where it would be inserted (*found = 0). */
-static size_t dpt__env_entry_find(const dpt_config_t *c, const char *name, int *found)
-{
-    size_t lo = 0, hi = c->nenvc;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int cmp = strcmp(c->envc[mid].name, name);
-        if (cmp == 0) {
-            *found = 1;
-            return mid;
-        }
-        if (cmp < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = 0;
-    return lo;
-}
-
-/* Sets entry `name` (replacing one of that name). Does not touch finalized. */
-static int dpt__env_entry_put(dpt_config_t *c, const char *name, const char *value,
-                              const char *where, int given, int from_file)
-{
-    int found;
-    size_t at = dpt__env_entry_find(c, name, &found);
-    dpt__env_entry_t e = {0};
-    int rc = dpt__env_entry_init(&e, name, value, where);
-    if (rc)
-        return rc;
-    e.given = given;
-    e.from_file = from_file;
-    if (found) {
-        free(c->envc[at].name);
-        c->envc[at] = e;
-        return DPT_OK;
-    }
-    if (c->nenvc == c->capenvc) {
-        size_t cap = c->capenvc ? 2 * c->capenvc : 8;
-        dpt__env_entry_t *grown = NULL;
-        if (cap <= SIZE_MAX / sizeof *grown)
-            grown = realloc(c->envc, cap * sizeof *grown);
-        if (!grown) {
-            free(e.name);
-            return dpt_error(DPT_ENOMEM, "config: cannot allocate %zu env_config entries", cap);
-        }
-        c->envc = grown;
-        c->capenvc = cap;
-    }
-    memmove(c->envc + at + 1, c->envc + at, (c->nenvc - at) * sizeof *c->envc);
-    c->envc[at] = e;
-    c->nenvc++;
-    return DPT_OK;
-}
-
-static void dpt__env_entries_drop_defaults(dpt_config_t *c)
-{
-    size_t kept = 0;
-    for (size_t i = 0; i < c->nenvc; i++) {
-        if (c->envc[i].given)
-            c->envc[kept++] = c->envc[i];
-        else
-            free(c->envc[i].name);
-    }
-    c->nenvc = kept;
-}
-
-/* 1 for 1..63 ASCII letters, digits and '_' (a parameter name of dpt/env.h). */
-static int dpt__env_name_ok(const char *name)
-{
-    size_t n = 0;
-    for (; name[n]; n++) {
-        char ch = name[n];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_') ||
-            n >= 63)
-            return 0;
-    }
-    return n > 0;
-}
-
 /* `env_config.NAME = value` from a file line or an override. */
 static int dpt__apply_env_entry(dpt_config_t *c, const char *key, const char *val,
                                 const char *where, int from_file)
 {
     const char *name = key + strlen(DPT_CONFIG_ENV_PREFIX);
     char shown[160];
-    if (!dpt__env_name_ok(name))
+    if (!dpt__env_entries_name_ok(name))
         return dpt_error(DPT_EINVAL,
                          "%s: \"%s\": after " DPT_CONFIG_ENV_PREFIX " comes a parameter name of "
                          "1..63 letters, digits or '_'",
@@ -476,10 +349,10 @@ static int dpt__apply_env_entry(dpt_config_t *c, const char *key, const char *va
     if (rc)
         return rc;
     int found;
-    size_t at = dpt__env_entry_find(c, name, &found);
-    if (from_file && found && c->envc[at].given && c->envc[at].from_file)
+    size_t at = dpt__env_entries_find(&c->envc, name, &found);
+    if (from_file && found && c->envc.e[at].given && c->envc.e[at].from_file)
         return dpt_error(DPT_EINVAL, "%s: duplicate key \"%s\"", where, key);
-    if ((rc = dpt__env_entry_put(c, name, val, where, 1, from_file)) != 0)
+    if ((rc = dpt__env_entries_put(&c->envc, name, val, where, 1, from_file)) != 0)
         return rc;
     c->finalized = 0;
     return DPT_OK;
@@ -487,81 +360,34 @@ static int dpt__apply_env_entry(dpt_config_t *c, const char *key, const char *va
 
 size_t dpt_config_env_count(const dpt_config_t *c)
 {
-    return c->nenvc;
+    return c->envc.n;
 }
 
 const char *dpt_config_env_name(const dpt_config_t *c, size_t i)
 {
-    return i < c->nenvc ? c->envc[i].name : NULL;
+    return i < c->envc.n ? c->envc.e[i].name : NULL;
 }
 
 const char *dpt_config_env_value(const dpt_config_t *c, size_t i)
 {
-    return i < c->nenvc ? c->envc[i].value : NULL;
+    return i < c->envc.n ? c->envc.e[i].value : NULL;
 }
 
 const char *dpt_config_env_get(const dpt_config_t *c, const char *name)
 {
     int found;
-    size_t at = dpt__env_entry_find(c, name, &found);
-    return found ? c->envc[at].value : NULL;
+    size_t at = dpt__env_entries_find(&c->envc, name, &found);
+    return found ? c->envc.e[at].value : NULL;
 }
 
 int dpt__config_env_class(const dpt_config_t *c, const dpt_env_class_t *cls, dpt_env_class_t **out)
 {
-    *out = NULL;
-    /* Each entry first, so the message names its key and where it was given. */
-    for (size_t i = 0; i < c->nenvc; i++) {
-        const dpt__env_entry_t *e = &c->envc[i];
-        const dpt_env_param_t *p = dpt_env_param_find(cls, e->name);
-        if (!p) {
-            char list[256];
-            dpt__env_param_list(cls, list, sizeof list);
-            return dpt_error(DPT_EINVAL,
-                             "%s: " DPT_CONFIG_ENV_PREFIX "%s: env \"%s\" has no such parameter "
-                             "(%s)",
-                             e->where, e->name, cls->name, list);
-        }
-        dpt_env_value_t v;
-        if (dpt_env_param_parse(p, e->value, &v) != 0)
-            return dpt_error(DPT_EINVAL, "%s: " DPT_CONFIG_ENV_PREFIX "%s (env \"%s\")", e->where,
-                             dpt_last_error(), cls->name);
-    }
-    const char **names = NULL, **texts = NULL;
-    if (c->nenvc) {
-        names = malloc(c->nenvc * sizeof *names);
-        texts = malloc(c->nenvc * sizeof *texts);
-    }
-    int rc;
-    if (c->nenvc && (!names || !texts)) {
-        rc = dpt_error(DPT_ENOMEM, "config: cannot allocate %zu env_config entries", c->nenvc);
-    } else {
-        for (size_t i = 0; i < c->nenvc; i++) {
-            names[i] = c->envc[i].name;
-            texts[i] = c->envc[i].value;
-        }
-        rc = dpt_env_class_create(out, cls, names, texts, c->nenvc);
-        if (rc == DPT_EINVAL)
-            rc = dpt_error(rc, "env_config: %s", dpt_last_error());
-    }
-    free(names);
-    free(texts);
-    return rc;
+    return dpt__env_entries_configure(&c->envc, cls, out);
 }
 
 int dpt__config_env_fill(dpt_config_t *c, const dpt_env_class_t *cls)
 {
-    for (size_t j = 0; j < cls->num_params; j++) {
-        const dpt_env_param_t *p = &cls->params[j];
-        int found;
-        (void)dpt__env_entry_find(c, p->name, &found);
-        if (found)
-            continue;
-        int rc = dpt__env_entry_put(c, p->name, p->def, "default", 0, 0);
-        if (rc)
-            return rc;
-    }
-    return DPT_OK;
+    return dpt__env_entries_fill(&c->envc, cls);
 }
 
 static char *dpt__trim(char *s)
@@ -881,13 +707,13 @@ int dpt_config_finalize(dpt_config_t *c)
             return rc;
     }
     if (!(dpt__keys[DPT_CFG_env].jobs & (1u << job)))
-        for (size_t i = 0; i < c->nenvc; i++)
-            if (c->envc[i].given) {
+        for (size_t i = 0; i < c->envc.n; i++)
+            if (c->envc.e[i].given) {
                 dpt__jobs_text(dpt__keys[DPT_CFG_env].jobs, jobs, sizeof jobs);
                 return dpt_error(DPT_EINVAL,
                                  "key " DPT_CONFIG_ENV_PREFIX "%s does not apply to job %s (it is "
                                  "used by: %s)",
-                                 c->envc[i].name, dpt_job_name(job), jobs);
+                                 c->envc.e[i].name, dpt_job_name(job), jobs);
             }
     int rc = dpt__cross_checks(c);
     if (rc)
@@ -991,9 +817,9 @@ size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size)
             continue;
         DPT__APPEND(buf, size, len, "%s = %s\n", dpt__keys[k].name, c->v[k].s);
         if (k == DPT_CFG_env)
-            for (size_t i = 0; i < c->nenvc; i++)
-                DPT__APPEND(buf, size, len, DPT_CONFIG_ENV_PREFIX "%s = %s\n", c->envc[i].name,
-                            c->envc[i].value);
+            for (size_t i = 0; i < c->envc.n; i++)
+                DPT__APPEND(buf, size, len, DPT_CONFIG_ENV_PREFIX "%s = %s\n", c->envc.e[i].name,
+                            c->envc.e[i].value);
     }
     return len;
 }
@@ -1055,18 +881,7 @@ uint64_t dpt_config_key_hash(const dpt_config_t *c, dpt_config_key_t k)
 
 uint64_t dpt__config_env_hash(const dpt_config_t *c)
 {
-    if (!dpt_config_applies(c, DPT_CFG_env) || c->nenvc == 0)
-        return 0;
-    uint64_t h = DPT_FNV1A64_INIT;
-    for (size_t i = 0; i < c->nenvc; i++) {
-        const dpt__env_entry_t *e = &c->envc[i];
-        h = dpt_fnv1a64(h, DPT_CONFIG_ENV_PREFIX, strlen(DPT_CONFIG_ENV_PREFIX));
-        h = dpt_fnv1a64(h, e->name, strlen(e->name));
-        h = dpt_fnv1a64(h, "=", 1);
-        h = dpt_fnv1a64(h, e->value, strlen(e->value));
-        h = dpt_fnv1a64(h, "\n", 1);
-    }
-    return h;
+    return dpt_config_applies(c, DPT_CFG_env) ? dpt__env_entries_hash(&c->envc) : 0;
 }
 
 uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags)
@@ -1096,11 +911,11 @@ int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides
         dst->v[k].given = 1;
         dst->v[k].from_file = 0;
     }
-    for (size_t i = 0; i < overrides->nenvc; i++) {
-        const dpt__env_entry_t *e = &overrides->envc[i];
+    for (size_t i = 0; i < overrides->envc.n; i++) {
+        const dpt__env_entry_t *e = &overrides->envc.e[i];
         if (!e->given)
             continue;
-        int rc = dpt__env_entry_put(dst, e->name, e->value, e->where, 1, 0);
+        int rc = dpt__env_entries_put(&dst->envc, e->name, e->value, e->where, 1, 0);
         if (rc)
             return rc;
     }

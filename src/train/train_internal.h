@@ -14,6 +14,46 @@
 
 /* ---- config ---- */
 
+/* One `env_config.NAME = value` entry of a config. name, value and where
+ * share one allocation (name's). */
+typedef struct dpt__env_entry {
+    char *name;    /* NAME, without the prefix */
+    char *value;   /* as given (trimmed) */
+    char *where;   /* where it was given ("run.conf:3", "--set ..."), for messages */
+    int given;     /* from a file or dpt_config_set; 0: a default the env filled in */
+    int from_file; /* given in the file */
+} dpt__env_entry_t;
+
+/* The env_config entries: e [n] in name order, room for cap (config_env.c).
+ * Zeroed is empty. */
+typedef struct dpt__env_entries {
+    dpt__env_entry_t *e;
+    size_t n, cap;
+} dpt__env_entries_t;
+
+struct dpt_env_class;
+void dpt__env_entries_free(dpt__env_entries_t *l);
+/* A deep copy into dst (its old contents are not freed). DPT_ENOMEM. */
+int dpt__env_entries_copy(dpt__env_entries_t *dst, const dpt__env_entries_t *src);
+/* Index of entry `name`, or where it would go (*found = 0). */
+size_t dpt__env_entries_find(const dpt__env_entries_t *l, const char *name, int *found);
+/* Sets entry `name` (replacing one of that name) to copies of the strings. */
+int dpt__env_entries_put(dpt__env_entries_t *l, const char *name, const char *value,
+                         const char *where, int given, int from_file);
+/* Removes the entries not marked as given (defaults an env filled in). */
+void dpt__env_entries_drop_defaults(dpt__env_entries_t *l);
+/* 1 for a NAME of 1..63 ASCII letters, digits and '_'. */
+int dpt__env_entries_name_ok(const char *name);
+/* 64-bit FNV-1a of "env_config.NAME=value\n" of each entry; 0 when empty. */
+uint64_t dpt__env_entries_hash(const dpt__env_entries_t *l);
+/* Checks every entry against cls (see dpt__config_env_class) and makes *out,
+ * cls configured with them. */
+int dpt__env_entries_configure(const dpt__env_entries_t *l, const struct dpt_env_class *cls,
+                               struct dpt_env_class **out);
+/* Adds an entry (given = 0) with the default of each parameter of cls that
+ * has none. */
+int dpt__env_entries_fill(dpt__env_entries_t *l, const struct dpt_env_class *cls);
+
 /* Parses `text` into key k (type and range checked); `where` prefixes
  * messages ("file:3", "--set ..."). Does not mark the key as given. */
 int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where);
@@ -32,7 +72,6 @@ int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, in
  * entry must name a parameter of cls and hold a valid value of it
  * (DPT_EINVAL naming where it was given, the key and the env); then *out is
  * cls configured with them (dpt_env_class_create; caller owns). */
-struct dpt_env_class;
 int dpt__config_env_class(const dpt_config_t *c, const struct dpt_env_class *cls,
                           struct dpt_env_class **out);
 /* Adds an entry holding the default of each parameter of cls that has none
