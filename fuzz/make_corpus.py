@@ -29,6 +29,8 @@ put("config", "supervised_spirals", "job = supervised\ndataset = spirals\nhidden
 put("config", "bad_value", "job = ppo\nlr = -1\nenv = CartPole-v1 # comment\n")
 put("config", "unknown_key", "job = ddppo\nnum_workers = 0\nfoo = bar\n")
 put("config", "plugin_path", "job = ppo\nenv = ./libmyenv.so\npolicy_hidden = 64,,64\n")
+put("config", "env_config", "job = ppo\nenv = RepeatPrevious-v0\nenv_config.k = 3\n"
+    "env_config.num_tokens = 4\n")
 put("config", "empty", "")
 
 # ---- safetensors ------------------------------------------------------------
@@ -113,23 +115,50 @@ put("csv", "ragged", csv(8, 1, 0, "1\t2\t3\n4\t5\n"))
 put("csv", "huge_number", csv(0, 0, 0, "0,1e300\n1,2\n"))
 
 # ---- env: see fuzz_env.c for the layout -------------------------------------
+def text(b):
+    return bytes([len(b)]) + b
+
+
+def size(n):
+    return bytes([n]) if n < 64 else bytes([64]) + struct.pack("<H", n)
+
+
 def env(name, flags, obs_dim, kind, num_actions, action_dim, bounds, steps_max, state_size,
-        nenv, steps, actions):
-    out = bytes([len(name)]) + name + bytes([flags, obs_dim, kind, num_actions, action_dim])
-    out += bytes(bounds)
-    out += bytes([steps_max]) + bytes(8) + bytes([state_size, nenv]) + bytes(8)
-    out += bytes([steps]) + actions
+        nenv, steps, actions, params=(), sets=()):
+    """params: (type, name, default, min, max); sets: (param index, text)."""
+    out = text(name) + bytes([flags]) + size(obs_dim) + bytes([kind]) + size(num_actions)
+    out += size(action_dim) + bytes(bounds)
+    out += bytes([steps_max]) + bytes(8) + size(state_size)
+    out += bytes([len(params)])
+    for ptype, pname, pdef, lo, hi in params:
+        out += bytes([ptype]) + text(pname) + text(pdef) + struct.pack("<bb", lo, hi)
+    out += bytes([len(sets)])
+    for index, value in sets:
+        out += bytes([index]) + text(value)
+    out += bytes([nenv]) + bytes(8) + bytes([steps]) + actions
     return out
 
 
-put("env", "discrete", env(b"Fuzz-v0", 0, 4, 0, 2, 0, [0] * 64, 5, 16, 2, 8,
+put("env", "discrete", env(b"Fuzz-v0", 0, 4, 0, 2, 0, [0] * 16, 5, 16, 2, 8,
                            b"".join(struct.pack("<i", i % 2) for i in range(16))))
-put("env", "box", env(b"FuzzBox-v0", 0, 3, 1, 0, 2, [3, 3] * 32, 0, 8, 1, 4,
+put("env", "box", env(b"FuzzBox-v0", 0, 3, 1, 0, 2, [3, 3] * 8, 0, 8, 1, 4,
                       b"".join(struct.pack("<f", x) for x in (0.5, -9, 1e9, 0.0) * 2)))
-put("env", "out_of_range_action", env(b"F", 0, 1, 0, 3, 0, [0] * 64, 2, 0, 3, 2,
+put("env", "out_of_range_action", env(b"F", 0, 1, 0, 3, 0, [0] * 16, 2, 0, 3, 2,
                                       struct.pack("<iii", 0, 3, -1) * 2))
-put("env", "no_reset", env(b"F", 8, 1, 0, 3, 0, [0] * 64, 2, 0, 1, 0, b""))
-put("env", "bad_dims", env(b"", 0, 33, 2, 0, 40, [0] * 64, 0, 63, 1, 0, b""))
+put("env", "no_reset", env(b"F", 8, 1, 0, 3, 0, [0] * 16, 2, 0, 1, 0, b""))
+put("env", "bad_dims", env(b"", 0, 33, 2, 0, 40, [0] * 16, 0, 63, 1, 0, b""))
+# 100 observations and 40 box actions, past the 32 of env ABI 1.
+put("env", "wide", env(b"Wide-v0", 0, 100, 1, 0, 40, [2, 2] * 8, 3, 0, 2, 3,
+                       b"".join(struct.pack("<f", x) for x in (0.25, -1.0) * 120)))
+# Parameters of each type, configure and init, values given and refused.
+put("env", "params", env(b"Params-v0", 64 | 128, 4, 0, 2, 0, [0] * 16, 4, 8, 2, 6,
+                         struct.pack("<ii", 1, 0) * 6,
+                         params=[(0, b"size", b"4", 1, 50), (1, b"gain", b"0.5", 0, 2),
+                                 (3, b"tag", b"abc", 0, 0), (2, b"refuse", b"false", 0, 0)],
+                         sets=[(0, b"7"), (2, b"xyz")]))
+put("env", "param_errors", env(b"P", 0, 1, 0, 2, 0, [0] * 16, 0, 0, 1, 0, b"",
+                               params=[(0, b"k", b"9", 0, 5), (0, b"k", b"1", 0, 5)],
+                               sets=[(4, b"1")]))
 
 
 # ---- metrics: result.jsonl rows ----------------------------------------------

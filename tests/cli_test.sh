@@ -3,8 +3,8 @@
 # directories, training runs, checkpoints, resume, signals and evaluation.
 # Each numbered "defect" below was reproducible before the trainer layer and
 # must stay fixed.
-# usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [ENV_PLUGIN [EMBED_TRAIN]]
-dpt="$1" cmp="$2" work="$3" plugin="$4" embed="$5"
+# usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [ENV_PLUGIN [EMBED_TRAIN [WIDE_PLUGIN]]]
+dpt="$1" cmp="$2" work="$3" plugin="$4" embed="$5" wide="$6"
 fails=0 passes=0
 rm -rf "$work" && mkdir -p "$work" || exit 1
 cd "$work" || exit 1
@@ -390,6 +390,14 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
     else
         bad "mpmd fragment: exit $rc"; printf '%s\n' "$out" | tail -3
     fi
+    out=$(mpirun_ -np 1 "$dpt" train dd.conf --set output_dir=mpmd3 --set env=RepeatPrevious-v0 : \
+          -np 1 "$dpt" train dd.conf --set output_dir=mpmd3 --set env=RepeatPrevious-v0 \
+          --set env_config.k=3 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "differing from rank 0: env_config (rank 1)"; then
+        ok "ranks with different env_config values exit 2 naming env_config"
+    else
+        bad "mpmd env_config: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
     # Defect 6: a stopped rank (SIGSTOP) used to hang the others forever; now the
     # collective times out (comm_timeout_s) naming it, and the job ends.
     mpirun_ -np 2 "$dpt" train dd.conf --set num_workers=1 --set output_dir=dd_stop \
@@ -569,6 +577,45 @@ if [ -n "$plugin" ] && [ -f "$plugin" ]; then
     expect 2 "nothere.so" -- train noplug.conf
 else
     echo "skipped: plug-in env (not built)"
+fi
+
+# ---- env_config: the parameters of an env -------------------------------------------
+printf 'job = ppo\nenv = RepeatPrevious-v0\nnum_envs_per_worker = 4\ntotal_timesteps = 1024\neval_episodes = 2\n' > rp.conf
+expect 0 "mean length 100.0" -- train rp.conf --set env_config.k=3 --set output_dir=rp
+check "config.conf names the given env_config.k = 3" \
+    grep -q '^env_config.k = 3$' rp/config.conf
+check "config.conf names the default env_config.num_tokens = 2" grep -q '^env_config.num_tokens = 2$' rp/config.conf
+check "the checkpoint records env_config k=3,num_tokens=2" \
+    grep -q '"env_config":"k=3,num_tokens=2"' rp/checkpoints/checkpoint-00000002.safetensors
+expect 0 "greedy policy, 2 episodes" -- eval rp --episodes 2
+expect 2 'env_config.kk: env "RepeatPrevious-v0" has no such parameter (its parameters: num_tokens, k)' \
+    -- train rp.conf --set env_config.kk=3 --set output_dir=rp_bad
+check "an unknown env_config key leaves no run directory" [ ! -e rp_bad ]
+expect 2 'env_config.k = 100 is out of range .0, 99. (env "RepeatPrevious-v0")' \
+    -- train rp.conf --set env_config.k=100 --set output_dir=rp_bad
+cp rp.conf rp_type.conf && printf 'env_config.num_tokens = three\n' >> rp_type.conf
+expect 2 'rp_type.conf:6: env_config.num_tokens expects an integer, got "three"' -- train rp_type.conf
+expect 2 '"env_config.k-1": after env_config. comes a parameter name' -- train rp.conf --set env_config.k-1=2
+expect 2 'env "CartPole-v1" has no such parameter (it takes no parameters)' -- train ok.conf --set env_config.k=3
+expect 2 'key env_config.k does not apply to job supervised' -- train spirals.conf --set env_config.k=3
+expect 2 'these keys cannot change: env_config.k (3, now 4)' -- train --resume rp --set env_config.k=4
+check "a refused env_config change leaves the run as it was" grep -q '^env_config.k = 3$' rp/config.conf
+
+# ---- a plug-in env with 100 observations, 40 actions and parameters -------------------
+if [ -n "$wide" ] && [ -f "$wide" ]; then
+    printf 'job = ppo\nenv = %s\nnum_envs_per_worker = 4\nrollout_fragment_length = 64\nsgd_minibatch_size = 64\ntotal_timesteps = 512\neval_episodes = 2\n' "$wide" > wide.conf
+    expect 0 "evaluation: greedy policy, 2 episodes" -- train wide.conf --set output_dir=wide
+    check "config.conf of the plug-in names its defaults" grep -q '^env_config.obs_dim = 100$' wide/config.conf
+    check "the checkpoint records obs_dim 100 and action_dim 40" \
+        sh -c "grep -q '\"obs_dim\":\"100\"' wide/checkpoints/*.safetensors && grep -q '\"action_dim\":\"40\"' wide/checkpoints/*.safetensors"
+    expect 0 "greedy policy, 2 episodes" -- eval wide --episodes 2
+    expect 0 "evaluation: greedy policy" -- train wide.conf --set env_config.obs_dim=300 --set env_config.scale=0.5 --set output_dir=wide300
+    check "env_config.obs_dim = 300 reaches the plug-in (the policy takes 300 inputs)" \
+        grep -q '"obs_dim":"300"' wide300/checkpoints/checkpoint-00000002.safetensors
+    expect 2 'env_config.obs_dim = 0 is out of range .1, 4096. (env "Wide-v0")' -- train wide.conf --set env_config.obs_dim=0
+    expect 2 'env_config.scale expects a finite number, got "big" (env "Wide-v0")' -- train wide.conf --set env_config.scale=big
+else
+    echo "skipped: wide plug-in env (not built)"
 fi
 
 # ---- examples/embed_train.c: PPO through dpt/train.h alone, capped -----------------

@@ -11,7 +11,9 @@
  *     overrides the default for one job (PPO uses CleanRL's settings,
  *     DD-PPO the seed's DD-PPO keys, supervised its own). A config file is
  *     `key = value` lines with `#` comments; dpt_config_set() applies
- *     `key=value` overrides. dpt_config_finalize() fills every key the job
+ *     `key=value` overrides. Besides the table's keys, `env_config.NAME =
+ *     value` sets parameter NAME of the RL jobs' env (see
+ *     DPT_CONFIG_ENV_PREFIX). dpt_config_finalize() fills every key the job
  *     uses with that job's default when it was not given, and refuses a key
  *     that does not apply to the job (naming both). The command's parser,
  *     `dpt train --help`, `dpt init` and validation all read this table.
@@ -296,8 +298,20 @@ const char *dpt_config_default(dpt_config_key_t k, dpt_job_t job);
 /* "int", "float", "string", "bool", "choice". */
 const char *dpt_config_type_name(dpt_config_type_t type);
 
-/* A configuration: one value per key. Opaque; caller owns. */
+/* A configuration: one value per key, and the env_config entries. Opaque;
+ * caller owns. */
 typedef struct dpt_config dpt_config_t;
+
+/* Keys `env_config.NAME` (NAME: 1..63 letters, digits or '_') set parameter
+ * NAME of the env of the RL jobs, built-in or plug-in (dpt/env.h:
+ * dpt_env_param_t); any number of them. Reading a file or dpt_config_set
+ * checks only the form (a name, a value as for a string key); the env checks
+ * names, types and ranges when the run or trainer loads it, before anything
+ * is written: an unknown name or a bad value is DPT_EINVAL naming the key,
+ * the env and the problem. A run then adds every parameter not given with
+ * its default, so config.conf and checkpoints name every value. Entries are
+ * kept in name order; none may change on resume. */
+#define DPT_CONFIG_ENV_PREFIX "env_config."
 
 /* Every key starts at the table's default, nothing marked as given.
  * Errors: DPT_ENOMEM. */
@@ -344,9 +358,17 @@ dpt_job_t dpt_config_job(const dpt_config_t *c);
 int dpt_config_applies(const dpt_config_t *c, dpt_config_key_t k);
 /* The file the config was read from ("" if none). */
 const char *dpt_config_source(const dpt_config_t *c);
+/* The env_config entries: how many, and the i-th one's NAME (without the
+ * prefix) and value text, in name order (NULL past the end); the value of
+ * NAME, or NULL when there is no such entry. Strings are borrowed: valid
+ * until the config changes or is destroyed. */
+size_t dpt_config_env_count(const dpt_config_t *c);
+const char *dpt_config_env_name(const dpt_config_t *c, size_t i);
+const char *dpt_config_env_value(const dpt_config_t *c, size_t i);
+const char *dpt_config_env_get(const dpt_config_t *c, const char *name);
 
 /* The config as text: a comment line, then `key = value` for every key of
- * its job, in table order. Returns the text's length; writes at most `size`
+ * its job, in table order, with the env_config entries after `env`. Returns the text's length; writes at most `size`
  * bytes including the NUL (like snprintf). */
 size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size);
 /* Writes dpt_config_format() to `path` atomically (temporary file, fsync,
@@ -357,8 +379,9 @@ int dpt_config_save(const dpt_config_t *c, const char *path);
 size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size);
 
 /* 64-bit FNV-1a of "name=value\n" of key k (0 when k does not apply to the
- * job), and of every key whose flags do not include `skip_flags`. Used to
- * compare configs across ranks and against a checkpoint. */
+ * job), and of every key whose flags do not include `skip_flags` and of the
+ * env_config entries (never skipped). Used to compare configs across ranks
+ * and against a checkpoint. */
 uint64_t dpt_config_key_hash(const dpt_config_t *c, dpt_config_key_t k);
 uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags);
 

@@ -408,10 +408,18 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
     int rc = dpt_vecenv_create(&env, cls, 1, seed, 0x45564131u);
     if (rc)
         return rc;
-    float obs[DPT_ENV_MAX_DIM], rew;
+    /* One env: obs_dim and action_dim floats (the class check bounds both,
+     * so the sums cannot overflow). */
+    int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
+    float *obs = malloc((cls->obs_dim + (discrete ? 0 : cls->action_dim)) * sizeof *obs);
+    if (!obs) {
+        dpt_vecenv_destroy(env);
+        return dpt_error(DPT_ENOMEM, "evaluation: cannot allocate the observation of \"%s\"",
+                         cls->name);
+    }
+    float rew;
     int32_t iact;
-    float fact[DPT_ENV_MAX_DIM];
-    void *act = cls->action_kind == DPT_ACTION_DISCRETE ? (void *)&iact : (void *)fact;
+    void *act = discrete ? (void *)&iact : (void *)(obs + cls->obs_dim);
     uint8_t term, trunc;
     double sum_r = 0.0, sum_l = 0.0;
     size_t done = 0;
@@ -429,6 +437,7 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
         }
     }
     dpt_vecenv_destroy(env);
+    free(obs);
     if (rc)
         return rc;
     *mean_return = sum_r / (double)episodes;

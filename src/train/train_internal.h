@@ -16,6 +16,46 @@
 
 /* ---- config ---- */
 
+/* One `env_config.NAME = value` entry of a config. name, value and where
+ * share one allocation (name's). */
+typedef struct dpt__env_entry {
+    char *name;    /* NAME, without the prefix */
+    char *value;   /* as given (trimmed) */
+    char *where;   /* where it was given ("run.conf:3", "--set ..."), for messages */
+    int given;     /* from a file or dpt_config_set; 0: a default the env filled in */
+    int from_file; /* given in the file */
+} dpt__env_entry_t;
+
+/* The env_config entries: e [n] in name order, room for cap (config_env.c).
+ * Zeroed is empty. */
+typedef struct dpt__env_entries {
+    dpt__env_entry_t *e;
+    size_t n, cap;
+} dpt__env_entries_t;
+
+struct dpt_env_class;
+void dpt__env_entries_free(dpt__env_entries_t *l);
+/* A deep copy into dst (its old contents are not freed). DPT_ENOMEM. */
+int dpt__env_entries_copy(dpt__env_entries_t *dst, const dpt__env_entries_t *src);
+/* Index of entry `name`, or where it would go (*found = 0). */
+size_t dpt__env_entries_find(const dpt__env_entries_t *l, const char *name, int *found);
+/* Sets entry `name` (replacing one of that name) to copies of the strings. */
+int dpt__env_entries_put(dpt__env_entries_t *l, const char *name, const char *value,
+                         const char *where, int given, int from_file);
+/* Removes the entries not marked as given (defaults an env filled in). */
+void dpt__env_entries_drop_defaults(dpt__env_entries_t *l);
+/* 1 for a NAME of 1..63 ASCII letters, digits and '_'. */
+int dpt__env_entries_name_ok(const char *name);
+/* 64-bit FNV-1a of "env_config.NAME=value\n" of each entry; 0 when empty. */
+uint64_t dpt__env_entries_hash(const dpt__env_entries_t *l);
+/* Checks every entry against cls (see dpt__config_env_class) and makes *out,
+ * cls configured with them. */
+int dpt__env_entries_configure(const dpt__env_entries_t *l, const struct dpt_env_class *cls,
+                               struct dpt_env_class **out);
+/* Adds an entry (given = 0) with the default of each parameter of cls that
+ * has none. */
+int dpt__env_entries_fill(dpt__env_entries_t *l, const struct dpt_env_class *cls);
+
 /* Parses `text` into key k (type and range checked); `where` prefixes
  * messages ("file:3", "--set ..."). Does not mark the key as given. */
 int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where);
@@ -29,6 +69,26 @@ int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides
 /* Parses a comma-separated list of sizes in [1, 1e6] ("64,64") from key k
  * into out (at most max); returns the count or DPT_EINVAL naming the key. */
 int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, int max);
+
+/* The env_config entries against cls (the env of the config's `env`): each
+ * entry must name a parameter of cls and hold a valid value of it
+ * (DPT_EINVAL naming where it was given, the key and the env); then *out is
+ * cls configured with them (dpt_env_class_create; caller owns). */
+int dpt__config_env_class(const dpt_config_t *c, const struct dpt_env_class *cls,
+                          struct dpt_env_class **out);
+/* Adds an entry holding the default of each parameter of cls that has none
+ * (not marked as given); the config stays finalized. */
+int dpt__config_env_fill(dpt_config_t *c, const struct dpt_env_class *cls);
+/* 64-bit FNV-1a of the env_config entries ("env_config.NAME=value\n" in
+ * name order); 0 when there are none or the job has no env. */
+uint64_t dpt__config_env_hash(const dpt_config_t *c);
+/* For the RL jobs: loads the config's env (built-in, or a plug-in: see
+ * dpt__find_env), checks its env_config entries against the env's
+ * parameters (dpt__config_env_class) and fills in the defaults of the
+ * others (dpt__config_env_fill), so the config names every value the env
+ * runs with. A no-op for other jobs. Errors: those of dpt__rl_find_env and
+ * dpt__config_env_class. (src/train/rl_common.c) */
+int dpt__config_resolve_env(dpt_config_t *c);
 
 /* Most hidden layers a "hidden" or "policy_hidden" list may name. */
 #define DPT__MAX_HIDDEN 8
@@ -160,13 +220,12 @@ extern const dpt_trainer_ops_t dpt__ddppo_ops;
  * DPT_ENV_PLUGIN_SYMBOL whose DPT_ENV_PLUGIN_ABI_SYMBOL matches
  * DPT_ENV_ABI_VERSION, kept loaded for the life of the process); NULL with a
  * DPT_EINVAL/DPT_ENOENT message otherwise. */
-struct dpt_env_class;
 const struct dpt_env_class *dpt__find_env(const char *name);
 
-/* Metadata every RL trainer's describe() adds: env name, obs_dim,
- * action kind and size, policy layer sizes. */
+/* Metadata every RL trainer's describe() adds: env name, its env_config
+ * values, obs_dim, action kind and size, policy layer sizes. */
 struct dpt_policy;
 int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *policy,
-                         const char *env);
+                         const dpt_config_t *cfg);
 
 #endif
