@@ -1599,6 +1599,26 @@ static void test_nonfinite_step(void)
     }
 }
 
+/* dpt_env_check_contract's arguments, a malformed class, and a good env
+ * (the broken plug-ins are checked through the command, check_env_test.sh). */
+static void test_check_contract(void)
+{
+    dpt_env_check_report_t r;
+    const dpt_env_class_t *cp = dpt_env_find("CartPole-v1");
+    CHECK_ERR(dpt_env_check_contract(NULL, 1, 10, &r), DPT_EINVAL, "needs a class");
+    CHECK_ERR(dpt_env_check_contract(cp, 1, 10, NULL), DPT_EINVAL, "needs a class");
+    CHECK_ERR(dpt_env_check_contract(cp, 1, 0, &r), DPT_EINVAL, "steps");
+    dpt_env_class_t bad = *cp;
+    bad.obs_dim = 0;
+    CHECK_OK(dpt_env_check_contract(&bad, 1, 10, &r));
+    CHECK(r.count == 1 && r.violations[0].rule == DPT_ENV_RULE_CLASS);
+    CHECK_OK(dpt_env_check_contract(cp, 3, 2000, &r));
+    CHECK(r.count == 0 && r.steps == 2000 && r.episodes > 0 && r.steps_per_s > 0.0);
+    CHECK(strcmp(dpt_env_rule_name(DPT_ENV_RULE_STATE), "state-in-block") == 0);
+    CHECK(strcmp(dpt_env_rule_name(DPT_ENV_RULE_COUNT), "?") == 0);
+    CHECK(strcmp(dpt_env_rule_text(DPT_ENV_RULE_COUNT), "?") == 0);
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
@@ -1625,6 +1645,7 @@ int main(void)
         DPT_TEST(test_save_load_returns),
         DPT_TEST(test_load_errors),
         DPT_TEST(test_nonfinite_step),
+        DPT_TEST(test_check_contract),
     };
     return DPT_TEST_RUN(cases);
 }

@@ -307,6 +307,60 @@ size_t dpt_vecenv_state_bytes(const dpt_vecenv_t *v);
 int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes);
 int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes);
 
+/* ---- the env contract, checked by running it (`dpt check-env`) ---------------- */
+
+/* The rules, in the order they are checked. */
+#define DPT_ENV_RULE_LIST(X)                                                                   \
+    X(DPT_ENV_RULE_CLASS, "class", "the class is well formed (dpt_env_class_check)")           \
+    X(DPT_ENV_RULE_WRITES_OBS, "writes-obs", "reset and step write every observation value")   \
+    X(DPT_ENV_RULE_IN_BOUNDS, "in-bounds",                                                     \
+      "reset and step write nothing past the observation or the state block")                  \
+    X(DPT_ENV_RULE_FINITE, "finite", "observations and rewards are finite numbers")            \
+    X(DPT_ENV_RULE_DETERMINISM, "determinism",                                                 \
+      "the same seed and actions give the same episodes (randomness only from the env's rng)") \
+    X(DPT_ENV_RULE_STATE, "state-in-block",                                                    \
+      "all of an env's state is in its state block: a copy of it continues the same episode")
+
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
+typedef enum dpt_env_rule {
+#define DPT__ENV_RULE_ENUM(sym, name, text) sym,
+    DPT_ENV_RULE_LIST(DPT__ENV_RULE_ENUM)
+#undef DPT__ENV_RULE_ENUM
+    DPT_ENV_RULE_COUNT
+} dpt_env_rule_t;
+/* clang-format on */
+
+/* "determinism", ...; and the rule in a sentence. */
+const char *dpt_env_rule_name(dpt_env_rule_t rule);
+const char *dpt_env_rule_text(dpt_env_rule_t rule);
+
+typedef struct dpt_env_violation {
+    dpt_env_rule_t rule;
+    uint64_t step;     /* the step (from 1) where it showed; 0 = at reset or before */
+    char message[320]; /* what was seen */
+} dpt_env_violation_t;
+
+typedef struct dpt_env_check_report {
+    size_t count;                                       /* violations found (one per rule) */
+    dpt_env_violation_t violations[DPT_ENV_RULE_COUNT]; /* in the order found */
+    unsigned char violated[DPT_ENV_RULE_COUNT];
+    uint64_t steps, episodes; /* taken by the check's first run */
+    double steps_per_s;       /* a runner of 8 envs (0 when a rule was broken) */
+} dpt_env_check_report_t;
+
+/* Runs `steps` steps of one env of cls (a class as written or configured)
+ * with random actions from `seed`, straight through its callbacks inside
+ * guarded buffers, and checks every rule of DPT_ENV_RULE_LIST: every
+ * observation value written by reset and step, nothing written past the
+ * observation or the state block, finite numbers, the same episodes from
+ * the same seed, and the same continuation from a copy of the state block
+ * taken halfway (with its rng). Then, when no rule was broken, measures
+ * steps/s of a runner of 8 envs for about 0.2 s. The first violation of
+ * each rule goes into *out. Returns DPT_OK when the check ran (whatever it
+ * found), DPT_EINVAL for bad arguments, DPT_ENOMEM. */
+int dpt_env_check_contract(const dpt_env_class_t *cls, uint64_t seed, uint64_t steps,
+                           dpt_env_check_report_t *out);
+
 #ifdef __cplusplus
 }
 #endif

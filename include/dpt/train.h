@@ -65,6 +65,7 @@
 #include "dpt/arena.h"
 #include "dpt/checkpoint.h"
 #include "dpt/comm.h"
+#include "dpt/env.h"
 #include "dpt/optim.h"
 #include "dpt/towers.h"
 
@@ -601,6 +602,15 @@ const char *dpt_run_reason_text(dpt_run_reason_t reason);
  * Errors: DPT_EINVAL (usage: exit 2) and runtime errors (exit 1). */
 int dpt_train_run(const dpt_config_t *cfg, const dpt_run_options_t *options,
                   dpt_run_reason_t *reason);
+
+/* ---- the env of a config ------------------------------------------------------ */
+
+/* The env class an RL config trains on (finalized config of job ppo or
+ * ddppo): the built-in or plug-in `env` configured with its env_config.*
+ * entries. *out is the caller's (dpt_env_class_destroy). DPT_EINVAL naming
+ * the env and the entry for an unknown, mistyped or out-of-range value, or
+ * for a config of another job; DPT_ENOENT for an unknown env. */
+int dpt_config_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
 
 /* ---- several seeds ---------------------------------------------------------- */
 

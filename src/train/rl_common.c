@@ -97,6 +97,17 @@ int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out)
     return rc ? rc : dpt__config_env_class(cfg, cls, out);
 }
 
+int dpt_config_make_env(const dpt_config_t *cfg, dpt_env_class_t **out)
+{
+    if (!cfg || !out)
+        return dpt_error(DPT_EINVAL, "dpt_config_make_env: cfg and out must not be NULL");
+    *out = NULL;
+    if (!dpt_config_applies(cfg, DPT_CFG_env))
+        return dpt_error(DPT_EINVAL, "job %s has no env (the RL jobs do)",
+                         dpt_job_name(dpt_config_job(cfg)));
+    return dpt__rl_make_env(cfg, out);
+}
+
 int dpt__config_resolve_env(dpt_config_t *c)
 {
     if (!dpt_config_applies(c, DPT_CFG_env))
