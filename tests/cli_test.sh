@@ -3,8 +3,8 @@
 # directories, training runs, checkpoints, resume, signals and evaluation.
 # Each numbered "defect" below was reproducible before the trainer layer and
 # must stay fixed.
-# usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [ENV_PLUGIN [EMBED_TRAIN]]
-dpt="$1" cmp="$2" work="$3" plugin="$4" embed="$5"
+# usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [ENV_PLUGIN [EMBED_TRAIN [WIDE_PLUGIN]]]
+dpt="$1" cmp="$2" work="$3" plugin="$4" embed="$5" wide="$6"
 fails=0 passes=0
 rm -rf "$work" && mkdir -p "$work" || exit 1
 cd "$work" || exit 1
@@ -432,6 +432,14 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
     else
         bad "mpmd fragment: exit $rc"; printf '%s\n' "$out" | tail -3
     fi
+    out=$(mpirun_ -np 1 "$dpt" train dd.conf --set output_dir=mpmd3 --set env=RepeatPrevious-v0 : \
+          -np 1 "$dpt" train dd.conf --set output_dir=mpmd3 --set env=RepeatPrevious-v0 \
+          --set env_config.k=3 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "differing from rank 0: env_config (rank 1)"; then
+        ok "ranks with different env_config values exit 2 naming env_config"
+    else
+        bad "mpmd env_config: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
     # Defect 6: a stopped rank (SIGSTOP) used to hang the others forever; now the
     # collective times out (comm_timeout_s) naming it, and the job ends.
     mpirun_ -np 2 "$dpt" train dd.conf --set num_workers=1 --set output_dir=dd_stop \
@@ -545,6 +553,57 @@ printf 'job = supervised\ndataset = spirals\nhidden = 64,64\nactivation = tanh\n
 expect 0 "test accuracy" -- train spirals.conf --set output_dir=spirals
 expect 0 "1024 test samples" -- eval spirals
 
+# ---- TensorBoard events and dpt plot -------------------------------------------------
+check "every run writes TensorBoard events into its directory" ls ppo_full/events.out.tfevents.* spirals/events.out.tfevents.*
+expect 0 "tensorboard_dir" -- train --help
+expect 0 "" -- train ppo.conf --quiet --set output_dir=ppo_notb --set tensorboard_dir=off --set stop_iters=2
+check "tensorboard_dir = off: no events file" [ -z "$(ls ppo_notb | grep tfevents)" ]
+expect 0 "" -- train ppo.conf --quiet --set output_dir=ppo_tb --set tensorboard_dir=tb/ppo --set stop_iters=2
+check "tensorboard_dir: the events go there, saved absolute" [ -n "$(ls tb/ppo | grep tfevents)" ] &&
+    grep -q "^tensorboard_dir = /.*/tb/ppo$" ppo_tb/config.conf
+expect 2 "tensorboard_dir $(pwd)/ppo.conf exists and is not a directory" -- train ppo.conf --set output_dir=ppo_tbbad --set tensorboard_dir=ppo.conf
+check "a start refused for its tensorboard_dir leaves no run directory" [ ! -e ppo_tbbad ]
+svg_ok() { # svg_ok FILE MEANS LABEL...: an SVG document with MEANS curves and these legend labels
+    f="$1" n="$2"; shift 2
+    [ "$(head -c 4 "$f")" = "<svg" ] && [ "$(tail -1 "$f")" = "</svg>" ] || return 1
+    [ "$(grep -c 'class="mean"' "$f")" -eq "$n" ] && [ "$(grep -c 'class="band"' "$f")" -eq "$n" ] || return 1
+    grep -q '<text class="title"' "$f" && grep -q 'class="xlabel"' "$f" && grep -q 'class="ylabel"' "$f" || return 1
+    for label in "$@"; do grep -qF ">$label</text>" "$f" || return 1; done
+    if command -v xmllint >/dev/null 2>&1; then xmllint --noout "$f" || return 1; fi
+}
+# The folder of a --seeds run: its runs are one group (seeds only differ).
+expect 0 "episode_reward_mean of 3 runs in 1 group -> seeds.svg" -- plot seeds -o seeds.svg
+check "plot: one curve for the seeds, its legend" svg_ok seeds.svg 1 "ppo CartPole-v1 (seeds 1, 2, 7)"
+check "plot: the default x is env steps" grep -q "env steps (timesteps_total)" seeds.svg
+# Another lr is another group; any metric, x and band.
+expect 0 "" -- train ppo.conf --quiet --set output_dir=ppo_lr --set lr=0.001 --set eval_episodes=0
+expect 0 "info/learner/default_policy/policy_loss of 4 runs in 2 groups -> two.svg" -- \
+    plot seeds/seed-1 seeds/seed-2 ppo_lr seeds/seed-7 --metric info/learner/default_policy/policy_loss --x iteration --band std -o two.svg
+check "plot: two groups, labelled by the key that differs" \
+    svg_ok two.svg 2 "lr=0.00025 (seeds 1, 2, 7)" "lr=0.001 (seed 1)"
+check "plot: --band std is said in the legend" grep -q "one standard deviation" two.svg
+expect 0 "test_accuracy of 1 run in 1 group" -- plot spirals -o sup.svg --x time
+check "plot: supervised runs plot test_accuracy" svg_ok sup.svg 1 "supervised spirals (seed 1)"
+out=$("$dpt" plot ppo_full -o - 2>/dev/null)
+check "plot -o - writes the SVG to standard output" [ "$(printf '%s' "$out" | head -c 4)" = "<svg" ]
+expect 0 "usage: dpt plot" -- plot --help
+expect 2 "give at least one run directory" -- plot
+expect 2 "nothere: No such file or directory" -- plot nothere
+expect 2 "ppo.conf is not a directory" -- plot ppo.conf
+expect 2 "adir is not a run directory (no result.jsonl) and holds none" -- plot adir
+expect 2 'ppo_full has no metric "nope"; its metrics: training_iteration, timesteps_total,' -- plot ppo_full --metric nope
+expect 2 "--x must be one of timesteps, iteration, time; got \"epochs\"" -- plot ppo_full --x epochs
+expect 2 "--band must be one of minmax, std" -- plot ppo_full --band iqr
+expect 2 "unknown option \"--bogus\"" -- plot ppo_full --bogus
+expect 2 "-o needs a value" -- plot ppo_full -o
+mkdir -p noconf && cp ppo_full/result.jsonl noconf/
+expect 2 "noconf has no config.conf" -- plot noconf
+mkdir -p badjson && cp ppo_full/config.conf badjson/ && printf '{"a":1}\n{"a":}\n' > badjson/result.jsonl
+expect 2 "badjson/result.jsonl:2: byte 6: expected a number" -- plot badjson
+mkdir -p norows && cp ppo_full/config.conf norows/ && : > norows/result.jsonl
+expect 2 "norows/result.jsonl has no rows yet" -- plot norows
+expect 1 "cannot write adir" -- plot ppo_full -o adir
+
 # ---- a user-written env (examples/custom_env) loaded as a plug-in ------------------
 if [ -n "$plugin" ] && [ -f "$plugin" ]; then
     # The plug-in path is relative to the config file, and saved absolute.
@@ -560,6 +619,45 @@ if [ -n "$plugin" ] && [ -f "$plugin" ]; then
     expect 2 "nothere.so" -- train noplug.conf
 else
     echo "skipped: plug-in env (not built)"
+fi
+
+# ---- env_config: the parameters of an env -------------------------------------------
+printf 'job = ppo\nenv = RepeatPrevious-v0\nnum_envs_per_worker = 4\ntotal_timesteps = 1024\neval_episodes = 2\n' > rp.conf
+expect 0 "mean length 100.0" -- train rp.conf --set env_config.k=3 --set output_dir=rp
+check "config.conf names the given env_config.k = 3" \
+    grep -q '^env_config.k = 3$' rp/config.conf
+check "config.conf names the default env_config.num_tokens = 2" grep -q '^env_config.num_tokens = 2$' rp/config.conf
+check "the checkpoint records env_config k=3,num_tokens=2" \
+    grep -q '"env_config":"k=3,num_tokens=2"' rp/checkpoints/checkpoint-00000002.safetensors
+expect 0 "greedy policy, 2 episodes" -- eval rp --episodes 2
+expect 2 'env_config.kk: env "RepeatPrevious-v0" has no such parameter (its parameters: num_tokens, k)' \
+    -- train rp.conf --set env_config.kk=3 --set output_dir=rp_bad
+check "an unknown env_config key leaves no run directory" [ ! -e rp_bad ]
+expect 2 'env_config.k = 100 is out of range .0, 99. (env "RepeatPrevious-v0")' \
+    -- train rp.conf --set env_config.k=100 --set output_dir=rp_bad
+cp rp.conf rp_type.conf && printf 'env_config.num_tokens = three\n' >> rp_type.conf
+expect 2 'rp_type.conf:6: env_config.num_tokens expects an integer, got "three"' -- train rp_type.conf
+expect 2 '"env_config.k-1": after env_config. comes a parameter name' -- train rp.conf --set env_config.k-1=2
+expect 2 'env "CartPole-v1" has no such parameter (it takes no parameters)' -- train ok.conf --set env_config.k=3
+expect 2 'key env_config.k does not apply to job supervised' -- train spirals.conf --set env_config.k=3
+expect 2 'these keys cannot change: env_config.k (3, now 4)' -- train --resume rp --set env_config.k=4
+check "a refused env_config change leaves the run as it was" grep -q '^env_config.k = 3$' rp/config.conf
+
+# ---- a plug-in env with 100 observations, 40 actions and parameters -------------------
+if [ -n "$wide" ] && [ -f "$wide" ]; then
+    printf 'job = ppo\nenv = %s\nnum_envs_per_worker = 4\nrollout_fragment_length = 64\nsgd_minibatch_size = 64\ntotal_timesteps = 512\neval_episodes = 2\n' "$wide" > wide.conf
+    expect 0 "evaluation: greedy policy, 2 episodes" -- train wide.conf --set output_dir=wide
+    check "config.conf of the plug-in names its defaults" grep -q '^env_config.obs_dim = 100$' wide/config.conf
+    check "the checkpoint records obs_dim 100 and action_dim 40" \
+        sh -c "grep -q '\"obs_dim\":\"100\"' wide/checkpoints/*.safetensors && grep -q '\"action_dim\":\"40\"' wide/checkpoints/*.safetensors"
+    expect 0 "greedy policy, 2 episodes" -- eval wide --episodes 2
+    expect 0 "evaluation: greedy policy" -- train wide.conf --set env_config.obs_dim=300 --set env_config.scale=0.5 --set output_dir=wide300
+    check "env_config.obs_dim = 300 reaches the plug-in (the policy takes 300 inputs)" \
+        grep -q '"obs_dim":"300"' wide300/checkpoints/checkpoint-00000002.safetensors
+    expect 2 'env_config.obs_dim = 0 is out of range .1, 4096. (env "Wide-v0")' -- train wide.conf --set env_config.obs_dim=0
+    expect 2 'env_config.scale expects a finite number, got "big" (env "Wide-v0")' -- train wide.conf --set env_config.scale=big
+else
+    echo "skipped: wide plug-in env (not built)"
 fi
 
 # ---- examples/embed_train.c: PPO through dpt/train.h alone, capped -----------------

@@ -30,6 +30,20 @@ static inline int dpt_test_mkdtemp(char *buf, size_t size, const char *prefix)
     return 0;
 }
 
+/* Writes n bytes of p to path as a new file; 0, or -1. (A new file rather
+ * than a truncated one: ext4 flushes a file that was truncated and
+ * rewritten when it is closed, which makes thousands of small writes take
+ * seconds.) */
+static inline int dpt_test_spill(const char *path, const void *p, size_t n)
+{
+    unlink(path);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = n ? fwrite(p, 1, n, f) : 0;
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
 /* Removes a file or a directory tree (best effort; for test scratch space). */
 static inline void dpt_test_rm_tree(const char *path)
 {

@@ -3,11 +3,14 @@
  * failure, kill or fault (the fault tests' invariant): every checkpoint
  * loads (checksum included), config.conf is complete or absent, and
  * result.jsonl / progress.csv hold complete rows but perhaps a last one cut
- * by a kill. Temporaries of an interrupted write may be there (a resume
- * removes them); they are counted.
+ * by a kill, and so do the TensorBoard events files (each record's CRCs
+ * right, the first one "brain.Event:2"). Temporaries of an interrupted write
+ * may be there (a resume removes them); they are counted.
  */
 #ifndef DPT_TEST_RUNDIR_H
 #define DPT_TEST_RUNDIR_H
+
+#include "dpt_test_tfevents.h"
 
 #include "dpt/checkpoint.h"
 #include "dpt/status.h"
@@ -29,7 +32,42 @@ typedef struct dpt_test_rundir {
     unsigned long long rows;      /* complete rows of result.jsonl */
     unsigned long long last_iter; /* training_iteration of its last complete row */
     int gaps;                     /* rows whose iteration is not the previous + 1 */
+    int events_files;             /* TensorBoard events files */
+    unsigned long long events;    /* their Events with a summary (one per row) */
+    int events_repeats;           /* such Events whose step is not above the one before */
 } dpt_test_rundir_t;
+
+/* Reads the events files of dir in name order (TensorBoard's). */
+static inline void dpt_test_rundir_events(const char *dir, dpt_test_rundir_t *r)
+{
+    size_t n;
+    char **files = dpt_test_tf_list(dir, &n);
+    long long last = -1;
+    for (size_t i = 0; i < n; i++) {
+        dpt_test_tffile_t f;
+        if (dpt_test_tffile_read(files[i], &f) != 0) {
+            r->bad++;
+            continue;
+        }
+        r->events_files++;
+        r->bad += f.bad;
+        r->cut_rows += f.cut;
+        if (f.n && strcmp(f.events[0].file_version, "brain.Event:2") != 0) {
+            fprintf(stderr, "%s: the first record is not file_version brain.Event:2\n", files[i]);
+            r->bad++;
+        }
+        for (size_t k = 0; k < f.n; k++) {
+            if (!f.events[k].has_summary)
+                continue;
+            r->events++;
+            if (f.events[k].step <= last)
+                r->events_repeats++;
+            last = f.events[k].step;
+        }
+        dpt_test_tffile_free(&f);
+    }
+    dpt_test_tf_list_free(files, n);
+}
 
 /* Reads result.jsonl: complete rows, their iterations in sequence. */
 static inline void dpt_test_rundir_metrics(const char *path, dpt_test_rundir_t *r)
@@ -38,14 +76,22 @@ static inline void dpt_test_rundir_metrics(const char *path, dpt_test_rundir_t *
     if (!f)
         return;
     char line[65536];
+    int head = 1; /* this piece starts a row (rows may be longer than line) */
+    unsigned long long it = 0;
     while (fgets(line, sizeof line, f)) {
         size_t n = strlen(line);
-        if (n == 0 || line[n - 1] != '\n') {
-            r->cut_rows++;
-            break;
+        if (head) {
+            const char *p = strstr(line, "\"training_iteration\":");
+            it = p ? strtoull(p + 21, NULL, 10) : 0;
         }
-        const char *p = strstr(line, "\"training_iteration\":");
-        unsigned long long it = p ? strtoull(p + 21, NULL, 10) : 0;
+        head = n > 0 && line[n - 1] == '\n';
+        if (!head) {
+            if (feof(f) || n + 1 < sizeof line) {
+                r->cut_rows++;
+                break;
+            }
+            continue; /* the rest of a long row follows */
+        }
         if (it != r->last_iter + 1)
             r->gaps++;
         r->last_iter = it;
@@ -121,6 +167,7 @@ static inline int dpt_test_rundir_check(const char *dir, dpt_test_rundir_t *r)
     snprintf(path, sizeof path, "%s/progress.csv", dir);
     if (!dpt_test_ends_with_newline(path))
         r->cut_rows++;
+    dpt_test_rundir_events(dir, r);
     return r->bad;
 }
 

@@ -1,8 +1,10 @@
 #!/bin/sh
 # `dpt train` refuses env plug-ins built for another env ABI (DPT_ENV_ABI_VERSION
-# in dpt/env.h) with the reason and exit 2, and still trains a matching one.
-# usage: env_abi_test.sh PATH_TO_DPT WORK_DIR NEWER_PLUGIN OLD_PLUGIN ABI
-dpt="$1" work="$2" newer="$3" old="$4" abi="$5"
+# in dpt/env.h) with the reason and exit 2: a newer one, the previous one (ABI
+# 1: fixed 32-value bound arrays in the class, no parameters), and one from
+# before the ABI was numbered. A matching plug-in trains (cli_test.sh).
+# usage: env_abi_test.sh PATH_TO_DPT WORK_DIR NEWER_PLUGIN OLD_PLUGIN ABI [PREVIOUS_PLUGIN]
+dpt="$1" work="$2" newer="$3" old="$4" abi="$5" prev="$6"
 fails=0 passes=0
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 refused() { # refused PLUGIN PLUGIN_ABI
@@ -21,6 +23,7 @@ refused() { # refused PLUGIN PLUGIN_ABI
     fi
 }
 refused "$newer" $((abi + 1))
+if [ -n "$prev" ]; then refused "$prev" $((abi - 1)); fi
 refused "$old" 0
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

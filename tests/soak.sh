@@ -42,12 +42,19 @@ EOF
 
 now() { date +%s; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
-# Open descriptors, less the checkpoint being written at that moment (a
-# checkpoint every iteration keeps one open a good part of the time).
+# Open descriptors, less those of a write under way at that moment (a
+# checkpoint every iteration keeps one open a good part of the time, and
+# the directory is opened to fsync it): everything in the work directory
+# but the two metrics files, which stay open.
 fds() {
     for f in /proc/"$1"/fd/*; do
         readlink "$f" 2>/dev/null
-    done | grep -c -v -e '/checkpoints/' -e '\.tmp-'
+    done | grep -v -e "^$PWD/" -e '\.tmp-' >/tmp/soak_fds.$$
+    n=$(wc -l </tmp/soak_fds.$$)
+    for f in /proc/"$1"/fd/*; do
+        readlink "$f" 2>/dev/null
+    done | grep -c -e '/result\.jsonl$' -e '/progress\.csv$' | awk -v n="$n" '{ print n + $1 }'
+    rm -f /tmp/soak_fds.$$
 }
 newest() { ls "$1/checkpoints" | grep '^checkpoint-.*\.safetensors$' | tail -1 | tr -cd '0-9' | sed 's/^0*//'; }
 

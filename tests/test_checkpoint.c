@@ -44,19 +44,6 @@ static unsigned char *slurp(const char *path, size_t *len)
     return p;
 }
 
-static int spill(const char *path, const void *p, size_t n)
-{
-    /* A new file rather than a truncated one: ext4 flushes a file that was
-     * truncated and rewritten when it is closed, which makes the thousands
-     * of small writes here take seconds. */
-    unlink(path);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    size_t w = n ? fwrite(p, 1, n, f) : 0;
-    return fclose(f) == 0 && w == n ? 0 : -1;
-}
-
 /* Number of entries in tmpdir whose name contains ".tmp" (leftovers). */
 static int count_temp_files(const char *dir)
 {
@@ -100,7 +87,7 @@ static void write_raw(const char *path, const char *header, const void *data, si
         snprintf(hex, sizeof hex, "%016" PRIx64, h);
         memcpy(buf + 8 + (size_t)(z - header) + 8, hex, 16);
     }
-    CHECK(spill(path, buf, 8 + hl + n) == 0);
+    CHECK(dpt_test_spill(path, buf, 8 + hl + n) == 0);
     free(buf);
 }
 
@@ -455,26 +442,26 @@ static void test_truncated_every_length(void)
     unsigned char *f = slurp(path, &len);
     REQUIRE(f && len > 100);
     for (size_t l = 0; l < len; l++) {
-        REQUIRE(spill(cut, f, l) == 0);
+        REQUIRE(dpt_test_spill(cut, f, l) == 0);
         dpt_safetensors_t *st = (dpt_safetensors_t *)1;
         CHECK_ERR(dpt_safetensors_load(&st, cut), DPT_EFORMAT, cut);
         CHECK(st == NULL);
     }
     /* The messages say what is wrong. */
-    CHECK(spill(cut, f, 5) == 0);
+    CHECK(dpt_test_spill(cut, f, 5) == 0);
     CHECK_ERR(dpt_safetensors_load(&(dpt_safetensors_t *){NULL}, cut), DPT_EFORMAT,
               "fewer than the 8-byte header length");
-    CHECK(spill(cut, f, 40) == 0);
+    CHECK(dpt_test_spill(cut, f, 40) == 0);
     CHECK_ERR(dpt_safetensors_load(&(dpt_safetensors_t *){NULL}, cut), DPT_EFORMAT,
               "runs past the end of the file");
-    CHECK(spill(cut, f, len - 1) == 0);
+    CHECK(dpt_test_spill(cut, f, len - 1) == 0);
     CHECK_ERR(dpt_safetensors_load(&(dpt_safetensors_t *){NULL}, cut), DPT_EFORMAT,
               "the file is truncated: the tensors need 32 bytes of data, it has 31");
     /* One byte appended is caught too. */
     unsigned char *g = malloc(len + 1);
     memcpy(g, f, len);
     g[len] = 0;
-    CHECK(spill(cut, g, len + 1) == 0);
+    CHECK(dpt_test_spill(cut, g, len + 1) == 0);
     CHECK_ERR(dpt_safetensors_load(&(dpt_safetensors_t *){NULL}, cut), DPT_EFORMAT, cut);
     free(g);
     free(f);
@@ -494,7 +481,7 @@ static void test_flipped_bytes(void)
     for (size_t m = 0; m < sizeof masks; m++)
         for (size_t i = 0; i < len; i++) {
             f[i] ^= masks[m];
-            REQUIRE(spill(bad, f, len) == 0);
+            REQUIRE(dpt_test_spill(bad, f, len) == 0);
             f[i] ^= masks[m];
             dpt_safetensors_t *st = NULL;
             dpt_error_clear();
@@ -509,7 +496,7 @@ static void test_flipped_bytes(void)
     CHECK(undetected == 0);
     /* A flip in the data names the checksum. */
     f[len - 3] ^= 0x10;
-    CHECK(spill(bad, f, len) == 0);
+    CHECK(dpt_test_spill(bad, f, len) == 0);
     CHECK_ERR(dpt_safetensors_load(&(dpt_safetensors_t *){NULL}, bad), DPT_EFORMAT,
               "checksum mismatch");
     free(f);
@@ -526,7 +513,7 @@ static void test_not_found_and_not_a_file(void)
     /* A path through a regular file: the system's reason is in the message. */
     char small[512], through[600];
     path_in(small, sizeof small, "plain-file");
-    REQUIRE(spill(small, "x", 1) == 0);
+    REQUIRE(dpt_test_spill(small, "x", 1) == 0);
     snprintf(through, sizeof through, "%s/x.safetensors", small);
     CHECK_ERR(dpt_safetensors_load(&st, through), DPT_EIO, "cannot open: Not a directory");
     CHECK(st == NULL);
@@ -648,11 +635,11 @@ static void test_bad_headers(void)
 
     /* A header length over the limit, and one past the end of the file. */
     unsigned char big[16] = {0, 0, 0, 0x40, 0, 0, 0, 0, '{', '}'};
-    CHECK(spill(path, big, 10) == 0);
+    CHECK(dpt_test_spill(path, big, 10) == 0);
     CHECK_ERR(dpt_safetensors_load(&(dpt_safetensors_t *){NULL}, path), DPT_EFORMAT,
               "over the 100 MiB limit");
     unsigned char past[16] = {200, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
-    CHECK(spill(path, past, 10) == 0);
+    CHECK(dpt_test_spill(path, past, 10) == 0);
     CHECK_ERR(dpt_safetensors_load(&(dpt_safetensors_t *){NULL}, path), DPT_EFORMAT,
               "runs past the end");
 }
@@ -879,7 +866,7 @@ static void test_atomic_save_failures(void)
     REQUIRE(mkdir(isdir, 0755) == 0);
     char inner[600];
     snprintf(inner, sizeof inner, "%s/keep", isdir);
-    REQUIRE(spill(inner, "x", 1) == 0);
+    REQUIRE(dpt_test_spill(inner, "x", 1) == 0);
     CHECK_ERR(dpt_safetensors_save(w, isdir), DPT_EIO, "cannot rename");
     struct stat sb;
     CHECK(stat(inner, &sb) == 0);
@@ -992,7 +979,7 @@ static void test_python_reader(void)
         g_w[i] = wval(i);
     REQUIRE_OK(dpt_safetensors_save(w, path));
     dpt_safetensors_writer_destroy(w);
-    REQUIRE(spill(script, py_script, strlen(py_script)) == 0);
+    REQUIRE(dpt_test_spill(script, py_script, strlen(py_script)) == 0);
     snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, path);
     fflush(stdout);
     CHECK(system(cmd) == 0);

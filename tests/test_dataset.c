@@ -23,22 +23,9 @@ static void path_in(char *buf, size_t size, const char *name)
     snprintf(buf, size, "%s/%s", tmpdir, name);
 }
 
-static int spill(const char *path, const void *p, size_t n)
-{
-    /* A new file rather than a truncated one: ext4 flushes a file that was
-     * truncated and rewritten when it is closed, which makes the thousands
-     * of small writes here take seconds. */
-    unlink(path);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    size_t w = n ? fwrite(p, 1, n, f) : 0;
-    return fclose(f) == 0 && w == n ? 0 : -1;
-}
-
 static int spill_str(const char *path, const char *s)
 {
-    return spill(path, s, strlen(s));
+    return dpt_test_spill(path, s, strlen(s));
 }
 
 static void put_be32(unsigned char *p, uint32_t v)
@@ -80,10 +67,10 @@ static void write_small_idx(const char *images, const char *labels)
     unsigned char lab[5] = {0, 1, 2, 0, 1};
     size_t n;
     unsigned char *p = make_idx(0x803, 3, di, &n, NULL);
-    CHECK(spill(images, p, n) == 0);
+    CHECK(dpt_test_spill(images, p, n) == 0);
     free(p);
     p = make_idx(0x801, 1, dl, &n, lab);
-    CHECK(spill(labels, p, n) == 0);
+    CHECK(dpt_test_spill(labels, p, n) == 0);
     free(p);
 }
 
@@ -144,7 +131,7 @@ static void test_idx_plain(void)
     uint32_t d2[2] = {5, 6};
     size_t n;
     unsigned char *p = make_idx(0x802, 2, d2, &n, NULL);
-    CHECK(spill(im, p, n) == 0);
+    CHECK(dpt_test_spill(im, p, n) == 0);
     free(p);
     REQUIRE_OK(dpt_dataset_load_idx(&ds, im, lb, 0));
     CHECK(ds.rows == 5 && ds.dim == 6 && ds.height == 0 && ds.width == 0);
@@ -179,14 +166,14 @@ static void test_idx_gzip(void)
     char bad[512];
     path_in(bad, sizeof bad, "bad.gz");
     for (size_t cut = 3; cut < n; cut += 3) {
-        REQUIRE(spill(bad, buf, cut) == 0);
+        REQUIRE(dpt_test_spill(bad, buf, cut) == 0);
         CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lbz, 0), DPT_EFORMAT, bad);
         CHECK(ds.x == NULL);
     }
-    REQUIRE(spill(bad, buf, n - 10) == 0);
+    REQUIRE(dpt_test_spill(bad, buf, n - 10) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lbz, 0), DPT_EFORMAT, "truncated");
     buf[n - 6] ^= 0x55; /* inside the CRC-32 / length trailer */
-    REQUIRE(spill(bad, buf, n) == 0);
+    REQUIRE(dpt_test_spill(bad, buf, n) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lbz, 0), DPT_EFORMAT, "corrupted gzip data");
     /* A gzipped file whose content has the wrong size says so. */
     uint32_t di[3] = {6, 3, 2};
@@ -199,7 +186,7 @@ static void test_idx_gzip(void)
 #else
     /* Without zlib a gzipped file is refused with a message that says why. */
     static const unsigned char gz[] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
-    REQUIRE(spill(imz, gz, sizeof gz) == 0);
+    REQUIRE(dpt_test_spill(imz, gz, sizeof gz) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, imz, lb, 0), DPT_ENOTSUP, "no zlib");
     CHECK_ERR(dpt_dataset_load_idx(&ds, im, imz, 0), DPT_ENOTSUP, imz);
     printf("note: this build has no zlib; only the refusal of gzipped files is tested\n");
@@ -234,47 +221,47 @@ static void test_idx_errors(void)
     unsigned char *p = make_idx(0x803, 3, di, &n, NULL);
     /* Bad magic numbers. */
     put_be32(p, 0x12345678);
-    REQUIRE(spill(bad, p, n) == 0);
+    REQUIRE(dpt_test_spill(bad, p, n) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT, "bad magic number 0x12345678");
     put_be32(p, 0x00000700 | 3);
-    REQUIRE(spill(bad, p, n) == 0);
+    REQUIRE(dpt_test_spill(bad, p, n) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT, "bad magic number 0x00000703");
     put_be32(p, 0x00000800);
-    REQUIRE(spill(bad, p, n) == 0);
+    REQUIRE(dpt_test_spill(bad, p, n) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT, bad);
     put_be32(p, 0x00000d03); /* float elements */
-    REQUIRE(spill(bad, p, n) == 0);
+    REQUIRE(dpt_test_spill(bad, p, n) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_ENOTSUP, "element type 0x0d");
     put_be32(p, 0x803);
     /* Header sizes against the file length. */
-    REQUIRE(spill(bad, p, n - 1) == 0);
+    REQUIRE(dpt_test_spill(bad, p, n - 1) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT,
               "the header says 5 images of 3x2 (46 bytes), the file has 45 bytes: truncated");
     unsigned char *q = malloc(n + 1);
     memcpy(q, p, n);
     q[n] = 0;
-    REQUIRE(spill(bad, q, n + 1) == 0);
+    REQUIRE(dpt_test_spill(bad, q, n + 1) == 0);
     free(q);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT, "extra data at the end");
-    REQUIRE(spill(bad, p, 3) == 0);
+    REQUIRE(dpt_test_spill(bad, p, 3) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT, "too few for an IDX header");
-    REQUIRE(spill(bad, p, 9) == 0);
+    REQUIRE(dpt_test_spill(bad, p, 9) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT,
               "too few for the 3 dimension sizes");
-    REQUIRE(spill(bad, p, 0) == 0);
+    REQUIRE(dpt_test_spill(bad, p, 0) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT, "has 0 bytes");
     put_be32(p + 8, 0);
-    REQUIRE(spill(bad, p, 16) == 0);
+    REQUIRE(dpt_test_spill(bad, p, 16) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, bad, lb, 0), DPT_EFORMAT, "dimension 1 of the header is 0");
     free(p);
 
     /* Labels: truncated, count mismatch, out of range. */
     unsigned char lab[5] = {0, 1, 7, 0, 1};
     p = make_idx(0x801, 1, dl, &n, lab);
-    REQUIRE(spill(bad, p, n - 1) == 0);
+    REQUIRE(dpt_test_spill(bad, p, n - 1) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, im, bad, 0), DPT_EFORMAT,
               "the header says 5 labels (13 bytes), the file has 12 bytes");
-    REQUIRE(spill(bad, p, n) == 0);
+    REQUIRE(dpt_test_spill(bad, p, n) == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, im, bad, 5), DPT_EFORMAT,
               "sample 2: label 7 is out of range for 5 classes");
     CHECK_OK(dpt_dataset_load_idx(&ds, im, bad, 8));
@@ -286,7 +273,7 @@ static void test_idx_errors(void)
     free(p);
     uint32_t d4[1] = {4};
     p = make_idx(0x801, 1, d4, &n, lab);
-    REQUIRE(spill(bad, p, n) == 0);
+    REQUIRE(dpt_test_spill(bad, p, n) == 0);
     free(p);
     CHECK_ERR(dpt_dataset_load_idx(&ds, im, bad, 0), DPT_EFORMAT, "has 5 images but");
     CHECK_ERR(dpt_dataset_load_idx(&ds, im, bad, 0), DPT_EFORMAT, "has 4 labels");
@@ -433,7 +420,7 @@ static void test_csv_errors(void)
     }
     /* A zero byte, a missing file, a directory. */
     dpt_dataset_t ds;
-    REQUIRE(spill(path, "1,2\n\0", 5) == 0);
+    REQUIRE(dpt_test_spill(path, "1,2\n\0", 5) == 0);
     CHECK_ERR(dpt_dataset_load_csv(&ds, path, NULL), DPT_EFORMAT, "zero byte");
     char missing[512];
     path_in(missing, sizeof missing, "missing.csv");

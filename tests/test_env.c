@@ -304,7 +304,8 @@ static void test_gymnasium_golden(void)
         memcpy(s, g->s, sizeof s);
         dpt_rng_t rng;
         dpt_rng_init(&rng, 0, 0, 0, DPT_RNG_TEST);
-        float obs[DPT_ENV_MAX_DIM], r;
+        float obs[8], r;
+        REQUIRE(c->obs_dim <= 8);
         int term = -1;
         const void *a =
             c->action_kind == DPT_ACTION_BOX ? (const void *)&g->u : (const void *)&g->action;
@@ -325,22 +326,24 @@ static void test_gymnasium_golden(void)
 
 static void test_registry(void)
 {
-    static const char *names[] = {"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1"};
-    REQUIRE(dpt_env_count() == 4);
-    for (size_t i = 0; i < 4; i++) {
+    static const char *names[] = {"CartPole-v1", "Acrobot-v1",           "MountainCar-v0",
+                                  "Pendulum-v1", "StatelessCartPole-v1", "RepeatPrevious-v0"};
+    REQUIRE(dpt_env_count() == 6);
+    for (size_t i = 0; i < 6; i++) {
         const dpt_env_class_t *c = dpt_env_get(i);
         REQUIRE(c != NULL);
         CHECK(strcmp(c->name, names[i]) == 0);
         CHECK(dpt_env_find(names[i]) == c);
         CHECK_OK(dpt_env_class_check(c));
     }
-    CHECK(dpt_env_get(4) == NULL);
+    CHECK(dpt_env_get(6) == NULL);
     CHECK(dpt_env_get((size_t)-1) == NULL);
 
     dpt_error_clear();
     CHECK(dpt_env_find("CartPole-v0") == NULL);
     CHECK(strstr(dpt_last_error(), "\"CartPole-v0\"") != NULL);
-    CHECK(strstr(dpt_last_error(), "CartPole-v1, Acrobot-v1, MountainCar-v0, Pendulum-v1") != NULL);
+    CHECK(strstr(dpt_last_error(), "CartPole-v1, Acrobot-v1, MountainCar-v0, Pendulum-v1, "
+                                   "StatelessCartPole-v1, RepeatPrevious-v0") != NULL);
     dpt_error_clear();
     CHECK(dpt_env_find("cartpole-v1") == NULL); /* names are case-sensitive, like Gymnasium's */
     CHECK(dpt_last_error()[0] != '\0');
@@ -381,6 +384,8 @@ static void dummy_step(void *state, const void *action, dpt_rng_t *rng, float *o
     *terminated = 0;
 }
 
+static const float dummy_low[2] = {-1.0f, 0.0f}, dummy_high[2] = {1.0f, 1.0f};
+
 static dpt_env_class_t dummy_class(void)
 {
     dpt_env_class_t c;
@@ -389,8 +394,8 @@ static dpt_env_class_t dummy_class(void)
     c.obs_dim = 1;
     c.action_kind = DPT_ACTION_BOX;
     c.action_dim = 2;
-    c.action_low[0] = -1.0f, c.action_low[1] = 0.0f;
-    c.action_high[0] = 1.0f, c.action_high[1] = 1.0f;
+    c.action_low = dummy_low;
+    c.action_high = dummy_high;
     c.state_size = 8;
     c.reset = dummy_reset;
     c.step = dummy_step;
@@ -411,22 +416,36 @@ static void test_class_check(void)
     c = dummy_class();
     c.obs_dim = 0;
     CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "\"Dummy-v0\": obs_dim is 0");
-    c.obs_dim = DPT_ENV_MAX_DIM + 1;
-    CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "obs_dim is 33");
+    c.obs_dim = DPT_ENV_DIM_LIMIT + 1;
+    CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "obs_dim is 1048577, must be 1..1048576");
+    c.obs_dim = SIZE_MAX;
+    CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "obs_dim");
+    c.obs_dim = 33; /* past the 32 of env ABI 1 */
+    CHECK_OK(dpt_env_class_check(&c));
     c = dummy_class();
     c.action_dim = 0;
     CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "action_dim is 0");
-    c.action_dim = DPT_ENV_MAX_DIM + 1;
-    CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "action_dim is 33");
+    c.action_dim = DPT_ENV_DIM_LIMIT + 1;
+    CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "action_dim is 1048577");
     c = dummy_class();
-    c.action_low[1] = 2.0f;
+    c.action_low = NULL;
+    CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "needs action_low and action_high");
+    c = dummy_class();
+    c.action_high = NULL;
+    CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "needs action_low and action_high");
+    float lo[2] = {-1.0f, 2.0f}, hi[2] = {1.0f, 1.0f};
+    c = dummy_class();
+    c.action_low = lo;
     CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "dimension 1");
-    c = dummy_class();
-    c.action_high[0] = NAN;
+    lo[1] = 0.0f;
+    hi[0] = NAN;
+    c.action_high = hi;
     CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "finite");
-    c = dummy_class();
-    c.action_low[0] = -INFINITY;
+    hi[0] = 1.0f;
+    lo[0] = -INFINITY;
     CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "finite");
+    lo[0] = -1.0f;
+    CHECK_OK(dpt_env_class_check(&c));
     c = dummy_class();
     c.action_kind = (dpt_action_kind_t)7;
     CHECK_ERR(dpt_env_class_check(&c), DPT_EINVAL, "action_kind 7");
@@ -1116,17 +1135,23 @@ static void test_reproducibility(void)
 {
     for (size_t e = 0; e < dpt_env_count(); e++) {
         const dpt_env_class_t *c = dpt_env_get(e);
-        float o1[8 * DPT_ENV_MAX_DIM], o2[8 * DPT_ENV_MAX_DIM], o3[8 * DPT_ENV_MAX_DIM];
+        /* A one-hot of two tokens repeats by chance: RepeatPrevious's last
+         * observations are compared only through the trajectory hashes. */
+        int continuous = strcmp(c->name, "RepeatPrevious-v0") != 0;
+        float *o1 = malloc(3 * 8 * c->obs_dim * sizeof *o1), *o2 = o1 + 8 * c->obs_dim;
+        float *o3 = o2 + 8 * c->obs_dim;
+        REQUIRE(o1 != NULL);
         uint64_t h1 = run_hash(c, 8, 17, 0, 300, o1);
         uint64_t h2 = run_hash(c, 8, 17, 0, 300, o2);
         CHECK(h1 != 0 && h1 == h2);
         CHECK(memcmp(o1, o2, 8 * c->obs_dim * sizeof(float)) == 0);
         /* Another rank, another seed: other envs. */
         CHECK(run_hash(c, 8, 17, 1, 300, o3) != h1);
-        CHECK(memcmp(o1, o3, 8 * c->obs_dim * sizeof(float)) != 0);
+        CHECK(!continuous || memcmp(o1, o3, 8 * c->obs_dim * sizeof(float)) != 0);
         CHECK(run_hash(c, 8, 18, 0, 300, NULL) != h1);
         /* Another index within the runner: env 0 and env 1 differ. */
-        CHECK(memcmp(o1, o1 + c->obs_dim, c->obs_dim * sizeof(float)) != 0);
+        CHECK(!continuous || memcmp(o1, o1 + c->obs_dim, c->obs_dim * sizeof(float)) != 0);
+        free(o1);
     }
 }
 
@@ -1311,8 +1336,9 @@ static void test_box_clipping(void)
     c.obs_dim = 3;
     c.action_kind = DPT_ACTION_BOX;
     c.action_dim = 2;
-    c.action_low[0] = -1.0f, c.action_high[0] = 1.0f;
-    c.action_low[1] = 0.0f, c.action_high[1] = 10.0f;
+    static const float lo[2] = {-1.0f, 0.0f}, hi[2] = {1.0f, 10.0f};
+    c.action_low = lo;
+    c.action_high = hi;
     c.state_size = 0;
     c.reset = echo_reset;
     c.step = echo_step;
@@ -1573,6 +1599,26 @@ static void test_nonfinite_step(void)
     }
 }
 
+/* dpt_env_check_contract's arguments, a malformed class, and a good env
+ * (the broken plug-ins are checked through the command, check_env_test.sh). */
+static void test_check_contract(void)
+{
+    dpt_env_check_report_t r;
+    const dpt_env_class_t *cp = dpt_env_find("CartPole-v1");
+    CHECK_ERR(dpt_env_check_contract(NULL, 1, 10, &r), DPT_EINVAL, "needs a class");
+    CHECK_ERR(dpt_env_check_contract(cp, 1, 10, NULL), DPT_EINVAL, "needs a class");
+    CHECK_ERR(dpt_env_check_contract(cp, 1, 0, &r), DPT_EINVAL, "steps");
+    dpt_env_class_t bad = *cp;
+    bad.obs_dim = 0;
+    CHECK_OK(dpt_env_check_contract(&bad, 1, 10, &r));
+    CHECK(r.count == 1 && r.violations[0].rule == DPT_ENV_RULE_CLASS);
+    CHECK_OK(dpt_env_check_contract(cp, 3, 2000, &r));
+    CHECK(r.count == 0 && r.steps == 2000 && r.episodes > 0 && r.steps_per_s > 0.0);
+    CHECK(strcmp(dpt_env_rule_name(DPT_ENV_RULE_STATE), "state-in-block") == 0);
+    CHECK(strcmp(dpt_env_rule_name(DPT_ENV_RULE_COUNT), "?") == 0);
+    CHECK(strcmp(dpt_env_rule_text(DPT_ENV_RULE_COUNT), "?") == 0);
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
@@ -1599,6 +1645,7 @@ int main(void)
         DPT_TEST(test_save_load_returns),
         DPT_TEST(test_load_errors),
         DPT_TEST(test_nonfinite_step),
+        DPT_TEST(test_check_contract),
     };
     return DPT_TEST_RUN(cases);
 }

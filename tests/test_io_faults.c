@@ -13,6 +13,7 @@
 #include "core/io.h"
 #include "dpt_test.h"
 #include "dpt_test_rundir.h"
+#include "train/train_internal.h"
 #include "dpt_test_train.h"
 
 #include <dirent.h>
@@ -171,6 +172,10 @@ static void one_fault(dpt__io_op_t op, uint64_t nth, int err)
                    strerror(err), msg);
         CHECK(rc == DPT_EIO);
         CHECK(names_file);
+        /* The first open is the run's own directory, not a parent that
+         * exists (mkdir of an existing directory fails on a full disk). */
+        if (op == DPT__IO_OPEN && nth == 1)
+            CHECK(strstr(msg, dir) != NULL);
         CHECK(names_reason);
     }
     CHECK(bad_files(dir) == 0);
@@ -259,6 +264,65 @@ static void test_hook(void)
     unlink(path);
 }
 
+/* Resume cuts result.jsonl and progress.csv back to a checkpoint's
+ * iteration by streaming them (a long run's files need not fit in memory):
+ * rows past it, a row cut by a kill and rows longer than the copy buffer
+ * (64 KiB) all handled. */
+static void test_metrics_truncate(void)
+{
+    char dir[PATH_MAX / 2 + 16], path[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/trunc", scratch);
+    REQUIRE(mkdir(dir, 0777) == 0);
+    snprintf(path, sizeof path, "%s/result.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    size_t big = 100000, kept = 0;
+    for (int it = 1; it <= 5000; it++) {
+        fprintf(f, "{\"training_iteration\":%d,\"x\":\"", it);
+        size_t pad = it == 7 ? big : 10; /* one row past the buffer */
+        for (size_t k = 0; k < pad; k++)
+            fputc('a', f);
+        fputs("\"}\n", f);
+        if (it <= 4000)
+            kept += (size_t)snprintf(NULL, 0, "{\"training_iteration\":%d,\"x\":\"", it) + pad + 3;
+    }
+    fputs("{\"training_iteration\":5001,\"x\":", f); /* cut by a kill */
+    fclose(f);
+    snprintf(path, sizeof path, "%s/progress.csv", dir);
+    f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("a,training_iteration,b\n", f);
+    for (int it = 1; it <= 5000; it++)
+        fprintf(f, "0.5,%d,%d\n", it, 2 * it);
+    fputs("0.5,5001", f);
+    fclose(f);
+    dpt_config_t *c = NULL;
+    static const char *const kv[] = {"job=ppo", "tensorboard_dir=off"};
+    REQUIRE_OK(dpt_test_config(&c, kv, 2, NULL, 0));
+    CHECK_OK(dpt__metrics_truncate(dir, c, 4000, 0));
+    dpt_config_destroy(c);
+    dpt_test_rundir_t rd;
+    CHECK(dpt_test_rundir_check(dir, &rd) == 0);
+    CHECK(rd.rows == 4000 && rd.last_iter == 4000 && rd.gaps == 0 && rd.cut_rows == 0);
+    CHECK(rd.temporaries == 0);
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/result.jsonl", dir);
+    CHECK(stat(path, &sb) == 0 && (size_t)sb.st_size == kept);
+    snprintf(path, sizeof path, "%s/progress.csv", dir);
+    f = fopen(path, "r");
+    REQUIRE(f);
+    char line[64];
+    int rows = 0, good = fgets(line, sizeof line, f) && !strcmp(line, "a,training_iteration,b\n");
+    while (fgets(line, sizeof line, f)) {
+        int it = 0, twice = 0;
+        rows++;
+        good &= sscanf(line, "0.5,%d,%d", &it, &twice) == 2 && it == rows && twice == 2 * rows;
+    }
+    fclose(f);
+    CHECK(good && rows == 4000);
+    dpt_test_rm_tree(dir);
+}
+
 int main(void)
 {
     if (dpt_test_mkdtemp(scratch, sizeof scratch, "dpt_io_faults") != 0)
@@ -267,6 +331,7 @@ int main(void)
         {"hook", test_hook},
         {"reference_run", test_reference_run},
         {"every_call_fails", test_every_call_fails},
+        {"metrics_truncate", test_metrics_truncate},
     };
     int rc = dpt_test_main(tests, sizeof tests / sizeof *tests);
     if (rc == 0)

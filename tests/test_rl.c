@@ -44,8 +44,9 @@ static dpt_env_class_t box_cls(void)
     c.action_kind = DPT_ACTION_BOX;
     c.num_actions = 0;
     c.action_dim = 2;
-    c.action_low[0] = c.action_low[1] = -2.0f;
-    c.action_high[0] = c.action_high[1] = 2.0f;
+    static const float lo[2] = {-2.0f, -2.0f}, hi[2] = {2.0f, 2.0f};
+    c.action_low = lo;
+    c.action_high = hi;
     return c;
 }
 

@@ -2,12 +2,14 @@
  * The configuration of dpt/train.h: per-job defaults from the one key
  * table, keys that do not apply to a job, files (comments, control
  * characters, directories), overrides, path resolution, text round trips,
- * starter configs and digests.
+ * starter configs and digests; env_config entries.
  */
 #define _GNU_SOURCE /* realpath, mkdtemp */
 #include "dpt_test.h"
 #include "dpt_test_files.h"
 
+#include "dpt/env.h"
+#include "dpt/rl.h"
 #include "dpt/train.h"
 #include "train/train_internal.h"
 
@@ -295,6 +297,185 @@ static void test_starter_and_digest(void)
         CHECK(dpt_trainer_ops((dpt_job_t)j) && dpt_trainer_ops((dpt_job_t)j)->job == (dpt_job_t)j);
 }
 
+/* The text of c (caller frees). */
+static char *format(const dpt_config_t *c)
+{
+    size_t n = dpt_config_format(c, NULL, 0);
+    char *text = malloc(n + 1);
+    if (text)
+        dpt_config_format(c, text, n + 1);
+    return text;
+}
+
+/* env_config.NAME = value: the form is checked when read; names and values
+ * against the env when it is resolved, which fills in the defaults; the
+ * entries are in the text, the digest, clones and overrides. */
+static void test_env_config(void)
+{
+    const char *sets[] = {"job=ppo", "env=RepeatPrevious-v0", "env_config.k = 3"};
+    dpt_config_t *c = make(sets, 3), *d;
+    REQUIRE(c != NULL);
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK(dpt_config_env_count(c) == 1 && strcmp(dpt_config_env_name(c, 0), "k") == 0);
+    CHECK(strcmp(dpt_config_env_value(c, 0), "3") == 0 && dpt_config_env_name(c, 1) == NULL);
+    CHECK(dpt_config_env_value(c, 1) == NULL && dpt_config_env_get(c, "num_tokens") == NULL);
+    CHECK(strcmp(dpt_config_env_get(c, "k"), "3") == 0);
+
+    /* The form: a name of letters, digits and '_', a value as for a string. */
+    CHECK_ERR(dpt_config_set(c, "env_config.=3"), DPT_EINVAL,
+              "--set env_config.=3: \"env_config.\": after env_config. comes a parameter name");
+    CHECK_ERR(dpt_config_set(c, "env_config.a.b=3"), DPT_EINVAL, "1..63 letters, digits or '_'");
+    CHECK_ERR(dpt_config_set(c, "env_config.k=1#2"), DPT_EINVAL, "env_config.k contains '#'");
+    char big[1100] = "env_config.k=";
+    memset(big + 13, '7', 1030);
+    big[1043] = '\0';
+    CHECK_ERR(dpt_config_set(c, big), DPT_EINVAL, "value of env_config.k is longer than 1023");
+    char longname[100] = "env_config.";
+    memset(longname + 11, 'n', 64);
+    memcpy(longname + 75, "=1", 3);
+    CHECK_ERR(dpt_config_set(c, longname), DPT_EINVAL, "after env_config. comes a parameter name");
+    CHECK(dpt_config_finalized(c)); /* refused sets change nothing */
+
+    /* Resolving fills in the defaults and keeps the config finalized. */
+    uint64_t before = dpt_config_digest(c, 0);
+    REQUIRE_OK(dpt__config_resolve_env(c));
+    CHECK(dpt_config_finalized(c) && dpt_config_env_count(c) == 2);
+    CHECK(strcmp(dpt_config_env_get(c, "num_tokens"), "2") == 0);
+    CHECK(strcmp(dpt_config_env_get(c, "k"), "3") == 0);
+    CHECK(dpt_config_digest(c, 0) != before);
+    char *text = format(c);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "\nenv = RepeatPrevious-v0\nenv_config.k = 3\nenv_config.num_tokens = 2\n"));
+    /* The text loads back to the same digest (what a resume relies on). */
+    REQUIRE_OK(dpt_config_create(&d));
+    CHECK_OK(dpt__config_load_text(d, text, "saved.conf"));
+    CHECK_OK(dpt_config_finalize(d));
+    CHECK(dpt_config_digest(d, 0) == dpt_config_digest(c, 0));
+    CHECK(dpt__config_env_hash(d) == dpt__config_env_hash(c) && dpt__config_env_hash(c) != 0);
+    dpt_config_destroy(d);
+    free(text);
+    /* Another value, another digest; the table's keys hash as before. */
+    d = make(sets, 3);
+    REQUIRE(d != NULL);
+    REQUIRE_OK(dpt_config_set(d, "env_config.k=4"));
+    REQUIRE_OK(dpt_config_set(d, "env_config.num_tokens=2"));
+    REQUIRE_OK(dpt_config_finalize(d));
+    CHECK(dpt_config_digest(d, 0) != dpt_config_digest(c, 0));
+    unsigned skip = DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING; /* env_config is neither */
+    CHECK(dpt_config_digest(d, skip) != dpt_config_digest(c, skip));
+    CHECK(dpt_config_key_hash(d, DPT_CFG_env) == dpt_config_key_hash(c, DPT_CFG_env));
+    dpt_config_destroy(d);
+    /* A clone owns its entries. */
+    REQUIRE_OK(dpt_config_clone(&d, c));
+    dpt_config_destroy(c);
+    CHECK(dpt_config_env_count(d) == 2 && strcmp(dpt_config_env_get(d, "k"), "3") == 0);
+
+    /* Another env drops the defaults filled in for the first; what was
+     * given stays, and is then checked against the new env. */
+    REQUIRE_OK(dpt_config_set(d, "env=CartPole-v1"));
+    CHECK(dpt_config_env_count(d) == 1);
+    REQUIRE_OK(dpt_config_finalize(d));
+    CHECK_ERR(dpt__config_resolve_env(d), DPT_EINVAL,
+              "--set env_config.k = 3: env_config.k: env \"CartPole-v1\" has no such parameter "
+              "(it takes no parameters)");
+    dpt_config_destroy(d);
+
+    /* Unknown names, bad types and ranges: the key, the env and the
+     * problem, where it was given. */
+    struct {
+        const char *set, *err;
+    } bad[] = {
+        {"env_config.kk=1", "--set env_config.kk=1: env_config.kk: env \"RepeatPrevious-v0\" has "
+                            "no such parameter (its parameters: num_tokens, k)"},
+        {"env_config.k=two", "--set env_config.k=two: env_config.k expects an integer, got "
+                             "\"two\" (env \"RepeatPrevious-v0\")"},
+        {"env_config.k=100", "--set env_config.k=100: env_config.k = 100 is out of range [0, 99] "
+                             "(env \"RepeatPrevious-v0\")"},
+        {"env_config.num_tokens=1", "env_config.num_tokens = 1 is out of range [2, 1024]"},
+        {"env_config.k=", "env_config.k expects an integer, got \"\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = make(sets, 2);
+        REQUIRE(c != NULL);
+        REQUIRE_OK(dpt_config_set(c, bad[i].set));
+        REQUIRE_OK(dpt_config_finalize(c)); /* the form is fine */
+        CHECK_ERR(dpt__config_resolve_env(c), DPT_EINVAL, bad[i].err);
+        dpt_trainer_t *t = (dpt_trainer_t *)&t;
+        CHECK_ERR(dpt_trainer_create(&t, c, NULL), DPT_EINVAL, bad[i].err);
+        CHECK(t == NULL);
+        dpt_config_destroy(c);
+    }
+    /* An unknown env is reported first. */
+    const char *noenv[] = {"job=ddppo", "env=NoSuchEnv-v0", "env_config.k=1"};
+    c = make(noenv, 3);
+    REQUIRE(c != NULL);
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK_ERR(dpt__config_resolve_env(c), DPT_EINVAL, "env = NoSuchEnv-v0: unknown env");
+    dpt_config_destroy(c);
+
+    /* In a file: duplicates are refused, and errors name the line. */
+    char dir[] = "/tmp/dpt_envcfg_XXXXXX", path[PATH_MAX];
+    REQUIRE(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/e.conf", dir);
+    const char dup[] = "job = ppo\nenv_config.k = 1\nenv_config.k = 2\n";
+    write_file(path, dup, sizeof dup - 1);
+    REQUIRE_OK(dpt_config_create(&c));
+    CHECK_ERR(dpt_config_load(c, path), DPT_EINVAL, "e.conf:3: duplicate key \"env_config.k\"");
+    dpt_config_destroy(c);
+    const char one[] = "job = ppo\nenv = RepeatPrevious-v0\n\nenv_config.num_tokens = 1.5 # x\n";
+    write_file(path, one, sizeof one - 1);
+    REQUIRE_OK(dpt_config_create(&c));
+    REQUIRE_OK(dpt_config_load(c, path));
+    REQUIRE_OK(dpt_config_set(c, "env_config.k=1")); /* --set after the file */
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK_ERR(dpt__config_resolve_env(c), DPT_EINVAL,
+              "e.conf:4: env_config.num_tokens expects an integer, got \"1.5\"");
+    /* A --set replaces a value from the file. */
+    REQUIRE_OK(dpt_config_set(c, "env_config.num_tokens=3"));
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK_OK(dpt__config_resolve_env(c));
+    CHECK(strcmp(dpt_config_env_get(c, "num_tokens"), "3") == 0);
+    dpt_config_destroy(c);
+    dpt_test_rm_tree(dir);
+
+    /* A job without an env refuses the keys. */
+    const char *sup[] = {"job=supervised", "env_config.k=1"};
+    c = make(sup, 2);
+    REQUIRE(c != NULL);
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL,
+              "key env_config.k does not apply to job supervised (it is used by: ppo, ddppo)");
+    CHECK(dpt__config_env_hash(c) == 0);
+    dpt_config_destroy(c);
+
+    /* Overrides carry the given entries. */
+    const char *o[] = {"env_config.num_tokens=4"};
+    c = make(sets, 3);
+    d = make(o, 1);
+    REQUIRE(c && d);
+    REQUIRE_OK(dpt__config_apply_overrides(c, d));
+    REQUIRE_OK(dpt_config_finalize(c));
+    CHECK(strcmp(dpt_config_env_get(c, "num_tokens"), "4") == 0);
+    CHECK(strcmp(dpt_config_env_get(c, "k"), "3") == 0);
+    dpt_config_destroy(d);
+
+    /* A trainer's env gets the values: 4 tokens, 4 policy inputs. */
+    dpt_trainer_t *t;
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    const dpt_config_t *tc = dpt_trainer_config(t);
+    CHECK(dpt_config_env_count(tc) == 2 && strcmp(dpt_config_env_get(tc, "num_tokens"), "4") == 0);
+    const char *names[] = {"num_tokens"}, *values[] = {"4"};
+    dpt_env_class_t *env;
+    REQUIRE_OK(dpt_env_class_create(&env, dpt_env_find("RepeatPrevious-v0"), names, values, 1));
+    size_t hidden[2] = {64, 64};
+    dpt_policy_t *p;
+    REQUIRE_OK(dpt_policy_create(&p, env, hidden, 2, 1));
+    CHECK(dpt_trainer_vars(t)->total == dpt_policy_vars(p)->total);
+    dpt_policy_destroy(p);
+    dpt_env_class_destroy(env);
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+}
+
 static void test_atomic_file(void)
 {
     char dir[] = "/tmp/dpt_atomic_XXXXXX";
@@ -359,13 +540,9 @@ static void test_fuzz_regressions(void)
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_job_defaults),
-        DPT_TEST(test_keys_of_other_jobs),
-        DPT_TEST(test_values),
-        DPT_TEST(test_files),
-        DPT_TEST(test_starter_and_digest),
-        DPT_TEST(test_atomic_file),
-        DPT_TEST(test_fuzz_regressions),
+        DPT_TEST(test_job_defaults), DPT_TEST(test_keys_of_other_jobs), DPT_TEST(test_values),
+        DPT_TEST(test_files),        DPT_TEST(test_starter_and_digest), DPT_TEST(test_env_config),
+        DPT_TEST(test_atomic_file),  DPT_TEST(test_fuzz_regressions),
     };
     return DPT_TEST_RUN(cases);
 }

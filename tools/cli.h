@@ -21,6 +21,8 @@ int dpt_cmd_bench(int argc, char **argv);
 int dpt_cmd_train(int argc, char **argv);
 int dpt_cmd_eval(int argc, char **argv);
 int dpt_cmd_init(int argc, char **argv);
+int dpt_cmd_check_env(int argc, char **argv);
+int dpt_cmd_plot(int argc, char **argv);
 
 /* Benchmarks reachable as `dpt bench NAME` (bench/cli/). */
 int dpt_bench_allreduce(int argc, char **argv);

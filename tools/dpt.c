@@ -13,6 +13,8 @@
     X("train", dpt_cmd_train, "train what a config file describes (dpt train --help)")  \
     X("eval", dpt_cmd_eval, "evaluate a checkpoint or run directory (dpt eval --help)") \
     X("init", dpt_cmd_init, "write a starter config for a job (dpt init --help)")       \
+    X("check-env", dpt_cmd_check_env, "check an env's contract (dpt check-env --help)") \
+    X("plot", dpt_cmd_plot, "learning curves of runs as an SVG file (dpt plot --help)") \
     X("info", dpt_cmd_info, "print the version, detected features and GEMM backend")    \
     X("demo", dpt_cmd_demo, "train an MLP on two spirals (no files, a few seconds)")    \
     X("bench", dpt_cmd_bench, "run a benchmark: dpt bench NAME --help")

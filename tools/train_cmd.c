@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* sigaction */
 #include "cli.h"
 #include "dpt/dpt.h"
+#include "dpt/env.h"
 #include "dpt/train.h"
 
 #include <math.h>
@@ -134,6 +135,31 @@ static void train_print_keys(FILE *f)
     }
 }
 
+/* The built-in envs and the parameters each takes, from their classes. */
+static void train_print_envs(FILE *f)
+{
+    fprintf(f, "\nbuilt-in envs (env = NAME) and their parameters (" DPT_CONFIG_ENV_PREFIX
+               "NAME = value):\n");
+    for (size_t i = 0; i < dpt_env_count(); i++) {
+        const dpt_env_class_t *cls = dpt_env_get(i);
+        int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
+        fprintf(f, "  %-24s obs_dim %zu, %s %zu, time limit %u%s\n", cls->name, cls->obs_dim,
+                discrete ? "actions" : "action_dim", discrete ? cls->num_actions : cls->action_dim,
+                cls->max_episode_steps, cls->num_params ? "" : "; no parameters");
+        for (size_t j = 0; j < cls->num_params; j++) {
+            const dpt_env_param_t *p = &cls->params[j];
+            char type[128];
+            if (p->type == DPT_ENV_PARAM_INT || p->type == DPT_ENV_PARAM_FLOAT)
+                snprintf(type, sizeof type, "%s in [%.15g, %.15g]",
+                         dpt_env_param_type_name(p->type), p->min, p->max);
+            else
+                snprintf(type, sizeof type, "%s", dpt_env_param_type_name(p->type));
+            fprintf(f, "    " DPT_CONFIG_ENV_PREFIX "%-13s %s (default %s)\n    %-24s %s\n",
+                    p->name, type, p->def, "", p->help ? p->help : "");
+        }
+    }
+}
+
 static int train_usage(FILE *f, int code)
 {
     fprintf(f, "usage: dpt train CONFIG [--set key=value]... [--quiet]\n"
@@ -153,8 +179,12 @@ static int train_usage(FILE *f, int code)
                "runs/JOB-ENV-seeds-TIMESTAMP/seed-S), N at a time (default: as many as the\n"
                "cores hold given each run's threads), then one line per seed and a summary:\n"
                "final return (or test accuracy) mean +- std and interquartile mean; steps and\n"
-               "time to stop_reward.\n");
+               "time to stop_reward.\n"
+               "RL jobs: `" DPT_CONFIG_ENV_PREFIX "NAME = value` (in CONFIG, or --set) sets "
+               "parameter NAME of\nthe env (built-in: listed at the end; a plug-in: its own); "
+               "config.conf of the run\nlists every parameter, defaults included.\n");
     train_print_keys(f);
+    train_print_envs(f);
     return code;
 }
 

@@ -11,7 +11,9 @@
  *     overrides the default for one job (PPO uses CleanRL's settings,
  *     DD-PPO the seed's DD-PPO keys, supervised its own). A config file is
  *     `key = value` lines with `#` comments; dpt_config_set() applies
- *     `key=value` overrides. dpt_config_finalize() fills every key the job
+ *     `key=value` overrides. Besides the table's keys, `env_config.NAME =
+ *     value` sets parameter NAME of the RL jobs' env (see
+ *     DPT_CONFIG_ENV_PREFIX). dpt_config_finalize() fills every key the job
  *     uses with that job's default when it was not given, and refuses a key
  *     that does not apply to the job (naming both). The command's parser,
  *     `dpt train --help`, `dpt init` and validation all read this table.
@@ -27,7 +29,8 @@
  *
  *  3. Runs (dpt_train_run). The loop every job shares: a run directory
  *     (never reused by a fresh run), config.conf written once atomically,
- *     result.jsonl and progress.csv, checkpoints with rotation, resume from
+ *     result.jsonl, progress.csv and TensorBoard event files (tensorboard_dir;
+ *     docs/TRAINING.md), checkpoints with rotation, resume from
  *     the newest valid checkpoint, stop conditions, stop requests (signals),
  *     and launch under mpirun (rank 0 writes files). It never prints: events
  *     go to a callback.
@@ -62,6 +65,7 @@
 #include "dpt/arena.h"
 #include "dpt/checkpoint.h"
 #include "dpt/comm.h"
+#include "dpt/env.h"
 #include "dpt/optim.h"
 #include "dpt/towers.h"
 
@@ -146,6 +150,9 @@ typedef enum dpt_adv_norm {
     X(output_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",        \
       "run directory (empty: a new runs/JOB-ENV_OR_DATASET-TIMESTAMP); a fresh run refuses a "     \
       "non-empty one")                                                                             \
+    X(tensorboard_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",   \
+      "where TensorBoard event files of the metrics go (empty: the run directory; a relative "     \
+      "path: from the working directory; off: none)")                                              \
     X(checkpoint_every, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "1", 0, 1e9,   \
       "", "write a checkpoint every N iterations (0 = only at the end)")                           \
     X(keep_checkpoints, INT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "3", 1, 1000,  \
@@ -302,8 +309,20 @@ const char *dpt_config_default(dpt_config_key_t k, dpt_job_t job);
 /* "int", "float", "string", "bool", "choice". */
 const char *dpt_config_type_name(dpt_config_type_t type);
 
-/* A configuration: one value per key. Opaque; caller owns. */
+/* A configuration: one value per key, and the env_config entries. Opaque;
+ * caller owns. */
 typedef struct dpt_config dpt_config_t;
+
+/* Keys `env_config.NAME` (NAME: 1..63 letters, digits or '_') set parameter
+ * NAME of the env of the RL jobs, built-in or plug-in (dpt/env.h:
+ * dpt_env_param_t); any number of them. Reading a file or dpt_config_set
+ * checks only the form (a name, a value as for a string key); the env checks
+ * names, types and ranges when the run or trainer loads it, before anything
+ * is written: an unknown name or a bad value is DPT_EINVAL naming the key,
+ * the env and the problem. A run then adds every parameter not given with
+ * its default, so config.conf and checkpoints name every value. Entries are
+ * kept in name order; none may change on resume. */
+#define DPT_CONFIG_ENV_PREFIX "env_config."
 
 /* Every key starts at the table's default, nothing marked as given.
  * Errors: DPT_ENOMEM. */
@@ -314,7 +333,9 @@ int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c);
 
 /* Reads a config file: `key = value` lines, `#` starts a comment. Paths in
  * path-valued keys (env when it names a plug-in, train_csv, test_csv,
- * data_dir) are later resolved relative to this file's directory.
+ * data_dir) are later resolved relative to this file's directory;
+ * tensorboard_dir (an output, as output_dir) relative to the working
+ * directory.
  * Errors naming "FILE:LINE": DPT_ENOENT (missing file), DPT_EINVAL (a
  * directory or non-regular file, a NUL byte or other control character, a
  * value longer than DPT_CONFIG_STR_MAX - 1, syntax, unknown key with the
@@ -329,9 +350,9 @@ int dpt_config_set(dpt_config_t *c, const char *assignment);
  * ("key hidden does not apply to job ppo (it is a supervised key)");
  * cross-key rules are checked (batch_size divisible by num_devices,
  * train_batch_size consistent, sgd_minibatch_size within the batch, ...);
- * relative paths are resolved against the config file's directory (plug-in
- * env paths become absolute, so a run resumes and evaluates from any
- * directory). Idempotent. Required before a trainer or run uses it. */
+ * relative paths are resolved against the config file's directory, or the
+ * working directory for tensorboard_dir (paths become absolute, so a run
+ * resumes and evaluates from any directory). Idempotent. Required before a trainer or run uses it. */
 int dpt_config_finalize(dpt_config_t *c);
 /* 1 once finalized (and not changed since). */
 int dpt_config_finalized(const dpt_config_t *c);
@@ -348,9 +369,17 @@ dpt_job_t dpt_config_job(const dpt_config_t *c);
 int dpt_config_applies(const dpt_config_t *c, dpt_config_key_t k);
 /* The file the config was read from ("" if none). */
 const char *dpt_config_source(const dpt_config_t *c);
+/* The env_config entries: how many, and the i-th one's NAME (without the
+ * prefix) and value text, in name order (NULL past the end); the value of
+ * NAME, or NULL when there is no such entry. Strings are borrowed: valid
+ * until the config changes or is destroyed. */
+size_t dpt_config_env_count(const dpt_config_t *c);
+const char *dpt_config_env_name(const dpt_config_t *c, size_t i);
+const char *dpt_config_env_value(const dpt_config_t *c, size_t i);
+const char *dpt_config_env_get(const dpt_config_t *c, const char *name);
 
 /* The config as text: a comment line, then `key = value` for every key of
- * its job, in table order. Returns the text's length; writes at most `size`
+ * its job, in table order, with the env_config entries after `env`. Returns the text's length; writes at most `size`
  * bytes including the NUL (like snprintf). */
 size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size);
 /* Writes dpt_config_format() to `path` atomically (temporary file, fsync,
@@ -361,8 +390,9 @@ int dpt_config_save(const dpt_config_t *c, const char *path);
 size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size);
 
 /* 64-bit FNV-1a of "name=value\n" of key k (0 when k does not apply to the
- * job), and of every key whose flags do not include `skip_flags`. Used to
- * compare configs across ranks and against a checkpoint. */
+ * job), and of every key whose flags do not include `skip_flags` and of the
+ * env_config entries (never skipped). Used to compare configs across ranks
+ * and against a checkpoint. */
 uint64_t dpt_config_key_hash(const dpt_config_t *c, dpt_config_key_t k);
 uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags);
 
@@ -587,6 +617,15 @@ const char *dpt_run_reason_text(dpt_run_reason_t reason);
 int dpt_train_run(const dpt_config_t *cfg, const dpt_run_options_t *options,
                   dpt_run_reason_t *reason);
 
+/* ---- the env of a config ------------------------------------------------------ */
+
+/* The env class an RL config trains on (finalized config of job ppo or
+ * ddppo): the built-in or plug-in `env` configured with its env_config.*
+ * entries. *out is the caller's (dpt_env_class_destroy). DPT_EINVAL naming
+ * the env and the entry for an unknown, mistyped or out-of-range value, or
+ * for a config of another job; DPT_ENOENT for an unknown env. */
+int dpt_config_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
+
 /* ---- several seeds ---------------------------------------------------------- */
 
 /* One run of dpt_train_seeds: how it ended and what it reached. */
@@ -633,6 +672,32 @@ typedef struct dpt_seeds_summary {
 } dpt_seeds_summary_t;
 
 void dpt_seeds_summarize(const dpt_seed_run_t *runs, size_t n, dpt_seeds_summary_t *out);
+
+/* ---- metrics of a run -------------------------------------------------------- */
+
+/* The rows of a run's result.jsonl as columns: one per metric name found in
+ * any row, in order of first appearance, named as the run wrote it (nested
+ * objects joined with '/': "info/learner/default_policy/policy_loss"). */
+typedef struct dpt_metrics_table {
+    size_t rows, cols;
+    char **names;    /* cols names (owned by the table) */
+    double **values; /* values[c][r]: metric c of row r, NAN where the row holds null or
+                      * lacks it (owned by the table) */
+} dpt_metrics_table_t;
+
+/* Reads result.jsonl: `path` names the file or a run directory holding it.
+ * Values are numbers, null or nested objects (what dpt writes); a last line
+ * without its newline (cut by a kill) is left out, blank lines are skipped.
+ * *out is the caller's until dpt_metrics_destroy (NULL on failure).
+ * Errors: DPT_ENOENT (no such file, or a directory without result.jsonl),
+ * DPT_EFORMAT naming the file, line and byte (not a JSON object of
+ * numbers, nulls and objects; a name longer than 511 bytes; nesting deeper
+ * than 32), DPT_EIO, DPT_ENOMEM. */
+int dpt_metrics_load(dpt_metrics_table_t **out, const char *path);
+/* Frees a table; NULL is a no-op. */
+void dpt_metrics_destroy(dpt_metrics_table_t *t);
+/* The column called `name` (t->rows values; borrowed from t), or NULL. */
+const double *dpt_metrics_column(const dpt_metrics_table_t *t, const char *name);
 
 #ifdef __cplusplus
 }

@@ -438,26 +438,29 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
     int rc = dpt_vecenv_create(&env, cls, 1, seed, 0x45564131u);
     if (rc)
         return rc;
-    float obs[DPT_ENV_MAX_DIM], rew;
-    int32_t iact;
-    float fact[DPT_ENV_MAX_DIM];
+    /* One env: the observation, the action and the previous action
+     * (action_dim floats each for box actions) and a recurrent policy's
+     * state, in one buffer (the class check bounds the dims, so the sums
+     * cannot overflow). */
     int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
+    size_t ad = discrete ? 0 : cls->action_dim, ss = dpt_policy_state_size(policy);
+    float *obs = calloc(cls->obs_dim + 2 * ad + ss, sizeof *obs);
+    if (!obs) {
+        dpt_vecenv_destroy(env);
+        return dpt_error(DPT_ENOMEM, "evaluation: cannot allocate the observation of \"%s\"",
+                         cls->name);
+    }
+    float *fact = obs + cls->obs_dim, *prev_fact = fact + ad, *h = prev_fact + ad;
+    float rew, prev_rew = 0.0f;
+    int32_t iact, prev_iact = -1;
     void *act = discrete ? (void *)&iact : (void *)fact;
     uint8_t term, trunc;
     double sum_r = 0.0, sum_l = 0.0;
     size_t done = 0;
     /* A recurrent policy carries its state (and previous action and
      * reward) from step to step, from zeros at every episode's start. */
-    size_t ss = dpt_policy_state_size(policy);
-    float *h = ss ? calloc(ss, sizeof(float)) : NULL, prev_rew = 0.0f;
-    int32_t prev_iact = -1;
-    float prev_fact[DPT_ENV_MAX_DIM] = {0};
-    dpt_policy_state_t st = {h, h ? h + ss / 2 : NULL, discrete ? (void *)&prev_iact : prev_fact,
+    dpt_policy_state_t st = {h, h + ss / 2, discrete ? (void *)&prev_iact : (void *)prev_fact,
                              &prev_rew};
-    if (ss && !h) {
-        dpt_vecenv_destroy(env);
-        return dpt_error(DPT_ENOMEM, "evaluation: cannot allocate the policy's state");
-    }
     dpt_vecenv_reset(env, obs);
     while (done < episodes) {
         if ((rc = dpt_policy_act_state(policy, params, obs, ss ? &st : NULL, 1, NULL, act, NULL,
@@ -467,11 +470,11 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
         if (ss && (term || trunc)) {
             dpt_vec_zero(h, ss);
             prev_iact = -1;
-            memset(prev_fact, 0, sizeof prev_fact);
+            dpt_vec_zero(prev_fact, ad);
             prev_rew = 0.0f;
         } else if (ss) {
             prev_iact = iact;
-            memcpy(prev_fact, fact, sizeof fact);
+            memcpy(prev_fact, fact, ad * sizeof *fact);
             prev_rew = rew;
         }
         double r;
@@ -483,7 +486,7 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
         }
     }
     dpt_vecenv_destroy(env);
-    free(h);
+    free(obs);
     if (rc)
         return rc;
     *mean_return = sum_r / (double)episodes;

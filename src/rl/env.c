@@ -5,7 +5,8 @@
  * every per-env array, each starting on its own 64-byte boundary:
  *
  *   [struct dpt_vecenv][states: n x stride][rngs: n][t: n][ret: n]
- *   [episode ring: 4096 returns, 4096 lengths][box action scratch][obs scratch]
+ *   [episode ring: 4096 returns, 4096 lengths][box action scratch: action_dim]
+ *   [obs scratch: obs_dim]
  *
  * `stride` is state_size rounded up to 16 bytes (the alignment of any C
  * object), so each env's state block is correctly aligned for the user's
@@ -21,7 +22,7 @@
  *   - The episode ring holds `ep_count` finished episodes starting at
  *     `ep_head` (oldest first); a push into a full ring drops the oldest.
  */
-#include "dpt/env.h"
+#include "env_internal.h"
 #include "dpt/checkpoint.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
@@ -35,12 +36,15 @@
 
 /* ---- registry ------------------------------------------------------------ */
 
-/* The built-in classes (defined in envs_classic.c), in listing order. */
-#define DPT_ENV_BUILTIN_LIST(X) \
-    X(dpt__env_cartpole_v1)     \
-    X(dpt__env_acrobot_v1)      \
-    X(dpt__env_mountaincar_v0)  \
-    X(dpt__env_pendulum_v1)
+/* The built-in classes (defined in envs_classic.c and envs_memory.c), in
+ * listing order. */
+#define DPT_ENV_BUILTIN_LIST(X)       \
+    X(dpt__env_cartpole_v1)           \
+    X(dpt__env_acrobot_v1)            \
+    X(dpt__env_mountaincar_v0)        \
+    X(dpt__env_pendulum_v1)           \
+    X(dpt__env_stateless_cartpole_v1) \
+    X(dpt__env_repeat_previous_v0)
 
 #define DPT__ENV_DECL(sym) extern const dpt_env_class_t sym;
 DPT_ENV_BUILTIN_LIST(DPT__ENV_DECL)
@@ -87,6 +91,32 @@ const dpt_env_class_t *dpt_env_find(const char *name)
     return NULL;
 }
 
+/* The first field configure may change that differs between a and b, or
+ * NULL when they agree. */
+static const char *dpt__env_differs(const dpt_env_class_t *a, const dpt_env_class_t *b)
+{
+    if (a->obs_dim != b->obs_dim)
+        return "obs_dim";
+    if (a->action_kind != b->action_kind)
+        return "action_kind";
+    if (a->action_kind == DPT_ACTION_DISCRETE && a->num_actions != b->num_actions)
+        return "num_actions";
+    if (a->action_kind == DPT_ACTION_BOX) {
+        if (a->action_dim != b->action_dim)
+            return "action_dim";
+        for (size_t k = 0; k < a->action_dim; k++)
+            if (a->action_low[k] != b->action_low[k] || a->action_high[k] != b->action_high[k])
+                return "action bounds";
+    }
+    if (a->max_episode_steps != b->max_episode_steps)
+        return "max_episode_steps";
+    if (a->reward_threshold != b->reward_threshold)
+        return "reward_threshold";
+    if (a->state_size != b->state_size)
+        return "state_size";
+    return NULL;
+}
+
 int dpt_env_class_check(const dpt_env_class_t *cls)
 {
     if (!cls)
@@ -97,9 +127,9 @@ int dpt_env_class_check(const dpt_env_class_t *cls)
     if (strlen(nm) >= DPT__ENV_NAME_CAP)
         return dpt_error(DPT_EINVAL, "env class \"%.40s...\": name is longer than %d bytes", nm,
                          DPT__ENV_NAME_CAP - 1);
-    if (cls->obs_dim < 1 || cls->obs_dim > DPT_ENV_MAX_DIM)
-        return dpt_error(DPT_EINVAL, "env class \"%s\": obs_dim is %zu, must be 1..%d", nm,
-                         cls->obs_dim, DPT_ENV_MAX_DIM);
+    if (cls->obs_dim < 1 || cls->obs_dim > DPT_ENV_DIM_LIMIT)
+        return dpt_error(DPT_EINVAL, "env class \"%s\": obs_dim is %zu, must be 1..%zu", nm,
+                         cls->obs_dim, DPT_ENV_DIM_LIMIT);
     switch (cls->action_kind) {
     case DPT_ACTION_DISCRETE:
         if (cls->num_actions < 1 || cls->num_actions > (size_t)INT32_MAX)
@@ -107,9 +137,12 @@ int dpt_env_class_check(const dpt_env_class_t *cls)
                              cls->num_actions, INT32_MAX);
         break;
     case DPT_ACTION_BOX:
-        if (cls->action_dim < 1 || cls->action_dim > DPT_ENV_MAX_DIM)
-            return dpt_error(DPT_EINVAL, "env class \"%s\": action_dim is %zu, must be 1..%d", nm,
-                             cls->action_dim, DPT_ENV_MAX_DIM);
+        if (cls->action_dim < 1 || cls->action_dim > DPT_ENV_DIM_LIMIT)
+            return dpt_error(DPT_EINVAL, "env class \"%s\": action_dim is %zu, must be 1..%zu", nm,
+                             cls->action_dim, DPT_ENV_DIM_LIMIT);
+        if (!cls->action_low || !cls->action_high)
+            return dpt_error(DPT_EINVAL,
+                             "env class \"%s\": a box action needs action_low and action_high", nm);
         for (size_t k = 0; k < cls->action_dim; k++) {
             float lo = cls->action_low[k], hi = cls->action_high[k];
             if (!isfinite(lo) || !isfinite(hi) || !(lo <= hi))
@@ -132,6 +165,21 @@ int dpt_env_class_check(const dpt_env_class_t *cls)
         return dpt_error(DPT_EINVAL, "env class \"%s\": reset is NULL", nm);
     if (!cls->step)
         return dpt_error(DPT_EINVAL, "env class \"%s\": step is NULL", nm);
+    int rc = dpt__env_params_check(cls);
+    if (rc || !cls->configure || cls->values)
+        return rc;
+    /* A class as written runs with its defaults (dpt_vecenv_create gives
+     * init the default values), so its dims must be configure's for them. */
+    dpt_env_class_t *d;
+    if ((rc = dpt__env_configure(&d, cls, NULL, NULL, 0)) != 0)
+        return rc;
+    const char *differs = dpt__env_differs(cls, d);
+    dpt_env_class_destroy(d);
+    if (differs)
+        return dpt_error(DPT_EINVAL,
+                         "env class \"%s\": as written it is not the env at its default "
+                         "parameters: its %s differs from what configure makes of them",
+                         nm, differs);
     return DPT_OK;
 }
 
@@ -141,7 +189,10 @@ int dpt_env_class_check(const dpt_env_class_t *cls)
 #define DPT__ALIGN 64u
 
 struct dpt_vecenv {
-    const dpt_env_class_t *cls; /* borrowed */
+    const dpt_env_class_t *cls;    /* borrowed */
+    dpt_env_class_t *own;          /* cls at its defaults, for a class as written with parameters */
+    const dpt_env_value_t *values; /* what init got: cls's, or own's; NULL when neither */
+    uint32_t values_digest;        /* of values, in the saved state's header */
     size_t n;
     uint64_t seed;
     uint32_t rank;
@@ -155,7 +206,7 @@ struct dpt_vecenv {
     uint32_t *ep_len;      /* [DPT__EP_CAP] */
     size_t ep_head, ep_count;
     size_t ep_dropped;  /* dropped since the last pop */
-    float *act;         /* [action_dim] clipped box action */
+    float *act;         /* [action_dim] clipped box action (1 for discrete) */
     float *obs_scratch; /* [obs_dim] for dpt_vecenv_reset(v, NULL) */
     uint64_t total_steps, total_episodes;
     size_t state_bytes; /* size of a saved state */
@@ -212,8 +263,9 @@ int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, 
     size_t o_ret = dpt__carve(&off, n, sizeof(double));
     size_t o_epr = dpt__carve(&off, DPT__EP_CAP, sizeof(double));
     size_t o_epl = dpt__carve(&off, DPT__EP_CAP, sizeof(uint32_t));
-    size_t o_act = dpt__carve(&off, DPT_ENV_MAX_DIM, sizeof(float));
-    size_t o_obs = dpt__carve(&off, DPT_ENV_MAX_DIM, sizeof(float));
+    size_t act_dim = cls->action_kind == DPT_ACTION_BOX ? cls->action_dim : 1;
+    size_t o_act = dpt__carve(&off, act_dim, sizeof(float));
+    size_t o_obs = dpt__carve(&off, cls->obs_dim, sizeof(float));
     size_t per_env = DPT__STATE_PER_ENV + cls->state_size, sbytes;
     if (off == SIZE_MAX || dpt_mul_size(n, per_env, &sbytes) != 0 ||
         sbytes > SIZE_MAX - DPT__STATE_HEADER - DPT__STATE_TAIL)
@@ -221,12 +273,25 @@ int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, 
                          "env \"%s\": %zu envs of %zu bytes overflow the address "
                          "space",
                          cls->name, n, cls->state_size);
+    /* A class as written with parameters (or an init) runs at its defaults. */
+    dpt_env_class_t *own = NULL;
+    const dpt_env_value_t *values = cls->values;
+    if (!values && (cls->num_params || cls->init)) {
+        if ((rc = dpt__env_configure(&own, cls, NULL, NULL, 0)) != 0)
+            return rc;
+        values = own->values;
+    }
     unsigned char *base = dpt_alloc_aligned(off);
-    if (!base)
+    if (!base) {
+        dpt_env_class_destroy(own);
         return dpt_error(DPT_ENOMEM, "env \"%s\": cannot allocate %zu bytes for %zu envs",
                          cls->name, off, n);
+    }
     dpt_vecenv_t *v = (dpt_vecenv_t *)base;
     v->cls = cls;
+    v->own = own;
+    v->values = values;
+    v->values_digest = dpt__env_values_digest(cls, values);
     v->n = n;
     v->seed = seed;
     v->rank = rank;
@@ -242,12 +307,19 @@ int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, 
     v->state_bytes = DPT__STATE_HEADER + sbytes + DPT__STATE_TAIL;
     for (size_t i = 0; i < n; i++)
         dpt_rng_init(&v->rngs[i], seed, rank, (uint32_t)i, DPT_RNG_ENV);
+    /* The states are zeroed (dpt_alloc_aligned); init sees them so. */
+    if (cls->init)
+        for (size_t i = 0; i < n; i++)
+            cls->init(v->states + i * stride, values);
     *out = v;
     return DPT_OK;
 }
 
 void dpt_vecenv_destroy(dpt_vecenv_t *v)
 {
+    if (!v)
+        return;
+    dpt_env_class_destroy(v->own);
     dpt_free_aligned(v);
 }
 
@@ -454,7 +526,7 @@ uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v)
  *   100     4  rank
  *   104     8  seed
  *   112     4  started (0/1)
- *   116     4  reserved (0)
+ *   116     4  digest of the parameter values (0 for a class without any)
  *   120     8  FNV-1a 64 of the payload
  *   128        payload: rng positions u64 [n], episode lengths t u32 [n],
  *              returns f64 [n], states [n x state_size] (packed),
@@ -472,6 +544,7 @@ uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v)
 #define DPT__OFF_RANK 100
 #define DPT__OFF_SEED 104
 #define DPT__OFF_STARTED 112
+#define DPT__OFF_VALUES 116
 #define DPT__OFF_SUM 120
 
 static void dpt__put(unsigned char *buf, size_t off, const void *x, size_t size)
@@ -513,6 +586,7 @@ int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes)
     dpt__put(b, DPT__OFF_RANK, &v->rank, 4);
     dpt__put(b, DPT__OFF_SEED, &v->seed, 8);
     dpt__put(b, DPT__OFF_STARTED, &started, 4);
+    dpt__put(b, DPT__OFF_VALUES, &v->values_digest, 4);
     size_t off = DPT__STATE_HEADER;
     for (size_t i = 0; i < v->n; i++, off += 8) {
         uint64_t pos = dpt_rng_tell(&v->rngs[i]);
@@ -544,7 +618,7 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
                          "env \"%s\": the buffer (%zu bytes) is not a saved runner "
                          "state",
                          cls->name, bytes);
-    uint32_t version, bom, obs_dim, started;
+    uint32_t version, bom, obs_dim, started, values_digest;
     uint64_t n, ssz, sum;
     dpt__get(b, DPT__OFF_VERSION, &version, 4);
     dpt__get(b, DPT__OFF_BOM, &bom, 4);
@@ -573,6 +647,12 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
                          "env \"%s\": saved runner state has %" PRIu64 " envs, "
                          "state_size %" PRIu64 ", obs_dim %u; this runner has %zu, %zu, %zu",
                          cls->name, n, ssz, obs_dim, v->n, cls->state_size, cls->obs_dim);
+    dpt__get(b, DPT__OFF_VALUES, &values_digest, 4);
+    if (values_digest != v->values_digest)
+        return dpt_error(DPT_EINVAL,
+                         "env \"%s\": saved runner state has other parameter values "
+                         "(digest 0x%08x, this runner 0x%08x)",
+                         cls->name, values_digest, v->values_digest);
     size_t need = dpt_vecenv_state_bytes(v);
     if (bytes != need)
         return dpt_error(DPT_EFORMAT,

@@ -1,6 +1,8 @@
 /*
  * Gymnasium's classic-control environments, ported to dpt's env API:
- * CartPole-v1, Acrobot-v1, MountainCar-v0 and Pendulum-v1.
+ * CartPole-v1, Acrobot-v1, MountainCar-v0 and Pendulum-v1; and
+ * StatelessCartPole-v1, CartPole with the velocities left out of the
+ * observation (a memory task; the other one is in envs_memory.c).
  *
  * Sources (Gymnasium 0.29/1.0, gymnasium/envs/classic_control/): cartpole.py,
  * acrobot.py, mountain_car.py, pendulum.py, and the max_episode_steps /
@@ -64,24 +66,26 @@ static void cartpole_obs(const cartpole_state_t *s, float *obs)
     obs[3] = (float)s->theta_dot;
 }
 
-static void cartpole_reset(void *state, dpt_rng_t *rng, float *obs)
+static void cartpole_start(cartpole_state_t *s, dpt_rng_t *rng)
 {
-    cartpole_state_t *s = state;
     s->x = dpt__uniform(rng, -0.05, 0.05);
     s->x_dot = dpt__uniform(rng, -0.05, 0.05);
     s->theta = dpt__uniform(rng, -0.05, 0.05);
     s->theta_dot = dpt__uniform(rng, -0.05, 0.05);
-    cartpole_obs(s, obs);
 }
 
-/* Branch-light on purpose: this is the hot loop of `dpt bench env`. The force
+static void cartpole_reset(void *state, dpt_rng_t *rng, float *obs)
+{
+    cartpole_start(state, rng);
+    cartpole_obs(state, obs);
+}
+
+/* One Euler step with the action's force; returns whether it terminated.
+ * Branch-light on purpose: this is the hot loop of `dpt bench env`. The force
  * is a select, and termination is evaluated with non-short-circuit ORs (same
  * result as Gymnasium's `x < -2.4 or x > 2.4 or ...`). */
-static void cartpole_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
-                          float *reward, int *terminated)
+static int cartpole_advance(cartpole_state_t *s, const void *action)
 {
-    (void)rng;
-    cartpole_state_t *s = state;
     double x = s->x, x_dot = s->x_dot, theta = s->theta, theta_dot = s->theta_dot;
     double force = *(const int32_t *)action == 1 ? CP_FORCE_MAG : -CP_FORCE_MAG;
     double costheta = cos(theta);
@@ -98,10 +102,17 @@ static void cartpole_step(void *state, const void *action, dpt_rng_t *rng, float
     s->x_dot = x_dot;
     s->theta = theta;
     s->theta_dot = theta_dot;
-    cartpole_obs(s, obs);
-    *terminated = (x < -CP_X_THRESHOLD) | (x > CP_X_THRESHOLD) | (theta < -CP_THETA_THRESHOLD) |
-                  (theta > CP_THETA_THRESHOLD);
+    return (x < -CP_X_THRESHOLD) | (x > CP_X_THRESHOLD) | (theta < -CP_THETA_THRESHOLD) |
+           (theta > CP_THETA_THRESHOLD);
+}
+
+static void cartpole_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
+                          float *reward, int *terminated)
+{
+    (void)rng;
+    *terminated = cartpole_advance(state, action);
     *reward = 1.0f;
+    cartpole_obs(state, obs);
 }
 
 const dpt_env_class_t dpt__env_cartpole_v1 = {
@@ -114,6 +125,46 @@ const dpt_env_class_t dpt__env_cartpole_v1 = {
     .state_size = sizeof(cartpole_state_t),
     .reset = cartpole_reset,
     .step = cartpole_step,
+};
+
+/* ---- StatelessCartPole-v1 ---------------------------------------------------
+ * CartPole-v1 in every respect (state, dynamics, reset draws, rewards,
+ * termination, 500-step limit) except the observation: (x, theta), without
+ * the two velocities, so a policy must infer them from past observations.
+ * The same seed and actions give the same episodes as CartPole-v1, and its
+ * observations are components 0 and 2 of CartPole-v1's. */
+
+static void stateless_cartpole_obs(const cartpole_state_t *s, float *obs)
+{
+    obs[0] = (float)s->x;
+    obs[1] = (float)s->theta;
+}
+
+static void stateless_cartpole_reset(void *state, dpt_rng_t *rng, float *obs)
+{
+    cartpole_start(state, rng);
+    stateless_cartpole_obs(state, obs);
+}
+
+static void stateless_cartpole_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
+                                    float *reward, int *terminated)
+{
+    (void)rng;
+    *terminated = cartpole_advance(state, action);
+    *reward = 1.0f;
+    stateless_cartpole_obs(state, obs);
+}
+
+const dpt_env_class_t dpt__env_stateless_cartpole_v1 = {
+    .name = "StatelessCartPole-v1",
+    .obs_dim = 2,
+    .action_kind = DPT_ACTION_DISCRETE,
+    .num_actions = 2,
+    .max_episode_steps = 500,
+    .reward_threshold = 475.0,
+    .state_size = sizeof(cartpole_state_t),
+    .reset = stateless_cartpole_reset,
+    .step = stateless_cartpole_step,
 };
 
 /* ---- Acrobot-v1 (acrobot.py) -----------------------------------------------
@@ -379,13 +430,16 @@ static void pendulum_step(void *state, const void *action, dpt_rng_t *rng, float
     pendulum_obs(s, obs);
 }
 
+static const float pendulum_low[1] = {(float)-PD_MAX_TORQUE};
+static const float pendulum_high[1] = {(float)PD_MAX_TORQUE};
+
 const dpt_env_class_t dpt__env_pendulum_v1 = {
     .name = "Pendulum-v1",
     .obs_dim = 3,
     .action_kind = DPT_ACTION_BOX,
     .action_dim = 1,
-    .action_low = {-2.0f},
-    .action_high = {2.0f},
+    .action_low = pendulum_low,
+    .action_high = pendulum_high,
     .max_episode_steps = 200,
     .reward_threshold = 0.0, /* Gymnasium registers none */
     .state_size = sizeof(pendulum_state_t),

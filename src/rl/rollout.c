@@ -99,22 +99,26 @@ int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_
     r->obs_dim = cls->obs_dim;
     r->discrete = cls->action_kind == DPT_ACTION_DISCRETE;
     r->act_w = r->discrete ? 1 : cls->action_dim;
-    size_t rows;
-    if (dpt_mul_size(T, num_envs, &rows)) {
+    /* The observation buffers scale with the env's obs_dim: sized from it,
+     * every product checked. */
+    size_t rows, obs_rows, act_rows, env_obs;
+    if (dpt_mul_size(T, num_envs, &rows) || dpt_mul_size(rows, r->obs_dim, &obs_rows) ||
+        dpt_mul_size(rows, r->act_w, &act_rows) || dpt_mul_size(num_envs, r->obs_dim, &env_obs)) {
         dpt__rollout_deinit(r);
-        return dpt_error(DPT_EOVERFLOW, "rollout: %zu x %zu rows overflow", T, num_envs);
+        return dpt_error(DPT_EOVERFLOW, "rollout: %zu x %zu rows of %zu observations overflow", T,
+                         num_envs, cls->obs_dim);
     }
-    r->obs = calloc(rows * r->obs_dim, sizeof(float));
-    r->actions = calloc(rows * r->act_w, 4);
+    r->obs = calloc(obs_rows, sizeof(float));
+    r->actions = calloc(act_rows, 4);
     r->logp = calloc(rows, sizeof(float));
     r->values = calloc(rows, sizeof(float));
     r->rewards = calloc(rows, sizeof(float));
     r->adv = calloc(rows, sizeof(float));
     r->returns = calloc(rows, sizeof(float));
     r->dones = calloc(rows, 1);
-    r->cur_obs = calloc(num_envs * r->obs_dim, sizeof(float));
-    r->final_obs = calloc(num_envs * r->obs_dim, sizeof(float));
-    r->boot_obs = calloc(num_envs * r->obs_dim, sizeof(float));
+    r->cur_obs = calloc(env_obs, sizeof(float));
+    r->final_obs = calloc(env_obs, sizeof(float));
+    r->boot_obs = calloc(env_obs, sizeof(float));
     r->boot_v = calloc(num_envs, sizeof(float));
     r->step_rew = calloc(num_envs, sizeof(float));
     r->term = calloc(num_envs, 1);

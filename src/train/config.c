@@ -1,6 +1,7 @@
 /*
  * The configuration of every job, from one key table (dpt/train.h): files,
- * overrides, per-job defaults, applicability, paths, text and digests.
+ * overrides, per-job defaults, applicability, paths, text and digests; and
+ * the env_config lines (their list is kept by config_env.c).
  */
 #define _GNU_SOURCE /* realpath with a NULL buffer is POSIX; getline too */
 #include "dpt/train.h"
@@ -115,6 +116,7 @@ typedef struct dpt__value {
 
 struct dpt_config {
     dpt__value_t v[DPT_CFG_COUNT];
+    dpt__env_entries_t envc; /* env_config entries */
     char source[PATH_MAX];
     int finalized;
 };
@@ -136,15 +138,24 @@ int dpt_config_create(dpt_config_t **out)
 
 void dpt_config_destroy(dpt_config_t *c)
 {
+    if (!c)
+        return;
+    dpt__env_entries_free(&c->envc);
     free(c);
 }
 
 int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c)
 {
-    *out = malloc(sizeof **out);
-    if (!*out)
+    dpt_config_t *d = malloc(sizeof *d);
+    *out = NULL;
+    if (!d)
         return dpt_error(DPT_ENOMEM, "config: cannot allocate");
-    memcpy(*out, c, sizeof *c);
+    memcpy(d, c, sizeof *c);
+    if (dpt__env_entries_copy(&d->envc, &c->envc) != 0) {
+        free(d);
+        return DPT_ENOMEM;
+    }
+    *out = d;
     return DPT_OK;
 }
 
@@ -232,6 +243,24 @@ static int dpt__choice_index(const char *choices, const char *value)
     return -1;
 }
 
+/* The rules of a string value (its length is the caller's to check). */
+static int dpt__check_text(const char *text, const char *prefix, const char *name,
+                           const char *shown, const char *where)
+{
+    for (const char *p = text; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return dpt_error(DPT_EINVAL, "%s: %s%s contains a control character: \"%s\"", where,
+                             prefix, name, shown);
+    /* '#' starts a comment in a config file, so such a value given with
+     * dpt_config_set would not survive dpt_config_format (the config a run
+     * directory and a checkpoint keep): refuse it everywhere. */
+    if (strchr(text, '#'))
+        return dpt_error(DPT_EINVAL,
+                         "%s: %s%s contains '#', which starts a comment in a config: \"%s\"", where,
+                         prefix, name, shown);
+    return DPT_OK;
+}
+
 int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where)
 {
     const dpt_config_key_info_t *ki = &dpt__keys[k];
@@ -284,23 +313,81 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
         v->i = idx;
         break;
     }
-    case DPT_CFG_T_STR:
-        for (const char *p = text; *p; p++)
-            if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                return dpt_error(DPT_EINVAL, "%s: %s contains a control character: \"%s\"", where,
-                                 ki->name, shown);
-        /* '#' starts a comment in a config file, so such a value given with
-         * dpt_config_set would not survive dpt_config_format (the config a
-         * run directory and a checkpoint keep): refuse it everywhere. */
-        if (strchr(text, '#'))
-            return dpt_error(DPT_EINVAL,
-                             "%s: %s contains '#', which starts a comment in a config: \"%s\"",
-                             where, ki->name, shown);
+    case DPT_CFG_T_STR: {
+        int rc = dpt__check_text(text, ki->name, "", shown, where);
+        if (rc)
+            return rc;
         break;
     }
+    }
+    /* The parameters filled in for one env are not another env's. */
+    if (k == DPT_CFG_env && strcmp(v->s, text) != 0)
+        dpt__env_entries_drop_defaults(&c->envc);
     snprintf(v->s, sizeof v->s, "%s", text);
     c->finalized = 0;
     return DPT_OK;
+}
+
+/* ---- env_config entries ------------------------------------------------------ */
+
+/* `env_config.NAME = value` from a file line or an override. */
+static int dpt__apply_env_entry(dpt_config_t *c, const char *key, const char *val,
+                                const char *where, int from_file)
+{
+    const char *name = key + strlen(DPT_CONFIG_ENV_PREFIX);
+    char shown[160];
+    if (!dpt__env_entries_name_ok(name))
+        return dpt_error(DPT_EINVAL,
+                         "%s: \"%s\": after " DPT_CONFIG_ENV_PREFIX " comes a parameter name of "
+                         "1..63 letters, digits or '_'",
+                         where, dpt__printable(shown, sizeof shown, key, strlen(key)));
+    if (strlen(val) >= DPT_CONFIG_STR_MAX)
+        return dpt_error(DPT_EINVAL, "%s: value of %s is longer than %d characters", where, key,
+                         DPT_CONFIG_STR_MAX - 1);
+    dpt__printable(shown, sizeof shown, val, strlen(val));
+    int rc = dpt__check_text(val, DPT_CONFIG_ENV_PREFIX, name, shown, where);
+    if (rc)
+        return rc;
+    int found;
+    size_t at = dpt__env_entries_find(&c->envc, name, &found);
+    if (from_file && found && c->envc.e[at].given && c->envc.e[at].from_file)
+        return dpt_error(DPT_EINVAL, "%s: duplicate key \"%s\"", where, key);
+    if ((rc = dpt__env_entries_put(&c->envc, name, val, where, 1, from_file)) != 0)
+        return rc;
+    c->finalized = 0;
+    return DPT_OK;
+}
+
+size_t dpt_config_env_count(const dpt_config_t *c)
+{
+    return c->envc.n;
+}
+
+const char *dpt_config_env_name(const dpt_config_t *c, size_t i)
+{
+    return i < c->envc.n ? c->envc.e[i].name : NULL;
+}
+
+const char *dpt_config_env_value(const dpt_config_t *c, size_t i)
+{
+    return i < c->envc.n ? c->envc.e[i].value : NULL;
+}
+
+const char *dpt_config_env_get(const dpt_config_t *c, const char *name)
+{
+    int found;
+    size_t at = dpt__env_entries_find(&c->envc, name, &found);
+    return found ? c->envc.e[at].value : NULL;
+}
+
+int dpt__config_env_class(const dpt_config_t *c, const dpt_env_class_t *cls, dpt_env_class_t **out)
+{
+    return dpt__env_entries_configure(&c->envc, cls, out);
+}
+
+int dpt__config_env_fill(dpt_config_t *c, const dpt_env_class_t *cls)
+{
+    return dpt__env_entries_fill(&c->envc, cls);
 }
 
 static char *dpt__trim(char *s)
@@ -325,6 +412,8 @@ static int dpt__apply_line(dpt_config_t *c, char *line, const char *where, int f
     char *key = dpt__trim(line), *val = dpt__trim(eq + 1);
     if (!*key)
         return dpt_error(DPT_EINVAL, "%s: missing key before '='", where);
+    if (strncmp(key, DPT_CONFIG_ENV_PREFIX, strlen(DPT_CONFIG_ENV_PREFIX)) == 0)
+        return dpt__apply_env_entry(c, key, val, where, from_file);
     int k = dpt_config_key_find(key);
     if (k < 0)
         return dpt_error(DPT_EINVAL, "%s: unknown key \"%s\" (did you mean \"%s\"?)", where,
@@ -463,6 +552,8 @@ static int dpt__is_path_key(const dpt_config_t *c, dpt_config_key_t k)
         return 0;
     if (k == DPT_CFG_env)
         return strchr(s, '/') != NULL || strstr(s, ".so") != NULL;
+    if (k == DPT_CFG_tensorboard_dir)
+        return strcmp(s, "off") != 0;
     return k == DPT_CFG_train_csv || k == DPT_CFG_test_csv || k == DPT_CFG_data_dir;
 }
 
@@ -496,15 +587,16 @@ static void dpt__normalize_path(char *p)
     *out = '\0';
 }
 
-/* Makes a relative path absolute: against the config file's directory when
- * it came from the file, against the working directory otherwise. */
+/* Makes a relative path absolute: an input's against the config file's
+ * directory when it came from the file, an output's (tensorboard_dir, as
+ * output_dir) and any given with --set against the working directory. */
 static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
 {
     dpt__value_t *v = &c->v[k];
     if (v->s[0] == '/')
         return DPT_OK;
     char base[PATH_MAX], joined[PATH_MAX + DPT_CONFIG_STR_MAX + 2];
-    if (v->from_file && c->source[0]) {
+    if (v->from_file && c->source[0] && k != DPT_CFG_tensorboard_dir) {
         snprintf(base, sizeof base, "%s", c->source);
         char *slash = strrchr(base, '/');
         if (slash)
@@ -617,6 +709,15 @@ int dpt_config_finalize(dpt_config_t *c)
         if (rc)
             return rc;
     }
+    if (!(dpt__keys[DPT_CFG_env].jobs & (1u << job)))
+        for (size_t i = 0; i < c->envc.n; i++)
+            if (c->envc.e[i].given) {
+                dpt__jobs_text(dpt__keys[DPT_CFG_env].jobs, jobs, sizeof jobs);
+                return dpt_error(DPT_EINVAL,
+                                 "key " DPT_CONFIG_ENV_PREFIX "%s does not apply to job %s (it is "
+                                 "used by: %s)",
+                                 c->envc.e[i].name, dpt_job_name(job), jobs);
+            }
     int rc = dpt__cross_checks(c);
     if (rc)
         return rc;
@@ -714,9 +815,15 @@ size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size)
         buf[0] = '\0';
     DPT__APPEND(buf, size, len, "# dpt run configuration: job %s (the keys of this job)\n",
                 dpt_job_name(job));
-    for (int k = 0; k < DPT_CFG_COUNT; k++)
-        if (dpt__keys[k].jobs & (1u << job))
-            DPT__APPEND(buf, size, len, "%s = %s\n", dpt__keys[k].name, c->v[k].s);
+    for (int k = 0; k < DPT_CFG_COUNT; k++) {
+        if (!(dpt__keys[k].jobs & (1u << job)))
+            continue;
+        DPT__APPEND(buf, size, len, "%s = %s\n", dpt__keys[k].name, c->v[k].s);
+        if (k == DPT_CFG_env)
+            for (size_t i = 0; i < c->envc.n; i++)
+                DPT__APPEND(buf, size, len, DPT_CONFIG_ENV_PREFIX "%s = %s\n", c->envc.e[i].name,
+                            c->envc.e[i].value);
+    }
     return len;
 }
 
@@ -745,6 +852,10 @@ size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size)
             snprintf(type, sizeof type, "%s", dpt__type_names[ki->type]);
         DPT__APPEND(buf, size, len, "\n# %s (%s)\n%s = %s\n", ki->help, type, ki->name,
                     dpt_config_default((dpt_config_key_t)k, job));
+        if (k == DPT_CFG_env)
+            DPT__APPEND(buf, size, len,
+                        "\n# Parameters of the env, one line each: " DPT_CONFIG_ENV_PREFIX
+                        "NAME = value\n# (the built-in envs' parameters: dpt train --help)\n");
     }
     return len;
 }
@@ -771,6 +882,11 @@ uint64_t dpt_config_key_hash(const dpt_config_t *c, dpt_config_key_t k)
     return dpt_fnv1a64(h, "\n", 1);
 }
 
+uint64_t dpt__config_env_hash(const dpt_config_t *c)
+{
+    return dpt_config_applies(c, DPT_CFG_env) ? dpt__env_entries_hash(&c->envc) : 0;
+}
+
 uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags)
 {
     uint64_t h = DPT_FNV1A64_INIT;
@@ -780,6 +896,10 @@ uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags)
         uint64_t kh = dpt_config_key_hash(c, (dpt_config_key_t)k);
         h = dpt_fnv1a64(h, &kh, sizeof kh);
     }
+    /* Without entries the digest is what it was before env_config existed. */
+    uint64_t eh = dpt__config_env_hash(c);
+    if (eh)
+        h = dpt_fnv1a64(h, &eh, sizeof eh);
     return h;
 }
 
@@ -793,6 +913,14 @@ int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides
             return rc;
         dst->v[k].given = 1;
         dst->v[k].from_file = 0;
+    }
+    for (size_t i = 0; i < overrides->envc.n; i++) {
+        const dpt__env_entry_t *e = &overrides->envc.e[i];
+        if (!e->given)
+            continue;
+        int rc = dpt__env_entries_put(&dst->envc, e->name, e->value, e->where, 1, 0);
+        if (rc)
+            return rc;
     }
     dst->finalized = 0;
     return DPT_OK;

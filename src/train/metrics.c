@@ -1,4 +1,5 @@
-/* result.jsonl and progress.csv of a run (see train_internal.h). */
+/* result.jsonl, progress.csv and the TensorBoard events of a run (see
+ * train_internal.h). */
 #define _GNU_SOURCE /* getline */
 #include "core/io.h"
 #include "dpt/status.h"
@@ -13,9 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append)
+int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append, const dpt_config_t *c)
 {
     memset(m, 0, sizeof *m);
+    m->tb.fd = -1;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/result.jsonl", dir);
     m->jsonl = dpt__io_fopen(path, append ? "a" : "w");
@@ -34,7 +36,13 @@ int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append)
         m->jsonl = NULL;
         return dpt_error(DPT_EIO, "cannot open %s: %s", path, strerror(e));
     }
-    return DPT_OK;
+    int rc = dpt__tb_open(&m->tb, c, dir);
+    if (rc) {
+        fclose(m->jsonl);
+        fclose(m->csv);
+        m->jsonl = m->csv = NULL;
+    }
+    return rc;
 }
 
 void dpt__metrics_close(dpt__metrics_t *m)
@@ -44,6 +52,7 @@ void dpt__metrics_close(dpt__metrics_t *m)
     if (m->csv)
         fclose(m->csv);
     m->jsonl = m->csv = NULL;
+    dpt__tb_close(&m->tb);
 }
 
 /* JSON has no NaN or infinity: write null. Integers print without a
@@ -144,7 +153,7 @@ int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
         return dpt_error(DPT_EIO, "cannot write result.jsonl: %s", strerror(errno));
     if (dpt__io_fflush(m->csv) != 0 || ferror(m->csv))
         return dpt_error(DPT_EIO, "cannot write progress.csv: %s", strerror(errno));
-    return DPT_OK;
+    return dpt__tb_write(&m->tb, metrics, n);
 }
 
 /* The value of column `col` of a CSV line (or -1). */
@@ -229,13 +238,17 @@ static int dpt__filter_file(const char *path, int csv, uint64_t last)
     return dpt__atomic_commit(&out);
 }
 
-int dpt__metrics_truncate(const char *dir, uint64_t last)
+int dpt__metrics_truncate(const char *dir, const dpt_config_t *c, uint64_t iteration,
+                          uint64_t timesteps)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/result.jsonl", dir);
-    int rc = dpt__filter_file(path, 0, last);
+    int rc = dpt__filter_file(path, 0, iteration);
     if (rc)
         return rc;
     snprintf(path, sizeof path, "%s/progress.csv", dir);
-    return dpt__filter_file(path, 1, last);
+    if ((rc = dpt__filter_file(path, 1, iteration)) != 0)
+        return rc;
+    int by_iteration = strcmp(dpt__tb_step_name(c), "training_iteration") == 0;
+    return dpt__tb_truncate(c, dir, by_iteration ? iteration : timesteps);
 }

@@ -1,7 +1,8 @@
 /*
  * What the PPO and DD-PPO trainers share: finding an env (built-in or
- * plug-in), the engine settings of a config, results under RLlib's metric
- * names, the policy's self-description, and evaluation of a checkpoint.
+ * plug-in) and configuring it with the config's env_config entries, the
+ * engine settings of a config, results under RLlib's metric names, the
+ * policy's self-description, and evaluation of a checkpoint.
  */
 #include "dpt/arena.h"
 #include "dpt/env.h"
@@ -13,6 +14,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- envs ---------------------------------------------------------------------- */
@@ -85,6 +87,42 @@ const struct dpt_env_class *dpt__find_env(const char *name)
 {
     const dpt_env_class_t *cls;
     return dpt__rl_find_env(name, &cls) ? NULL : cls;
+}
+
+int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out)
+{
+    const dpt_env_class_t *cls;
+    *out = NULL;
+    int rc = dpt__rl_find_env(DPT_CS(cfg, env), &cls);
+    return rc ? rc : dpt__config_env_class(cfg, cls, out);
+}
+
+int dpt_config_make_env(const dpt_config_t *cfg, dpt_env_class_t **out)
+{
+    if (!cfg || !out)
+        return dpt_error(DPT_EINVAL, "dpt_config_make_env: cfg and out must not be NULL");
+    *out = NULL;
+    if (!dpt_config_applies(cfg, DPT_CFG_env))
+        return dpt_error(DPT_EINVAL, "job %s has no env (the RL jobs do)",
+                         dpt_job_name(dpt_config_job(cfg)));
+    return dpt__rl_make_env(cfg, out);
+}
+
+int dpt__config_resolve_env(dpt_config_t *c)
+{
+    if (!dpt_config_applies(c, DPT_CFG_env))
+        return DPT_OK;
+    const dpt_env_class_t *cls;
+    dpt_env_class_t *made;
+    int rc = dpt__rl_find_env(DPT_CS(c, env), &cls);
+    /* The given entries are checked (and configure run) before the defaults
+     * join them, so a refusal names what the user wrote. */
+    if (!rc)
+        rc = dpt__config_env_class(c, cls, &made);
+    if (rc)
+        return rc;
+    dpt_env_class_destroy(made);
+    return dpt__config_env_fill(c, cls);
 }
 
 /* ---- settings ------------------------------------------------------------------- */
@@ -220,8 +258,25 @@ void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, in
 
 /* ---- description and evaluation --------------------------------------------------- */
 
+/* "k=3,num_tokens=2": the config's env_config entries (empty without any),
+ * into a new string (caller frees); NULL when out of memory. */
+static char *dpt__env_config_text(const dpt_config_t *cfg)
+{
+    size_t n = dpt_config_env_count(cfg), bytes = 1;
+    for (size_t i = 0; i < n; i++)
+        bytes += strlen(dpt_config_env_name(cfg, i)) + strlen(dpt_config_env_value(cfg, i)) + 2;
+    char *text = malloc(bytes), *p = text;
+    if (!text)
+        return NULL;
+    *p = '\0';
+    for (size_t i = 0; i < n; i++)
+        p += sprintf(p, "%s%s=%s", i ? "," : "", dpt_config_env_name(cfg, i),
+                     dpt_config_env_value(cfg, i));
+    return text;
+}
+
 int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *policy,
-                         const char *env)
+                         const dpt_config_t *cfg)
 {
     const dpt_env_class_t *cls = dpt_policy_env_class(policy);
     size_t hidden[DPT_POLICY_MAX_HIDDEN];
@@ -232,7 +287,13 @@ int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *p
         snprintf(sizes + len, sizeof sizes - len, "%s%zu", i ? "," : "", hidden[i]);
     }
     int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
-    int rc = dpt_safetensors_set_meta(w, "env", env);
+    char *env_config = dpt__env_config_text(cfg);
+    if (!env_config)
+        return dpt_error(DPT_ENOMEM, "checkpoint: cannot allocate the env_config text");
+    int rc = dpt_safetensors_set_meta(w, "env", DPT_CS(cfg, env));
+    if (!rc)
+        rc = dpt_safetensors_set_meta(w, "env_config", env_config);
+    free(env_config);
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "obs_dim", cls->obs_dim);
     if (!rc)
@@ -283,10 +344,13 @@ int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st
                             uint64_t seed, dpt_eval_result_t *out)
 {
     dpt_rl_config_t rc_cfg;
-    const dpt_env_class_t *cls;
+    dpt_env_class_t *cls = NULL;
+    /* The env as trained: the checkpoint's config carries its env_config
+     * entries (every parameter, defaults included), and --set may change
+     * them. */
     int rc = dpt__rl_config_from(cfg, &rc_cfg);
     if (!rc)
-        rc = dpt__rl_find_env(DPT_CS(cfg, env), &cls);
+        rc = dpt__rl_make_env(cfg, &cls);
     if (rc)
         return rc;
     dpt_policy_t *pol = NULL;
@@ -306,5 +370,6 @@ int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st
 cleanup:
     dpt_arena_deinit(&p);
     dpt_policy_destroy(pol);
+    dpt_env_class_destroy(cls);
     return rc;
 }

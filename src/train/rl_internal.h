@@ -16,6 +16,11 @@
  * cannot be loaded. */
 int dpt__rl_find_env(const char *name, const dpt_env_class_t **out);
 
+/* The env of cfg (finalized): the class its `env` names, configured with its
+ * env_config entries (dpt__config_env_class). *out is caller-owned
+ * (dpt_env_class_destroy). */
+int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
+
 /* Fills r from one iteration's engine result: the counters, progress and
  * finished against total_timesteps, the window's mean return, a progress
  * line, and the metrics under RLlib's names (time_total_s excepted: the run

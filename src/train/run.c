@@ -303,8 +303,15 @@ static void dpt__remove_fresh(dpt__run_t *r)
 /* ---- across ranks ------------------------------------------------------------------ */
 
 /* The things every rank must agree on, as 64-bit hashes: each key but
- * output_dir (rank 0 alone writes), then the build and the launch. */
-enum { DPT__AGREE_VERSION = DPT_CFG_COUNT, DPT__AGREE_GEMM, DPT__AGREE_RESUME, DPT__AGREE_COUNT };
+ * output_dir and tensorboard_dir (rank 0 alone writes), the env_config
+ * entries, then the build and the launch. */
+enum {
+    DPT__AGREE_ENV_CONFIG = DPT_CFG_COUNT,
+    DPT__AGREE_VERSION,
+    DPT__AGREE_GEMM,
+    DPT__AGREE_RESUME,
+    DPT__AGREE_COUNT
+};
 
 static uint64_t dpt__hash_str(const char *s)
 {
@@ -314,6 +321,7 @@ static uint64_t dpt__hash_str(const char *s)
 static const char *dpt__agree_name(int i)
 {
     switch (i) {
+    case DPT__AGREE_ENV_CONFIG: return "env_config";
     case DPT__AGREE_VERSION: return "dpt version";
     case DPT__AGREE_GEMM: return "GEMM kernel";
     case DPT__AGREE_RESUME: return "--resume directory";
@@ -341,8 +349,12 @@ static int dpt__agree(dpt__run_t *r, const char *resume_dir)
             h = dpt__hash_str(dpt_gemm_describe(dpt_gemm_get_backend()));
         else if (i == DPT__AGREE_RESUME)
             h = dpt__hash_str(resume_dir ? resume_dir : "");
+        else if (i == DPT__AGREE_ENV_CONFIG)
+            h = dpt__config_env_hash(r->cfg);
         else
-            h = i == DPT_CFG_output_dir ? 0 : dpt_config_key_hash(r->cfg, (dpt_config_key_t)i);
+            h = i == DPT_CFG_output_dir || i == DPT_CFG_tensorboard_dir
+                    ? 0
+                    : dpt_config_key_hash(r->cfg, (dpt_config_key_t)i);
         for (int q = 0; q < 4; q++)
             mine[4 * i + q] = (float)((h >> (16 * q)) & 0xffff);
     }
@@ -510,8 +522,31 @@ static int dpt__evaluate_during(dpt__run_t *r, dpt_train_result_t *res, int *imp
 
 /* ---- resume -------------------------------------------------------------------------- */
 
+/* Appends "env_config.NAME (x, now y)" to msg for each entry whose value
+ * differs between `a` and `b` ("(none)" where one has no such entry); counts
+ * them in *n, with dpt__compare's other differences (the first 8 listed). */
+static void dpt__compare_env(const dpt_config_t *a, const dpt_config_t *b, char *msg, size_t size,
+                             int *n)
+{
+    /* The names of a, then those only b has. */
+    for (int pass = 0; pass < 2; pass++) {
+        const dpt_config_t *from = pass ? b : a;
+        for (size_t i = 0; i < dpt_config_env_count(from); i++) {
+            const char *name = dpt_config_env_name(from, i);
+            const char *x = dpt_config_env_get(a, name), *y = dpt_config_env_get(b, name);
+            if ((pass && x) || (x && y && strcmp(x, y) == 0))
+                continue;
+            size_t len = strlen(msg);
+            if ((*n)++ < 8)
+                snprintf(msg + len, size - len, "%s" DPT_CONFIG_ENV_PREFIX "%s (%.60s, now %.60s)",
+                         len ? "; " : "", name, x ? x : "(none)", y ? y : "(none)");
+        }
+    }
+}
+
 /* Keys of `a` and `b` whose values differ, limited to those without
- * `allowed` flags; DPT_EINVAL listing them. */
+ * `allowed` flags, and the env_config entries that differ; DPT_EINVAL listing
+ * them. */
 static int dpt__compare(const dpt_config_t *a, const dpt_config_t *b, unsigned allowed,
                         const char *what)
 {
@@ -530,6 +565,8 @@ static int dpt__compare(const dpt_config_t *a, const dpt_config_t *b, unsigned a
             snprintf(msg + len, sizeof msg - len, "%s%s (%.60s, now %.60s)", len ? "; " : "",
                      ki->name, x, y);
     }
+    if (dpt_config_applies(a, DPT_CFG_env))
+        dpt__compare_env(a, b, msg, sizeof msg, &n);
     if (n)
         return dpt_error(DPT_EINVAL,
                          "%s: %s%s. Only stop conditions, checkpoint and "
@@ -792,6 +829,11 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
         if (!rc)
             rc = dpt_config_finalize(r.cfg);
     }
+    /* The env's parameters are checked now, and the defaults of those not
+     * given written into the config, so every rank compares them and
+     * config.conf names them. */
+    if (!rc)
+        rc = dpt__config_resolve_env(r.cfg);
     if (rc)
         goto out;
     dpt_job_t job = dpt_config_job(r.cfg);
@@ -864,7 +906,7 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
                 goto out;
             snprintf(path, sizeof path, "%s/config.conf", r.dir);
             if ((rc = dpt_config_save(r.cfg, path)) != 0 ||
-                (rc = dpt__metrics_open(&r.metrics, r.dir, 0)) != 0) {
+                (rc = dpt__metrics_open(&r.metrics, r.dir, 0, r.cfg)) != 0) {
                 rc = dpt__fail(rc, NULL);
                 dpt__remove_fresh(&r);
                 goto out;
@@ -879,8 +921,8 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
                 dpt__note(&r, msg);
             }
             if ((rc = dpt__record_overrides(&r, saved, it0)) != 0 ||
-                (rc = dpt__metrics_truncate(r.dir, it0)) != 0 ||
-                (rc = dpt__metrics_open(&r.metrics, r.dir, 1)) != 0)
+                (rc = dpt__metrics_truncate(r.dir, r.cfg, it0, ts0)) != 0 ||
+                (rc = dpt__metrics_open(&r.metrics, r.dir, 1, r.cfg)) != 0)
                 goto out;
         }
         r.metrics_open = 1;

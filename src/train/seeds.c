@@ -180,10 +180,20 @@ int dpt_train_seeds(const dpt_config_t *cfg, const uint64_t *seeds, size_t n, si
     }
     if (!rc && !dpt_config_str(base, DPT_CFG_output_dir)[0])
         rc = dpt__seeds_base(base, dir, sizeof dir);
+    /* A tensorboard_dir is one run's, as output_dir: each seed gets its own
+     * folder of it (TensorBoard shows each folder as a run). */
+    const char *tb = dpt_config_str(base, DPT_CFG_tensorboard_dir);
+    int tb_split = tb[0] && strcmp(tb, "off") != 0;
     for (size_t i = 0; !rc && i < n; i++) {
         char kv[PATH_MAX];
         snprintf(kv, sizeof kv, "output_dir=%s/seed-%llu", dir, (unsigned long long)seeds[i]);
-        if ((rc = dpt_config_set(s.jobs[i].cfg, kv)) == 0)
+        rc = dpt_config_set(s.jobs[i].cfg, kv);
+        if (!rc && tb_split) {
+            snprintf(kv, sizeof kv, "tensorboard_dir=%s/seed-%llu", tb,
+                     (unsigned long long)seeds[i]);
+            rc = dpt_config_set(s.jobs[i].cfg, kv);
+        }
+        if (!rc)
             rc = dpt_config_finalize(s.jobs[i].cfg);
     }
     if (!rc) {

@@ -5,14 +5,56 @@
 #ifndef DPT_TRAIN_INTERNAL_H
 #define DPT_TRAIN_INTERNAL_H
 
+#include "core/tfrecord.h"
 #include "dpt/checkpoint.h"
 #include "dpt/train.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 /* ---- config ---- */
+
+/* One `env_config.NAME = value` entry of a config. name, value and where
+ * share one allocation (name's). */
+typedef struct dpt__env_entry {
+    char *name;    /* NAME, without the prefix */
+    char *value;   /* as given (trimmed) */
+    char *where;   /* where it was given ("run.conf:3", "--set ..."), for messages */
+    int given;     /* from a file or dpt_config_set; 0: a default the env filled in */
+    int from_file; /* given in the file */
+} dpt__env_entry_t;
+
+/* The env_config entries: e [n] in name order, room for cap (config_env.c).
+ * Zeroed is empty. */
+typedef struct dpt__env_entries {
+    dpt__env_entry_t *e;
+    size_t n, cap;
+} dpt__env_entries_t;
+
+struct dpt_env_class;
+void dpt__env_entries_free(dpt__env_entries_t *l);
+/* A deep copy into dst (its old contents are not freed). DPT_ENOMEM. */
+int dpt__env_entries_copy(dpt__env_entries_t *dst, const dpt__env_entries_t *src);
+/* Index of entry `name`, or where it would go (*found = 0). */
+size_t dpt__env_entries_find(const dpt__env_entries_t *l, const char *name, int *found);
+/* Sets entry `name` (replacing one of that name) to copies of the strings. */
+int dpt__env_entries_put(dpt__env_entries_t *l, const char *name, const char *value,
+                         const char *where, int given, int from_file);
+/* Removes the entries not marked as given (defaults an env filled in). */
+void dpt__env_entries_drop_defaults(dpt__env_entries_t *l);
+/* 1 for a NAME of 1..63 ASCII letters, digits and '_'. */
+int dpt__env_entries_name_ok(const char *name);
+/* 64-bit FNV-1a of "env_config.NAME=value\n" of each entry; 0 when empty. */
+uint64_t dpt__env_entries_hash(const dpt__env_entries_t *l);
+/* Checks every entry against cls (see dpt__config_env_class) and makes *out,
+ * cls configured with them. */
+int dpt__env_entries_configure(const dpt__env_entries_t *l, const struct dpt_env_class *cls,
+                               struct dpt_env_class **out);
+/* Adds an entry (given = 0) with the default of each parameter of cls that
+ * has none. */
+int dpt__env_entries_fill(dpt__env_entries_t *l, const struct dpt_env_class *cls);
 
 /* Parses `text` into key k (type and range checked); `where` prefixes
  * messages ("file:3", "--set ..."). Does not mark the key as given. */
@@ -27,6 +69,26 @@ int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides
 /* Parses a comma-separated list of sizes in [1, 1e6] ("64,64") from key k
  * into out (at most max); returns the count or DPT_EINVAL naming the key. */
 int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, int max);
+
+/* The env_config entries against cls (the env of the config's `env`): each
+ * entry must name a parameter of cls and hold a valid value of it
+ * (DPT_EINVAL naming where it was given, the key and the env); then *out is
+ * cls configured with them (dpt_env_class_create; caller owns). */
+int dpt__config_env_class(const dpt_config_t *c, const struct dpt_env_class *cls,
+                          struct dpt_env_class **out);
+/* Adds an entry holding the default of each parameter of cls that has none
+ * (not marked as given); the config stays finalized. */
+int dpt__config_env_fill(dpt_config_t *c, const struct dpt_env_class *cls);
+/* 64-bit FNV-1a of the env_config entries ("env_config.NAME=value\n" in
+ * name order); 0 when there are none or the job has no env. */
+uint64_t dpt__config_env_hash(const dpt_config_t *c);
+/* For the RL jobs: loads the config's env (built-in, or a plug-in: see
+ * dpt__find_env), checks its env_config entries against the env's
+ * parameters (dpt__config_env_class) and fills in the defaults of the
+ * others (dpt__config_env_fill), so the config names every value the env
+ * runs with. A no-op for other jobs. Errors: those of dpt__rl_find_env and
+ * dpt__config_env_class. (src/train/rl_common.c) */
+int dpt__config_resolve_env(dpt_config_t *c);
 
 /* Most hidden layers a "hidden" or "policy_hidden" list may name. */
 #define DPT__MAX_HIDDEN 8
@@ -68,25 +130,69 @@ void dpt__run_label(const dpt_config_t *c, char *out, size_t n);
  * ".tmp-"); returns how many were removed. */
 int dpt__remove_temporaries(const char *dir);
 
+/* ---- TensorBoard event files ---- */
+
+/* The events file of one process's part of a run (rank 0), made at its
+ * first write: events.out.tfevents.SECONDS.HOST.PID.N, whose first record
+ * holds file_version "brain.Event:2"; then one Event per iteration with the
+ * row's finite metrics as scalars (tags: the metrics' names), its step the
+ * row's timesteps_total (RL) or training_iteration (supervised). */
+typedef struct dpt__tb {
+    int on;                /* 0 when tensorboard_dir = off, or once closed */
+    int fd;                /* -1 until the first write */
+    char dir[PATH_MAX];    /* where the file goes */
+    char path[PATH_MAX];   /* the file ("" before the first write) */
+    const char *step_name; /* static storage */
+    dpt__tfbuf_t buf, summary;
+} dpt__tb_t;
+
+/* The directory of a run's events (tensorboard_dir, or run_dir when it is
+ * empty) into out; 0 when tensorboard_dir = off, else 1. */
+int dpt__tb_dir(const dpt_config_t *c, const char *run_dir, char *out, size_t n);
+/* The metric whose value is the events' step for c's job. */
+const char *dpt__tb_step_name(const dpt_config_t *c);
+/* Prepares the events of a run: makes the directory when missing (nothing
+ * when off). DPT_EINVAL (tensorboard_dir names a file), DPT_EIO naming the
+ * directory. The file itself is made by the first write, so a start that
+ * does no iteration leaves none. */
+int dpt__tb_open(dpt__tb_t *tb, const dpt_config_t *c, const char *run_dir);
+/* Appends one iteration's Event and writes it out (a no-op when off).
+ * DPT_EIO naming the file and the system's reason, DPT_ENOMEM. */
+int dpt__tb_write(dpt__tb_t *tb, const dpt_metric_t *metrics, size_t n);
+/* Closes the file and frees the buffers. Safe twice. */
+void dpt__tb_close(dpt__tb_t *tb);
+/* For a resume from the checkpoint whose step (as dpt__tb_step_name) is
+ * `last`: rewrites each events file of the run's events directory
+ * atomically without the Events of later steps and without a record cut
+ * short by a kill, so TensorBoard shows no step twice. */
+int dpt__tb_truncate(const dpt_config_t *c, const char *run_dir, uint64_t last);
+
 /* ---- metrics files ---- */
 
-/* result.jsonl (one JSON object per iteration, '/' in names nests) and
- * progress.csv (the same numbers; the first row fixes the columns). */
+/* result.jsonl (one JSON object per iteration, '/' in names nests),
+ * progress.csv (the same numbers; the first row fixes the columns) and the
+ * TensorBoard events (above). */
 typedef struct dpt__metrics {
     FILE *jsonl, *csv;
     int header_written;
     size_t ncols;
     const char *columns[DPT_TRAIN_MAX_METRICS + 8];
+    dpt__tb_t tb;
 } dpt__metrics_t;
 
-/* Opens both files in dir, appending (resume) or creating them. */
-int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append);
+/* Opens the files of the run in dir whose finalized config is c, appending
+ * (resume) or creating them; the events go to a new file either way. On
+ * failure every file is closed. */
+int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append, const dpt_config_t *c);
 void dpt__metrics_close(dpt__metrics_t *m);
 /* Writes one row and flushes. Names must stay valid while m is open. */
 int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n);
-/* Keeps the complete lines whose training_iteration is at most `last` in
- * both files (rewritten atomically); a cut-off last line is dropped. */
-int dpt__metrics_truncate(const char *dir, uint64_t last);
+/* Keeps the complete lines whose training_iteration is at most
+ * `iteration` in result.jsonl and progress.csv (rewritten atomically; a
+ * cut-off last line is dropped), and the events up to the step of that
+ * iteration (`timesteps` for RL jobs). */
+int dpt__metrics_truncate(const char *dir, const dpt_config_t *c, uint64_t iteration,
+                          uint64_t timesteps);
 
 /* ---- run directories ---- */
 
@@ -114,13 +220,12 @@ extern const dpt_trainer_ops_t dpt__ddppo_ops;
  * DPT_ENV_PLUGIN_SYMBOL whose DPT_ENV_PLUGIN_ABI_SYMBOL matches
  * DPT_ENV_ABI_VERSION, kept loaded for the life of the process); NULL with a
  * DPT_EINVAL/DPT_ENOENT message otherwise. */
-struct dpt_env_class;
 const struct dpt_env_class *dpt__find_env(const char *name);
 
-/* Metadata every RL trainer's describe() adds: env name, obs_dim,
- * action kind and size, policy layer sizes. */
+/* Metadata every RL trainer's describe() adds: env name, its env_config
+ * values, obs_dim, action kind and size, policy layer sizes. */
 struct dpt_policy;
 int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *policy,
-                         const char *env);
+                         const dpt_config_t *cfg);
 
 #endif

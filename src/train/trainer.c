@@ -67,6 +67,13 @@ int dpt_trainer_create(dpt_trainer_t **out, const dpt_config_t *cfg, const dpt_t
         free(t);
         return rc;
     }
+    /* The trainer's copy names every env parameter (defaults included), so
+     * its checkpoints rebuild the same env. */
+    if ((rc = dpt__config_resolve_env(t->cfg)) != 0) {
+        dpt_config_destroy(t->cfg);
+        free(t);
+        return rc;
+    }
     if (env)
         t->env = *env;
     t->ops = ops;

@@ -64,9 +64,9 @@ typedef struct dpt__dd_worker {
 typedef struct dpt__dd_trainer {
     const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
     dpt_rl_config_t rc;
-    const dpt_env_class_t *cls;
-    int T;    /* workers in this process */
-    int size; /* workers in the run (all processes) */
+    dpt_env_class_t *cls; /* the configured env; workers borrow it */
+    int T;                /* workers in this process */
+    int size;             /* workers in the run (all processes) */
     dpt_comm_threads_group_t *tg;
     dpt_comm_hier_group_t *hg;
     dpt_ddppo_shared_t *shared;
@@ -263,6 +263,7 @@ static void dpt__dd_destroy(void *self)
         pthread_mutex_destroy(&d->mu);
     }
     free(d->wk);
+    dpt_env_class_destroy(d->cls);
     free(d);
 }
 
@@ -305,7 +306,7 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
     d->cfg = cfg;
     int rc = dpt__rl_config_from(cfg, &d->rc);
     if (!rc)
-        rc = dpt__rl_find_env(DPT_CS(cfg, env), &d->cls);
+        rc = dpt__rl_make_env(cfg, &d->cls);
     if (rc)
         goto fail;
     d->T = (int)DPT_CI(cfg, num_workers);
@@ -441,7 +442,7 @@ static int dpt__dd_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval
 static int dpt__dd_describe(void *self, dpt_safetensors_writer_t *w)
 {
     dpt__dd_trainer_t *d = self;
-    int rc = dpt__describe_policy(w, dpt_ddppo_policy(d->wk[0].w), DPT_CS(d->cfg, env));
+    int rc = dpt__describe_policy(w, dpt_ddppo_policy(d->wk[0].w), d->cfg);
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "workers", (uint64_t)d->size);
     return rc;

@@ -12,6 +12,7 @@
 typedef struct dpt__ppo_trainer {
     const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
     dpt_rl_config_t rc;
+    dpt_env_class_t *env; /* the configured env; the engine borrows it */
     dpt_ppo_t *ppo;
     dpt_arena_t eval_params; /* the current weights, for evaluate() */
 } dpt__ppo_trainer_t;
@@ -22,6 +23,7 @@ static void dpt__ppo_destroy(void *self)
     if (!t)
         return;
     dpt_ppo_destroy(t->ppo);
+    dpt_env_class_destroy(t->env);
     dpt_arena_deinit(&t->eval_params);
     free(t);
 }
@@ -38,12 +40,11 @@ static int dpt__ppo_create(void **self, const dpt_config_t *cfg, const dpt_train
     if (!t)
         return dpt_error(DPT_ENOMEM, "ppo: cannot allocate the trainer");
     t->cfg = cfg;
-    const dpt_env_class_t *cls;
     int rc = dpt__rl_config_from(cfg, &t->rc);
     if (!rc)
-        rc = dpt__rl_find_env(DPT_CS(cfg, env), &cls);
+        rc = dpt__rl_make_env(cfg, &t->env);
     if (!rc)
-        rc = dpt_ppo_create(&t->ppo, cls, &t->rc);
+        rc = dpt_ppo_create(&t->ppo, t->env, &t->rc);
     if (!rc)
         rc = dpt_arena_init(&t->eval_params, dpt_policy_vars(dpt_ppo_policy(t->ppo))->total);
     if (rc) {
@@ -102,7 +103,7 @@ static int dpt__ppo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eva
 static int dpt__ppo_describe(void *self, dpt_safetensors_writer_t *w)
 {
     dpt__ppo_trainer_t *t = self;
-    return dpt__describe_policy(w, dpt_ppo_policy(t->ppo), DPT_CS(t->cfg, env));
+    return dpt__describe_policy(w, dpt_ppo_policy(t->ppo), t->cfg);
 }
 
 const dpt_trainer_ops_t dpt__ppo_ops = {
