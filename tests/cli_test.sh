@@ -357,6 +357,11 @@ check "ppo-lstm: the checkpoint describes the LSTM" grep -a -q '"use_lstm":"true
 expect 0 "greedy policy, 3 episodes: mean return" -- eval lstm_full --episodes 3
 expect 0 "raised to 16 rows (one sequence per device)" -- train lstm.conf --set output_dir=lstm_raise --set stop_iters=1 --set num_devices=2 --set sgd_minibatch_size=6
 expect 2 "max_seq_len expects an integer" -- train lstm.conf --set max_seq_len=x
+# The recurrent examples start on the memory envs (one iteration each).
+ex="$(dirname "$0")/../examples"
+expect 0 "reached stop_iters" -- train "$ex/stateless_cartpole_lstm.conf" --set stop_iters=1 --set output_dir=ex_scp --set eval_episodes=1
+expect 0 "reached stop_iters" -- train "$ex/repeat_previous_lstm.conf" --set stop_iters=1 --set output_dir=ex_rp --set eval_episodes=1
+expect 0 "greedy policy, 2 episodes" -- eval ex_rp --episodes 2
 sed 's/^job = ppo/job = ddppo\nnum_workers = 2/' lstm.conf > ddlstm.conf
 expect 0 "evaluation: greedy policy, 2 episodes" -- train ddlstm.conf --set output_dir=ddlstm_full
 expect 0 "" -- train ddlstm.conf --quiet --set output_dir=ddlstm_half --set stop_iters=5
