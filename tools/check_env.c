@@ -44,7 +44,8 @@ int dpt_cmd_check_env(int argc, char **argv)
             code = check_env_usage(stdout, DPT_EXIT_OK);
             goto out;
         }
-        if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--steps") || !strcmp(argv[i], "--seed")) {
+        if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--steps") ||
+            !strcmp(argv[i], "--seed")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "dpt check-env: %s needs a value\n", argv[i]);
                 goto out;
@@ -57,8 +58,9 @@ int dpt_cmd_check_env(int argc, char **argv)
                 if (dpt_cli_parse_u64("check-env", opt, val, 0, 4294967295u, &seed))
                     goto out;
             } else if (strncmp(val, DPT_CONFIG_ENV_PREFIX, strlen(DPT_CONFIG_ENV_PREFIX)) != 0) {
-                fprintf(stderr, "dpt check-env: --set takes " DPT_CONFIG_ENV_PREFIX
-                                "NAME=value, got \"%.60s\"\n",
+                fprintf(stderr,
+                        "dpt check-env: --set takes " DPT_CONFIG_ENV_PREFIX
+                        "NAME=value, got \"%.60s\"\n",
                         val);
                 goto out;
             } else if (dpt_config_set(c, val) != 0) {
@@ -95,8 +97,7 @@ int dpt_cmd_check_env(int argc, char **argv)
         goto out;
     }
     printf("env %s: %zu observations, %s actions, %llu steps, %llu episodes (seed %llu)\n",
-           cls->name, cls->obs_dim,
-           cls->action_kind == DPT_ACTION_DISCRETE ? "discrete" : "box",
+           cls->name, cls->obs_dim, cls->action_kind == DPT_ACTION_DISCRETE ? "discrete" : "box",
            (unsigned long long)r.steps, (unsigned long long)r.episodes, (unsigned long long)seed);
     for (int k = 0; k < DPT_ENV_RULE_COUNT; k++) {
         const dpt_env_violation_t *v = NULL;

@@ -119,8 +119,8 @@ static void dpt__probe_inspect(dpt__probe_t *p, dpt_env_check_report_t *r, const
         }
     for (size_t k = 0; k < cls->obs_dim; k++)
         if (!isfinite(p->obs[k]) && p->obs[k] != DPT__UNWRITTEN) {
-            dpt__violate(r, DPT_ENV_RULE_FINITE, p->steps, "%s gave observation[%zu] = %g", what,
-                         k, (double)p->obs[k]);
+            dpt__violate(r, DPT_ENV_RULE_FINITE, p->steps, "%s gave observation[%zu] = %g", what, k,
+                         (double)p->obs[k]);
             break;
         }
     if (reward && !isfinite(*reward))
