@@ -65,7 +65,7 @@ static inline void *worker_main(void *arg)
  * listed as absent (absent[r] != 0) do not join a thread. Returns the
  * workers (caller frees), NULL if the group could not be made. */
 static inline worker_t *run_group(int P, const dpt_comm_threads_options_t *opt, const void *ctx,
-                           const int *absent)
+                                  const int *absent)
 {
     dpt_comm_threads_group_t *g = NULL;
     int rc = dpt_comm_threads_group_create(&g, P, opt);

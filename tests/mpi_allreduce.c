@@ -66,8 +66,8 @@ static dpt_comm_algorithm_t runs(dpt_comm_algorithm_t algo, int rpn, size_t n)
 
 /* x[q] = rank q's input; fills the expected SUM (documented order for
  * random data) and AVG. */
-static void expect(const float *const *x, size_t n, dpt_comm_algorithm_t a, int random,
-                   float *sum, float *avg)
+static void expect(const float *const *x, size_t n, dpt_comm_algorithm_t a, int random, float *sum,
+                   float *avg)
 {
     float v[64];
     for (size_t i = 0; i < n; i++) {
@@ -113,8 +113,8 @@ static void one_case(dpt_comm_t *c, dpt_comm_algorithm_t algo, int rpn, size_t n
         CHECK_BITS(buf, sum, n);
     int far = 0;
     for (size_t i = 0; i < n; i++)
-        far += fabs((double)buf[i] - (double)sum_rank_order(cx, g_P, i)) >
-               sum_order_bound(cx, g_P, i);
+        far +=
+            fabs((double)buf[i] - (double)sum_rank_order(cx, g_P, i)) > sum_order_bound(cx, g_P, i);
     CHECK(far == 0);
     CHECK_OK(dpt_comm_check_equal(c, buf, n));
     memcpy(first, buf, n * sizeof(float));

@@ -199,8 +199,7 @@ static void test_auto_table(void)
         int layout = row->layout < 0 ? 1 : row->layout;
         if (i == 0 || dpt__auto_table[i - 1].level != row->level ||
             dpt__auto_table[i - 1].layout != row->layout)
-            CHECK(dpt__comm_auto(row->level, row->min_p, layout, row->max_bytes) ==
-                  row->algorithm);
+            CHECK(dpt__comm_auto(row->level, row->min_p, layout, row->max_bytes) == row->algorithm);
     }
 }
 

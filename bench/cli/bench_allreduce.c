@@ -14,7 +14,9 @@
  * (SUM, in place, on zero-filled buffers; the values do not change the
  * speed); the figure is the median repetition. For threads and hier the
  * participants are threads of this process; for mpi and hier the program
- * runs under mpirun and rank 0 prints.
+ * runs under mpirun and rank 0 prints. --algorithm picks the allreduce
+ * algorithm (for hier, of the step across processes); the algo column
+ * shows the one that ran at each size (auto resolved by the table).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -36,8 +38,10 @@ typedef struct bench_cfg {
     size_t min_bytes, max_bytes;
     int iters; /* 0 = automatic per size */
     int json;
-    int touch;        /* rewrite the buffer before every allreduce */
-    long small_bytes; /* threads/hier small-message threshold; < 0 = default */
+    int touch;                      /* rewrite the buffer before every allreduce */
+    long small_bytes;               /* threads/hier small-message threshold; < 0 = default */
+    dpt_comm_algorithm_t algorithm; /* threads and mpi (hier: its MPI step) */
+    int ranks_per_node;             /* mpi/hier: node layout for hier; 0 = by host */
     char command[1024];
     char command_json[2100]; /* the same, escaped for a JSON string */
 } bench_cfg_t;
@@ -47,6 +51,7 @@ typedef struct bench_row {
     size_t bytes;
     int iters;
     double time_s, memcpy_s;
+    dpt_comm_algorithm_t algorithm; /* what ran (auto resolved) */
 } bench_row_t;
 
 typedef struct bench_run {
@@ -113,6 +118,8 @@ static void part_body(bench_part_t *p)
         size_t count = row->bytes / sizeof(float);
         int iters = row->iters;
         double t[BENCH_REPS];
+        if (p->lead)
+            row->algorithm = dpt_comm_allreduce_algorithm(p->comm, count);
         /* warm-up: one untimed repetition (threads settle on their CPUs,
          * caches and the clock frequency reach their steady state); twenty
          * before the first size, which follows the allocation and first
@@ -179,12 +186,12 @@ static void print_rows(const bench_run_t *run, int participants)
     const char *be = dpt_comm_backend_name(cfg->backend);
     if (!cfg->json) {
         printf("# %s\n", cfg->command);
-        printf("# backend %s, %d participants; medians of %d repetitions; memcpy = one thread, "
-               "same size%s\n",
-               be, participants, BENCH_REPS,
+        printf("# backend %s, %d participants, algorithm %s; medians of %d repetitions; memcpy = "
+               "one thread, same size%s\n",
+               be, participants, dpt_comm_algorithm_name(cfg->algorithm), BENCH_REPS,
                cfg->touch ? "; time includes rewriting the buffer (--touch)" : "");
-        printf("%12s %8s %12s %10s %10s %11s %8s\n", "bytes", "iters", "time_us", "algbw_gbs",
-               "busbw_gbs", "memcpy_gbs", "bus/mem");
+        printf("%12s %8s %12s %10s %10s %11s %8s %7s\n", "bytes", "iters", "time_us", "algbw_gbs",
+               "busbw_gbs", "memcpy_gbs", "bus/mem", "algo");
     }
     for (int s = 0; s < run->nsizes; s++) {
         const bench_row_t *row = &run->rows[s];
@@ -192,14 +199,16 @@ static void print_rows(const bench_run_t *run, int participants)
         double busbw = algbw * 2.0 * (participants - 1) / participants;
         double mem = (double)row->bytes / row->memcpy_s / 1e9;
         if (cfg->json)
-            printf("{\"backend\":\"%s\",\"participants\":%d,\"bytes\":%zu,\"iters\":%d,"
-                   "\"time_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
-                   "\"touch\":%s,\"command\":\"%s\"}\n",
-                   be, participants, row->bytes, row->iters, row->time_s * 1e6, algbw, busbw, mem,
-                   cfg->touch ? "true" : "false", cfg->command_json);
+            printf("{\"backend\":\"%s\",\"participants\":%d,\"algorithm\":\"%s\",\"bytes\":%zu,"
+                   "\"iters\":%d,\"time_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,"
+                   "\"memcpy_gbs\":%.3f,\"touch\":%s,\"command\":\"%s\"}\n",
+                   be, participants, dpt_comm_algorithm_name(row->algorithm), row->bytes,
+                   row->iters, row->time_s * 1e6, algbw, busbw, mem, cfg->touch ? "true" : "false",
+                   cfg->command_json);
         else
-            printf("%12zu %8d %12.3f %10.3f %10.3f %11.3f %8.3f\n", row->bytes, row->iters,
-                   row->time_s * 1e6, algbw, busbw, mem, busbw / mem);
+            printf("%12zu %8d %12.3f %10.3f %10.3f %11.3f %8.3f %7s\n", row->bytes, row->iters,
+                   row->time_s * 1e6, algbw, busbw, mem, busbw / mem,
+                   dpt_comm_algorithm_name(row->algorithm));
     }
     fflush(stdout);
 }
@@ -279,6 +288,7 @@ static int bench_threads(const bench_cfg_t *cfg, int P)
     dpt_comm_threads_options_init(&opt);
     if (cfg->small_bytes >= 0)
         opt.small_bytes = (size_t)cfg->small_bytes;
+    opt.algorithm = cfg->algorithm;
     int rc = dpt_comm_threads_group_create(&g, P, &opt);
     for (int i = 0; i < P && rc == 0; i++)
         rc = dpt_comm_threads_join(g, i, &comms[i]);
@@ -314,12 +324,18 @@ static int bench_mpi(const bench_cfg_t *cfg, int T)
     }
     if (cfg->backend == DPT_COMM_MPI) {
         T = 1;
-        rc = dpt_comm_mpi_create(&comms[0], NULL);
+        dpt_comm_mpi_options_t opt;
+        dpt_comm_mpi_options_init(&opt);
+        opt.algorithm = cfg->algorithm;
+        opt.ranks_per_node = cfg->ranks_per_node;
+        rc = dpt_comm_mpi_create(&comms[0], &opt);
     } else {
         dpt_comm_hier_options_t opt;
         dpt_comm_hier_options_init(&opt);
         if (cfg->small_bytes >= 0)
             opt.threads.small_bytes = (size_t)cfg->small_bytes;
+        opt.mpi.algorithm = cfg->algorithm;
+        opt.mpi.ranks_per_node = cfg->ranks_per_node;
         rc = dpt_comm_hier_group_create(&hg, T, &opt);
         for (int i = 0; i < T && rc == 0; i++)
             rc = dpt_comm_hier_join(hg, i, &comms[i]);
@@ -346,7 +362,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dpt bench allreduce [--backend threads|mpi|hier] [--participants P]\n"
             "                           [--min-bytes N] [--max-bytes N] [--iters N]\n"
-            "                           [--small-bytes N] [--touch] [--json]\n"
+            "                           [--small-bytes N] [--algorithm A] [--ranks-per-node K]\n"
+            "                           [--touch] [--json]\n"
             "\n"
             "  --backend       threads (default): P threads of this process;\n"
             "                  mpi: one participant per MPI process (run under mpirun);\n"
@@ -358,7 +375,13 @@ static void usage(FILE *f)
             "  --iters         allreduces per timed repetition (default: ~256 MB of data,\n"
             "                  10 to 20000); the figure is the median of %d repetitions\n"
             "  --small-bytes   threads/hier: largest allreduce on the small-message path\n"
-            "                  (default: the library's, 32K)\n"
+            "                  (default: the library's, 0, or 8K when participants outnumber\n"
+            "                  the CPUs)\n"
+            "  --algorithm     allreduce algorithm: auto (default), native, ring, tree, hier\n"
+            "                  (hier backend: the step across processes); the algo column\n"
+            "                  shows what ran\n"
+            "  --ranks-per-node  mpi/hier: put ranks [0,K) on node 0, [K,2K) on node 1, ... for\n"
+            "                  hier and auto (default 0: by host name)\n"
             "  --touch         each participant rewrites its buffer before every allreduce\n"
             "                  (as a backward pass does; included in time_us)\n"
             "  --json          one JSON object per line\n"
@@ -456,6 +479,22 @@ int dpt_bench_allreduce(int argc, char **argv)
             }
             cfg.small_bytes = (long)b;
             i++;
+        } else if (strcmp(a, "--algorithm") == 0 && v) {
+            if (dpt_comm_algorithm_parse(v, &cfg.algorithm) < 0) {
+                fprintf(stderr, "dpt bench allreduce: %s\n", dpt_last_error());
+                return DPT_EXIT_USAGE;
+            }
+            i++;
+        } else if (strcmp(a, "--ranks-per-node") == 0 && v) {
+            char *end;
+            long k = strtol(v, &end, 10);
+            if (*end != '\0' || k < 0 || k > 1000000) {
+                fprintf(stderr, "dpt bench allreduce: --ranks-per-node %s: expected 0 or more\n",
+                        v);
+                return DPT_EXIT_USAGE;
+            }
+            cfg.ranks_per_node = (int)k;
+            i++;
         } else if (strcmp(a, "--iters") == 0 && v) {
             char *end;
             long n = strtol(v, &end, 10);
@@ -467,8 +506,9 @@ int dpt_bench_allreduce(int argc, char **argv)
             cfg.iters = (int)n;
             i++;
         } else {
-            static const char *const valued[] = {"--backend",   "--participants", "--min-bytes",
-                                                 "--max-bytes", "--iters",        "--small-bytes"};
+            static const char *const valued[] = {"--backend",   "--participants",  "--min-bytes",
+                                                 "--max-bytes", "--iters",         "--small-bytes",
+                                                 "--algorithm", "--ranks-per-node"};
             int needs_value = 0;
             for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 needs_value |= strcmp(a, valued[k]) == 0;
