@@ -31,8 +31,8 @@
 static dpt_config_t *cfg_make(const char *first, ...)
 {
     static const char *const base[] = {
-        "job=supervised", "dataset=spirals", "spirals_points=512", "hidden=32,32",
-        "activation=tanh", "optimizer=sgd",  "lr_schedule=constant", "epochs=2"};
+        "job=supervised",  "dataset=spirals", "spirals_points=512",   "hidden=32,32",
+        "activation=tanh", "optimizer=sgd",   "lr_schedule=constant", "epochs=2"};
     va_list ap;
     va_start(ap, first);
     dpt_config_t *c = dpt_test_config_va(base, sizeof base / sizeof base[0], first, ap);
@@ -71,14 +71,14 @@ static void test_reduce_op(void)
     const char *modes[] = {"towers_mode=ps", "towers_mode=replicated"};
     for (int m = 0; m < 2; m++) {
         size_t n = 0;
-        float *avg = train(cfg_make(modes[m], "num_devices=2", "batch_size=32", "lr=0.02", NULL),
-                           &n);
-        float *sum = train(cfg_make(modes[m], "num_devices=2", "batch_size=32", "lr=0.01",
-                                    "reduce_op=sum", NULL),
-                           NULL);
-        float *sum2 = train(cfg_make(modes[m], "num_devices=2", "batch_size=32", "lr=0.02",
-                                     "reduce_op=sum", NULL),
-                            NULL);
+        float *avg =
+            train(cfg_make(modes[m], "num_devices=2", "batch_size=32", "lr=0.02", NULL), &n);
+        float *sum = train(
+            cfg_make(modes[m], "num_devices=2", "batch_size=32", "lr=0.01", "reduce_op=sum", NULL),
+            NULL);
+        float *sum2 = train(
+            cfg_make(modes[m], "num_devices=2", "batch_size=32", "lr=0.02", "reduce_op=sum", NULL),
+            NULL);
         CHECK(n > 0 && same(avg, sum, n));   /* sum at lr / 2 = avg at lr */
         CHECK(n > 0 && !same(avg, sum2, n)); /* sum at lr is another update */
         free(avg);

@@ -12,7 +12,7 @@
  * `iters` times untimed (20 * iters for the first size), then `reps`
  * repetitions of `iters` back-to-back allreduces
  * (SUM, in place, on zero-filled buffers; the values do not change the
- * speed); the figure is the median repetition. For threads and hier the
+ * speed); the figures are the median repetition and the fastest. For threads and hier the
  * participants are threads of this process; for mpi and hier the program
  * runs under mpirun and rank 0 prints. --algorithm picks the allreduce
  * algorithm (for hier, of the step across processes); the algo column
@@ -29,7 +29,8 @@
 #include "dpt/status.h"
 #include "../../tools/cli.h"
 
-#define BENCH_REPS 7
+#define BENCH_REPS 7 /* default repetitions per size */
+#define BENCH_MAX_REPS 1000
 #define BENCH_MAX_PARTICIPANTS 256
 
 typedef struct bench_cfg {
@@ -37,6 +38,7 @@ typedef struct bench_cfg {
     int participants; /* threads per process; 0 = default list */
     size_t min_bytes, max_bytes;
     int iters; /* 0 = automatic per size */
+    int reps;  /* timed repetitions per size */
     int json;
     int touch;                      /* rewrite the buffer before every allreduce */
     long small_bytes;               /* threads/hier small-message threshold; < 0 = default */
@@ -50,8 +52,8 @@ typedef struct bench_cfg {
 typedef struct bench_row {
     size_t bytes;
     int iters;
-    double time_s, memcpy_s;
-    dpt_comm_algorithm_t algorithm; /* what ran (auto resolved) */
+    double time_s, best_s, memcpy_s; /* median and fastest repetition; memcpy median */
+    dpt_comm_algorithm_t algorithm;  /* what ran (auto resolved) */
 } bench_row_t;
 
 typedef struct bench_run {
@@ -117,7 +119,8 @@ static void part_body(bench_part_t *p)
         bench_row_t *row = &run->rows[s];
         size_t count = row->bytes / sizeof(float);
         int iters = row->iters;
-        double t[BENCH_REPS];
+        double t[BENCH_MAX_REPS];
+        int reps = cfg->reps;
         if (p->lead)
             row->algorithm = dpt_comm_allreduce_algorithm(p->comm, count);
         /* warm-up: one untimed repetition (threads settle on their CPUs,
@@ -130,7 +133,7 @@ static void part_body(bench_part_t *p)
         for (int w = 0; w < warm && p->rc == 0; w++)
             if ((rc = dpt_comm_allreduce(p->comm, buf, count, DPT_REDUCE_SUM)) < 0)
                 part_fail(p, rc, "warm-up allreduce");
-        for (int r = 0; r < BENCH_REPS && p->rc == 0; r++) {
+        for (int r = 0; r < reps && p->rc == 0; r++) {
             if ((rc = dpt_comm_barrier(p->comm)) < 0) {
                 part_fail(p, rc, "barrier");
                 break;
@@ -151,9 +154,9 @@ static void part_body(bench_part_t *p)
         /* memcpy while the other participants wait in the barrier below
          * (blocked, so they take no memory bandwidth) */
         if (p->lead) {
-            double m[BENCH_REPS];
+            double m[BENCH_MAX_REPS];
             memcpy(mdst, msrc, row->bytes);
-            for (int r = 0; r < BENCH_REPS; r++) {
+            for (int r = 0; r < reps; r++) {
                 double t0 = dpt_now();
                 for (int i = 0; i < iters; i++) {
                     memcpy(mdst, msrc, row->bytes);
@@ -163,8 +166,11 @@ static void part_body(bench_part_t *p)
                 }
                 m[r] = (dpt_now() - t0) / iters;
             }
-            row->time_s = dpt_median(t, BENCH_REPS);
-            row->memcpy_s = dpt_median(m, BENCH_REPS);
+            row->time_s = dpt_median(t, reps);
+            row->memcpy_s = dpt_median(m, reps);
+            row->best_s = t[0];
+            for (int r = 1; r < reps; r++)
+                row->best_s = t[r] < row->best_s ? t[r] : row->best_s;
         }
         if ((rc = dpt_comm_barrier(p->comm)) < 0)
             part_fail(p, rc, "barrier");
@@ -186,12 +192,12 @@ static void print_rows(const bench_run_t *run, int participants)
     const char *be = dpt_comm_backend_name(cfg->backend);
     if (!cfg->json) {
         printf("# %s\n", cfg->command);
-        printf("# backend %s, %d participants, algorithm %s; medians of %d repetitions; memcpy = "
-               "one thread, same size%s\n",
-               be, participants, dpt_comm_algorithm_name(cfg->algorithm), BENCH_REPS,
+        printf("# backend %s, %d participants, algorithm %s; medians of %d repetitions (best_us: "
+               "the fastest); memcpy = one thread, same size%s\n",
+               be, participants, dpt_comm_algorithm_name(cfg->algorithm), cfg->reps,
                cfg->touch ? "; time includes rewriting the buffer (--touch)" : "");
-        printf("%12s %8s %12s %10s %10s %11s %8s %7s\n", "bytes", "iters", "time_us", "algbw_gbs",
-               "busbw_gbs", "memcpy_gbs", "bus/mem", "algo");
+        printf("%12s %8s %12s %12s %10s %10s %11s %8s %7s\n", "bytes", "iters", "time_us",
+               "best_us", "algbw_gbs", "busbw_gbs", "memcpy_gbs", "bus/mem", "algo");
     }
     for (int s = 0; s < run->nsizes; s++) {
         const bench_row_t *row = &run->rows[s];
@@ -200,14 +206,14 @@ static void print_rows(const bench_run_t *run, int participants)
         double mem = (double)row->bytes / row->memcpy_s / 1e9;
         if (cfg->json)
             printf("{\"backend\":\"%s\",\"participants\":%d,\"algorithm\":\"%s\",\"bytes\":%zu,"
-                   "\"iters\":%d,\"time_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,"
-                   "\"memcpy_gbs\":%.3f,\"touch\":%s,\"command\":\"%s\"}\n",
+                   "\"iters\":%d,\"time_us\":%.3f,\"best_us\":%.3f,\"algbw_gbs\":%.3f,"
+                   "\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,\"touch\":%s,\"command\":\"%s\"}\n",
                    be, participants, dpt_comm_algorithm_name(row->algorithm), row->bytes,
-                   row->iters, row->time_s * 1e6, algbw, busbw, mem, cfg->touch ? "true" : "false",
-                   cfg->command_json);
+                   row->iters, row->time_s * 1e6, row->best_s * 1e6, algbw, busbw, mem,
+                   cfg->touch ? "true" : "false", cfg->command_json);
         else
-            printf("%12zu %8d %12.3f %10.3f %10.3f %11.3f %8.3f %7s\n", row->bytes, row->iters,
-                   row->time_s * 1e6, algbw, busbw, mem, busbw / mem,
+            printf("%12zu %8d %12.3f %12.3f %10.3f %10.3f %11.3f %8.3f %7s\n", row->bytes,
+                   row->iters, row->time_s * 1e6, row->best_s * 1e6, algbw, busbw, mem, busbw / mem,
                    dpt_comm_algorithm_name(row->algorithm));
     }
     fflush(stdout);
@@ -363,7 +369,7 @@ static void usage(FILE *f)
             "usage: dpt bench allreduce [--backend threads|mpi|hier] [--participants P]\n"
             "                           [--min-bytes N] [--max-bytes N] [--iters N]\n"
             "                           [--small-bytes N] [--algorithm A] [--ranks-per-node K]\n"
-            "                           [--touch] [--json]\n"
+            "                           [--reps N] [--touch] [--json]\n"
             "\n"
             "  --backend       threads (default): P threads of this process;\n"
             "                  mpi: one participant per MPI process (run under mpirun);\n"
@@ -373,7 +379,10 @@ static void usage(FILE *f)
             "  --min-bytes     smallest message, default 4096 (sizes double up to max)\n"
             "  --max-bytes     largest message, default 67108864 (64 MiB)\n"
             "  --iters         allreduces per timed repetition (default: ~256 MB of data,\n"
-            "                  10 to 20000); the figure is the median of %d repetitions\n"
+            "                  10 to 20000)\n"
+            "  --reps          timed repetitions per size (default %d, at most %d): time_us is\n"
+            "                  their median, best_us the fastest (on a shared machine the\n"
+            "                  least disturbed)\n"
             "  --small-bytes   threads/hier: largest allreduce on the small-message path\n"
             "                  (default: the library's, 0, or 8K when participants outnumber\n"
             "                  the CPUs)\n"
@@ -388,7 +397,7 @@ static void usage(FILE *f)
             "\n"
             "busbw = algbw * 2(P-1)/P (nccl-tests); memcpy_gbs = one thread memcpy of the same\n"
             "size, measured in the same run (a copy of N bytes counts N).\n",
-            BENCH_REPS);
+            BENCH_REPS, BENCH_MAX_REPS);
 }
 
 static int parse_size(const char *s, size_t *out)
@@ -414,7 +423,8 @@ int dpt_bench_allreduce(int argc, char **argv)
     bench_cfg_t cfg = {.backend = DPT_COMM_THREADS,
                        .min_bytes = 4096,
                        .max_bytes = (size_t)64 << 20,
-                       .small_bytes = -1};
+                       .small_bytes = -1,
+                       .reps = BENCH_REPS};
     size_t len = (size_t)snprintf(cfg.command, sizeof cfg.command, "dpt bench");
     for (int i = 0; i < argc && len < sizeof cfg.command; i++)
         len += (size_t)snprintf(cfg.command + len, sizeof cfg.command - len, " %s", argv[i]);
@@ -495,6 +505,16 @@ int dpt_bench_allreduce(int argc, char **argv)
             }
             cfg.ranks_per_node = (int)k;
             i++;
+        } else if (strcmp(a, "--reps") == 0 && v) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end != '\0' || n < 1 || n > BENCH_MAX_REPS) {
+                fprintf(stderr, "dpt bench allreduce: --reps %s: expected 1..%d\n", v,
+                        BENCH_MAX_REPS);
+                return DPT_EXIT_USAGE;
+            }
+            cfg.reps = (int)n;
+            i++;
         } else if (strcmp(a, "--iters") == 0 && v) {
             char *end;
             long n = strtol(v, &end, 10);
@@ -506,9 +526,9 @@ int dpt_bench_allreduce(int argc, char **argv)
             cfg.iters = (int)n;
             i++;
         } else {
-            static const char *const valued[] = {"--backend",   "--participants",  "--min-bytes",
-                                                 "--max-bytes", "--iters",         "--small-bytes",
-                                                 "--algorithm", "--ranks-per-node"};
+            static const char *const valued[] = {"--backend",   "--participants",   "--min-bytes",
+                                                 "--max-bytes", "--iters",          "--small-bytes",
+                                                 "--algorithm", "--ranks-per-node", "--reps"};
             int needs_value = 0;
             for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 needs_value |= strcmp(a, valued[k]) == 0;
