@@ -169,6 +169,41 @@ static void test_all_ops(void)
         CHECK(run(all_ops_worker, counts[j]) == 0);
 }
 
+/* Every algorithm of the step across processes (mpi.algorithm), with the
+ * processes as nodes of one (ranks_per_node 1) or all on one host. */
+static void test_mpi_algorithms(void)
+{
+    dpt_comm_algorithm_t algos[] = {DPT_ALLREDUCE_RING, DPT_ALLREDUCE_TREE, DPT_ALLREDUCE_HIER,
+                                    DPT_ALLREDUCE_NATIVE};
+    for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++)
+        for (int rpn = 0; rpn <= 1; rpn++) {
+            for (int t = 0; t < T; t++)
+                dpt_comm_destroy(g_comms[t]);
+            dpt_comm_hier_group_destroy(g_group);
+            g_group = NULL;
+            dpt_comm_hier_options_t opt;
+            dpt_comm_hier_options_init(&opt);
+            opt.threads.timeout_s = 60.0;
+            opt.threads.algorithm = a % 2 ? DPT_ALLREDUCE_NATIVE : DPT_ALLREDUCE_AUTO;
+            opt.mpi.algorithm = algos[a];
+            opt.mpi.ranks_per_node = rpn;
+            REQUIRE_OK(dpt_comm_hier_group_create(&g_group, T, &opt));
+            for (int t = 0; t < T; t++)
+                REQUIRE_OK(dpt_comm_hier_join(g_group, t, &g_comms[t]));
+            CHECK(dpt_comm_allreduce_algorithm(g_comms[0], 100) == DPT_ALLREDUCE_HIER);
+            size_t P = (size_t)dpt_comm_size(g_comms[0]);
+            size_t counts[] = {0, 1, P - 1, P, 1000, 10007};
+            for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++)
+                CHECK(run(all_ops_worker, counts[j]) == 0);
+        }
+    dpt_comm_hier_options_t opt;
+    dpt_comm_hier_options_init(&opt);
+    opt.threads.algorithm = DPT_ALLREDUCE_RING;
+    dpt_comm_hier_group_t *g = NULL;
+    CHECK_ERR(dpt_comm_hier_group_create(&g, T, &opt), DPT_EINVAL, "threads.algorithm ring");
+    CHECK(g == NULL);
+}
+
 static void mismatch_worker(worker_t *w)
 {
     /* process 0 calls allreduce(10), the others broadcast(12, root 0) */
@@ -262,8 +297,8 @@ int main(int argc, char **argv)
         }
     }
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_layout),  DPT_TEST(test_bad_arguments),     DPT_TEST(test_bad_timeout),
-        DPT_TEST(test_all_ops), DPT_TEST(test_mismatch_detected),
+        DPT_TEST(test_layout),  DPT_TEST(test_bad_arguments),  DPT_TEST(test_bad_timeout),
+        DPT_TEST(test_all_ops), DPT_TEST(test_mpi_algorithms), DPT_TEST(test_mismatch_detected),
     };
     rc = DPT_TEST_RUN(cases);
     for (int t = 0; t < T; t++)

@@ -667,7 +667,10 @@ static void test_rl_defaults_from_key_table(void)
     CHECK(p.grad_clip == 0.5 && p.normalize_advantages == DPT_ADV_NORM_MINIBATCH);
     CHECK(p.policy.nhidden == 2 && p.policy.hidden[0] == 64 && p.policy.hidden[1] == 64);
     CHECK(p.num_devices == 1 && p.towers_mode == DPT_TOWERS_PS && p.total_timesteps == 500000);
+    CHECK(p.reduce_sum == 0 && p.async_scale == 0.0f &&
+          p.allreduce_algorithm == DPT_ALLREDUCE_AUTO);
     REQUIRE_OK(dpt_rl_defaults(DPT_JOB_DDPPO, &d));
+    CHECK(d.allreduce_algorithm == DPT_ALLREDUCE_AUTO);
     CHECK(d.num_envs == 5 && d.rollout_fragment_length == 100 && d.sgd_minibatch_size == 50);
     CHECK(d.num_sgd_iter == 10 && d.sync_frac == 0.6 && d.check_weights_every == 10);
     CHECK_ERR(dpt_rl_defaults(DPT_JOB_SUPERVISED, &d), DPT_EINVAL, "not ppo or ddppo");

@@ -12,9 +12,11 @@
  * `iters` times untimed (20 * iters for the first size), then `reps`
  * repetitions of `iters` back-to-back allreduces
  * (SUM, in place, on zero-filled buffers; the values do not change the
- * speed); the figure is the median repetition. For threads and hier the
+ * speed); the figures are the median repetition and the fastest. For threads and hier the
  * participants are threads of this process; for mpi and hier the program
- * runs under mpirun and rank 0 prints.
+ * runs under mpirun and rank 0 prints. --algorithm picks the allreduce
+ * algorithm (for hier, of the step across processes); the algo column
+ * shows the one that ran at each size (auto resolved by the table).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -27,7 +29,8 @@
 #include "dpt/status.h"
 #include "../../tools/cli.h"
 
-#define BENCH_REPS 7
+#define BENCH_REPS 7 /* default repetitions per size */
+#define BENCH_MAX_REPS 1000
 #define BENCH_MAX_PARTICIPANTS 256
 
 typedef struct bench_cfg {
@@ -35,9 +38,12 @@ typedef struct bench_cfg {
     int participants; /* threads per process; 0 = default list */
     size_t min_bytes, max_bytes;
     int iters; /* 0 = automatic per size */
+    int reps;  /* timed repetitions per size */
     int json;
-    int touch;        /* rewrite the buffer before every allreduce */
-    long small_bytes; /* threads/hier small-message threshold; < 0 = default */
+    int touch;                      /* rewrite the buffer before every allreduce */
+    long small_bytes;               /* threads/hier small-message threshold; < 0 = default */
+    dpt_comm_algorithm_t algorithm; /* threads and mpi (hier: its MPI step) */
+    int ranks_per_node;             /* mpi/hier: node layout for hier; 0 = by host */
     char command[1024];
     char command_json[2100]; /* the same, escaped for a JSON string */
 } bench_cfg_t;
@@ -46,7 +52,8 @@ typedef struct bench_cfg {
 typedef struct bench_row {
     size_t bytes;
     int iters;
-    double time_s, memcpy_s;
+    double time_s, best_s, memcpy_s; /* median and fastest repetition; memcpy median */
+    dpt_comm_algorithm_t algorithm;  /* what ran (auto resolved) */
 } bench_row_t;
 
 typedef struct bench_run {
@@ -112,7 +119,10 @@ static void part_body(bench_part_t *p)
         bench_row_t *row = &run->rows[s];
         size_t count = row->bytes / sizeof(float);
         int iters = row->iters;
-        double t[BENCH_REPS];
+        double t[BENCH_MAX_REPS];
+        int reps = cfg->reps;
+        if (p->lead)
+            row->algorithm = dpt_comm_allreduce_algorithm(p->comm, count);
         /* warm-up: one untimed repetition (threads settle on their CPUs,
          * caches and the clock frequency reach their steady state); twenty
          * before the first size, which follows the allocation and first
@@ -123,7 +133,7 @@ static void part_body(bench_part_t *p)
         for (int w = 0; w < warm && p->rc == 0; w++)
             if ((rc = dpt_comm_allreduce(p->comm, buf, count, DPT_REDUCE_SUM)) < 0)
                 part_fail(p, rc, "warm-up allreduce");
-        for (int r = 0; r < BENCH_REPS && p->rc == 0; r++) {
+        for (int r = 0; r < reps && p->rc == 0; r++) {
             if ((rc = dpt_comm_barrier(p->comm)) < 0) {
                 part_fail(p, rc, "barrier");
                 break;
@@ -144,9 +154,9 @@ static void part_body(bench_part_t *p)
         /* memcpy while the other participants wait in the barrier below
          * (blocked, so they take no memory bandwidth) */
         if (p->lead) {
-            double m[BENCH_REPS];
+            double m[BENCH_MAX_REPS];
             memcpy(mdst, msrc, row->bytes);
-            for (int r = 0; r < BENCH_REPS; r++) {
+            for (int r = 0; r < reps; r++) {
                 double t0 = dpt_now();
                 for (int i = 0; i < iters; i++) {
                     memcpy(mdst, msrc, row->bytes);
@@ -156,8 +166,11 @@ static void part_body(bench_part_t *p)
                 }
                 m[r] = (dpt_now() - t0) / iters;
             }
-            row->time_s = dpt_median(t, BENCH_REPS);
-            row->memcpy_s = dpt_median(m, BENCH_REPS);
+            row->time_s = dpt_median(t, reps);
+            row->memcpy_s = dpt_median(m, reps);
+            row->best_s = t[0];
+            for (int r = 1; r < reps; r++)
+                row->best_s = t[r] < row->best_s ? t[r] : row->best_s;
         }
         if ((rc = dpt_comm_barrier(p->comm)) < 0)
             part_fail(p, rc, "barrier");
@@ -179,12 +192,12 @@ static void print_rows(const bench_run_t *run, int participants)
     const char *be = dpt_comm_backend_name(cfg->backend);
     if (!cfg->json) {
         printf("# %s\n", cfg->command);
-        printf("# backend %s, %d participants; medians of %d repetitions; memcpy = one thread, "
-               "same size%s\n",
-               be, participants, BENCH_REPS,
+        printf("# backend %s, %d participants, algorithm %s; medians of %d repetitions (best_us: "
+               "the fastest); memcpy = one thread, same size%s\n",
+               be, participants, dpt_comm_algorithm_name(cfg->algorithm), cfg->reps,
                cfg->touch ? "; time includes rewriting the buffer (--touch)" : "");
-        printf("%12s %8s %12s %10s %10s %11s %8s\n", "bytes", "iters", "time_us", "algbw_gbs",
-               "busbw_gbs", "memcpy_gbs", "bus/mem");
+        printf("%12s %8s %12s %12s %10s %10s %11s %8s %7s\n", "bytes", "iters", "time_us",
+               "best_us", "algbw_gbs", "busbw_gbs", "memcpy_gbs", "bus/mem", "algo");
     }
     for (int s = 0; s < run->nsizes; s++) {
         const bench_row_t *row = &run->rows[s];
@@ -192,14 +205,16 @@ static void print_rows(const bench_run_t *run, int participants)
         double busbw = algbw * 2.0 * (participants - 1) / participants;
         double mem = (double)row->bytes / row->memcpy_s / 1e9;
         if (cfg->json)
-            printf("{\"backend\":\"%s\",\"participants\":%d,\"bytes\":%zu,\"iters\":%d,"
-                   "\"time_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
-                   "\"touch\":%s,\"command\":\"%s\"}\n",
-                   be, participants, row->bytes, row->iters, row->time_s * 1e6, algbw, busbw, mem,
+            printf("{\"backend\":\"%s\",\"participants\":%d,\"algorithm\":\"%s\",\"bytes\":%zu,"
+                   "\"iters\":%d,\"time_us\":%.3f,\"best_us\":%.3f,\"algbw_gbs\":%.3f,"
+                   "\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f,\"touch\":%s,\"command\":\"%s\"}\n",
+                   be, participants, dpt_comm_algorithm_name(row->algorithm), row->bytes,
+                   row->iters, row->time_s * 1e6, row->best_s * 1e6, algbw, busbw, mem,
                    cfg->touch ? "true" : "false", cfg->command_json);
         else
-            printf("%12zu %8d %12.3f %10.3f %10.3f %11.3f %8.3f\n", row->bytes, row->iters,
-                   row->time_s * 1e6, algbw, busbw, mem, busbw / mem);
+            printf("%12zu %8d %12.3f %12.3f %10.3f %10.3f %11.3f %8.3f %7s\n", row->bytes,
+                   row->iters, row->time_s * 1e6, row->best_s * 1e6, algbw, busbw, mem, busbw / mem,
+                   dpt_comm_algorithm_name(row->algorithm));
     }
     fflush(stdout);
 }
@@ -279,6 +294,7 @@ static int bench_threads(const bench_cfg_t *cfg, int P)
     dpt_comm_threads_options_init(&opt);
     if (cfg->small_bytes >= 0)
         opt.small_bytes = (size_t)cfg->small_bytes;
+    opt.algorithm = cfg->algorithm;
     int rc = dpt_comm_threads_group_create(&g, P, &opt);
     for (int i = 0; i < P && rc == 0; i++)
         rc = dpt_comm_threads_join(g, i, &comms[i]);
@@ -314,12 +330,18 @@ static int bench_mpi(const bench_cfg_t *cfg, int T)
     }
     if (cfg->backend == DPT_COMM_MPI) {
         T = 1;
-        rc = dpt_comm_mpi_create(&comms[0], NULL);
+        dpt_comm_mpi_options_t opt;
+        dpt_comm_mpi_options_init(&opt);
+        opt.algorithm = cfg->algorithm;
+        opt.ranks_per_node = cfg->ranks_per_node;
+        rc = dpt_comm_mpi_create(&comms[0], &opt);
     } else {
         dpt_comm_hier_options_t opt;
         dpt_comm_hier_options_init(&opt);
         if (cfg->small_bytes >= 0)
             opt.threads.small_bytes = (size_t)cfg->small_bytes;
+        opt.mpi.algorithm = cfg->algorithm;
+        opt.mpi.ranks_per_node = cfg->ranks_per_node;
         rc = dpt_comm_hier_group_create(&hg, T, &opt);
         for (int i = 0; i < T && rc == 0; i++)
             rc = dpt_comm_hier_join(hg, i, &comms[i]);
@@ -346,7 +368,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dpt bench allreduce [--backend threads|mpi|hier] [--participants P]\n"
             "                           [--min-bytes N] [--max-bytes N] [--iters N]\n"
-            "                           [--small-bytes N] [--touch] [--json]\n"
+            "                           [--small-bytes N] [--algorithm A] [--ranks-per-node K]\n"
+            "                           [--reps N] [--touch] [--json]\n"
             "\n"
             "  --backend       threads (default): P threads of this process;\n"
             "                  mpi: one participant per MPI process (run under mpirun);\n"
@@ -356,16 +379,25 @@ static void usage(FILE *f)
             "  --min-bytes     smallest message, default 4096 (sizes double up to max)\n"
             "  --max-bytes     largest message, default 67108864 (64 MiB)\n"
             "  --iters         allreduces per timed repetition (default: ~256 MB of data,\n"
-            "                  10 to 20000); the figure is the median of %d repetitions\n"
+            "                  10 to 20000)\n"
+            "  --reps          timed repetitions per size (default %d, at most %d): time_us is\n"
+            "                  their median, best_us the fastest (on a shared machine the\n"
+            "                  least disturbed)\n"
             "  --small-bytes   threads/hier: largest allreduce on the small-message path\n"
-            "                  (default: the library's, 32K)\n"
+            "                  (default: the library's, 0, or 8K when participants outnumber\n"
+            "                  the CPUs)\n"
+            "  --algorithm     allreduce algorithm: auto (default), native, ring, tree, hier\n"
+            "                  (hier backend: the step across processes); the algo column\n"
+            "                  shows what ran\n"
+            "  --ranks-per-node  mpi/hier: put ranks [0,K) on node 0, [K,2K) on node 1, ... for\n"
+            "                  hier and auto (default 0: by host name)\n"
             "  --touch         each participant rewrites its buffer before every allreduce\n"
             "                  (as a backward pass does; included in time_us)\n"
             "  --json          one JSON object per line\n"
             "\n"
             "busbw = algbw * 2(P-1)/P (nccl-tests); memcpy_gbs = one thread memcpy of the same\n"
             "size, measured in the same run (a copy of N bytes counts N).\n",
-            BENCH_REPS);
+            BENCH_REPS, BENCH_MAX_REPS);
 }
 
 static int parse_size(const char *s, size_t *out)
@@ -391,7 +423,8 @@ int dpt_bench_allreduce(int argc, char **argv)
     bench_cfg_t cfg = {.backend = DPT_COMM_THREADS,
                        .min_bytes = 4096,
                        .max_bytes = (size_t)64 << 20,
-                       .small_bytes = -1};
+                       .small_bytes = -1,
+                       .reps = BENCH_REPS};
     size_t len = (size_t)snprintf(cfg.command, sizeof cfg.command, "dpt bench");
     for (int i = 0; i < argc && len < sizeof cfg.command; i++)
         len += (size_t)snprintf(cfg.command + len, sizeof cfg.command - len, " %s", argv[i]);
@@ -456,6 +489,32 @@ int dpt_bench_allreduce(int argc, char **argv)
             }
             cfg.small_bytes = (long)b;
             i++;
+        } else if (strcmp(a, "--algorithm") == 0 && v) {
+            if (dpt_comm_algorithm_parse(v, &cfg.algorithm) < 0) {
+                fprintf(stderr, "dpt bench allreduce: %s\n", dpt_last_error());
+                return DPT_EXIT_USAGE;
+            }
+            i++;
+        } else if (strcmp(a, "--ranks-per-node") == 0 && v) {
+            char *end;
+            long k = strtol(v, &end, 10);
+            if (*end != '\0' || k < 0 || k > 1000000) {
+                fprintf(stderr, "dpt bench allreduce: --ranks-per-node %s: expected 0 or more\n",
+                        v);
+                return DPT_EXIT_USAGE;
+            }
+            cfg.ranks_per_node = (int)k;
+            i++;
+        } else if (strcmp(a, "--reps") == 0 && v) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end != '\0' || n < 1 || n > BENCH_MAX_REPS) {
+                fprintf(stderr, "dpt bench allreduce: --reps %s: expected 1..%d\n", v,
+                        BENCH_MAX_REPS);
+                return DPT_EXIT_USAGE;
+            }
+            cfg.reps = (int)n;
+            i++;
         } else if (strcmp(a, "--iters") == 0 && v) {
             char *end;
             long n = strtol(v, &end, 10);
@@ -467,8 +526,9 @@ int dpt_bench_allreduce(int argc, char **argv)
             cfg.iters = (int)n;
             i++;
         } else {
-            static const char *const valued[] = {"--backend",   "--participants", "--min-bytes",
-                                                 "--max-bytes", "--iters",        "--small-bytes"};
+            static const char *const valued[] = {"--backend",   "--participants",   "--min-bytes",
+                                                 "--max-bytes", "--iters",          "--small-bytes",
+                                                 "--algorithm", "--ranks-per-node", "--reps"};
             int needs_value = 0;
             for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 needs_value |= strcmp(a, valued[k]) == 0;

@@ -1,8 +1,9 @@
 /*
  * dpt bench towers — training throughput of the towers engine.
  *
- * Model: MLP 784-512-512-10 (ReLU, softmax cross-entropy), plain SGD, on
- * random data, minibatch of `batch` rows split across the devices. For each
+ * Model: MLP 784-512-512-10 (ReLU, softmax cross-entropy; --hidden sets the
+ * hidden layers), plain SGD, on random data, minibatch of `batch` rows
+ * split across the devices. For each
  * mode and device count it reports samples/s (median of repeated timed
  * runs), the scaling over one device (median of the per-round ratios), and
  * the fraction of the machine's FLOP limit: training costs ~6 x weights
@@ -19,8 +20,9 @@
 #include <string.h>
 
 #define BT_IN 784
-#define BT_HIDDEN 512
+#define BT_HIDDEN 512 /* default: two hidden layers of this width */
 #define BT_OUT 10
+#define BT_MAX_HIDDEN 4
 #define BT_ROUNDS_DEFAULT 7
 #define BT_ROUNDS_MAX 101
 
@@ -32,6 +34,9 @@ typedef struct bt_args {
     int per_round;
     int json;
     int modes[DPT_TOWERS_MODE_COUNT];
+    size_t hidden[BT_MAX_HIDDEN];
+    int nhidden;
+    size_t gemm_k, gemm_n; /* the largest layer: inputs, outputs */
 } bt_args_t;
 
 /* Median of v[0..n) (n <= BT_ROUNDS_MAX); v keeps its order. */
@@ -42,15 +47,16 @@ static double bt_median(const double *in, int n)
     return dpt_median(v, (size_t)n);
 }
 
-/* One timing of Y[rows, 512] = X[rows, 784] W^T on this thread: GFLOP/s
- * over at least `secs` seconds. */
-static double bt_gemm_once(const float *x, const float *w, float *y, size_t rows, double secs)
+/* One timing of Y[rows, n] = X[rows, k] W^T (the largest layer's forward)
+ * on this thread: GFLOP/s over at least `secs` seconds. */
+static double bt_gemm_once(const float *x, const float *w, float *y, size_t rows, size_t k,
+                           size_t n, double secs)
 {
-    double flop = 2.0 * (double)rows * BT_IN * BT_HIDDEN;
+    double flop = 2.0 * (double)rows * (double)k * (double)n;
     int iters = 0;
     double t0 = dpt_now(), dt;
     do {
-        dpt_gemm(0, 1, rows, BT_HIDDEN, BT_IN, 1.0f, x, BT_IN, w, BT_IN, 0.0f, y, BT_HIDDEN);
+        dpt_gemm(0, 1, rows, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
         iters++;
         dt = dpt_now() - t0;
     } while (dt < secs);
@@ -77,13 +83,15 @@ static void bt_cfg_free(bt_cfg_t *c)
 static int bt_cfg_setup(bt_cfg_t *c, const bt_args_t *a, const float *x, const int32_t *y,
                         size_t rows)
 {
-    const dpt_layer_spec_t layers[] = {{DPT_LAYER_LINEAR, BT_HIDDEN, DPT_INIT_DEFAULT, 0},
-                                       {DPT_LAYER_RELU, 0, 0, 0},
-                                       {DPT_LAYER_LINEAR, BT_HIDDEN, DPT_INIT_DEFAULT, 0},
-                                       {DPT_LAYER_RELU, 0, 0, 0},
-                                       {DPT_LAYER_LINEAR, BT_OUT, DPT_INIT_DEFAULT, 0}};
+    dpt_layer_spec_t layers[2 * BT_MAX_HIDDEN + 1];
+    int nl = 0;
+    for (int h = 0; h < a->nhidden; h++) {
+        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, a->hidden[h], DPT_INIT_DEFAULT, 0};
+        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_RELU, 0, 0, 0};
+    }
+    layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, BT_OUT, DPT_INIT_DEFAULT, 0};
     size_t pdb = a->batch / (size_t)c->devices;
-    int rc = dpt_mlp_create(&c->mlp, BT_IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, pdb);
+    int rc = dpt_mlp_create(&c->mlp, BT_IN, layers, (size_t)nl, DPT_LOSS_SOFTMAX_XENT, pdb);
     if (rc)
         return rc;
     dpt_model_t model = dpt_mlp_model(c->mlp);
@@ -140,20 +148,22 @@ static int bt_usage(FILE *f, int code)
 {
     fprintf(f,
             "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] [--rounds R] "
-            "[--mode ps|replicated|async]... [--gemm portable|cblas] [--per-round] "
-            "[--json]\n\n"
+            "[--mode ps|replicated|async]... [--gemm portable|cblas] [--hidden LIST] "
+            "[--per-round] [--json]\n\n"
             "Trains an MLP %d-%d-%d-%d (ReLU, softmax cross-entropy, SGD) on random data\n"
             "and reports samples/s for 1..N devices per mode (default: batch 256, N = 2,\n"
             "all modes, 5 s per configuration). The configurations take turns for R\n"
             "rounds (default %d, at most %d) of S/R seconds each; figures are medians\n"
-            "over the rounds; --per-round also prints every round's samples/s.\n",
-            BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT, BT_ROUNDS_DEFAULT, BT_ROUNDS_MAX);
+            "over the rounds; --per-round also prints every round's samples/s.\n"
+            "--hidden sets the hidden layers (comma-separated widths, 1 to %d layers;\n"
+            "e.g. 256,128 is the Fashion-MNIST example's MLP).\n",
+            BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT, BT_ROUNDS_DEFAULT, BT_ROUNDS_MAX, BT_MAX_HIDDEN);
     return code;
 }
 
 int dpt_bench_towers(int argc, char **argv)
 {
-    bt_args_t a = {256, 2, 5.0, BT_ROUNDS_DEFAULT, 0, 0, {0}};
+    bt_args_t a = {256, 2, 5.0, BT_ROUNDS_DEFAULT, 0, 0, {0}, {BT_HIDDEN, BT_HIDDEN}, 2, 0, 0};
     int any_mode = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -169,6 +179,27 @@ int dpt_bench_towers(int argc, char **argv)
             a.max_devices = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(o, "--seconds")) {
             a.seconds = atof(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(o, "--hidden")) {
+            const char *v = argv[++i];
+            a.nhidden = 0;
+            while (*v) {
+                char *end;
+                unsigned long h = strtoul(v, &end, 10);
+                if (end == v || h < 1 || h > 65536 || a.nhidden == BT_MAX_HIDDEN ||
+                    (*end != ',' && *end != '\0')) {
+                    fprintf(stderr,
+                            "dpt bench towers: --hidden %s: expected 1 to %d widths in "
+                            "1..65536, comma-separated\n",
+                            argv[i], BT_MAX_HIDDEN);
+                    return DPT_EXIT_USAGE;
+                }
+                a.hidden[a.nhidden++] = h;
+                v = *end ? end + 1 : end;
+            }
+            if (a.nhidden == 0) {
+                fprintf(stderr, "dpt bench towers: --hidden needs at least one width\n");
+                return DPT_EXIT_USAGE;
+            }
         } else if (i + 1 < argc && !strcmp(o, "--rounds")) {
             a.rounds = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(o, "--gemm")) {
@@ -219,12 +250,23 @@ int dpt_bench_towers(int argc, char **argv)
     dpt_rng_fill_normal(&r, x, rows * BT_IN, 0.0f, 1.0f);
     for (size_t i = 0; i < rows; i++)
         y[i] = (int32_t)dpt_rng_below(&r, BT_OUT);
-    double weights = (double)BT_IN * BT_HIDDEN + BT_HIDDEN + (double)BT_HIDDEN * BT_HIDDEN +
-                     BT_HIDDEN + (double)BT_HIDDEN * BT_OUT + BT_OUT;
+    double weights = 0.0;
+    char shape[128];
+    size_t len = (size_t)snprintf(shape, sizeof shape, "%d", BT_IN);
+    for (int h = 0; h <= a.nhidden; h++) {
+        size_t in = h ? a.hidden[h - 1] : BT_IN, out = h < a.nhidden ? a.hidden[h] : BT_OUT;
+        weights += (double)in * (double)out + (double)out;
+        if ((double)in * (double)out > (double)a.gemm_k * (double)a.gemm_n) {
+            a.gemm_k = in;
+            a.gemm_n = out;
+        }
+        if (len < sizeof shape)
+            len += (size_t)snprintf(shape + len, sizeof shape - len, "-%zu", out);
+    }
     double flop_per_sample = 6.0 * weights;
     if (!a.json) {
-        printf("# dpt bench towers: MLP %d-%d-%d-%d, batch %zu, gemm %s\n", BT_IN, BT_HIDDEN,
-               BT_HIDDEN, BT_OUT, a.batch, dpt_gemm_describe(dpt_gemm_get_backend()));
+        printf("# dpt bench towers: MLP %s (%.0f weights), batch %zu, gemm %s\n", shape, weights,
+               a.batch, dpt_gemm_describe(dpt_gemm_get_backend()));
         printf("# command:");
         for (int i = 0; i < argc; i++)
             printf(" %s", argv[i]);
@@ -254,20 +296,21 @@ int dpt_bench_towers(int argc, char **argv)
                 goto out;
             }
         }
-    float *gx = dpt_alloc_aligned(a.batch * BT_IN * sizeof(float));
-    float *gw = dpt_alloc_aligned((size_t)BT_HIDDEN * BT_IN * sizeof(float));
-    float *gy = dpt_alloc_aligned(a.batch * BT_HIDDEN * sizeof(float));
+    float *gx = dpt_alloc_aligned(a.batch * a.gemm_k * sizeof(float));
+    float *gw = dpt_alloc_aligned(a.gemm_n * a.gemm_k * sizeof(float));
+    float *gy = dpt_alloc_aligned(a.batch * a.gemm_n * sizeof(float));
     if (!gx || !gw || !gy) {
         rc = DPT_EXIT_FAIL;
         goto out_gemm;
     }
-    dpt_rng_fill_uniform(&r, gx, a.batch * BT_IN, -1, 1);
-    dpt_rng_fill_uniform(&r, gw, (size_t)BT_HIDDEN * BT_IN, -1, 1);
+    dpt_rng_fill_uniform(&r, gx, a.batch * a.gemm_k, -1, 1);
+    dpt_rng_fill_uniform(&r, gw, a.gemm_n * a.gemm_k, -1, 1);
     double slice = a.seconds / a.rounds;
     for (int rep = 0; rep < a.rounds; rep++)
         for (int k = 0; k < ncfg; k++) {
             bt_cfg_t *c = &cfgs[k];
-            c->gemm[rep] = bt_gemm_once(gx, gw, gy, a.batch / (size_t)c->devices, 0.05);
+            c->gemm[rep] =
+                bt_gemm_once(gx, gw, gy, a.batch / (size_t)c->devices, a.gemm_k, a.gemm_n, 0.05);
             if (bt_cfg_time(c, slice, &c->rates[rep]) != 0) {
                 fprintf(stderr, "dpt bench towers: %s\n", dpt_last_error());
                 rc = DPT_EXIT_FAIL;

@@ -25,15 +25,44 @@
  * first count % P blocks have count / P + 1 elements, the others count / P
  * (dpt_comm_block_offset / dpt_comm_block_size compute them).
  *
- * Determinism: the sums are formed in a fixed order, so for a given backend
- * and layout (size, threads per process) the same inputs give bitwise the
- * same outputs on every participant and in every run. The threads backend
- * adds in rank order, ((x_0 + x_1) + x_2) + ...; the MPI backend follows the
- * order of the MPI library's non-blocking collectives (fixed for a given
- * size and count; with Open MPI it can differ from that of its blocking
- * MPI_Allreduce for 3 or more ranks); hier adds the threads of a process in
- * thread order and then the processes in MPI's order. AVG divides the sum
- * by P (a true division, not a multiplication by 1/P).
+ * Allreduce algorithms (dpt_comm_algorithm_t, chosen with the `algorithm`
+ * field of the backend's options; the other collectives have one
+ * algorithm each):
+ *   native  the backend's own: threads, one shared-memory pass (every
+ *           participant reduces its block of all P buffers); MPI, the MPI
+ *           library's MPI_Iallreduce
+ *   ring    reduce-scatter then allgather around a ring: 2 (P - 1) steps,
+ *           each moving count / P floats per participant
+ *   tree    recursive doubling: log2 P steps exchanging the whole buffer
+ *           with a partner (ranks past the largest power of two fold into
+ *           a partner first); for small buffers
+ *   hier    participants that share memory reduce first (MPI: the ranks of
+ *           a node), then one allreduce across the groups, then the result
+ *           is spread inside the group; on the threads backend every
+ *           participant shares memory, so it is native
+ *   auto    per call, from a built-in table of crossover points by backend,
+ *           P, layout and message size (dpt_comm_allreduce_algorithm tells
+ *           which); the default
+ *
+ * Determinism: the sums are formed in a fixed order, so for a given backend,
+ * algorithm and layout (size, threads per process, ranks per node) the same
+ * inputs give bitwise the same outputs on every participant and in every
+ * run. Orders (x_r = rank r's input):
+ *   threads native, and the naive oracle   ((x_0 + x_1) + x_2) + ...
+ *   ring, element in block b               ((x_b + x_{b+1}) + ...) + x_{b-1}
+ *                                          (ranks mod P)
+ *   tree, P = 4                            (x_0 + x_1) + (x_2 + x_3)
+ *   tree, P = 3                            (x_0 + x_2) + x_1
+ *   MPI native                             the order of the MPI library's
+ *       non-blocking collectives (fixed for a given size and count; with
+ *       Open MPI it can differ from that of its blocking MPI_Allreduce for
+ *       3 or more ranks)
+ * The algorithms differ from each other only in rounding: with
+ * integer-valued data (exact sums) they all give the oracle's bits, and
+ * with any data a result is within 2 (P - 1) 2^-24 sum_r |x_r| of the
+ * oracle's. hier (backend) adds the threads of a process in thread order
+ * and then the processes with the MPI algorithm. AVG divides the sum by P
+ * (a true division, not a multiplication by 1/P).
  *
  * Errors: every function returns 0 or a negative DPT_E... code and leaves a
  * message naming the rank and the operation in dpt_last_error(). Argument
@@ -114,6 +143,23 @@ typedef enum dpt_comm_backend {
 } dpt_comm_backend_t;
 /* clang-format on */
 
+/* Allreduce algorithms (see the top of this file). */
+#define DPT_COMM_ALGORITHM_LIST(X)       \
+    X(DPT_ALLREDUCE_AUTO, 0, "auto")     \
+    X(DPT_ALLREDUCE_NATIVE, 1, "native") \
+    X(DPT_ALLREDUCE_RING, 2, "ring")     \
+    X(DPT_ALLREDUCE_TREE, 3, "tree")     \
+    X(DPT_ALLREDUCE_HIER, 4, "hier")
+
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
+typedef enum dpt_comm_algorithm {
+#define DPT__COMM_ALGORITHM_ENUM(sym, val, name) sym = (val),
+    DPT_COMM_ALGORITHM_LIST(DPT__COMM_ALGORITHM_ENUM)
+#undef DPT__COMM_ALGORITHM_ENUM
+    DPT_COMM_ALGORITHM_COUNT
+} dpt_comm_algorithm_t;
+/* clang-format on */
+
 /* "sum", "avg"; "?" for an unknown value. */
 const char *dpt_reduce_op_name(dpt_reduce_op_t op);
 /* Parses "sum"/"avg" into *op. Returns 0 or DPT_EINVAL (message lists the
@@ -125,6 +171,11 @@ const char *dpt_comm_backend_name(dpt_comm_backend_t backend);
 int dpt_comm_backend_parse(const char *name, dpt_comm_backend_t *backend);
 /* 1 if this build has the backend (mpi and hier need MPI), else 0. */
 int dpt_comm_backend_available(dpt_comm_backend_t backend);
+/* "auto", "native", "ring", "tree", "hier"; "?" for an unknown value. */
+const char *dpt_comm_algorithm_name(dpt_comm_algorithm_t algorithm);
+/* Parses an algorithm name into *algorithm. Returns 0 or DPT_EINVAL (the
+ * message lists the valid names). */
+int dpt_comm_algorithm_parse(const char *name, dpt_comm_algorithm_t *algorithm);
 
 /* ---- blocks ------------------------------------------------------------- */
 
@@ -150,6 +201,14 @@ int dpt_comm_rank(const dpt_comm_t *comm);
 int dpt_comm_size(const dpt_comm_t *comm);
 /* Which backend carries this communicator. */
 dpt_comm_backend_t dpt_comm_backend(const dpt_comm_t *comm);
+/* The algorithm an allreduce of `count` floats runs on this communicator:
+ * the one chosen in its options, or for auto the built-in table's choice
+ * (never DPT_ALLREDUCE_AUTO); hier on the threads backend is reported as
+ * native, which is what runs. The hier backend reports
+ * DPT_ALLREDUCE_HIER: its threads always reduce first, and its step across
+ * processes runs the algorithm of its mpi options (which the processes'
+ * communicator would report). DPT_COMM_ALGORITHM_COUNT for a NULL comm. */
+dpt_comm_algorithm_t dpt_comm_allreduce_algorithm(const dpt_comm_t *comm, size_t count);
 
 /* Sum (or average) `count` floats over all participants, in place: on return
  * every participant's `buf` holds the same result, bitwise. buf may be NULL
@@ -258,6 +317,12 @@ typedef struct dpt_comm_threads_options {
      * 2 * small_bytes per participant, allocated and touched at create. At
      * most 64 MiB. */
     size_t small_bytes;
+    /* The allreduce algorithm (see the top of this file); default
+     * DPT_ALLREDUCE_AUTO. ring and tree synchronize the whole group at every
+     * step (2 (P - 1) and about log2 P + 2 barriers); native needs two (or
+     * one on the small path), hier is native. Every participant uses the
+     * group's value. */
+    dpt_comm_algorithm_t algorithm;
 } dpt_comm_threads_options_t;
 
 #define DPT_COMM_SMALL_AUTO SIZE_MAX
@@ -330,6 +395,18 @@ typedef struct dpt_comm_mpi_options {
      * failed. Also bounds create (the communicator duplication). > 0 and
      * finite; default 300. All ranks should use the same value. */
     double timeout_s;
+    /* The allreduce algorithm (see the top of this file); default
+     * DPT_ALLREDUCE_AUTO. native is MPI_Iallreduce; ring, tree and hier are
+     * dpt's, over non-blocking point-to-point messages (MPI_Isend and
+     * MPI_Irecv) on the communicator, waited for with the same timeout,
+     * side channel and reports as the collectives. All ranks must use the
+     * same value (with `check` on, a difference is reported as a mismatch). */
+    dpt_comm_algorithm_t algorithm;
+    /* How ranks are grouped into nodes for hier: 0 (the default) groups the
+     * ranks whose MPI_Get_processor_name is equal (a collective exchange at
+     * create); k > 0 puts ranks [0, k) on node 0, [k, 2k) on node 1, ...
+     * (to try a layout of several machines on one, and in tests). */
+    int ranks_per_node;
 } dpt_comm_mpi_options_t;
 
 /* Fills *opt with the defaults. */
@@ -350,7 +427,11 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt);
  * size = R * T. Collectives reduce inside the process (threads backend
  * machinery), then thread 0 of each process (the only thread that calls MPI)
  * runs the MPI collective across processes, and the result is copied back to
- * the process's threads. Timeouts: threads.timeout_s for the threads of a
+ * the process's threads. The allreduce is hierarchical by construction: the
+ * threads of a process always reduce directly into thread 0's buffer
+ * (threads.algorithm must be auto or native, else DPT_EINVAL at create), and
+ * the step across processes runs mpi.algorithm (with mpi.ranks_per_node
+ * counting processes). Timeouts: threads.timeout_s for the threads of a
  * process, mpi.timeout_s for the MPI step (whose messages count processes:
  * "process 1"); threads waiting behind their leader's MPI step wait
  * mpi.timeout_s + min(1 s, mpi.timeout_s / 2) + 1 s longer. The MPI step

@@ -125,13 +125,15 @@ typedef struct dpt_towers_config {
     int reduce_sum;   /* 0: average tower gradients; 1: sum */
     double grad_clip; /* global-norm clip after combining; 0 = off */
     dpt_optim_config_t optim;
-    float async_scale;     /* async: gradient scale; 0 = 1/N */
-    int check_every;       /* replicated: replica check period; 0 = off */
-    int pin_devices;       /* pin device threads to cores */
-    double comm_timeout_s; /* replicated: collective timeout; 0 = 300 */
-    dpt_comm_t *comm;      /* external communicator (borrowed, must outlive the
+    float async_scale;                   /* async: gradient scale; 0 = 1/N */
+    int check_every;                     /* replicated: replica check period; 0 = off */
+    int pin_devices;                     /* pin device threads to cores */
+    double comm_timeout_s;               /* replicated: collective timeout; 0 = 300 */
+    dpt_comm_algorithm_t comm_algorithm; /* replicated without comm: allreduce algorithm of
+                                          * the devices' group (DPT_ALLREDUCE_AUTO = 0) */
+    dpt_comm_t *comm;                    /* external communicator (borrowed, must outlive the
                                        * engine); NULL = the devices of this engine only */
-    int weight_rows;       /* with comm: weight each participant's gradient by
+    int weight_rows;                     /* with comm: weight each participant's gradient by
                                        * its rows (excludes reduce_sum) */
 } dpt_towers_config_t;
 

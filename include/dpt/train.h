@@ -115,6 +115,9 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
 #define DPT_CHOICES_OPTIM (DPT_OPTIM_LIST(DPT__CHOICE3) + 1)
 #define DPT_CHOICES_SCHEDULE (DPT_SCHEDULE_LIST(DPT__CHOICE2) + 1)
 #define DPT_CHOICES_TOWERS_MODE (DPT_TOWERS_MODE_LIST(DPT__CHOICE2) + 1)
+#define DPT__CHOICE_VAL(sym, val, name) "|" name
+#define DPT_CHOICES_REDUCE_OP (DPT_REDUCE_OP_LIST(DPT__CHOICE_VAL) + 1)
+#define DPT_CHOICES_ALLREDUCE (DPT_COMM_ALGORITHM_LIST(DPT__CHOICE_VAL) + 1)
 
 /* How PPO and DD-PPO standardize advantages (key normalize_advantages). */
 #define DPT_ADV_NORM_LIST(X)                                                     \
@@ -198,6 +201,15 @@ typedef enum dpt_adv_norm {
     X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, DPT_CHOICES_TOWERS_MODE,                  \
       "how tower gradients combine")                                                               \
     X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "", "towers (CPU threads) per process")   \
+    X(reduce_op, ENUM, DPT_JOBS_TOWERS, 0, "avg", 0, 0, DPT_CHOICES_REDUCE_OP,                     \
+      "how the devices' (and ranks') gradients combine before the update: avg (their mean) or "    \
+      "sum; not for towers_mode = async")                                                          \
+    X(async_scale, FLOAT, DPT_JOBS_TOWERS, 0, "0", 0, 1e6, "",                                     \
+      "towers_mode = async: each device's gradient is multiplied by this before it applies it "    \
+      "(0 = 1 / num_devices)")                                                                     \
+    X(allreduce_algorithm, ENUM, DPT_JOBS_ALL, 0, "auto", 0, 0, DPT_CHOICES_ALLREDUCE,             \
+      "allreduce algorithm of the gradients (replicated towers, ranks, DD-PPO workers); auto "     \
+      "chooses by message size and layout (docs/COLLECTIVES.md)")                                  \
     /* reinforcement learning */                                                                   \
     X(env, STR, DPT_JOBS_RL, 0, "CartPole-v1", 0, 0, "",                                           \
       "environment: a built-in name, or the path of a plug-in .so (relative to the config file)")  \

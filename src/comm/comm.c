@@ -78,6 +78,33 @@ int dpt_comm_backend_available(dpt_comm_backend_t backend)
     }
 }
 
+const char *dpt_comm_algorithm_name(dpt_comm_algorithm_t algorithm)
+{
+    switch (algorithm) {
+#define DPT__ALGO_NAME(sym, val, name) \
+    case sym: return name;
+        DPT_COMM_ALGORITHM_LIST(DPT__ALGO_NAME)
+#undef DPT__ALGO_NAME
+    default: return "?";
+    }
+}
+
+int dpt_comm_algorithm_parse(const char *name, dpt_comm_algorithm_t *algorithm)
+{
+    if (name == NULL || algorithm == NULL)
+        return dpt_error(DPT_EINVAL, "allreduce algorithm: NULL argument");
+#define DPT__ALGO_PARSE(sym, val, str) \
+    if (strcmp(name, str) == 0) {      \
+        *algorithm = sym;              \
+        return 0;                      \
+    }
+    DPT_COMM_ALGORITHM_LIST(DPT__ALGO_PARSE)
+#undef DPT__ALGO_PARSE
+    return dpt_error(DPT_EINVAL,
+                     "unknown allreduce algorithm '%s' (valid: auto, native, ring, tree, hier)",
+                     name);
+}
+
 const char *dpt__comm_call_name(int call)
 {
     switch (call) {
@@ -95,6 +122,13 @@ void dpt__comm_fp_describe(const dpt__comm_fp_t *fp, char *out, size_t n)
     switch (fp->call) {
     case DPT__CALL_ALLREDUCE:
     case DPT__CALL_IALLREDUCE:
+        if (fp->algo >= 0) {
+            snprintf(out, n, "%s(count=%zu, op=%s, algorithm=%s)", name, fp->count,
+                     dpt_reduce_op_name((dpt_reduce_op_t)fp->op),
+                     dpt_comm_algorithm_name((dpt_comm_algorithm_t)fp->algo));
+            break;
+        }
+        /* fall through */
     case DPT__CALL_REDUCE_SCATTER:
         snprintf(out, n, "%s(count=%zu, op=%s)", name, fp->count,
                  dpt_reduce_op_name((dpt_reduce_op_t)fp->op));
@@ -109,7 +143,8 @@ void dpt__comm_fp_describe(const dpt__comm_fp_t *fp, char *out, size_t n)
 
 int dpt__comm_fp_equal(const dpt__comm_fp_t *a, const dpt__comm_fp_t *b)
 {
-    return a->call == b->call && a->op == b->op && a->root == b->root && a->count == b->count;
+    return a->call == b->call && a->op == b->op && a->root == b->root && a->count == b->count &&
+           a->algo == b->algo;
 }
 
 /* ---- blocks ------------------------------------------------------------- */
@@ -145,6 +180,11 @@ int dpt_comm_size(const dpt_comm_t *comm)
 dpt_comm_backend_t dpt_comm_backend(const dpt_comm_t *comm)
 {
     return comm ? comm->ops->backend : DPT_COMM_BACKEND_COUNT;
+}
+
+dpt_comm_algorithm_t dpt_comm_allreduce_algorithm(const dpt_comm_t *comm, size_t count)
+{
+    return comm ? comm->ops->algorithm(comm, count) : DPT_COMM_ALGORITHM_COUNT;
 }
 
 /* Checks shared by every call: handle, no pending request. */

@@ -14,7 +14,8 @@
  *   publish buf; B1 (and fingerprints compared inside the process)
  *   thread t: block t of leader_buf <- buf_0 + ... + buf_{T-1} (thread order)
  *   B2; leader: MPI allreduce (SUM) of leader_buf over the R processes,
- *       then / (R * T) for AVG
+ *       with the algorithm of options.mpi (auto: the table's for R
+ *       processes), then / (R * T) for AVG
  *   B3; threads t != 0: buf <- leader_buf; B4
  * Broadcast from global root (rp, rt): in process rp the leader copies the
  *   root thread's buffer; B; leaders MPI_Bcast from process rp; B; the others
@@ -96,6 +97,7 @@ static int publish(hcomm_t *h, int call, int op, int root, size_t count, const f
     pub->fp.op = op;
     pub->fp.root = root;
     pub->fp.count = count;
+    pub->fp.algo = -1; /* the MPI step compares its own (with the debug check) */
     pub->src = src;
     pub->dst = dst;
     dpt__tpart_arrive(p);
@@ -332,6 +334,13 @@ static int h_barrier(dpt_comm_t *c)
     return finish(h, after_mpi(h, "barrier"));
 }
 
+static dpt_comm_algorithm_t h_algorithm(const dpt_comm_t *c, size_t count)
+{
+    (void)c;
+    (void)count;
+    return DPT_ALLREDUCE_HIER;
+}
+
 static void h_destroy(dpt_comm_t *c)
 {
     hcomm_t *h = (hcomm_t *)c;
@@ -353,6 +362,7 @@ static const dpt__comm_ops_t hier_ops = {
     .allgather = h_allgather,
     .reduce_scatter = h_reduce_scatter,
     .barrier = h_barrier,
+    .algorithm = h_algorithm,
     .abort = h_abort,
     .destroy = h_destroy,
 };
@@ -374,6 +384,12 @@ int dpt_comm_hier_group_create(dpt_comm_hier_group_t **group, int threads_per_pr
         dpt_comm_hier_options_init(&o);
     else
         o = *opt;
+    if (o.threads.algorithm != DPT_ALLREDUCE_AUTO && o.threads.algorithm != DPT_ALLREDUCE_NATIVE)
+        return dpt_error(DPT_EINVAL,
+                         "comm hier: threads.algorithm %s: the threads of a process always "
+                         "reduce directly into thread 0's buffer (use auto or native; "
+                         "mpi.algorithm chooses the step across processes)",
+                         dpt_comm_algorithm_name(o.threads.algorithm));
     dpt_comm_hier_group_t *g = calloc(1, sizeof *g);
     if (g == NULL)
         return dpt_error(DPT_ENOMEM, "comm hier: out of memory");

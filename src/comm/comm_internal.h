@@ -46,6 +46,7 @@ typedef struct dpt__comm_fp {
     int op;       /* dpt_reduce_op_t, or -1 */
     int root;     /* broadcast root, or -1 */
     size_t count; /* element count (per rank for allgather) */
+    int algo;     /* allreduce: the dpt_comm_algorithm_t that runs, else -1 */
 } dpt__comm_fp_t;
 
 /* Writes e.g. "broadcast(count=12, root=0)" into out. */
@@ -62,6 +63,8 @@ typedef struct dpt__comm_ops {
     int (*reduce_scatter)(dpt_comm_t *c, const float *send, size_t count, float *recv,
                           dpt_reduce_op_t op);
     int (*barrier)(dpt_comm_t *c);
+    /* the algorithm an allreduce of count floats runs (never AUTO) */
+    dpt_comm_algorithm_t (*algorithm)(const dpt_comm_t *c, size_t count);
     int (*abort)(dpt_comm_t *c, const char *why); /* NULL: not supported */
     void (*destroy)(dpt_comm_t *c);
 } dpt__comm_ops_t;
@@ -73,6 +76,35 @@ struct dpt_comm {
     uint64_t next_id;    /* serial number given to the next iallreduce */
     uint64_t pending_id; /* the outstanding iallreduce, 0 if none */
 };
+
+/* ---- the auto table (comm_algo.c) ---------------------------------------- */
+
+/* The level an allreduce runs at, for the table: the threads of one
+ * process, the ranks of an MPI communicator, or hier's step across node
+ * groups (the leaders or the ranks with one local index, where only ring
+ * and tree exist). */
+typedef enum dpt__auto_level {
+    DPT__LEVEL_THREADS,
+    DPT__LEVEL_MPI,
+    DPT__LEVEL_GROUPS
+} dpt__auto_level_t;
+
+/* One row: the first row that matches a call decides. */
+typedef struct dpt__auto_row {
+    dpt__auto_level_t level;
+    int min_p, max_p; /* participants at this level, inclusive; max_p 0: no limit */
+    int layout;       /* threads: 1 more participants than CPUs, 0 not; mpi: 1 one
+                       * node, 2 several; -1 any */
+    size_t max_bytes; /* messages up to this many bytes; SIZE_MAX: any */
+    dpt_comm_algorithm_t algorithm;
+} dpt__auto_row_t;
+
+extern const dpt__auto_row_t dpt__auto_table[];
+extern const size_t dpt__auto_table_len;
+
+/* The table's algorithm for `bytes` at `level` with p participants and
+ * `layout` as in dpt__auto_row_t (never AUTO; ring when no row matches). */
+dpt_comm_algorithm_t dpt__comm_auto(dpt__auto_level_t level, int p, int layout, size_t bytes);
 
 /* ---- the mpi handle inside the hier backend (comm_mpi.c) ----------------- */
 
@@ -93,7 +125,7 @@ double dpt__comm_mpi_wait_limit_s(const dpt_comm_t *c);
 
 /* For i in [0, len): s = ((src[0][i] + src[1][i]) + ...) + src[nsrc-1][i]
  * (then s / div if div != 0), stored into dst[k][i] for every k < ndst.
- * A dst may be one of the srcs (same index), never partially overlap one.
+ * A dst may be one of the srcs (any index), never partially overlap one.
  * Results are bitwise independent of how the range is split. */
 void dpt__reduce_push(float *const *dst, int ndst, const float *const *src, int nsrc, size_t len,
                       float div);
@@ -158,5 +190,15 @@ int dpt__tpart_fail(dpt__tpart_t *p, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* ---- threads allreduce algorithms (comm_threads_algo.c) -------------------- */
+
+/* Ring and tree allreduce over the participants' buffers, run by every
+ * participant right after the first barrier of the allreduce (each buffer
+ * is its pub->dst of that barrier); `buf` is the own one. They end with a
+ * barrier after which nobody touches another participant's buffer. div:
+ * 0 for SUM, P for AVG. Return 0 or the failure of a barrier. */
+int dpt__tring_allreduce(dpt__tpart_t *p, float *buf, size_t count, float div, const char *what);
+int dpt__ttree_allreduce(dpt__tpart_t *p, float *buf, size_t count, float div, const char *what);
 
 #endif /* DPT_COMM_INTERNAL_H */

@@ -10,14 +10,19 @@
  * operation is the non-blocking MPI call, completed by dpt__mwait
  * (comm_mpi_wait.c), which polls with a sleeping back-off until it completes
  * or the timeout passes:
- *   allreduce       MPI_Iallreduce(MPI_IN_PLACE, SUM), then / size for AVG
- *   iallreduce/wait MPI_Iallreduce ... dpt__mwait
+ *   allreduce       native: MPI_Iallreduce(MPI_IN_PLACE, SUM), then / size
+ *                   for AVG; ring, tree, hier: MPI_Isend/MPI_Irecv steps
+ *                   (comm_mpi_algo.c), then / size for AVG
+ *   iallreduce/wait MPI_Iallreduce ... dpt__mwait (ring, tree, hier: all in
+ *                   the wait)
  *   broadcast       MPI_Ibcast
  *   allgather       MPI_Iallgather (MPI_IN_PLACE when send is the own block)
  *   reduce_scatter  MPI_Ireduce_scatter_block when count % size == 0, else
  *                   MPI_Ireduce_scatter with the dpt block sizes
  *   barrier         MPI_Ibarrier
- *   create          MPI_Comm_idup twice (the collectives, the side channel)
+ *   create          MPI_Comm_idup twice (the collectives, the side channel);
+ *                   MPI_Iallgather of the processor names (hier's nodes)
+ *                   unless ranks_per_node is given
  * Open MPI serves the non-blocking calls with its libnbc component and the
  * blocking ones with "tuned": different algorithms. With 2 ranks each
  * element is one addition, so the results are the same bits; with 3 or more
@@ -63,6 +68,8 @@ void dpt_comm_mpi_options_init(dpt_comm_mpi_options_t *opt)
     opt->mpi_comm = NULL;
     opt->check = 0;
     opt->timeout_s = DPT__MPI_DEFAULT_TIMEOUT_S;
+    opt->algorithm = DPT_ALLREDUCE_AUTO;
+    opt->ranks_per_node = 0;
 }
 
 #if !DPT_HAVE_MPI
@@ -208,7 +215,7 @@ typedef dpt__mcomm_t mcomm_t;
 
 /* Entry of every collective: counts it, then an earlier failure, then the
  * debug check. *t0 is the start of the call, from which the timeout runs. */
-static int enter(mcomm_t *m, int call, int op, int root, size_t count, double *t0)
+static int enter(mcomm_t *m, int call, int op, int root, size_t count, int algo, double *t0)
 {
     m->cur.seq++;
     m->cur.call = call;
@@ -227,19 +234,22 @@ static int enter(mcomm_t *m, int call, int op, int root, size_t count, double *t
     m->fp_mine[1] = (uint64_t)(int64_t)op;
     m->fp_mine[2] = (uint64_t)(int64_t)root;
     m->fp_mine[3] = (uint64_t)count;
+    m->fp_mine[4] = (uint64_t)(int64_t)algo;
     MPI_Request r;
-    int mrc = MPI_Iallgather(m->fp_mine, 4, MPI_UINT64_T, m->fp_all, 4, MPI_UINT64_T, m->comm, &r);
+    int mrc = MPI_Iallgather(m->fp_mine, 5, MPI_UINT64_T, m->fp_all, 5, MPI_UINT64_T, m->comm, &r);
     if (mrc != MPI_SUCCESS)
         return dpt__mpi_fail(m, mrc, "MPI_Iallgather (debug check)");
-    int rc = dpt__mwait(m, 1, &r, *t0, 4 * sizeof(uint64_t) * (size_t)m->base.size,
+    int rc = dpt__mwait(m, 1, &r, *t0, 5 * sizeof(uint64_t) * (size_t)m->base.size,
                         "MPI_Iallgather (debug check)");
     if (rc < 0)
         return rc;
     for (int q = 1; q < m->base.size; q++) {
-        const uint64_t *a = m->fp_all, *b = m->fp_all + 4 * q;
-        if (memcmp(a, b, 4 * sizeof *a) != 0) {
-            dpt__comm_fp_t fa = {(int)a[0], (int)(int64_t)a[1], (int)(int64_t)a[2], (size_t)a[3]};
-            dpt__comm_fp_t fb = {(int)b[0], (int)(int64_t)b[1], (int)(int64_t)b[2], (size_t)b[3]};
+        const uint64_t *a = m->fp_all, *b = m->fp_all + 5 * q;
+        if (memcmp(a, b, 5 * sizeof *a) != 0) {
+            dpt__comm_fp_t fa = {(int)a[0], (int)(int64_t)a[1], (int)(int64_t)a[2], (size_t)a[3],
+                                 (int)(int64_t)a[4]};
+            dpt__comm_fp_t fb = {(int)b[0], (int)(int64_t)b[1], (int)(int64_t)b[2], (size_t)b[3],
+                                 (int)(int64_t)b[4]};
             char da[100], db[100], msg[300];
             dpt__comm_fp_describe(&fa, da, sizeof da);
             dpt__comm_fp_describe(&fb, db, sizeof db);
@@ -272,10 +282,13 @@ static int m_allreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t 
 {
     mcomm_t *m = (mcomm_t *)c;
     double t0;
-    int rc = enter(m, DPT__CALL_ALLREDUCE, (int)op, -1, count, &t0);
+    dpt_comm_algorithm_t algo = dpt__mpi_resolve(m, count);
+    int rc = enter(m, DPT__CALL_ALLREDUCE, (int)op, -1, count, (int)algo, &t0);
     if (rc < 0)
         return rc;
-    for (size_t off = 0; off < count; off += CHUNK) {
+    if (algo != DPT_ALLREDUCE_NATIVE && (rc = dpt__mpi_allreduce_p2p(m, buf, count, algo, t0)) < 0)
+        return rc;
+    for (size_t off = 0; algo == DPT_ALLREDUCE_NATIVE && off < count; off += CHUNK) {
         size_t n = count - off < CHUNK ? count - off : CHUNK;
         MPI_Request r;
         int mrc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)n, MPI_FLOAT, MPI_SUM, m->comm, &r);
@@ -291,9 +304,17 @@ static int m_iallreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t
 {
     mcomm_t *m = (mcomm_t *)c;
     double t0;
-    int rc = enter(m, DPT__CALL_IALLREDUCE, (int)op, -1, count, &t0);
+    dpt_comm_algorithm_t algo = dpt__mpi_resolve(m, count);
+    int rc = enter(m, DPT__CALL_IALLREDUCE, (int)op, -1, count, (int)algo, &t0);
     if (rc < 0)
         return rc;
+    m->nreqs = 0;
+    m->pbuf = buf;
+    m->pcount = count;
+    m->pop = op;
+    m->palgo = algo;
+    if (algo != DPT_ALLREDUCE_NATIVE)
+        return 0; /* dpt's algorithms run in the wait */
     size_t need = (count + CHUNK - 1) / CHUNK;
     if (need > (size_t)m->reqs_cap) {
         MPI_Request *r = realloc(m->reqs, need * sizeof *r);
@@ -313,9 +334,6 @@ static int m_iallreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t
         }
         m->nreqs++;
     }
-    m->pbuf = buf;
-    m->pcount = count;
-    m->pop = op;
     return 0;
 }
 
@@ -324,6 +342,11 @@ static int m_iallreduce(dpt_comm_t *c, float *buf, size_t count, dpt_reduce_op_t
 static int m_wait(dpt_comm_t *c)
 {
     mcomm_t *m = (mcomm_t *)c;
+    if (m->palgo != DPT_ALLREDUCE_NATIVE) {
+        int rc = dpt__mpi_allreduce_p2p(m, m->pbuf, m->pcount, m->palgo, dpt_now());
+        if (rc < 0)
+            return rc;
+    }
     if (m->nreqs > 0) {
         int n = m->nreqs;
         m->nreqs = 0;
@@ -353,7 +376,7 @@ static int m_broadcast(dpt_comm_t *c, float *buf, size_t count, int root)
 {
     mcomm_t *m = (mcomm_t *)c;
     double t0;
-    int rc = enter(m, DPT__CALL_BROADCAST, -1, root, count, &t0);
+    int rc = enter(m, DPT__CALL_BROADCAST, -1, root, count, -1, &t0);
     return rc < 0 ? rc : bcast_chunks(m, buf, count, root, t0);
 }
 
@@ -361,7 +384,7 @@ static int m_allgather(dpt_comm_t *c, const float *send, size_t count, float *re
 {
     mcomm_t *m = (mcomm_t *)c;
     double t0;
-    int rc = enter(m, DPT__CALL_ALLGATHER, -1, -1, count, &t0);
+    int rc = enter(m, DPT__CALL_ALLGATHER, -1, -1, count, -1, &t0);
     if (rc < 0 || count == 0)
         return rc;
     float *own = recv + (size_t)c->rank * count;
@@ -386,7 +409,7 @@ static int m_reduce_scatter(dpt_comm_t *c, const float *send, size_t count, floa
     mcomm_t *m = (mcomm_t *)c;
     int P = c->size, mrc;
     double t0;
-    int rc = enter(m, DPT__CALL_REDUCE_SCATTER, (int)op, -1, count, &t0);
+    int rc = enter(m, DPT__CALL_REDUCE_SCATTER, (int)op, -1, count, -1, &t0);
     if (rc < 0)
         return rc;
     size_t mine = dpt_comm_block_size(count, P, c->rank);
@@ -422,11 +445,16 @@ static int m_reduce_scatter(dpt_comm_t *c, const float *send, size_t count, floa
     return 0;
 }
 
+static dpt_comm_algorithm_t m_algorithm(const dpt_comm_t *c, size_t count)
+{
+    return dpt__mpi_resolve((const mcomm_t *)c, count);
+}
+
 static int m_barrier(dpt_comm_t *c)
 {
     mcomm_t *m = (mcomm_t *)c;
     double t0;
-    int rc = enter(m, DPT__CALL_BARRIER, -1, -1, 0, &t0);
+    int rc = enter(m, DPT__CALL_BARRIER, -1, -1, 0, -1, &t0);
     if (rc < 0)
         return rc;
     MPI_Request r;
@@ -459,6 +487,12 @@ static void m_free(mcomm_t *m)
     free(m->status_sreqs);
     free(m->answered);
     free(m->note_reqs);
+    free(m->node_ranks);
+    free(m->node_start);
+    free(m->all_ranks);
+    free(m->group);
+    free(m->tmp);
+    free(m->preq);
     free(m);
 }
 
@@ -507,6 +541,7 @@ static const dpt__comm_ops_t mpi_ops = {
     .allgather = m_allgather,
     .reduce_scatter = m_reduce_scatter,
     .barrier = m_barrier,
+    .algorithm = m_algorithm,
     .destroy = m_destroy,
 };
 
@@ -553,6 +588,11 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt)
         o = *opt;
     if (!(o.timeout_s > 0.0) || !isfinite(o.timeout_s))
         return dpt_error(DPT_EINVAL, "comm mpi: timeout_s %g, expected > 0 (seconds)", o.timeout_s);
+    if ((int)o.algorithm < 0 || o.algorithm >= DPT_COMM_ALGORITHM_COUNT)
+        return dpt_error(DPT_EINVAL, "comm mpi: unknown allreduce algorithm %d", (int)o.algorithm);
+    if (o.ranks_per_node < 0)
+        return dpt_error(DPT_EINVAL, "comm mpi: ranks_per_node %d, expected >= 0 (0: by host)",
+                         o.ranks_per_node);
     if (!dpt_comm_mpi_initialized())
         return dpt_error(DPT_ESTATE,
                          "comm mpi: MPI is not initialized (call dpt_comm_mpi_init first)");
@@ -565,6 +605,7 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt)
     m->base.ops = &mpi_ops;
     m->unit = "rank";
     m->check = o.check;
+    m->algorithm = o.algorithm;
     m->timeout_s = o.timeout_s;
     m->grace_s = o.timeout_s / 2 < 1.0 ? o.timeout_s / 2 : 1.0;
     double deadline = dpt_now() + o.timeout_s;
@@ -587,7 +628,7 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt)
         return dpt_error(DPT_ECOMM, "comm mpi: create: MPI_Comm_rank/size failed: %s", err);
     }
     size_t P = (size_t)m->base.size;
-    m->fp_all = malloc(4 * sizeof *m->fp_all * P);
+    m->fp_all = malloc(5 * sizeof *m->fp_all * P);
     m->counts = malloc(sizeof *m->counts * P);
     m->reply_buf = calloc(4 * P, sizeof *m->reply_buf);
     m->reply_reqs = malloc(sizeof *m->reply_reqs * P);
@@ -596,9 +637,15 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt)
     m->status_sreqs = malloc(sizeof *m->status_sreqs * P);
     m->answered = calloc(P, 1);
     m->note_reqs = malloc(sizeof *m->note_reqs * P);
+    m->node_ranks = malloc(sizeof *m->node_ranks * P);
+    m->node_start = malloc(sizeof *m->node_start * (P + 1));
+    m->all_ranks = malloc(sizeof *m->all_ranks * P);
+    m->group = malloc(sizeof *m->group * P);
+    m->preq = malloc(sizeof *m->preq * (P + 2));
     if (m->fp_all == NULL || m->counts == NULL || m->reply_buf == NULL || m->reply_reqs == NULL ||
         m->status_in == NULL || m->status_rreqs == NULL || m->status_sreqs == NULL ||
-        m->answered == NULL || m->note_reqs == NULL) {
+        m->answered == NULL || m->note_reqs == NULL || m->node_ranks == NULL ||
+        m->node_start == NULL || m->all_ranks == NULL || m->group == NULL || m->preq == NULL) {
         int r = m->base.rank;
         free(m->reply_reqs);
         free(m->note_reqs);
@@ -611,6 +658,12 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt)
         m->status_rreqs[q] = MPI_REQUEST_NULL;
         m->status_sreqs[q] = MPI_REQUEST_NULL;
         m->note_reqs[q] = MPI_REQUEST_NULL;
+        m->all_ranks[q] = (int)q;
+    }
+    if ((rc = dpt__mpi_layout(m, o.ranks_per_node, deadline)) < 0) {
+        if (rc != DPT_ETIMEDOUT)
+            m_destroy(&m->base);
+        return rc; /* after a timeout MPI may still write into *m: leaked */
     }
     *comm = &m->base;
     return 0;

@@ -36,9 +36,20 @@ typedef struct dpt__mcomm {
     char fail_msg[DPT__MPI_NOTE_LEN];
     dpt__mop_t cur; /* the current (or last) collective */
 
+    /* allreduce algorithm and the layout hier uses (comm_mpi_algo.c) */
+    dpt_comm_algorithm_t algorithm; /* as given in the options */
+    int nodes;                      /* node groups */
+    int node;                       /* this rank's node */
+    int uniform;                    /* every node has the same number of ranks */
+    int *node_ranks;                /* size: the ranks sorted by (node, rank) */
+    int *node_start;                /* nodes + 1: node g's ranks are node_ranks[node_start[g]
+                                     * .. node_start[g + 1]) */
+    int *all_ranks;                 /* size: 0, 1, ..., size - 1 */
+    int *group;                     /* size: scratch list of a sub-group's ranks */
+
     /* buffers of pending MPI operations: members, so they outlive a stuck one */
-    uint64_t fp_mine[4];
-    uint64_t *fp_all;  /* 4 * size, the debug check */
+    uint64_t fp_mine[5];
+    uint64_t *fp_all;  /* 5 * size, the debug check */
     int *counts;       /* size, block sizes for MPI_Ireduce_scatter */
     float dummy;       /* receive buffer of an empty reduce-scatter block */
     MPI_Request *reqs; /* the pending iallreduce's chunks */
@@ -46,6 +57,10 @@ typedef struct dpt__mcomm {
     float *pbuf;
     size_t pcount;
     dpt_reduce_op_t pop;
+    dpt_comm_algorithm_t palgo; /* the pending iallreduce's algorithm */
+    float *tmp;                 /* receive buffer of ring, tree and hier, grown on use */
+    size_t tmp_cap;             /* floats */
+    MPI_Request *preq;          /* size + 2 point-to-point requests */
 
     /* side channel, all sized at create (size entries each) */
     uint64_t *reply_buf;     /* 4 per rank: the status sent to that rank */
@@ -86,5 +101,20 @@ int dpt__mpi_fail(dpt__mcomm_t *m, int mrc, const char *call);
 void dpt__mpi_message(int mrc, char *out, int n);
 /* "allreduce #13 (4096 floats)" for the operation `op`. */
 void dpt__mop_describe(const dpt__mop_t *op, const char *unit, char *out, size_t n);
+
+/* ---- allreduce algorithms (comm_mpi_algo.c) ------------------------------ */
+
+/* Fills the node layout (nodes, node, uniform, node_ranks, node_start; the
+ * arrays allocated by the caller) from ranks_per_node, or when it is 0 by
+ * exchanging processor names, waited for until `deadline`. Returns 0,
+ * DPT_ETIMEDOUT, DPT_ENOMEM or DPT_ECOMM with a message. */
+int dpt__mpi_layout(dpt__mcomm_t *m, int ranks_per_node, double deadline);
+/* The algorithm an allreduce of `count` floats runs (never AUTO). */
+dpt_comm_algorithm_t dpt__mpi_resolve(const dpt__mcomm_t *m, size_t count);
+/* SUM-allreduce of buf with ring, tree or hier over point-to-point
+ * messages, the timeout running from t0. Returns 0 or a failure recorded on
+ * the handle. */
+int dpt__mpi_allreduce_p2p(dpt__mcomm_t *m, float *buf, size_t count, dpt_comm_algorithm_t algo,
+                           double t0);
 
 #endif /* DPT_COMM_MPI_INTERNAL_H */

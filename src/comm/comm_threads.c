@@ -70,11 +70,12 @@ struct dpt__tgroup {
     int rank_offset; /* added to ranks in messages (hier: process * T) */
     double timeout_s;
     double spin_s;
-    int oversubscribed;  /* more participants than online CPUs */
-    size_t small_floats; /* capacity of one private copy, in floats */
-    tslot_t *slots;      /* size entries */
-    float *scratch;      /* size * 2 private copies of small_floats */
-    pthread_mutex_t mu;  /* protects cv sleeps, fail_msg writes, joined */
+    int oversubscribed;             /* more participants than online CPUs */
+    dpt_comm_algorithm_t algorithm; /* as given in the options */
+    size_t small_floats;            /* capacity of one private copy, in floats */
+    tslot_t *slots;                 /* size entries */
+    float *scratch;                 /* size * 2 private copies of small_floats */
+    pthread_mutex_t mu;             /* protects cv sleeps, fail_msg writes, joined */
     pthread_cond_t cv;
     int mu_ok, cv_ok;
     unsigned char *joined;
@@ -95,6 +96,7 @@ void dpt_comm_threads_options_init(dpt_comm_threads_options_t *opt)
     opt->timeout_s = DPT__DEFAULT_TIMEOUT_S;
     opt->spin_us = -1.0;
     opt->small_bytes = DPT_COMM_SMALL_AUTO;
+    opt->algorithm = DPT_ALLREDUCE_AUTO;
 }
 
 int dpt__tgroup_create(dpt__tgroup_t **out, int size, const dpt_comm_threads_options_t *opt)
@@ -111,6 +113,9 @@ int dpt__tgroup_create(dpt__tgroup_t **out, int size, const dpt_comm_threads_opt
         return dpt_error(DPT_EINVAL, "comm threads: group size %d, expected >= 1", size);
     if (!(o.timeout_s > 0.0))
         return dpt_error(DPT_EINVAL, "comm threads: timeout_s %g, expected > 0", o.timeout_s);
+    if ((int)o.algorithm < 0 || o.algorithm >= DPT_COMM_ALGORITHM_COUNT)
+        return dpt_error(DPT_EINVAL, "comm threads: unknown allreduce algorithm %d",
+                         (int)o.algorithm);
     if (o.small_bytes != DPT_COMM_SMALL_AUTO && o.small_bytes > DPT__MAX_SMALL_BYTES)
         return dpt_error(DPT_EINVAL, "comm threads: small_bytes %zu, at most %zu allowed",
                          o.small_bytes, DPT__MAX_SMALL_BYTES);
@@ -123,6 +128,7 @@ int dpt__tgroup_create(dpt__tgroup_t **out, int size, const dpt_comm_threads_opt
     atomic_init(&g->sleepers, 0);
     g->size = size;
     g->timeout_s = o.timeout_s;
+    g->algorithm = o.algorithm;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     g->oversubscribed = ncpu > 0 && size > ncpu;
     if (o.spin_us < 0.0) {
@@ -467,7 +473,28 @@ static int is_small(const dpt__tgroup_t *g, size_t count)
     return count <= g->small_floats && g->scratch != NULL;
 }
 
-/* First half of an allreduce: publish and arrive, never blocks.
+/* The algorithm an allreduce of `count` floats runs: the options' choice,
+ * or the table's for auto; hier is native (every participant shares
+ * memory). The same on every participant of a group. */
+static dpt_comm_algorithm_t t_resolve(const dpt__tgroup_t *g, size_t count)
+{
+    dpt_comm_algorithm_t a = g->algorithm;
+    if (a == DPT_ALLREDUCE_AUTO) {
+        size_t bytes = count <= SIZE_MAX / sizeof(float) ? count * sizeof(float) : SIZE_MAX;
+        a = dpt__comm_auto(DPT__LEVEL_THREADS, g->size, g->oversubscribed, bytes);
+    }
+    return a == DPT_ALLREDUCE_HIER ? DPT_ALLREDUCE_NATIVE : a;
+}
+
+static dpt_comm_algorithm_t t_algorithm(const dpt_comm_t *c, size_t count)
+{
+    return t_resolve(((const tcomm_t *)c)->part.g, count);
+}
+
+/* First half of an allreduce: publish and arrive, never blocks. The
+ * algorithm is decided here (and published, so a participant configured
+ * differently is a mismatch); ring and tree are in comm_threads_algo.c,
+ * below is native.
  *
  * Small path (count <= small_bytes / 4), one barrier:
  *   copy own buf -> own private copy[e & 1]; arrive(e)
@@ -498,9 +525,10 @@ static int allreduce_start(tcomm_t *t, float *buf, size_t count, dpt_reduce_op_t
     pub->fp.op = (int)op;
     pub->fp.root = -1;
     pub->fp.count = count;
+    pub->fp.algo = (int)t_resolve(g, count);
     pub->dst = buf;
     pub->src = buf;
-    if (is_small(g, count)) {
+    if (pub->fp.algo == DPT_ALLREDUCE_NATIVE && is_small(g, count)) {
         float *copy = scratch_of(g, p->rank, p->epoch + 1);
         if (count > 0)
             memcpy(copy, buf, count * sizeof(float));
@@ -521,6 +549,12 @@ static int allreduce_finish(tcomm_t *t, float *buf, size_t count, dpt_reduce_op_
     if ((rc = dpt__tpart_wait(p, what)) < 0 || (rc = dpt__tpart_match(p)) < 0)
         return rc;
     float div = op == DPT_REDUCE_AVG ? (float)P : 0.0f;
+    /* Every participant published the same algorithm (matched above). */
+    switch ((dpt_comm_algorithm_t)dpt__tpart_peer(p, p->rank)->fp.algo) {
+    case DPT_ALLREDUCE_RING: return dpt__tring_allreduce(p, buf, count, div, what);
+    case DPT_ALLREDUCE_TREE: return dpt__ttree_allreduce(p, buf, count, div, what);
+    default: break;
+    }
     if (is_small(g, count)) {
         for (int q = 0; q < P; q++)
             p->srcs[q] = q == p->rank ? buf : dpt__tpart_peer(p, q)->src;
@@ -577,6 +611,7 @@ static int begin(dpt__tpart_t *p, int call, int op, int root, size_t count, cons
     pub->fp.op = op;
     pub->fp.root = root;
     pub->fp.count = count;
+    pub->fp.algo = -1;
     pub->src = src;
     pub->dst = dst;
     if ((rc = dpt__tpart_barrier(p, what)) < 0)
@@ -675,6 +710,7 @@ static const dpt__comm_ops_t threads_ops = {
     .allgather = t_allgather,
     .reduce_scatter = t_reduce_scatter,
     .barrier = t_barrier,
+    .algorithm = t_algorithm,
     .abort = t_abort,
     .destroy = t_destroy,
 };

@@ -196,6 +196,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
         dpt_comm_threads_options_init(&co);
         if (cfg->comm_timeout_s > 0.0)
             co.timeout_s = cfg->comm_timeout_s;
+        co.algorithm = cfg->comm_algorithm;
         if ((rc = dpt_comm_threads_group_create(&t->group, n, &co)) != 0)
             goto fail;
     }

@@ -147,6 +147,9 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     tc.max_load_rows = load_rows;
     tc.grad_clip = cfg->grad_clip;
     tc.comm_timeout_s = cfg->comm_timeout_s;
+    tc.comm_algorithm = cfg->allreduce_algorithm;
+    tc.reduce_sum = cfg->reduce_sum;
+    tc.async_scale = cfg->async_scale;
     tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
     tc.optim.eps = cfg->adam_eps;
     dpt_batch_t lay;

@@ -64,9 +64,12 @@ typedef struct dpt_rl_config {
                                * the training sequences' length) */
     uint64_t total_timesteps; /* for annealing (all workers together) */
     double comm_timeout_s;    /* collectives (replicated towers, DD-PPO threads) */
+    dpt_comm_algorithm_t allreduce_algorithm; /* of those collectives */
     /* PPO only */
     int num_devices; /* towers */
     dpt_towers_mode_t towers_mode;
+    int reduce_sum;    /* sum the devices' gradients instead of averaging */
+    float async_scale; /* async: gradient scale; 0 = 1 / num_devices */
     /* DD-PPO only */
     double sync_frac;        /* preemption threshold; >= 1 disables it */
     int check_weights_every; /* identical-weights check period; 0 = off */

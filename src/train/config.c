@@ -631,6 +631,20 @@ static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
 static int dpt__cross_checks(const dpt_config_t *c)
 {
     dpt_job_t job = dpt_config_job(c);
+    if (job == DPT_JOB_SUPERVISED || job == DPT_JOB_PPO) {
+        /* The enum keys' values are the enums' values (their lists make the
+         * choices). */
+        int async = c->v[DPT_CFG_towers_mode].i == DPT_TOWERS_ASYNC;
+        if (async && c->v[DPT_CFG_reduce_op].i == DPT_REDUCE_SUM)
+            return dpt_error(DPT_EINVAL, "reduce_op = sum does not apply to towers_mode = async "
+                                         "(each device applies its own gradient, scaled by "
+                                         "async_scale)");
+        if (!async && c->v[DPT_CFG_async_scale].f != 0.0)
+            return dpt_error(DPT_EINVAL,
+                             "async_scale = %g applies to towers_mode = async only "
+                             "(towers_mode = %s)",
+                             c->v[DPT_CFG_async_scale].f, c->v[DPT_CFG_towers_mode].s);
+    }
     if (job == DPT_JOB_SUPERVISED) {
         int64_t b = c->v[DPT_CFG_batch_size].i, d = c->v[DPT_CFG_num_devices].i;
         if (b % d)

@@ -168,11 +168,14 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     }
     out->total_timesteps = (uint64_t)DPT_CI(c, total_timesteps);
     out->comm_timeout_s = DPT_CF(c, comm_timeout_s);
+    out->allreduce_algorithm = (dpt_comm_algorithm_t)DPT_CI(c, allreduce_algorithm);
     if (job == DPT_JOB_PPO) {
         out->num_devices = (int)DPT_CI(c, num_devices);
         int rc = dpt_towers_mode_parse(DPT_CS(c, towers_mode), &out->towers_mode);
         if (rc)
             return rc;
+        out->reduce_sum = (dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM;
+        out->async_scale = (float)DPT_CF(c, async_scale);
         out->sync_frac = 1.0;
         out->check_weights_every = 0;
     } else {

@@ -864,6 +864,7 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
         dpt_comm_mpi_options_t mo;
         dpt_comm_mpi_options_init(&mo);
         mo.timeout_s = dpt_config_float(r.cfg, DPT_CFG_comm_timeout_s);
+        mo.algorithm = (dpt_comm_algorithm_t)dpt_config_int(r.cfg, DPT_CFG_allreduce_algorithm);
         if (!rc)
             rc = dpt_comm_mpi_create(&r.mpi, &mo);
         dpt__watchdog_stop(&watch);

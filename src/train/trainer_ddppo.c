@@ -276,6 +276,7 @@ static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
         dpt_comm_mpi_options_t mo;
         dpt_comm_mpi_options_init(&mo);
         mo.timeout_s = d->rc.comm_timeout_s;
+        mo.algorithm = d->rc.allreduce_algorithm;
         return dpt_comm_mpi_create(&d->wk[0].comm, &mo);
     }
     if (mpi) {
@@ -283,6 +284,7 @@ static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
         dpt_comm_hier_options_init(&ho);
         ho.threads.timeout_s = d->rc.comm_timeout_s;
         ho.mpi.timeout_s = d->rc.comm_timeout_s;
+        ho.mpi.algorithm = d->rc.allreduce_algorithm;
         rc = dpt_comm_hier_group_create(&d->hg, d->T, &ho);
         for (int i = 0; !rc && i < d->T; i++)
             rc = dpt_comm_hier_join(d->hg, i, &d->wk[i].comm);
@@ -291,6 +293,7 @@ static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
     dpt_comm_threads_options_t to;
     dpt_comm_threads_options_init(&to);
     to.timeout_s = d->rc.comm_timeout_s;
+    to.algorithm = d->rc.allreduce_algorithm;
     rc = dpt_comm_threads_group_create(&d->tg, d->T, &to);
     for (int i = 0; !rc && i < d->T; i++)
         rc = dpt_comm_threads_join(d->tg, i, &d->wk[i].comm);

@@ -267,6 +267,10 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     tc.max_load_rows = rows;
     tc.grad_clip = DPT_CF(c, grad_clip);
     tc.comm_timeout_s = DPT_CF(c, comm_timeout_s);
+    /* Enum keys' values are the enums' values (their lists make the choices). */
+    tc.comm_algorithm = (dpt_comm_algorithm_t)DPT_CI(c, allreduce_algorithm);
+    tc.reduce_sum = (dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM;
+    tc.async_scale = (float)DPT_CF(c, async_scale);
     tc.comm = s->comm;
     tc.optim = dpt_optim_defaults(kind);
     tc.optim.momentum = (float)DPT_CF(c, momentum);
