@@ -8,14 +8,11 @@
 #include "dpt/gemm.h"
 #include "dpt_config.h"
 #include "dpt_test.h"
+#include "nn/gemm_impl.h"
 
 #include <float.h>
 #include <pthread.h>
 #include <stdint.h>
-
-/* Test hook defined in src/nn/gemm_kernels.c (not part of the public API): selects a
- * portable kernel by name, NULL restores the dispatcher's choice. */
-int dpt__gemm_set_kernel(const char *name);
 
 /* Every portable kernel variant; those the CPU lacks are skipped. "unpacked"
  * is the loop used when the per-thread workspace cannot be allocated. */
@@ -421,13 +418,92 @@ static void test_backend_selection(void)
     CHECK(strcmp(dpt_gemm_describe(DPT_GEMM_BACKEND_COUNT), "unknown") == 0);
 }
 
+/* A B packed once (dpt__gemm_bpack) gives, product after product, exactly
+ * what dpt_gemm gives with the same arguments: for every kernel, both
+ * layouts of B, shapes with several column blocks and K chunks, an N
+ * narrower than the micro-tile (not packed: the plain path), and after the
+ * backend changed under a packed copy. */
+static void test_bpack(void)
+{
+    static const size_t bshapes[][3] = {/* m, n, k */
+                                        {64, 1024, 256}, {64, 256, 1024}, {5, 33, 7},
+                                        {97, 1100, 300}, {3, 10, 16},     {1, 64, 1}};
+    const char *names[] = {"c", "avx2", "avx512f", NULL};
+    for (size_t v = 0; v < sizeof names / sizeof names[0]; v++) {
+        if (dpt__gemm_set_kernel(names[v]) == DPT_ENOTSUP)
+            continue;
+        for (size_t s = 0; s < sizeof bshapes / sizeof bshapes[0]; s++) {
+            for (int tb = 0; tb < 2; tb++) {
+                size_t m = bshapes[s][0], n = bshapes[s][1], k = bshapes[s][2], lda, ldb, ldc;
+                float *a = matrix_new(m, k, &lda);
+                float *b = tb ? matrix_new(n, k, &ldb) : matrix_new(k, n, &ldb);
+                float *c1 = matrix_new(m, n, &ldc), *c2 = matrix_new(m, n, &ldc);
+                REQUIRE(a && b && c1 && c2);
+                memcpy(c2, c1, (m * ldc + 1) * sizeof(float));
+                dpt__gemm_bpack_t p = {0};
+                CHECK_OK(dpt__gemm_bpack(&p, tb, k, n, b, ldb));
+                for (int rep = 0; rep < 2; rep++) { /* the packed copy serves twice */
+                    dpt_gemm(0, tb, m, n, k, 0.5f, a, lda, b, ldb, 1.0f, c1, ldc);
+                    dpt__gemm_bpacked(0, m, 0.5f, a, lda, &p, 1.0f, c2, ldc);
+                }
+                CHECK(memcmp(c1, c2, m * ldc * sizeof(float)) == 0);
+                CHECK(p.kernel != DPT__GEMM_KERNEL_UNPACKED ||
+                      n < dpt__gemm_kernel(dpt__gemm_kernel_current())->nr);
+                dpt__gemm_bpack_free(&p);
+                CHECK(p.data == NULL && p.cap == 0);
+                free(a);
+                free(b);
+                free(c1);
+                free(c2);
+            }
+        }
+    }
+    /* A copy packed for one kernel, used after another was picked, falls
+     * back to dpt_gemm with the kernel now in use. */
+    CHECK_OK(dpt__gemm_set_kernel("c"));
+    size_t lda, ldb, ldc;
+    float *a = matrix_new(8, 40, &lda), *b = matrix_new(40, 48, &ldb);
+    float *c1 = matrix_new(8, 48, &ldc), *c2 = matrix_new(8, 48, &ldc);
+    REQUIRE(a && b && c1 && c2);
+    dpt__gemm_bpack_t p = {0};
+    CHECK_OK(dpt__gemm_bpack(&p, 0, 40, 48, b, ldb));
+    CHECK(p.kernel != DPT__GEMM_KERNEL_UNPACKED);
+    CHECK_OK(dpt__gemm_set_kernel("unpacked"));
+    dpt_gemm(0, 0, 8, 48, 40, 1.0f, a, lda, b, ldb, 0.0f, c1, ldc);
+    dpt__gemm_bpacked(0, 8, 1.0f, a, lda, &p, 0.0f, c2, ldc);
+    for (size_t i = 0; i < 8; i++)
+        CHECK(memcmp(c1 + i * ldc, c2 + i * ldc, 48 * sizeof(float)) == 0);
+    /* Packing under the unpacked loop records B only. */
+    CHECK_OK(dpt__gemm_bpack(&p, 0, 40, 48, b, ldb));
+    CHECK(p.kernel == DPT__GEMM_KERNEL_UNPACKED);
+    dpt__gemm_bpacked(0, 8, 1.0f, a, lda, &p, 0.0f, c2, ldc);
+    for (size_t i = 0; i < 8; i++)
+        CHECK(memcmp(c1 + i * ldc, c2 + i * ldc, 48 * sizeof(float)) == 0);
+#if DPT_HAVE_CBLAS
+    CHECK_OK(dpt__gemm_set_kernel(NULL));
+    CHECK_OK(dpt__gemm_bpack(&p, 0, 40, 48, b, ldb));
+    CHECK_OK(dpt_gemm_set_backend(DPT_GEMM_CBLAS));
+    dpt_gemm(0, 0, 8, 48, 40, 1.0f, a, lda, b, ldb, 0.0f, c1, ldc);
+    dpt__gemm_bpacked(0, 8, 1.0f, a, lda, &p, 0.0f, c2, ldc);
+    for (size_t i = 0; i < 8; i++)
+        CHECK(memcmp(c1 + i * ldc, c2 + i * ldc, 48 * sizeof(float)) == 0);
+    CHECK_OK(dpt_gemm_set_backend(DPT_GEMM_PORTABLE));
+#endif
+    CHECK_OK(dpt__gemm_set_kernel(NULL));
+    dpt__gemm_bpack_free(&p);
+    free(a);
+    free(b);
+    free(c1);
+    free(c2);
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_backend_selection),     DPT_TEST(test_degenerate),
         DPT_TEST(test_portable_kernels),      DPT_TEST(test_cblas),
         DPT_TEST(test_cblas_vs_portable),     DPT_TEST(test_deterministic),
-        DPT_TEST(test_rows_independent_of_m),
+        DPT_TEST(test_rows_independent_of_m), DPT_TEST(test_bpack),
     };
     printf("default backend: %s\n", dpt_gemm_describe(dpt_gemm_get_backend()));
     return DPT_TEST_RUN(cases);

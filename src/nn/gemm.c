@@ -169,7 +169,34 @@ static void edge_rows(const dpt__gemm_kernel_t *kr, const dpt__gemm_edge_t *e,
                rem, dpt__gemm_min(nr, gn - jr));
 }
 
-static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g, float *ws)
+/* Tiles of `tile` rows needed to cover `len`, times `tile`: the padded size. */
+static size_t padded(size_t len, size_t tile)
+{
+    return (len + tile - 1) / tile * tile;
+}
+
+/* The driver cuts K into equal chunks of at most KC (784 = 4 x 196, not
+ * 3 x 256 + 16): a short last chunk would cost a full pass over C and a
+ * packing round for little work. The chunk length: */
+static size_t k_step(size_t k)
+{
+    size_t chunks = (k + DPT__GEMM_KC - 1) / DPT__GEMM_KC;
+    return (k + chunks - 1) / chunks;
+}
+
+/* Where the panels of op(B)[pc:pc+kc, jc:jc+nc] start in a B packed whole
+ * (dpt__gemm_bpack): the blocks of NC columns one after the other, each with
+ * its chunks of K in order. Every block before the last is NC wide, a
+ * multiple of NR, so it takes exactly NC * k floats. */
+static size_t bpack_offset(size_t k, size_t jc, size_t pc, size_t nc, size_t nr)
+{
+    return jc * k + pc * padded(nc, nr);
+}
+
+/* bpre: op(B) packed whole for this kernel (dpt__gemm_bpack), or NULL to
+ * pack it block by block into the workspace. */
+static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g, float *ws,
+                        const float *bpre)
 {
     float *abuf = ws;
     float *bbuf = ws + DPT__GEMM_ABUF_FLOATS;
@@ -180,11 +207,7 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
      * the last, partial panel is packed (with zero rows). Other layouts are
      * packed. */
     int in_place = g->csa == 1;
-    /* K is cut into equal chunks of at most KC (784 = 4 x 196, not
-     * 3 x 256 + 16): a short last chunk would cost a full pass over C and a
-     * packing round for little work. */
-    size_t chunks = (g->k + DPT__GEMM_KC - 1) / DPT__GEMM_KC;
-    size_t kstep = (g->k + chunks - 1) / chunks;
+    size_t kstep = k_step(g->k);
     for (size_t jc = 0; jc < g->n; jc += DPT__GEMM_NC) {
         size_t nc = dpt__gemm_min(DPT__GEMM_NC, g->n - jc);
         for (size_t pc = 0; pc < g->k; pc += kstep) {
@@ -192,7 +215,11 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
             /* The first chunk of k applies the caller's beta; later chunks add
              * to what the earlier ones stored. */
             float beta = pc == 0 ? g->beta : 1.0f;
-            kr->pack_b(nr, nc, kc, g->b + pc * g->rsb + jc * g->csb, g->rsb, g->csb, bbuf);
+            const float *bblock = bbuf;
+            if (bpre)
+                bblock = bpre + bpack_offset(g->k, jc, pc, nc, nr);
+            else
+                kr->pack_b(nr, nc, kc, g->b + pc * g->rsb + jc * g->csb, g->rsb, g->csb, bbuf);
             for (size_t ic = 0; ic < g->m; ic += DPT__GEMM_MC) {
                 size_t mc = dpt__gemm_min(DPT__GEMM_MC, g->m - ic);
                 const float *ablock = g->a + ic * g->rsa + pc * g->csa;
@@ -213,7 +240,7 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
                     size_t gn = dpt__gemm_min(group, nc - jg);
                     for (size_t jr = jg; jr < jg + gn; jr += nr) {
                         size_t n = dpt__gemm_min(nr, nc - jr);
-                        const float *bpanel = bbuf + jr * kc;
+                        const float *bpanel = bblock + jr * kc;
                         for (size_t ir = 0; ir < tiled; ir += mr) {
                             size_t m = dpt__gemm_min(mr, mc - ir);
                             float *c = g->c + (ic + ir) * g->rsc + (jc + jr) * g->csc;
@@ -224,18 +251,13 @@ static void gemm_packed(const dpt__gemm_kernel_t *kr, const dpt__gemm_args_t *g,
                         }
                     }
                     if (edge)
-                        edge_rows(kr, edge, g, abuf, ablock, direct, full, rem, kc, bbuf + jg * kc,
+                        edge_rows(kr, edge, g, abuf, ablock, direct, full, rem, kc,
+                                  bblock + jg * kc,
                                   g->c + (ic + full) * g->rsc + (jc + jg) * g->csc, beta, gn);
                 }
             }
         }
     }
-}
-
-/* Tiles of `tile` rows needed to cover `len`, times `tile`: the padded size. */
-static size_t padded(size_t len, size_t tile)
-{
-    return (len + tile - 1) / tile * tile;
 }
 
 static void gemm_portable(dpt__gemm_args_t g)
@@ -267,7 +289,7 @@ static void gemm_portable(dpt__gemm_args_t g)
         t.csc = g.rsc;
         g = t;
     }
-    gemm_packed(kr, &g, ws);
+    gemm_packed(kr, &g, ws, NULL);
 }
 
 /* C = beta * C, without reading C when beta == 0 (the result when K == 0 or
@@ -431,4 +453,91 @@ void dpt_gemm(int transa, int transb, size_t m, size_t n, size_t k, float alpha,
 {
     (void)dpt_gemm_ex(dpt_gemm_get_backend(), transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
                       c, ldc);
+}
+
+/* ---- a B operand packed once ---------------------------------------------- */
+
+int dpt__gemm_bpack(dpt__gemm_bpack_t *p, int transb, size_t k, size_t n, const float *b,
+                    size_t ldb)
+{
+    assert(transb == 0 || transb == 1);
+    p->transb = transb;
+    p->k = k;
+    p->n = n;
+    p->b = b;
+    p->ldb = ldb;
+    p->kernel = DPT__GEMM_KERNEL_UNPACKED;
+    int ki = dpt__gemm_kernel_current();
+    if (dpt_gemm_get_backend() != DPT_GEMM_PORTABLE || ki == DPT__GEMM_KERNEL_UNPACKED || k == 0 ||
+        n == 0)
+        return DPT_OK;
+    const dpt__gemm_kernel_t *kr = dpt__gemm_kernel(ki);
+    size_t nr = kr->nr;
+    /* gemm_portable may transpose a product narrower than NR; those keep
+     * the plain path. */
+    if (n < nr)
+        return DPT_OK;
+    size_t pn = padded(n, nr), need;
+    if (pn < n || pn > SIZE_MAX / sizeof(float) / k)
+        return DPT_ENOMEM;
+    need = pn * k;
+    if (need > p->cap) {
+        free(p->data);
+        p->data = NULL;
+        p->cap = 0;
+        void *q = NULL;
+        if (posix_memalign(&q, 64, need * sizeof(float)) != 0)
+            return DPT_ENOMEM;
+        p->data = q;
+        p->cap = need;
+    }
+    size_t rsb = transb ? 1 : ldb, csb = transb ? ldb : 1, kstep = k_step(k);
+    for (size_t jc = 0; jc < n; jc += DPT__GEMM_NC) {
+        size_t nc = dpt__gemm_min(DPT__GEMM_NC, n - jc);
+        for (size_t pc = 0; pc < k; pc += kstep) {
+            size_t kc = dpt__gemm_min(kstep, k - pc);
+            kr->pack_b(nr, nc, kc, b + pc * rsb + jc * csb, rsb, csb,
+                       p->data + bpack_offset(k, jc, pc, nc, nr));
+        }
+    }
+    p->kernel = ki;
+    return DPT_OK;
+}
+
+void dpt__gemm_bpacked(int transa, size_t m, float alpha, const float *a, size_t lda,
+                       const dpt__gemm_bpack_t *p, float beta, float *c, size_t ldc)
+{
+    float *ws = NULL;
+    if (p->kernel != DPT__GEMM_KERNEL_UNPACKED && m > 0 && alpha != 0.0f &&
+        dpt_gemm_get_backend() == DPT_GEMM_PORTABLE && dpt__gemm_kernel_current() == p->kernel)
+        ws = workspace_get();
+    if (ws == NULL) {
+        dpt_gemm(transa, p->transb, m, p->n, p->k, alpha, a, lda, p->b, p->ldb, beta, c, ldc);
+        return;
+    }
+    assert(transa == 0 || transa == 1);
+    assert(lda >= (transa ? m : p->k) && ldc >= p->n);
+    dpt__gemm_args_t g = {
+        .m = m,
+        .n = p->n,
+        .k = p->k,
+        .alpha = alpha,
+        .beta = beta,
+        .a = a,
+        .rsa = transa ? 1 : lda,
+        .csa = transa ? lda : 1,
+        .b = p->b,
+        .rsb = p->transb ? 1 : p->ldb,
+        .csb = p->transb ? p->ldb : 1,
+        .c = c,
+        .rsc = ldc,
+        .csc = 1,
+    };
+    gemm_packed(dpt__gemm_kernel(p->kernel), &g, ws, p->data);
+}
+
+void dpt__gemm_bpack_free(dpt__gemm_bpack_t *p)
+{
+    free(p->data);
+    memset(p, 0, sizeof *p);
 }

@@ -83,6 +83,40 @@ const dpt__gemm_kernel_t *dpt__gemm_kernel(int index);
  * or this build does not have the kernel, DPT_EINVAL for other names. */
 int dpt__gemm_set_kernel(const char *name);
 
+/* ---- a B operand packed once, for many products ------------------------------
+ *
+ * A recurrent layer multiplies by the same weights at every step of a
+ * sequence; packing them once per pass instead of once per product saves a
+ * copy of the whole matrix per step. dpt__gemm_bpack() records op(B) (k x n,
+ * as dpt_gemm's transb/b/ldb give it) and, when the portable kernel will run
+ * the product, lays it out in that kernel's panels, block by block exactly as
+ * the driver would. dpt__gemm_bpacked() then computes
+ *     C = alpha * op(A) * op(B) + beta * C        (op(A): m x k)
+ * bitwise equal to dpt_gemm() with the same arguments. Whenever the packed
+ * copy cannot serve (another backend or kernel picked since, a product the
+ * driver would transpose, no memory for the copy) it calls dpt_gemm(), so a
+ * failed pack only costs speed. The packed copy is only valid while B's
+ * values do not change. */
+typedef struct dpt__gemm_bpack {
+    int transb;
+    size_t k, n, ldb;
+    const float *b;
+    int kernel;  /* the kernel the panels are for; DPT__GEMM_KERNEL_UNPACKED: none */
+    float *data; /* the panels (64-byte aligned), or NULL */
+    size_t cap;  /* floats allocated at data */
+} dpt__gemm_bpack_t;
+
+/* Records op(B) in *p and packs it when that can serve. *p starts zeroed and
+ * keeps its buffer from one call to the next. Returns 0, or DPT_ENOMEM when
+ * the buffer could not grow (the products then run through dpt_gemm). */
+int dpt__gemm_bpack(dpt__gemm_bpack_t *p, int transb, size_t k, size_t n, const float *b,
+                    size_t ldb);
+/* C = alpha * op(A) * op(B) + beta * C with the op(B) recorded in *p. */
+void dpt__gemm_bpacked(int transa, size_t m, float alpha, const float *a, size_t lda,
+                       const dpt__gemm_bpack_t *p, float beta, float *c, size_t ldc);
+/* Frees the packed copy; *p is zeroed. */
+void dpt__gemm_bpack_free(dpt__gemm_bpack_t *p);
+
 /* The smaller of a and b. */
 static inline size_t dpt__gemm_min(size_t a, size_t b)
 {

@@ -24,6 +24,7 @@
 #include "dpt/gemm.h"
 #include "dpt/lstm.h"
 #include "dpt/status.h"
+#include "gemm_impl.h"
 #include "nn_impl.h"
 
 #include <math.h>
@@ -39,6 +40,9 @@ struct dpt_lstm {
     const float *x;  /* input of the last forward (borrowed) */
     size_t len_used; /* 1 + the last step with a valid sequence (0: none) */
     size_t batch;    /* sequences of the last forward; 0 = no forward cached */
+    /* W_hh packed for the GEMM once per pass (W_hh^T forward, W_hh backward)
+     * instead of once per step. */
+    dpt__gemm_bpack_t whh_pack;
 };
 
 void dpt_lstm_destroy(dpt_lstm_t *l)
@@ -52,6 +56,7 @@ void dpt_lstm_destroy(dpt_lstm_t *l)
     dpt_free_aligned(l->dh);
     dpt_free_aligned(l->dc);
     free(l->mask);
+    dpt__gemm_bpack_free(&l->whh_pack);
     free(l);
 }
 
@@ -291,6 +296,8 @@ int dpt_lstm_forward(dpt_lstm_t *l, const float *params, const float *x, size_t 
     /* The input projection of every step at once; each step then adds its
      * recurrent product to its own rows. */
     dpt_gemm(0, 1, used * batch, h4, in, 1.0f, x, in, wih, in, 0.0f, l->gates, h4);
+    /* A failed pack leaves the products on dpt_gemm: slower, same numbers. */
+    (void)dpt__gemm_bpack(&l->whh_pack, 1, hid, h4, whh, hid);
     for (size_t t = 0; t < used; t++) {
         const uint8_t *m = l->mask + t * batch;
         float *z = l->gates + t * batch * h4, *tc = l->tc + t * batch * hid;
@@ -300,7 +307,7 @@ int dpt_lstm_forward(dpt_lstm_t *l, const float *params, const float *x, size_t 
         for (size_t b = 0; b < batch && !any; b++)
             any = m[b];
         if (any && (t > 0 || h0)) /* h0 = 0 adds nothing; nor does a step without valid rows */
-            dpt_gemm(0, 1, batch, h4, hid, 1.0f, hp, hid, whh, hid, 1.0f, z, h4);
+            dpt__gemm_bpacked(0, batch, 1.0f, hp, hid, &l->whh_pack, 1.0f, z, h4);
         for (size_t b = 0; b < batch; b++) {
             size_t o = b * hid;
             if (m[b]) {
@@ -354,6 +361,7 @@ int dpt_lstm_backward(dpt_lstm_t *l, const float *params, float *grads, const fl
         dpt_vec_zero(l->dc, batch * hid);
 
     const float *wih = params + l->wih_off, *whh = params + l->whh_off;
+    (void)dpt__gemm_bpack(&l->whh_pack, 0, h4, hid, whh, hid);
     for (size_t t = used; t-- > 0;) {
         const uint8_t *m = l->mask + t * batch;
         float *a = l->gates + t * batch * h4;
@@ -373,7 +381,7 @@ int dpt_lstm_backward(dpt_lstm_t *l, const float *params, float *grads, const fl
         /* dh_{t-1} = dz W_hh for the valid rows, whose dh the cell left at
          * zero; a padded row's dz is zero, so its dh stays as it came. */
         if (any)
-            dpt_gemm(0, 0, batch, hid, h4, 1.0f, a, h4, whh, hid, 1.0f, l->dh, hid);
+            dpt__gemm_bpacked(0, batch, 1.0f, a, h4, &l->whh_pack, 1.0f, l->dh, hid);
     }
     if (dh0)
         dpt_vec_axpy(dh0, l->dh, batch * hid, 1.0f);
