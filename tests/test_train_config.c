@@ -443,7 +443,8 @@ static void test_env_config(void)
     c = make(sup, 2);
     REQUIRE(c != NULL);
     CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL,
-              "key env_config.k does not apply to job supervised (it is used by: ppo, ddppo)");
+              "key env_config.k does not apply to job supervised (it is used by: ppo, ddppo, appo, "
+              "impala)");
     CHECK(dpt__config_env_hash(c) == 0);
     dpt_config_destroy(c);
 

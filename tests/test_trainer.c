@@ -673,7 +673,7 @@ static void test_rl_defaults_from_key_table(void)
     CHECK(d.allreduce_algorithm == DPT_ALLREDUCE_AUTO);
     CHECK(d.num_envs == 5 && d.rollout_fragment_length == 100 && d.sgd_minibatch_size == 50);
     CHECK(d.num_sgd_iter == 10 && d.sync_frac == 0.6 && d.check_weights_every == 10);
-    CHECK_ERR(dpt_rl_defaults(DPT_JOB_SUPERVISED, &d), DPT_EINVAL, "not ppo or ddppo");
+    CHECK_ERR(dpt_rl_defaults(DPT_JOB_SUPERVISED, &d), DPT_EINVAL, "is not an RL job");
 }
 
 int main(void)

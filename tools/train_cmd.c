@@ -165,7 +165,8 @@ static int train_usage(FILE *f, int code)
     fprintf(f, "usage: dpt train CONFIG [--set key=value]... [--quiet]\n"
                "       dpt train CONFIG --seeds LIST [--parallel N] [--set key=value]...\n"
                "       dpt train --resume DIR [--set key=value]... [--quiet]\n\n"
-               "Trains what CONFIG describes (job = supervised | ppo | ddppo) into a new run\n"
+               "Trains what CONFIG describes (job = supervised | ppo | ddppo | appo | impala)\n"
+               "into a new run "
                "directory (output_dir, or runs/JOB-ENV_OR_DATASET-TIMESTAMP): config.conf,\n"
                "result.jsonl, progress.csv and checkpoints/. A fresh run refuses a non-empty\n"
                "directory. --resume DIR continues DIR from its newest valid checkpoint with its\n"
@@ -547,7 +548,8 @@ int dpt_cmd_init(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: dpt init JOB [FILE]\n\nWrites a commented starter config for JOB "
-               "(supervised, ppo, ddppo): every key\nof the job with its default and meaning. "
+               "(supervised, ppo, ddppo, appo, impala): every key\nof the job with its default and "
+               "meaning. "
                "Without FILE it goes to standard output;\nan existing FILE is not "
                "overwritten.\n");
         return DPT_EXIT_OK;

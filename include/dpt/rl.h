@@ -178,6 +178,59 @@ int dpt_policy_value_state(dpt_policy_t *p, const float *params, const float *ob
  * borrows `p` (its replicate() creates an equal policy per device). */
 dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *hp);
 
+/* ---- V-trace (APPO and IMPALA) ------------------------------------------------
+ *
+ * A V-trace batch holds fragments of T consecutive steps of one env, each
+ * followed by a bootstrap row: sequences of T + 1 rows (seq_len), so the
+ * towers never split a fragment. Step rows carry the observation, the
+ * action, the behaviour policy's log-probability of it, the reward and the
+ * discount (gamma, or 0 where the episode ended: terminated, or truncated
+ * with the bootstrap value already added to the reward); the bootstrap row
+ * carries the observation after the last step (its other columns are not
+ * read). The loss computes, from the current weights, V-trace targets
+ * (IMPALA, Espeholt et al. 2018; c-bar = 1 as in RLlib) along each fragment
+ * and trains on the T step rows:
+ *   APPO:   the PPO clipped surrogate of the ratio pi / mu with the V-trace
+ *           policy-gradient advantages
+ *   IMPALA: -A log pi (A = the advantages, their importance weights clipped
+ *           at clip_pg_rho)
+ * plus vf_coef * 0.5 (V - vs)^2 and minus ent_coef times the entropy, each
+ * the mean over the step rows. The advantages and targets are constants
+ * for the gradient. Recurrent policies are not supported. */
+/* V-trace along one fragment of T steps (arrays [T]): log_rhos[t] =
+ * log pi(a_t|x_t) - log mu(a_t|x_t), discounts[t] = gamma, or 0 where the
+ * episode ended at step t, values[t] = V(x_t), bootstrap = V(x_T). With
+ * rho_t = exp(log_rhos[t]), rho-bar_t = min(clip_rho, rho_t) and
+ * c_t = min(1, rho_t):
+ *   vs_t = V(x_t) + sum_{k>=t} (prod_{i<k, i>=t} d_i c_i) rho-bar_k
+ *                   (r_k + d_k V(x_{k+1}) - V(x_k))
+ *   pg_adv_t = min(clip_pg_rho, rho_t) (r_t + d_t vs_{t+1} - V(x_t)),
+ *   vs_T = V(x_T)
+ * computed backwards in double precision into vs [T] and pg_adv [T]. */
+void dpt_vtrace(size_t T, const float *log_rhos, const float *discounts, const float *rewards,
+                const float *values, float bootstrap, float clip_rho, float clip_pg_rho, float *vs,
+                float *pg_adv);
+
+#define DPT_VTRACE_COL_REWARDS "rewards"
+#define DPT_VTRACE_COL_DISCOUNTS "discounts"
+
+typedef struct dpt_vtrace_loss_params {
+    int impala;        /* 1: IMPALA's -A log pi; 0: APPO's clipped surrogate */
+    float clip_param;  /* APPO's ratio clip, e.g. 0.2 */
+    float vf_coef;     /* e.g. 0.5 */
+    float ent_coef;    /* e.g. 0.01 */
+    float clip_rho;    /* rho-bar of the value targets, e.g. 1 */
+    float clip_pg_rho; /* clip of the advantages' importance weights, e.g. 1 */
+} dpt_vtrace_loss_params_t;
+
+/* The V-trace loss over this policy as a trainable model (borrows p). */
+dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_params_t *hp);
+/* A V-trace batch of `fragments` fragments of T steps over caller-owned
+ * arrays of fragments * (T + 1) rows. Errors: DPT_EINVAL (T = 0, too many
+ * rows, or a column error). */
+int dpt_vtrace_batch(dpt_batch_t *b, const dpt_env_class_t *cls, size_t fragments, size_t T,
+                     float *obs, void *actions, float *logp, float *rewards, float *discounts);
+
 /* Adds the PPO columns to a batch over caller-owned arrays (rows each). */
 int dpt_ppo_batch(dpt_batch_t *b, const dpt_env_class_t *cls, size_t rows, float *obs,
                   void *actions, float *logp, float *adv, float *returns, float *values);

@@ -76,10 +76,12 @@ extern "C" {
 /* ---- jobs ------------------------------------------------------------------ */
 
 /* X(symbol, name, summary) */
-#define DPT_JOB_LIST(X)                                                                     \
-    X(DPT_JOB_SUPERVISED, "supervised", "supervised classification of a dataset on towers") \
-    X(DPT_JOB_PPO, "ppo", "PPO on the towers engine (one sampler)")                         \
-    X(DPT_JOB_DDPPO, "ddppo", "decentralized DD-PPO over worker threads and MPI ranks")
+#define DPT_JOB_LIST(X)                                                                          \
+    X(DPT_JOB_SUPERVISED, "supervised", "supervised classification of a dataset on towers")      \
+    X(DPT_JOB_PPO, "ppo", "PPO on the towers engine (one sampler)")                              \
+    X(DPT_JOB_DDPPO, "ddppo", "decentralized DD-PPO over worker threads and MPI ranks")          \
+    X(DPT_JOB_APPO, "appo", "asynchronous PPO: sampler threads feed a learner thread (V-trace)") \
+    X(DPT_JOB_IMPALA, "impala", "IMPALA: sampler threads feed a learner thread (V-trace)")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_job {
@@ -103,8 +105,12 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
 #define DPT_JOBS_SUP (1u << DPT_JOB_SUPERVISED)
 #define DPT_JOBS_PPO (1u << DPT_JOB_PPO)
 #define DPT_JOBS_DDPPO (1u << DPT_JOB_DDPPO)
-#define DPT_JOBS_RL (DPT_JOBS_PPO | DPT_JOBS_DDPPO)
-#define DPT_JOBS_TOWERS (DPT_JOBS_SUP | DPT_JOBS_PPO)
+#define DPT_JOBS_APPO (1u << DPT_JOB_APPO)
+#define DPT_JOBS_IMPALA (1u << DPT_JOB_IMPALA)
+#define DPT_JOBS_ASYNC (DPT_JOBS_APPO | DPT_JOBS_IMPALA)
+#define DPT_JOBS_ONPOLICY (DPT_JOBS_PPO | DPT_JOBS_DDPPO)
+#define DPT_JOBS_RL (DPT_JOBS_ONPOLICY | DPT_JOBS_ASYNC)
+#define DPT_JOBS_TOWERS (DPT_JOBS_SUP | DPT_JOBS_PPO | DPT_JOBS_ASYNC)
 #define DPT_JOBS_ALL (DPT_JOBS_SUP | DPT_JOBS_RL)
 
 /* The choices of an enum key, made from the list that defines the enum
@@ -148,7 +154,8 @@ typedef enum dpt_adv_norm {
  * ENUM (one of `choices`, separated by '|'). min/max bound INT and FLOAT. */
 #define DPT_CONFIG_KEYS(X)                                                                         \
     X(job, ENUM, DPT_JOBS_ALL, 0, "supervised", 0, 0, DPT_CHOICES_JOB,                             \
-      "what to train: supervised classification, PPO, or decentralized DD-PPO")                    \
+      "what to train: supervised classification, PPO, decentralized DD-PPO, or asynchronous APPO " \
+      "or IMPALA")                                                                                 \
     X(seed, INT, DPT_JOBS_ALL, 0, "1", 0, 4294967295.0, "", "random seed of every stream")         \
     X(output_dir, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",        \
       "run directory (empty: a new runs/JOB-ENV_OR_DATASET-TIMESTAMP); a fresh run refuses a "     \
@@ -200,7 +207,8 @@ typedef enum dpt_adv_norm {
       "global-norm gradient clipping (0 = off)")                                                   \
     X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, DPT_CHOICES_TOWERS_MODE,                  \
       "how tower gradients combine")                                                               \
-    X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "", "towers (CPU threads) per process")   \
+    X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "",                                       \
+      "towers (CPU threads) per process; appo and impala: the learner's")                          \
     X(reduce_op, ENUM, DPT_JOBS_TOWERS, 0, "avg", 0, 0, DPT_CHOICES_REDUCE_OP,                     \
       "how the devices' (and ranks') gradients combine before the update: avg (their mean) or "    \
       "sum; not for towers_mode = async")                                                          \
@@ -213,42 +221,60 @@ typedef enum dpt_adv_norm {
     /* reinforcement learning */                                                                   \
     X(env, STR, DPT_JOBS_RL, 0, "CartPole-v1", 0, 0, "",                                           \
       "environment: a built-in name, or the path of a plug-in .so (relative to the config file)")  \
-    X(num_workers, INT, DPT_JOBS_DDPPO, 0, "2", 1, 1024, "", "worker threads per process")         \
+    X(num_workers, INT, DPT_JOBS_DDPPO | DPT_JOBS_ASYNC, 0, "2", 1, 1024, "",                      \
+      "worker threads per process (ddppo), sampler threads (appo, impala)")                        \
     X(num_envs_per_worker, INT, DPT_JOBS_RL, 0, "4", 1, 65536, "",                                 \
       "envs stepped by the sampler (ppo) or by each worker (ddppo)")                               \
     X(rollout_fragment_length, INT, DPT_JOBS_RL, 0, "128", 1, 1e7, "",                             \
       "steps per env per iteration")                                                               \
-    X(train_batch_size, INT, DPT_JOBS_PPO, 0, "0", 0, 1e9, "",                                     \
-      "rows per iteration (0 = rollout_fragment_length x num_envs_per_worker, the only value "     \
-      "allowed)")                                                                                  \
-    X(sgd_minibatch_size, INT, DPT_JOBS_RL, 0, "128", 1, 1e9, "",                                  \
+    X(train_batch_size, INT, DPT_JOBS_PPO | DPT_JOBS_ASYNC, 0, "0", 0, 1e9, "",                    \
+      "ppo: rows per iteration (0 = rollout_fragment_length x num_envs_per_worker, the only "      \
+      "value allowed); appo, impala: env steps per learner update (whole fragments)")              \
+    X(sgd_minibatch_size, INT, DPT_JOBS_ONPOLICY, 0, "128", 1, 1e9, "",                            \
       "rows per SGD minibatch (all devices; per worker for ddppo)")                                \
-    X(num_sgd_iter, INT, DPT_JOBS_RL, 0, "4", 1, 1000, "", "epochs over each batch")               \
+    X(num_sgd_iter, INT, DPT_JOBS_RL, 0, "4", 1, 1000, "",                                         \
+      "epochs over each batch; appo, impala: updates on each train batch")                         \
     X(total_timesteps, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE, "500000", 1, 1e12, "",                 \
       "env steps to train for (all workers); the linear schedule spans them")                      \
     X(stop_reward, FLOAT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", -1e30, 1e30,  \
       "", "stop once episode_reward_mean over >= 20 episodes reaches this (0 = off)")              \
     X(gamma, FLOAT, DPT_JOBS_RL, 0, "0.99", 0, 1, "", "discount factor")                           \
-    X(lambda, FLOAT, DPT_JOBS_RL, 0, "0.95", 0, 1, "", "GAE lambda")                               \
-    X(clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 10, "", "PPO ratio clip")                       \
-    X(vf_clip_param, FLOAT, DPT_JOBS_RL, 0, "0.2", 0, 1e9, "", "value clip (0 = off)")             \
+    X(lambda, FLOAT, DPT_JOBS_ONPOLICY, 0, "0.95", 0, 1, "", "GAE lambda")                         \
+    X(clip_param, FLOAT, DPT_JOBS_ONPOLICY | DPT_JOBS_APPO, 0, "0.2", 0, 10, "",                   \
+      "PPO ratio clip (appo: of the surrogate on V-trace advantages)")                             \
+    X(vf_clip_param, FLOAT, DPT_JOBS_ONPOLICY, 0, "0.2", 0, 1e9, "", "value clip (0 = off)")       \
     X(vf_loss_coeff, FLOAT, DPT_JOBS_RL, 0, "0.5", 0, 1e6, "", "value loss coefficient")           \
     X(entropy_coeff, FLOAT, DPT_JOBS_RL, 0, "0.01", 0, 1e6, "", "entropy bonus coefficient")       \
     X(reward_scale, FLOAT, DPT_JOBS_RL, 0, "1", 1e-9, 1e9, "",                                     \
       "multiply rewards by this for learning (returns are reported unscaled)")                     \
-    X(normalize_advantages, ENUM, DPT_JOBS_RL, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,         \
+    X(normalize_advantages, ENUM, DPT_JOBS_ONPOLICY, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,   \
       "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")        \
     X(policy_hidden, STR, DPT_JOBS_RL, 0, "64,64", 0, 0, "", "actor and critic hidden sizes")      \
-    X(use_lstm, BOOL, DPT_JOBS_RL, 0, "false", 0, 0, "",                                           \
+    X(use_lstm, BOOL, DPT_JOBS_ONPOLICY, 0, "false", 0, 0, "",                                     \
       "put an LSTM in front of the actor and critic (a recurrent policy; RLlib's use_lstm)")       \
-    X(lstm_cell_size, INT, DPT_JOBS_RL, 0, "64", 1, 65536, "", "use_lstm: the LSTM's cell size")   \
-    X(lstm_use_prev_action, BOOL, DPT_JOBS_RL, 0, "false", 0, 0, "",                               \
+    X(lstm_cell_size, INT, DPT_JOBS_ONPOLICY, 0, "64", 1, 65536, "",                               \
+      "use_lstm: the LSTM's cell size")                                                            \
+    X(lstm_use_prev_action, BOOL, DPT_JOBS_ONPOLICY, 0, "false", 0, 0, "",                         \
       "use_lstm: feed the previous action (one-hot if discrete) to the LSTM")                      \
-    X(lstm_use_prev_reward, BOOL, DPT_JOBS_RL, 0, "false", 0, 0, "",                               \
+    X(lstm_use_prev_reward, BOOL, DPT_JOBS_ONPOLICY, 0, "false", 0, 0, "",                         \
       "use_lstm: feed the previous reward (times reward_scale) to the LSTM")                       \
-    X(max_seq_len, INT, DPT_JOBS_RL, 0, "20", 1, 100000, "",                                       \
+    X(max_seq_len, INT, DPT_JOBS_ONPOLICY, 0, "20", 1, 100000, "",                                 \
       "use_lstm: steps per training sequence (rollouts are cut at episode ends and every "         \
       "max_seq_len steps, then padded)")                                                           \
+    /* appo and impala */                                                                          \
+    X(learner_queue_size, INT, DPT_JOBS_ASYNC, 0, "16", 1, 1e6, "",                                \
+      "sample batches the learner's queue holds; samplers block while it is full")                 \
+    X(learner_queue_timeout, FLOAT, DPT_JOBS_ASYNC, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING,       \
+      "300", 0.01, 1e6, "", "seconds the learner waits for a sample batch before the job fails")   \
+    X(broadcast_interval, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e6, "",                                 \
+      "learner updates between two publications of the weights to the samplers")                   \
+    X(vtrace_clip_rho_threshold, FLOAT, DPT_JOBS_ASYNC, 0, "1", 0, 1e9, "",                        \
+      "V-trace: the importance weights rho of the value targets are clipped at this")              \
+    X(vtrace_clip_pg_rho_threshold, FLOAT, DPT_JOBS_ASYNC, 0, "1", 0, 1e9, "",                     \
+      "V-trace: the importance weights of the policy-gradient advantages are clipped at this")     \
+    X(min_sample_timesteps_per_iteration, INT, DPT_JOBS_ASYNC,                                     \
+      DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "10000", 1, 1e12, "",                               \
+      "env steps the learner trains on per reported iteration")                                    \
     X(sync_frac, FLOAT, DPT_JOBS_DDPPO, 0, "0.6", 0, 1, "",                                        \
       "preempt stragglers once this fraction of workers finished collecting (1 = off)")            \
     X(check_weights_every, INT, DPT_JOBS_DDPPO, DPT_CFG_BOOKKEEPING, "10", 0, 1e9, "",             \
@@ -278,7 +304,25 @@ typedef enum dpt_adv_norm {
     X(DPT_JOB_DDPPO, rollout_fragment_length, "100") \
     X(DPT_JOB_DDPPO, num_envs_per_worker, "5")       \
     X(DPT_JOB_DDPPO, sgd_minibatch_size, "50")       \
-    X(DPT_JOB_DDPPO, num_sgd_iter, "10")
+    X(DPT_JOB_DDPPO, num_sgd_iter, "10")             \
+    X(DPT_JOB_APPO, lr, "0.0005")                    \
+    X(DPT_JOB_APPO, grad_clip, "40")                 \
+    X(DPT_JOB_APPO, num_devices, "1")                \
+    X(DPT_JOB_APPO, num_workers, "1")                \
+    X(DPT_JOB_APPO, rollout_fragment_length, "50")   \
+    X(DPT_JOB_APPO, train_batch_size, "500")         \
+    X(DPT_JOB_APPO, num_sgd_iter, "1")               \
+    X(DPT_JOB_APPO, checkpoint_every, "10")          \
+    X(DPT_JOB_APPO, total_timesteps, "1000000")      \
+    X(DPT_JOB_IMPALA, lr, "0.0005")                  \
+    X(DPT_JOB_IMPALA, grad_clip, "40")               \
+    X(DPT_JOB_IMPALA, num_devices, "1")              \
+    X(DPT_JOB_IMPALA, num_workers, "1")              \
+    X(DPT_JOB_IMPALA, rollout_fragment_length, "50") \
+    X(DPT_JOB_IMPALA, train_batch_size, "500")       \
+    X(DPT_JOB_IMPALA, num_sgd_iter, "1")             \
+    X(DPT_JOB_IMPALA, checkpoint_every, "10")        \
+    X(DPT_JOB_IMPALA, total_timesteps, "1000000")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_config_key {

@@ -28,6 +28,7 @@ struct dpt_policy {
     size_t max_seq; /* recurrent: sequences per call (max_batch / max_seq_len) */
     int discrete;
     dpt_ppo_loss_params_t hp;
+    dpt_vtrace_loss_params_t vt; /* the V-trace model's (dpt_policy_vtrace_model) */
     /* scratch, [max_batch] or [max_batch, out_dim] */
     float *logp, *ent, *dlogp, *dent, *dz, *dv, *values;
     /* recurrent scratch, time-major: x [max_batch, I], y and dy
@@ -180,19 +181,20 @@ int dpt_policy_create_ex(dpt_policy_t **out, const dpt_env_class_t *cls,
     p->dv = calloc(max_batch, sizeof(float));
     p->values = calloc(max_batch, sizeof(float));
     p->dz = dpt__calloc2(max_batch, p->out_dim, sizeof(float));
-    int ok = p->logp && p->ent && p->dlogp && p->dent && p->dv && p->values && p->dz;
+    /* tm_adv, tm_ret and mask also hold the V-trace loss's targets. */
+    p->tm_adv = calloc(max_batch, sizeof(float));
+    p->tm_ret = calloc(max_batch, sizeof(float));
+    p->mask = calloc(max_batch, 1);
+    int ok = p->logp && p->ent && p->dlogp && p->dent && p->dv && p->values && p->dz && p->tm_adv &&
+             p->tm_ret && p->mask;
     if (ok && p->lstm) {
         p->x = dpt__calloc2(max_batch, in_dim, sizeof(float));
         p->y = dpt__calloc2(max_batch, H, sizeof(float));
         p->dy = dpt__calloc2(max_batch, H, sizeof(float));
         p->tm_logp = calloc(max_batch, sizeof(float));
-        p->tm_adv = calloc(max_batch, sizeof(float));
-        p->tm_ret = calloc(max_batch, sizeof(float));
         p->tm_val = calloc(max_batch, sizeof(float));
         p->tm_act = dpt__calloc2(max_batch, p->act_w, 4);
-        p->mask = calloc(max_batch, 1);
-        ok = p->x && p->y && p->dy && p->tm_logp && p->tm_adv && p->tm_ret && p->tm_val &&
-             p->tm_act && p->mask;
+        ok = p->x && p->y && p->dy && p->tm_logp && p->tm_val && p->tm_act;
     }
     if (!ok) {
         rc = dpt_error(DPT_ENOMEM, "policy: cannot allocate scratch for %zu rows", max_batch);
@@ -426,6 +428,55 @@ static int dpt__ppo_columns(const dpt_policy_t *p, const dpt_batch_t *b, dpt__pp
     return DPT_OK;
 }
 
+/* The V-trace columns of a fragment batch (dpt_vtrace_batch): sequences of
+ * L = T + 1 rows, T steps and the bootstrap row. */
+typedef struct dpt__vtrace_cols {
+    const float *rewards, *discounts;
+    size_t L;
+} dpt__vtrace_cols_t;
+
+/* The V-trace targets of every fragment of B rows (dpt_vtrace on its T
+ * steps, the bootstrap row's value as V(x_T)) from the values v and
+ * log-probabilities p->logp of this forward and the behaviour
+ * log-probabilities blogp: value targets into p->tm_ret, advantages into
+ * p->tm_adv, and p->mask marking the steps (the bootstrap row is 0).
+ * p->dlogp holds the log-ratios meanwhile (the loss overwrites it). */
+static void dpt__vtrace_targets(dpt_policy_t *p, const float *v, const float *blogp,
+                                const dpt__vtrace_cols_t *vt, size_t B)
+{
+    size_t L = vt->L, T = L - 1;
+    for (size_t s = 0; s + L <= B; s += L) {
+        for (size_t t = 0; t < T; t++) {
+            p->dlogp[s + t] = p->logp[s + t] - blogp[s + t];
+            p->mask[s + t] = 1;
+        }
+        dpt_vtrace(T, p->dlogp + s, vt->discounts + s, vt->rewards + s, v + s, v[s + T],
+                   p->vt.clip_rho, p->vt.clip_pg_rho, p->tm_ret + s, p->tm_adv + s);
+        p->mask[s + T] = 0;
+        p->tm_adv[s + T] = 0.0f;
+        p->tm_ret[s + T] = v[s + T];
+    }
+}
+
+void dpt_vtrace(size_t T, const float *log_rhos, const float *discounts, const float *rewards,
+                const float *values, float bootstrap, float clip_rho, float clip_pg_rho, float *vs,
+                float *pg_adv)
+{
+    double rho_bar = (double)clip_rho, pg_bar = (double)clip_pg_rho;
+    double acc = 0.0, vs_next = (double)bootstrap, v_next = vs_next;
+    for (size_t t = T; t-- > 0;) {
+        double rho = exp((double)log_rhos[t]);
+        double r = (double)rewards[t], d = (double)discounts[t], vt = (double)values[t];
+        double delta = (rho < rho_bar ? rho : rho_bar) * (r + d * v_next - vt);
+        acc = delta + d * (rho < 1.0 ? rho : 1.0) * acc;
+        double v_s = vt + acc;
+        pg_adv[t] = (float)((rho < pg_bar ? rho : pg_bar) * (r + d * vs_next - vt));
+        vs[t] = (float)v_s;
+        vs_next = v_s;
+        v_next = vt;
+    }
+}
+
 /*
  * The PPO loss over B rows whose heads read feat [B, F] (the observations,
  * or the LSTM's outputs). Rows with mask[i] == 0 (mask NULL: none) are
@@ -435,7 +486,7 @@ static int dpt__ppo_columns(const dpt_policy_t *p, const dpt_batch_t *b, dpt__pp
  */
 static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, const float *feat,
                          size_t B, const dpt__ppo_cols_t *c, const uint8_t *mask, size_t valid,
-                         float *dfeat, dpt_loss_out_t *out)
+                         float *dfeat, dpt_loss_out_t *out, const dpt__vtrace_cols_t *vt)
 {
     size_t K = p->out_dim;
     const float *z, *v;
@@ -448,6 +499,19 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
                      : dpt_gaussian_logp(z, ls, B, K, c->actions, p->logp, p->ent);
     if (rc)
         return rc;
+    /* V-trace: the advantages and value targets come from this forward's
+     * values and log-probabilities (constants for the gradient). */
+    dpt__ppo_cols_t vcols;
+    int impala = 0;
+    if (vt) {
+        dpt__vtrace_targets(p, v, c->logp_old, vt, B);
+        vcols = *c;
+        vcols.adv = p->tm_adv;
+        vcols.ret = p->tm_ret;
+        c = &vcols;
+        mask = p->mask;
+        impala = p->vt.impala;
+    }
     const dpt_ppo_loss_params_t *hp = &p->hp;
     double inv_b = 1.0 / (double)valid, eps = hp->clip_param, vc = hp->vf_clip_param;
     double pg = 0.0, vl = 0.0, ent = 0.0, kl = 0.0, clipped = 0.0;
@@ -464,7 +528,12 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
          * (ties included); the clipped branch is constant in logp when the
          * ratio is clipped, and equals l1 otherwise. */
         double dlp = l1 >= l2 ? -a * ratio : (rc_ratio == ratio ? -a * ratio : 0.0);
-        pg += (l1 >= l2 ? l1 : l2);
+        double term = l1 >= l2 ? l1 : l2;
+        if (impala) { /* IMPALA's policy gradient: -A log pi (A carries the clipped rho) */
+            term = -a * (double)p->logp[i];
+            dlp = -a;
+        }
+        pg += term;
         p->dlogp[i] = (float)(dlp * inv_b);
         p->dent[i] = (float)(-(double)hp->ent_coef * inv_b);
         ent += (double)p->ent[i];
@@ -562,7 +631,7 @@ static int dpt__ppo_loss_grad_seq(dpt_policy_t *p, const float *params, float *g
         return rc;
     dpt__ppo_cols_t tm = {NULL, p->tm_logp, p->tm_adv, p->tm_ret, p->tm_val, p->tm_act};
     dpt_vec_zero(p->dy, B * H);
-    if ((rc = dpt__ppo_core(p, params, grads, p->y, B, &tm, p->mask, valid, p->dy, out)) != 0)
+    if ((rc = dpt__ppo_core(p, params, grads, p->y, B, &tm, p->mask, valid, p->dy, out, NULL)) != 0)
         return rc;
     return dpt_lstm_backward(p->lstm, params, grads, p->dy, NULL, NULL, NULL, NULL, NULL);
 }
@@ -578,7 +647,7 @@ static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, cons
         return rc;
     if (p->lstm)
         return dpt__ppo_loss_grad_seq(p, params, grads, b, &c, &sc, out);
-    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, b->rows, NULL, out);
+    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, b->rows, NULL, out, NULL);
 }
 
 static int dpt__ppo_replicate(void *ctx, void **copy)
@@ -591,6 +660,7 @@ static int dpt__ppo_replicate(void *ctx, void **copy)
         return rc;
     }
     r->hp = p->hp;
+    r->vt = p->vt;
     *copy = r;
     return DPT_OK;
 }
@@ -612,6 +682,76 @@ dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *h
         .release = dpt__ppo_release,
     };
     return m;
+}
+
+/* ---- the V-trace loss (APPO, IMPALA) --------------------------------------------- */
+
+static int dpt__vtrace_loss_grad(void *ctx, const float *params, float *grads, const dpt_batch_t *b,
+                                 dpt_loss_out_t *out)
+{
+    dpt_policy_t *p = ctx;
+    if (p->lstm)
+        return dpt_error(DPT_EINVAL, "vtrace loss: recurrent policies are not supported");
+    if (b->rows == 0 || b->rows > p->max_batch)
+        return dpt_error(DPT_EINVAL, "vtrace loss: batch of %zu rows (allowed 1..%zu)", b->rows,
+                         p->max_batch);
+    size_t L = b->seq_len;
+    if (L < 2 || b->rows % L)
+        return dpt_error(DPT_EINVAL,
+                         "vtrace loss: the batch must be fragments of T steps plus a bootstrap "
+                         "row (seq_len >= 2; it has %zu rows, seq_len %zu)",
+                         b->rows, L);
+    dpt__ppo_cols_t c = {0};
+    dpt__vtrace_cols_t vt = {.L = L};
+    const char *who = "vtrace loss";
+    dpt_dtype_t at = p->discrete ? DPT_I32 : DPT_F32;
+    if (!(c.obs = dpt_batch_get(b, who, DPT_PPO_COL_OBS, DPT_F32, p->cls->obs_dim, NULL)) ||
+        !(c.actions = dpt_batch_get(b, who, DPT_PPO_COL_ACTIONS, at, p->act_w, NULL)) ||
+        !(c.logp_old = dpt_batch_get(b, who, DPT_PPO_COL_LOGP, DPT_F32, 1, NULL)) ||
+        !(vt.rewards = dpt_batch_get(b, who, DPT_VTRACE_COL_REWARDS, DPT_F32, 1, NULL)) ||
+        !(vt.discounts = dpt_batch_get(b, who, DPT_VTRACE_COL_DISCOUNTS, DPT_F32, 1, NULL)))
+        return DPT_EINVAL;
+    size_t valid = b->rows / L * (L - 1);
+    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, valid, NULL, out, &vt);
+}
+
+dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_params_t *hp)
+{
+    p->vt = *hp;
+    /* The shared core's PPO settings: APPO's clip, no value clipping. */
+    p->hp = (dpt_ppo_loss_params_t){hp->impala ? 0.0f : hp->clip_param, 0.0f, hp->vf_coef,
+                                    hp->ent_coef};
+    dpt_model_t m = {
+        .vars = &p->vars,
+        .ctx = p,
+        .max_batch = p->max_batch,
+        .loss_grad = dpt__vtrace_loss_grad,
+        .replicate = dpt__ppo_replicate,
+        .release = dpt__ppo_release,
+    };
+    return m;
+}
+
+int dpt_vtrace_batch(dpt_batch_t *b, const dpt_env_class_t *cls, size_t fragments, size_t T,
+                     float *obs, void *actions, float *logp, float *rewards, float *discounts)
+{
+    size_t rows;
+    if (T == 0 || dpt_mul_size(fragments, T + 1, &rows))
+        return dpt_error(DPT_EINVAL, "vtrace batch: %zu fragments of %zu steps", fragments, T);
+    int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
+    dpt_batch_init(b, rows);
+    b->seq_len = T + 1;
+    int rc = dpt_batch_add(b, DPT_PPO_COL_OBS, DPT_F32, cls->obs_dim, 0, obs);
+    if (!rc)
+        rc = dpt_batch_add(b, DPT_PPO_COL_ACTIONS, discrete ? DPT_I32 : DPT_F32,
+                           discrete ? 1 : cls->action_dim, 0, actions);
+    if (!rc)
+        rc = dpt_batch_add(b, DPT_PPO_COL_LOGP, DPT_F32, 1, 0, logp);
+    if (!rc)
+        rc = dpt_batch_add(b, DPT_VTRACE_COL_REWARDS, DPT_F32, 1, 0, rewards);
+    if (!rc)
+        rc = dpt_batch_add(b, DPT_VTRACE_COL_DISCOUNTS, DPT_F32, 1, 0, discounts);
+    return rc;
 }
 
 int dpt_ppo_batch(dpt_batch_t *b, const dpt_env_class_t *cls, size_t rows, float *obs,

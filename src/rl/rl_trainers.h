@@ -73,6 +73,15 @@ typedef struct dpt_rl_config {
     /* DD-PPO only */
     double sync_frac;        /* preemption threshold; >= 1 disables it */
     int check_weights_every; /* identical-weights check period; 0 = off */
+    /* APPO and IMPALA only (num_sgd_iter: updates on each train batch) */
+    int impala;                   /* 1: IMPALA's policy gradient; 0: APPO's clipped surrogate */
+    int num_workers;              /* sampler threads */
+    size_t train_batch_size;      /* env steps per learner update (whole fragments) */
+    size_t learner_queue_size;    /* sample batches in the learner's queue */
+    double learner_queue_timeout; /* seconds */
+    int broadcast_interval;       /* learner updates between weight publications */
+    float vtrace_clip_rho, vtrace_clip_pg_rho;
+    uint64_t steps_per_iteration; /* env steps trained per reported iteration */
 } dpt_rl_config_t;
 
 /* The engine settings of a finalized config of job ppo or ddppo (the key
@@ -148,6 +157,53 @@ void dpt__rl_normalize_minibatches(float *adv, size_t devices, size_t rows_per_d
  * dpt__rl_normalize_minibatches, bit for bit. */
 void dpt__rl_normalize_minibatches_masked(float *adv, const uint8_t *mask, size_t devices,
                                           size_t rows_per_device, size_t per_device);
+
+/* ---- APPO and IMPALA ------------------------------------------------------------- */
+
+typedef struct dpt_appo dpt_appo_t;
+
+/* What the learner did in an iteration, beside dpt_rl_result_t (RLlib's
+ * names in the metrics: docs/RL.md). */
+typedef struct dpt_appo_stats {
+    uint64_t updates;           /* optimizer steps this iteration */
+    uint64_t timesteps_sampled; /* env steps that reached the learner, in all */
+    double policy_lag;          /* mean learner updates between a fragment's weights and
+                                 * the update that took it */
+    double learner_utilization; /* share of the iteration's wall time in gradient steps */
+    double dequeue_time_ms, load_time_ms, grad_time_ms; /* summed over the iteration */
+    uint64_t queue_count;                               /* queue-size samples (<= 50) */
+    double queue_mean, queue_std, queue_quantiles[5];   /* 0, 10, 50, 90, 100% */
+} dpt_appo_stats_t;
+
+/* Creates the engine of job appo or impala (cfg->impala) for envs of class
+ * `cls` (borrowed): num_workers samplers of num_envs envs each, the learner
+ * on the towers engine. No thread runs until the first dpt_appo_train.
+ * Errors: DPT_EINVAL naming the setting, DPT_ENOMEM, those of the towers. */
+int dpt_appo_create(dpt_appo_t **a, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg);
+/* Stops every thread. A sampler still inside an env step 5 s later (a
+ * hung env) is left running, detached: then this returns 1, the engine is
+ * never freed, and the caller must keep the env class (and its plug-in)
+ * alive too. Otherwise 0. */
+int dpt_appo_stop(dpt_appo_t *a);
+/* Stops (as dpt_appo_stop) and frees. NULL is a no-op. */
+void dpt_appo_destroy(dpt_appo_t *a);
+/* One iteration: starts the threads on the first call, then waits until the
+ * learner has trained steps_per_iteration more env steps (or reached
+ * total_timesteps). A sampler or learner failure (an env error, the queue
+ * timeout) stops every thread and is returned with its message. */
+int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *stats);
+/* The learner's policy (its table is the checkpoint's). */
+dpt_policy_t *dpt_appo_policy(dpt_appo_t *a);
+/* The learner's current weights. */
+int dpt_appo_get_weights(dpt_appo_t *a, float *out, size_t count);
+uint64_t dpt_appo_iteration(const dpt_appo_t *a);
+/* Adds the weights, the optimizer and the counters (blob "appo.state") to
+ * w, copied between two learner updates (the learner goes on meanwhile). */
+int dpt_appo_checkpoint(dpt_appo_t *a, dpt_safetensors_writer_t *w);
+/* Restores what dpt_appo_checkpoint wrote; only before the first
+ * dpt_appo_train. Samplers start from the restored weights with fresh
+ * envs. On error the engine is unchanged. */
+int dpt_appo_restore(dpt_appo_t *a, const dpt_safetensors_t *st);
 
 /* ---- DD-PPO workers ---------------------------------------------------------------- */
 

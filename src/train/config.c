@@ -50,7 +50,12 @@ int dpt_job_parse(const char *name, dpt_job_t *job)
             *job = (dpt_job_t)j;
             return DPT_OK;
         }
-    return dpt_error(DPT_EINVAL, "unknown job \"%s\" (known: supervised, ppo, ddppo)", name);
+    char known[128] = "";
+    size_t len = 0;
+    for (int j = 0; j < DPT_JOB_COUNT && len < sizeof known; j++)
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", j ? ", " : "",
+                                dpt__job_names[j]);
+    return dpt_error(DPT_EINVAL, "unknown job \"%s\" (known: %s)", name, known);
 }
 
 /* ---- the key table ------------------------------------------------------------ */
@@ -631,7 +636,8 @@ static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
 static int dpt__cross_checks(const dpt_config_t *c)
 {
     dpt_job_t job = dpt_config_job(c);
-    if (job == DPT_JOB_SUPERVISED || job == DPT_JOB_PPO) {
+    int async_rl = job == DPT_JOB_APPO || job == DPT_JOB_IMPALA;
+    if (job == DPT_JOB_SUPERVISED || job == DPT_JOB_PPO || async_rl) {
         /* The enum keys' values are the enums' values (their lists make the
          * choices). */
         int async = c->v[DPT_CFG_towers_mode].i == DPT_TOWERS_ASYNC;
@@ -661,6 +667,26 @@ static int dpt__cross_checks(const dpt_config_t *c)
     }
     int64_t envs = c->v[DPT_CFG_num_envs_per_worker].i;
     int64_t frag = c->v[DPT_CFG_rollout_fragment_length].i;
+    if (async_rl) {
+        /* The learner trains on whole fragments (V-trace runs along each
+         * one), split across its devices by fragments. */
+        int64_t tb = c->v[DPT_CFG_train_batch_size].i, d = c->v[DPT_CFG_num_devices].i;
+        if (tb < frag || tb % frag)
+            return dpt_error(DPT_EINVAL,
+                             "train_batch_size %lld must be a positive multiple of "
+                             "rollout_fragment_length %lld (the learner trains on whole "
+                             "fragments)",
+                             (long long)tb, (long long)frag);
+        if (tb / frag < d || (tb / frag) % d)
+            return dpt_error(DPT_EINVAL,
+                             "train_batch_size %lld holds %lld fragments of %lld steps: that must "
+                             "be at least and divisible by num_devices %lld (each device trains "
+                             "on whole fragments)",
+                             (long long)tb, (long long)(tb / frag), (long long)frag, (long long)d);
+        size_t sizes[DPT_POLICY_MAX_HIDDEN];
+        int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
+        return n < 0 ? n : DPT_OK;
+    }
     int64_t rows = envs * frag, mb = c->v[DPT_CFG_sgd_minibatch_size].i;
     if (mb > rows)
         return dpt_error(DPT_EINVAL,

@@ -133,17 +133,22 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     dpt_job_t job = dpt_config_job(c);
     if (!dpt_config_finalized(c))
         return dpt_error(DPT_EINVAL, "rl: the config is not finalized");
-    if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO)
-        return dpt_error(DPT_EINVAL, "rl: job %s is not ppo or ddppo", dpt_job_name(job));
+    int async_rl = job == DPT_JOB_APPO || job == DPT_JOB_IMPALA;
+    if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO && !async_rl)
+        return dpt_error(DPT_EINVAL, "rl: job %s is not an RL job", dpt_job_name(job));
     out->seed = (uint64_t)DPT_CI(c, seed);
     out->num_envs = (size_t)DPT_CI(c, num_envs_per_worker);
     out->rollout_fragment_length = (size_t)DPT_CI(c, rollout_fragment_length);
-    out->sgd_minibatch_size = (size_t)DPT_CI(c, sgd_minibatch_size);
     out->num_sgd_iter = (int)DPT_CI(c, num_sgd_iter);
     out->gamma = DPT_CF(c, gamma);
-    out->lambda = DPT_CF(c, lambda);
-    out->loss.clip_param = (float)DPT_CF(c, clip_param);
-    out->loss.vf_clip_param = (float)DPT_CF(c, vf_clip_param);
+    if (!async_rl) {
+        out->sgd_minibatch_size = (size_t)DPT_CI(c, sgd_minibatch_size);
+        out->lambda = DPT_CF(c, lambda);
+        out->loss.vf_clip_param = (float)DPT_CF(c, vf_clip_param);
+        out->normalize_advantages = (dpt_adv_norm_t)DPT_CI(c, normalize_advantages);
+    }
+    if (job != DPT_JOB_IMPALA)
+        out->loss.clip_param = (float)DPT_CF(c, clip_param);
     out->loss.vf_coef = (float)DPT_CF(c, vf_loss_coeff);
     out->loss.ent_coef = (float)DPT_CF(c, entropy_coeff);
     out->lr = (float)DPT_CF(c, lr);
@@ -152,13 +157,12 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     out->anneal_lr = (dpt_schedule_kind_t)DPT_CI(c, lr_schedule) == DPT_SCHEDULE_LINEAR;
     out->adam_eps = (float)DPT_CF(c, adam_eps);
     out->grad_clip = DPT_CF(c, grad_clip);
-    out->normalize_advantages = (dpt_adv_norm_t)DPT_CI(c, normalize_advantages);
     out->reward_scale = (float)DPT_CF(c, reward_scale);
     int nh = dpt__config_sizes(c, DPT_CFG_policy_hidden, out->policy.hidden, DPT_POLICY_MAX_HIDDEN);
     if (nh < 0)
         return nh;
     out->policy.nhidden = nh;
-    out->policy.use_lstm = (int)DPT_CI(c, use_lstm);
+    out->policy.use_lstm = async_rl ? 0 : (int)DPT_CI(c, use_lstm);
     if (out->policy.use_lstm) {
         out->policy.lstm_cell_size = (size_t)DPT_CI(c, lstm_cell_size);
         out->policy.lstm_use_prev_action = (int)DPT_CI(c, lstm_use_prev_action);
@@ -169,7 +173,7 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     out->total_timesteps = (uint64_t)DPT_CI(c, total_timesteps);
     out->comm_timeout_s = DPT_CF(c, comm_timeout_s);
     out->allreduce_algorithm = (dpt_comm_algorithm_t)DPT_CI(c, allreduce_algorithm);
-    if (job == DPT_JOB_PPO) {
+    if (job == DPT_JOB_PPO || async_rl) {
         out->num_devices = (int)DPT_CI(c, num_devices);
         int rc = dpt_towers_mode_parse(DPT_CS(c, towers_mode), &out->towers_mode);
         if (rc)
@@ -178,6 +182,18 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
         out->async_scale = (float)DPT_CF(c, async_scale);
         out->sync_frac = 1.0;
         out->check_weights_every = 0;
+        if (async_rl) {
+            out->impala = job == DPT_JOB_IMPALA;
+            out->num_workers = (int)DPT_CI(c, num_workers);
+            out->train_batch_size = (size_t)DPT_CI(c, train_batch_size);
+            out->sgd_minibatch_size = out->train_batch_size;
+            out->learner_queue_size = (size_t)DPT_CI(c, learner_queue_size);
+            out->learner_queue_timeout = DPT_CF(c, learner_queue_timeout);
+            out->broadcast_interval = (int)DPT_CI(c, broadcast_interval);
+            out->vtrace_clip_rho = (float)DPT_CF(c, vtrace_clip_rho_threshold);
+            out->vtrace_clip_pg_rho = (float)DPT_CF(c, vtrace_clip_pg_rho_threshold);
+            out->steps_per_iteration = (uint64_t)DPT_CI(c, min_sample_timesteps_per_iteration);
+        }
     } else {
         out->num_devices = 1;
         out->towers_mode = DPT_TOWERS_PS;
@@ -190,8 +206,8 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
 int dpt_rl_defaults(dpt_job_t job, dpt_rl_config_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO)
-        return dpt_error(DPT_EINVAL, "rl defaults: job %s is not ppo or ddppo", dpt_job_name(job));
+    if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO && job != DPT_JOB_APPO && job != DPT_JOB_IMPALA)
+        return dpt_error(DPT_EINVAL, "rl defaults: job %s is not an RL job", dpt_job_name(job));
     dpt_config_t *c;
     int rc = dpt_config_create(&c);
     if (rc)

@@ -215,6 +215,8 @@ int dpt__mpi_rank(void);
 extern const dpt_trainer_ops_t dpt__supervised_ops;
 extern const dpt_trainer_ops_t dpt__ppo_ops;
 extern const dpt_trainer_ops_t dpt__ddppo_ops;
+extern const dpt_trainer_ops_t dpt__appo_ops;
+extern const dpt_trainer_ops_t dpt__impala_ops;
 
 /* A built-in env by name, or a plug-in by path (a shared library exporting
  * DPT_ENV_PLUGIN_SYMBOL whose DPT_ENV_PLUGIN_ABI_SYMBOL matches

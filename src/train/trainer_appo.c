@@ -1,0 +1,163 @@
+/*
+ * job = appo and job = impala: the asynchronous engine of src/rl/appo.c
+ * (sampler threads, a learner thread, V-trace) behind the trainer
+ * interface of dpt/train.h.
+ */
+#include "dpt/arena.h"
+#include "dpt/status.h"
+#include "rl_internal.h"
+#include "train_internal.h"
+
+#include <stdlib.h>
+
+typedef struct dpt__appo_trainer {
+    const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
+    dpt_rl_config_t rc;
+    dpt_env_class_t *env; /* the configured env; the engine borrows it */
+    dpt_appo_t *appo;
+    dpt_arena_t eval_params; /* the current weights, for evaluate() */
+} dpt__appo_trainer_t;
+
+static void dpt__appo_destroy(void *self)
+{
+    dpt__appo_trainer_t *t = self;
+    if (!t)
+        return;
+    /* A sampler stuck in its env keeps the engine and the env class. */
+    int stuck = dpt_appo_stop(t->appo);
+    dpt_appo_destroy(t->appo);
+    if (!stuck)
+        dpt_env_class_destroy(t->env);
+    dpt_arena_deinit(&t->eval_params);
+    free(t);
+}
+
+static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
+{
+    *self = NULL;
+    const char *job = dpt_job_name(dpt_config_job(cfg));
+    if (env && env->use_mpi && dpt__mpi_world_size() > 1)
+        return dpt_error(DPT_EINVAL,
+                         "%s does not run under mpirun yet (its samplers are threads of one "
+                         "process); use job = ddppo to train across processes",
+                         job);
+    dpt__appo_trainer_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return dpt_error(DPT_ENOMEM, "%s: cannot allocate the trainer", job);
+    t->cfg = cfg;
+    int rc = dpt__rl_config_from(cfg, &t->rc);
+    if (!rc)
+        rc = dpt__rl_make_env(cfg, &t->env);
+    if (!rc)
+        rc = dpt_appo_create(&t->appo, t->env, &t->rc);
+    if (!rc)
+        rc = dpt_arena_init(&t->eval_params, dpt_policy_vars(dpt_appo_policy(t->appo))->total);
+    if (rc) {
+        dpt__appo_destroy(t);
+        return rc;
+    }
+    *self = t;
+    return DPT_OK;
+}
+
+static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
+{
+    dpt__appo_trainer_t *t = self;
+    dpt_rl_result_t rr;
+    dpt_appo_stats_t as;
+    int rc = dpt_appo_train(t->appo, &rr, &as);
+    if (rc)
+        return rc;
+    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0, r);
+    /* The learner's own figures, under the names of RLlib's learner thread. */
+    dpt_train_result_add(r, "num_env_steps_sampled", (double)as.timesteps_sampled);
+    dpt_train_result_add(r, "info/num_updates_this_iter", (double)as.updates);
+    dpt_train_result_add(r, "info/policy_lag", as.policy_lag);
+    dpt_train_result_add(r, "info/learner_utilization", as.learner_utilization);
+    dpt_train_result_add(r, "timing_breakdown/learner_dequeue_time_ms", as.dequeue_time_ms);
+    dpt_train_result_add(r, "timing_breakdown/learner_load_time_ms", as.load_time_ms);
+    dpt_train_result_add(r, "timing_breakdown/learner_grad_time_ms", as.grad_time_ms);
+    dpt_train_result_add(r, "info/learner_queue/size_count", (double)as.queue_count);
+    dpt_train_result_add(r, "info/learner_queue/size_mean", as.queue_mean);
+    dpt_train_result_add(r, "info/learner_queue/size_std", as.queue_std);
+    static const char *const q[5] = {
+        "info/learner_queue/size_quantiles_0", "info/learner_queue/size_quantiles_10",
+        "info/learner_queue/size_quantiles_50", "info/learner_queue/size_quantiles_90",
+        "info/learner_queue/size_quantiles_100"};
+    for (int i = 0; i < 5; i++)
+        dpt_train_result_add(r, q[i], as.queue_quantiles[i]);
+    return DPT_OK;
+}
+
+static int dpt__appo_checkpoint(void *self, dpt_safetensors_writer_t *w)
+{
+    dpt__appo_trainer_t *t = self;
+    return w ? dpt_appo_checkpoint(t->appo, w) : DPT_OK;
+}
+
+static int dpt__appo_restore(void *self, const dpt_safetensors_t *st)
+{
+    dpt__appo_trainer_t *t = self;
+    return dpt_appo_restore(t->appo, st);
+}
+
+static const dpt_vartable_t *dpt__appo_vars(void *self)
+{
+    dpt__appo_trainer_t *t = self;
+    return dpt_policy_vars(dpt_appo_policy(t->appo));
+}
+
+static int dpt__appo_get_weights(void *self, float *out, size_t count)
+{
+    dpt__appo_trainer_t *t = self;
+    return dpt_appo_get_weights(t->appo, out, count);
+}
+
+static int dpt__appo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+{
+    dpt__appo_trainer_t *t = self;
+    int rc = dpt_appo_get_weights(t->appo, t->eval_params.data, t->eval_params.count);
+    if (rc)
+        return rc;
+    /* A policy of its own: the learner's is the towers' model. */
+    dpt_policy_t *pol = NULL;
+    rc = dpt_policy_create_ex(&pol, t->env, &t->rc.policy, 1);
+    if (!rc)
+        rc = dpt__rl_evaluate_into(pol, t->eval_params.data, episodes, seed, out);
+    dpt_policy_destroy(pol);
+    return rc;
+}
+
+static int dpt__appo_describe(void *self, dpt_safetensors_writer_t *w)
+{
+    dpt__appo_trainer_t *t = self;
+    return dpt__describe_policy(w, dpt_appo_policy(t->appo), t->cfg);
+}
+
+const dpt_trainer_ops_t dpt__appo_ops = {
+    .job = DPT_JOB_APPO,
+    .create = dpt__appo_create,
+    .destroy = dpt__appo_destroy,
+    .iterate = dpt__appo_iterate,
+    .checkpoint = dpt__appo_checkpoint,
+    .restore = dpt__appo_restore,
+    .vars = dpt__appo_vars,
+    .get_weights = dpt__appo_get_weights,
+    .evaluate = dpt__appo_evaluate,
+    .describe = dpt__appo_describe,
+    .eval_checkpoint = dpt__rl_eval_checkpoint,
+};
+
+const dpt_trainer_ops_t dpt__impala_ops = {
+    .job = DPT_JOB_IMPALA,
+    .create = dpt__appo_create,
+    .destroy = dpt__appo_destroy,
+    .iterate = dpt__appo_iterate,
+    .checkpoint = dpt__appo_checkpoint,
+    .restore = dpt__appo_restore,
+    .vars = dpt__appo_vars,
+    .get_weights = dpt__appo_get_weights,
+    .evaluate = dpt__appo_evaluate,
+    .describe = dpt__appo_describe,
+    .eval_checkpoint = dpt__rl_eval_checkpoint,
+};

@@ -1,0 +1,328 @@
+/*
+ * APPO and IMPALA: V-trace against its definition, the jobs' config rules,
+ * a short CartPole run of each, checkpoint and restore, and the failures
+ * that must end a run (a sampler's env error, a sampler stuck in its env).
+ *
+ * usage: test_appo [FAULT_ENV_PLUGIN]  (the failure cases need the plug-in)
+ */
+#include "dpt/rl.h"
+#include "dpt/stats.h"
+#include "dpt/status.h"
+#include "dpt/train.h"
+#include "dpt_test.h"
+#include "dpt_test_train.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *fault_plugin;
+
+/* ---- V-trace ---- */
+
+static uint64_t rng_state = 0x2545f4914f6cdd1du;
+
+static double urand(double lo, double hi)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545f4914f6cdd1du;
+    return lo + (hi - lo) * (double)(r >> 11) / 9007199254740992.0;
+}
+
+/* The paper's definition written out as sums and products (eq. 1), not as
+ * the backward recursion: v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1}
+ * d_i c_i) rho-bar_t (r_t + d_t V(x_{t+1}) - V(x_t)). */
+static void vtrace_reference(size_t T, const double *lr, const double *d, const double *r,
+                             const double *v /* [T + 1] */, double rho_bar, double pg_bar,
+                             double *vs /* [T + 1] */, double *adv)
+{
+    for (size_t s = 0; s < T; s++) {
+        double sum = 0.0;
+        for (size_t t = s; t < T; t++) {
+            double prod = 1.0;
+            for (size_t i = s; i < t; i++)
+                prod *= d[i] * fmin(1.0, exp(lr[i]));
+            sum += prod * fmin(rho_bar, exp(lr[t])) * (r[t] + d[t] * v[t + 1] - v[t]);
+        }
+        vs[s] = v[s] + sum;
+    }
+    vs[T] = v[T];
+    for (size_t s = 0; s < T; s++)
+        adv[s] = fmin(pg_bar, exp(lr[s])) * (r[s] + d[s] * vs[s + 1] - v[s]);
+}
+
+/* |a - b| within 1e-5 of |b| (or of 1 near zero). */
+static int close_rel(double a, double b)
+{
+    return fabs(a - b) <= 1e-5 * fmax(1.0, fabs(b));
+}
+
+static void test_vtrace_definition(void)
+{
+    static const size_t lengths[] = {1, 2, 7, 50};
+    static const double clips[][2] = {{1.0, 1.0}, {2.0, 0.5}, {1e9, 1e9}};
+    int bad = 0, cases = 0, clipped = 0;
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+        for (size_t ci = 0; ci < sizeof clips / sizeof clips[0]; ci++) {
+            for (int rep = 0; rep < 20; rep++) {
+                size_t T = lengths[li];
+                double lr[50], d[50], r[50], v[51], vs[51], adv[50];
+                float flr[50], fd[50], fr[50], fv[50], out_vs[50], out_adv[50];
+                for (size_t t = 0; t < T; t++) {
+                    lr[t] = urand(-3.0, 3.0); /* ratios from 0.05 to 20: both clips act */
+                    d[t] = urand(0.0, 1.0) < 0.15 ? 0.0 : 0.99; /* episode ends inside */
+                    r[t] = urand(-1.0, 1.0);
+                    v[t] = urand(-5.0, 5.0);
+                    clipped += exp(lr[t]) > clips[ci][0] || exp(lr[t]) < 1.0;
+                }
+                v[T] = urand(-5.0, 5.0);
+                /* Inputs as floats, the reference in double from the same values. */
+                for (size_t t = 0; t < T; t++) {
+                    flr[t] = (float)lr[t], fd[t] = (float)d[t], fr[t] = (float)r[t];
+                    fv[t] = (float)v[t];
+                    lr[t] = flr[t], d[t] = fd[t], r[t] = fr[t], v[t] = fv[t];
+                }
+                float fboot = (float)v[T];
+                v[T] = fboot;
+                vtrace_reference(T, lr, d, r, v, clips[ci][0], clips[ci][1], vs, adv);
+                dpt_vtrace(T, flr, fd, fr, fv, fboot, (float)clips[ci][0], (float)clips[ci][1],
+                           out_vs, out_adv);
+                for (size_t t = 0; t < T; t++) {
+                    if (!close_rel(out_vs[t], vs[t]) || !close_rel(out_adv[t], adv[t])) {
+                        if (bad++ < 5)
+                            printf("     T %zu clips %g/%g step %zu: vs %.9g vs %.9g, adv %.9g vs "
+                                   "%.9g\n",
+                                   T, clips[ci][0], clips[ci][1], t, (double)out_vs[t], vs[t],
+                                   (double)out_adv[t], adv[t]);
+                    }
+                    cases++;
+                }
+            }
+        }
+    }
+    printf("     %d steps compared, %d with a clipped rho or c\n", cases, clipped);
+    CHECK(bad == 0);
+    CHECK(clipped > 100);
+}
+
+/* On-policy (rho = 1) V-trace is the n-step return bootstrapped at the
+ * fragment's end, cut where an episode ends. */
+static void test_vtrace_on_policy(void)
+{
+    float lr[4] = {0}, d[4] = {0.5f, 0.5f, 0.0f, 0.5f}, r[4] = {1, 2, 3, 4}, v[4] = {9, 9, 9, 9};
+    float vs[4], adv[4];
+    dpt_vtrace(4, lr, d, r, v, 10.0f, 1.0f, 1.0f, vs, adv);
+    CHECK(vs[3] == 4.0f + 0.5f * 10.0f);
+    CHECK(vs[2] == 3.0f);
+    CHECK(vs[1] == 2.0f + 0.5f * 3.0f);
+    CHECK(vs[0] == 1.0f + 0.5f * (2.0f + 0.5f * 3.0f));
+    CHECK(adv[0] == vs[0] - 9.0f && adv[2] == 3.0f - 9.0f);
+}
+
+/* ---- config ---- */
+
+static const char *const appo_base[] = {
+    "job=appo",
+    "env=CartPole-v1",
+    "num_workers=1",
+    "num_envs_per_worker=4",
+    "rollout_fragment_length=50",
+    "train_batch_size=500",
+    "total_timesteps=300000",
+    "min_sample_timesteps_per_iteration=20000",
+    "checkpoint_every=0",
+};
+#define NBASE (sizeof appo_base / sizeof appo_base[0])
+
+static void test_config_rules(void)
+{
+    dpt_config_t *c = NULL;
+    const char *frag[] = {"train_batch_size=520"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, frag, 1), DPT_EINVAL,
+              "train_batch_size 520 must be a positive multiple of rollout_fragment_length 50");
+    const char *dev[] = {"num_devices=3"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, dev, 1), DPT_EINVAL,
+              "divisible by num_devices 3");
+    const char *few[] = {"num_devices=2", "train_batch_size=50"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, few, 2), DPT_EINVAL,
+              "at least and divisible by num_devices 2");
+    const char *mb[] = {"sgd_minibatch_size=64"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, mb, 1), DPT_EINVAL,
+              "key sgd_minibatch_size does not apply to job appo");
+    const char *lstm[] = {"use_lstm=true"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, lstm, 1), DPT_EINVAL,
+              "key use_lstm does not apply to job appo");
+    const char *clip[] = {"job=impala", "clip_param=0.3"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, clip, 2), DPT_EINVAL,
+              "key clip_param does not apply to job impala");
+    const char *q[] = {"learner_queue_size=0"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, q, 1), DPT_EINVAL, "learner_queue_size");
+    CHECK(c == NULL);
+    dpt_job_t job;
+    CHECK_OK(dpt_job_parse("impala", &job));
+    CHECK(job == DPT_JOB_IMPALA);
+    CHECK_ERR(dpt_job_parse("a3c", &job), DPT_EINVAL,
+              "known: supervised, ppo, ddppo, appo, impala");
+    /* The defaults of the job: RLlib's IMPALA settings where it has them. */
+    REQUIRE_OK(dpt_test_config(&c, appo_base, 1, NULL, 0));
+    CHECK(dpt_config_int(c, DPT_CFG_train_batch_size) == 500);
+    CHECK(dpt_config_int(c, DPT_CFG_learner_queue_size) == 16);
+    CHECK(dpt_config_float(c, DPT_CFG_learner_queue_timeout) == 300.0);
+    CHECK(dpt_config_float(c, DPT_CFG_vtrace_clip_rho_threshold) == 1.0);
+    dpt_config_destroy(c);
+}
+
+/* ---- runs ---- */
+
+/* Trains cfg to its end; the last result in *last. */
+static int run_to_end(dpt_trainer_t *t, dpt_train_result_t *last)
+{
+    int rc;
+    do
+        rc = dpt_trainer_iterate(t, last);
+    while (!rc && !last->finished);
+    return rc;
+}
+
+static double metric(const dpt_train_result_t *r, const char *name)
+{
+    for (size_t i = 0; i < r->nmetrics; i++)
+        if (strcmp(r->metrics[i].name, name) == 0)
+            return r->metrics[i].value;
+    return NAN;
+}
+
+/* The CI smoke bar: mean return >= 150 within 300k steps, for both jobs;
+ * then the learner's metrics are there and sensible. */
+static void test_cartpole_smoke(void)
+{
+    static const char *const jobs[] = {"job=appo", "job=impala"};
+    for (int j = 0; j < 2; j++) {
+        dpt_config_t *c = NULL;
+        REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, &jobs[j], 1));
+        dpt_trainer_t *t = NULL;
+        REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+        dpt_train_result_t r;
+        CHECK_OK(run_to_end(t, &r));
+        printf("     %s: return %.1f after %llu steps, policy lag %.2f, learner utilization "
+               "%.2f, queue mean %.2f\n",
+               jobs[j] + 4, r.reward_mean, (unsigned long long)r.timesteps_total,
+               metric(&r, "info/policy_lag"), metric(&r, "info/learner_utilization"),
+               metric(&r, "info/learner_queue/size_mean"));
+        CHECK(r.reward_mean >= 150.0);
+        CHECK(r.timesteps_total == 300000); /* the learner stops at total_timesteps */
+        CHECK(metric(&r, "info/policy_lag") >= 0.0);
+        double u = metric(&r, "info/learner_utilization");
+        CHECK(u > 0.0 && u <= 1.0);
+        CHECK(metric(&r, "info/learner_queue/size_count") >= 1.0);
+        CHECK(metric(&r, "info/learner_queue/size_quantiles_100") <= 16.0);
+        CHECK(metric(&r, "num_env_steps_sampled") >= (double)r.timesteps_total);
+        dpt_trainer_destroy(t);
+        dpt_config_destroy(c);
+    }
+}
+
+/* A checkpoint restores the weights, the optimizer step and the counters;
+ * training goes on from there. */
+static void test_checkpoint_restore(void)
+{
+    const char *sets[] = {"total_timesteps=60000"};
+    dpt_config_t *c = NULL;
+    REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, sets, 1));
+    dpt_trainer_t *t = NULL, *u = NULL;
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    dpt_train_result_t r;
+    CHECK_OK(dpt_trainer_iterate(t, &r));
+    CHECK(r.iteration == 1 && r.timesteps_total >= 20000);
+    char path[] = "test_appo_ckpt.safetensors";
+    CHECK_OK(dpt_test_checkpoint(t, path, 1));
+    size_t n;
+    float *w = dpt_test_weights(t, &n);
+    REQUIRE(w != NULL);
+    uint64_t steps = r.timesteps_total;
+    /* The saved weights are those of the moment of the checkpoint: the
+     * learner keeps training, so compare with the file, not with t. */
+    dpt_safetensors_t *st = NULL;
+    REQUIRE_OK(dpt_safetensors_load(&st, path));
+    REQUIRE_OK(dpt_trainer_create(&u, c, NULL));
+    CHECK_OK(dpt_trainer_restore(u, st));
+    float *w2 = dpt_test_weights(u, NULL);
+    REQUIRE(w2 != NULL);
+    float *saved = calloc(n, sizeof *saved); /* zeros in the table's padding, as the towers */
+    REQUIRE(saved != NULL);
+    CHECK_OK(dpt_safetensors_load_arena(st, "params.", dpt_trainer_vars(u), saved, n));
+    CHECK(memcmp(w2, saved, n * sizeof *saved) == 0);
+    CHECK_OK(dpt_trainer_iterate(u, &r));
+    CHECK(r.iteration == 2 && r.timesteps_total >= steps + 20000);
+    dpt_safetensors_destroy(st);
+    free(w);
+    free(w2);
+    free(saved);
+    dpt_trainer_destroy(u);
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+    remove(path);
+}
+
+/* A sampler's env fails (a NaN reward): the job ends with the sampler's
+ * error. A sampler stuck inside its env: the learner's queue timeout ends
+ * it, naming the queue. */
+static void test_sampler_failures(void)
+{
+    if (!fault_plugin) {
+        printf("     no fault plug-in given: skipped\n");
+        return;
+    }
+    char env[1100];
+    snprintf(env, sizeof env, "env=%s", fault_plugin);
+    const char *sets[] = {env,
+                          "num_envs_per_worker=2",
+                          "rollout_fragment_length=10",
+                          "train_batch_size=20",
+                          "min_sample_timesteps_per_iteration=100",
+                          "learner_queue_timeout=1"};
+    dpt_config_t *c = NULL;
+    REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, sets, 6));
+    dpt_trainer_t *t = NULL;
+    dpt_train_result_t r;
+
+    setenv("DPT_TEST_FAIL_AT", "500", 1);
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    int rc = run_to_end(t, &r);
+    CHECK(rc == DPT_EINVAL); /* a bad env is the user's input: exit 2 */
+    CHECK(strstr(dpt_last_error(), "appo sampler 0 failed") != NULL);
+    CHECK(strstr(dpt_last_error(), "reward") != NULL);
+    printf("     env failure: %s\n", dpt_last_error());
+    dpt_trainer_destroy(t);
+    unsetenv("DPT_TEST_FAIL_AT");
+
+    setenv("DPT_TEST_HANG_AT", "1500", 1);
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    double t0 = dpt_now();
+    rc = run_to_end(t, &r);
+    double took = dpt_now() - t0;
+    CHECK(rc == DPT_ETIMEDOUT);
+    CHECK(strstr(dpt_last_error(), "learner queue") != NULL);
+    CHECK(strstr(dpt_last_error(), "learner_queue_timeout") != NULL);
+    printf("     stuck sampler: %s (after %.1f s)\n", dpt_last_error(), took);
+    CHECK(took < 10.0);
+    /* The stuck sampler's thread is left behind (its engine is not freed). */
+    dpt_trainer_destroy(t);
+    unsetenv("DPT_TEST_HANG_AT");
+    dpt_config_destroy(c);
+}
+
+int main(int argc, char **argv)
+{
+    fault_plugin = argc > 1 ? argv[1] : NULL;
+    static const dpt_test_case_t cases[] = {
+        DPT_TEST(test_vtrace_definition),  DPT_TEST(test_vtrace_on_policy),
+        DPT_TEST(test_config_rules),       DPT_TEST(test_cartpole_smoke),
+        DPT_TEST(test_checkpoint_restore), DPT_TEST(test_sampler_failures),
+    };
+    return DPT_TEST_RUN(cases);
+}
