@@ -186,6 +186,13 @@ expect 0 "checkpoint-00000020.safetensors: greedy policy, 3 episodes" -- eval pp
 expect 0 '"episodes":2,"mean_return"' -- eval ppo_full --episodes 2 --json --seed 5
 expect 2 "--episodes expects an integer in \[1, 1000000\], got \"99999999999999999999\"" -- eval ppo_full --episodes 99999999999999999999
 expect 2 "--episodes expects an integer" -- eval ppo_full --episodes 12abc
+# --stochastic: actions sampled from a stream of the seed, so a seed repeats.
+expect 0 "stochastic policy, 2 episodes" -- eval ppo_full --episodes 2 --stochastic
+s1=$("$dpt" eval ppo_full --episodes 4 --seed 9 --stochastic --json)
+s2=$("$dpt" eval ppo_full --episodes 4 --seed 9 --set eval_stochastic=true --json)
+check "eval --stochastic: the same seed gives the same episodes" [ "$s1" = "$s2" ]
+check "eval --stochastic: says so in --json" sh -c "echo '$s1' | grep -q '\"stochastic\":true'"
+expect 2 "eval_stochastic expects true or false" -- eval ppo_full --set eval_stochastic=maybe
 expect 2 "unexpected argument" -- eval ppo_full ppo.conf
 # A corrupted newest checkpoint: resume falls back to the previous one, and
 # the checkpoints it writes are not rotated away by the corrupt newer one.

@@ -428,7 +428,7 @@ static void test_wide_dims(void)
     dpt_rng_init(&init, 1, 0, 0, DPT_RNG_INIT);
     dpt_policy_init_params(p, params.data, &init);
     double ret, len;
-    CHECK_OK(dpt_rl_evaluate(p, params.data, 3, 2, &ret, &len));
+    CHECK_OK(dpt_rl_evaluate(p, params.data, 3, 2, 0, &ret, &len));
     CHECK(len == 7.0 && ret <= 0.0);
     dpt_arena_deinit(&params);
     dpt_policy_destroy(p);

@@ -453,14 +453,16 @@ out:
 
 static int eval_usage(FILE *f, int code)
 {
-    fprintf(f, "usage: dpt eval CHECKPOINT|RUN_DIR [--episodes N] [--seed S] [--set key=value]... "
-               "[--json]\n\n"
+    fprintf(f, "usage: dpt eval CHECKPOINT|RUN_DIR [--episodes N] [--seed S] [--stochastic]\n"
+               "                [--set key=value]... [--json]\n\n"
                "Evaluates a checkpoint written by dpt train (a run directory: its newest valid\n"
                "checkpoint) with no config file: the model, env or dataset come from the\n"
                "checkpoint. Supervised: loss and accuracy on the test set (--set data_dir=...\n"
                "or test_csv=... when the data moved). RL: the mean return of N greedy episodes\n"
                "(default: the run's eval_episodes) on envs seeded from S (default: the run's\n"
-               "seed). --json prints one JSON object.\n");
+               "seed); --stochastic samples the actions from the policy instead (a stream of\n"
+               "the same seed; the same as --set eval_stochastic=true). --json prints one JSON\n"
+               "object.\n");
     return code;
 }
 
@@ -480,6 +482,8 @@ int dpt_cmd_eval(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--stochastic")) {
+            sets[nsets++] = "eval_stochastic=true";
         } else if (!strcmp(argv[i], "--episodes") || !strcmp(argv[i], "--seed") ||
                    !strcmp(argv[i], "--set")) {
             if (i + 1 >= argc) {
@@ -528,14 +532,15 @@ int dpt_cmd_eval(int argc, char **argv)
                path, dpt_job_name(job), r.count, r.loss, r.accuracy);
     else if (json)
         printf("{\"checkpoint\":\"%s\",\"job\":\"%s\",\"episodes\":%zu,\"mean_return\":%.17g,"
-               "\"mean_length\":%.17g}\n",
-               path, dpt_job_name(job), r.count, r.mean_return, r.mean_length);
+               "\"mean_length\":%.17g,\"stochastic\":%s}\n",
+               path, dpt_job_name(job), r.count, r.mean_return, r.mean_length,
+               r.stochastic ? "true" : "false");
     else if (job == DPT_JOB_SUPERVISED)
         printf("%s: %zu test samples, loss %.4f, accuracy %.4f\n", path, r.count, r.loss,
                r.accuracy);
     else
-        printf("%s: greedy policy, %zu episodes: mean return %.2f, mean length %.1f\n", path,
-               r.count, r.mean_return, r.mean_length);
+        printf("%s: %s policy, %zu episodes: mean return %.2f, mean length %.1f\n", path,
+               r.stochastic ? "stochastic" : "greedy", r.count, r.mean_return, r.mean_length);
     code = DPT_EXIT_OK;
 out:
     free(sets);

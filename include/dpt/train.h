@@ -279,6 +279,10 @@ typedef enum dpt_adv_norm {
       "preempt stragglers once this fraction of workers finished collecting (1 = off)")            \
     X(check_weights_every, INT, DPT_JOBS_DDPPO, DPT_CFG_BOOKKEEPING, "10", 0, 1e9, "",             \
       "verify that workers hold identical weights every N iterations (0 = off)")                   \
+    X(eval_stochastic, BOOL, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "false", 0, 0,  \
+      "",                                                                                          \
+      "evaluations sample their actions from the policy (seeded) instead of taking the greedy "    \
+      "one")                                                                                       \
     X(eval_episodes, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "10", 0, 1e6, "",  \
       "episodes of the greedy policy evaluated at the end of a run")                               \
     X(evaluation_interval, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "0", 0, 1e9, \
@@ -493,6 +497,7 @@ typedef struct dpt_eval_result {
     double mean_length; /* RL: mean episode length */
     double loss;        /* supervised: mean test loss; RL: NAN */
     double accuracy;    /* supervised: test accuracy; RL: NAN */
+    int stochastic;     /* RL: 1 when the actions were sampled (eval_stochastic), 0 greedy */
 } dpt_eval_result_t;
 
 typedef struct dpt_trainer dpt_trainer_t;

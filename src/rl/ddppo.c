@@ -427,7 +427,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
 }
 
 int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, size_t episodes,
-                    double *mean_return, double *mean_length)
+                    int stochastic, double *mean_return, double *mean_length)
 {
     *mean_return = *mean_length = 0.0;
     if (episodes == 0)
@@ -461,10 +461,14 @@ int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, si
      * reward) from step to step, from zeros at every episode's start. */
     dpt_policy_state_t st = {h, h + ss / 2, discrete ? (void *)&prev_iact : (void *)prev_fact,
                              &prev_rew};
+    /* Sampled actions come from their own stream (the evaluation envs'
+     * rank), so the same seed gives the same episodes. */
+    dpt_rng_t act_rng;
+    dpt_rng_init(&act_rng, seed, 0x45564131u, 0, DPT_RNG_ACTION);
     dpt_vecenv_reset(env, obs);
     while (done < episodes) {
-        if ((rc = dpt_policy_act_state(policy, params, obs, ss ? &st : NULL, 1, NULL, act, NULL,
-                                       NULL)) != 0 ||
+        if ((rc = dpt_policy_act_state(policy, params, obs, ss ? &st : NULL, 1,
+                                       stochastic ? &act_rng : NULL, act, NULL, NULL)) != 0 ||
             (rc = dpt_vecenv_step(env, act, obs, &rew, &term, &trunc, NULL)) != 0)
             break;
         if (ss && (term || trunc)) {

@@ -265,11 +265,12 @@ uint64_t dpt_ddppo_iteration(const dpt_ddppo_t *w);
  * DPT_ESTATE with a message naming the worker and both sizes otherwise. */
 int dpt_ddppo_check_batch(int worker, size_t rows, size_t expected, int preempted);
 
-/* Mean return of `episodes` greedy episodes of `policy` with `params` on
- * fresh envs of the policy's class seeded from `seed` (for evaluation
- * printouts); also the mean length. */
+/* Mean return of `episodes` episodes of `policy` with `params` on fresh
+ * envs of the policy's class seeded from `seed` (for evaluation printouts);
+ * also the mean length. The actions are the greedy ones, or with
+ * `stochastic` sampled from the policy with a stream of the same seed. */
 int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, size_t episodes,
-                    double *mean_return, double *mean_length);
+                    int stochastic, double *mean_return, double *mean_length);
 
 /* The hidden layer sizes of a policy: copies them into out
  * (DPT_POLICY_MAX_HIDDEN entries) and returns how many there are. */

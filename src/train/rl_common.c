@@ -345,15 +345,16 @@ int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *p
 }
 
 int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t episodes, uint64_t seed,
-                          dpt_eval_result_t *out)
+                          int stochastic, dpt_eval_result_t *out)
 {
     if (episodes == 0)
         return DPT_OK;
     double ret, len;
-    int rc = dpt_rl_evaluate(policy, params, seed, episodes, &ret, &len);
+    int rc = dpt_rl_evaluate(policy, params, seed, episodes, stochastic, &ret, &len);
     if (rc)
         return rc;
     out->count = episodes;
+    out->stochastic = stochastic != 0;
     out->mean_return = ret;
     out->mean_length = len;
     return DPT_OK;
@@ -385,7 +386,7 @@ int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st
         goto cleanup;
     if (episodes == 0)
         episodes = (size_t)DPT_CI(cfg, eval_episodes);
-    rc = dpt__rl_evaluate_into(pol, p.data, episodes, seed, out);
+    rc = dpt__rl_evaluate_into(pol, p.data, episodes, seed, (int)DPT_CI(cfg, eval_stochastic), out);
 cleanup:
     dpt_arena_deinit(&p);
     dpt_policy_destroy(pol);

@@ -28,11 +28,11 @@ int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
 void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, int ddppo,
                          dpt_train_result_t *r);
 
-/* Runs `episodes` greedy episodes of `policy` at `params` seeded from
- * `seed` into out (count, mean_return, mean_length); 0 episodes leave out
- * as it is. */
+/* Runs `episodes` episodes of `policy` at `params` seeded from `seed`
+ * (greedy, or sampled with `stochastic`: the config's eval_stochastic) into
+ * out (count, mean_return, mean_length); 0 episodes leave out as it is. */
 int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t episodes, uint64_t seed,
-                          dpt_eval_result_t *out);
+                          int stochastic, dpt_eval_result_t *out);
 
 /* dpt_trainer_ops_t.eval_checkpoint of both RL jobs: the policy from cfg's
  * env and policy_hidden, "params." from st, greedy episodes (0 = cfg's

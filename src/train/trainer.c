@@ -206,6 +206,7 @@ int dpt_trainer_get_weights(dpt_trainer_t *t, float *out, size_t count)
 int dpt_trainer_evaluate(dpt_trainer_t *t, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     out->count = 0;
+    out->stochastic = 0;
     out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
     return t->ops->evaluate(t->self, episodes, seed, out);
 }

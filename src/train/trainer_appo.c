@@ -123,7 +123,8 @@ static int dpt__appo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_ev
     dpt_policy_t *pol = NULL;
     rc = dpt_policy_create_ex(&pol, t->env, &t->rc.policy, 1);
     if (!rc)
-        rc = dpt__rl_evaluate_into(pol, t->eval_params.data, episodes, seed, out);
+        rc = dpt__rl_evaluate_into(pol, t->eval_params.data, episodes, seed,
+                                   (int)DPT_CI(t->cfg, eval_stochastic), out);
     dpt_policy_destroy(pol);
     return rc;
 }

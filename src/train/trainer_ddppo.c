@@ -439,7 +439,7 @@ static int dpt__dd_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval
     dpt__dd_trainer_t *d = self;
     /* The workers are idle between commands: worker 0's policy is free. */
     return dpt__rl_evaluate_into(dpt_ddppo_policy(d->wk[0].w), dpt_ddppo_weights(d->wk[0].w),
-                                 episodes, seed, out);
+                                 episodes, seed, (int)DPT_CI(d->cfg, eval_stochastic), out);
 }
 
 static int dpt__dd_describe(void *self, dpt_safetensors_writer_t *w)

@@ -97,7 +97,8 @@ static int dpt__ppo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eva
     int rc = dpt_ppo_get_weights(t->ppo, t->eval_params.data, t->eval_params.count);
     if (rc)
         return rc;
-    return dpt__rl_evaluate_into(dpt_ppo_policy(t->ppo), t->eval_params.data, episodes, seed, out);
+    return dpt__rl_evaluate_into(dpt_ppo_policy(t->ppo), t->eval_params.data, episodes, seed,
+                                 (int)DPT_CI(t->cfg, eval_stochastic), out);
 }
 
 static int dpt__ppo_describe(void *self, dpt_safetensors_writer_t *w)
