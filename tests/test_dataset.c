@@ -282,6 +282,53 @@ static void test_idx_errors(void)
 
 /* ---- CSV ------------------------------------------------------------------ */
 
+/* Regression sets: target columns by name, in the order named; the other
+ * columns are the features; each way of naming them wrong. */
+static void test_csv_targets(void)
+{
+    char path[512];
+    path_in(path, sizeof path, "reg.csv");
+    REQUIRE(spill_str(path, "a,\"y\",b,z\n1,2.5,3,-4\n5,6,7,8.25\n") == 0);
+    dpt_csv_options_t opt = {0};
+    opt.header = 1;
+    opt.label_name = "ignored";
+    opt.target_names = " z ,y";
+    dpt_dataset_t ds;
+    REQUIRE_OK(dpt_dataset_load_csv(&ds, path, &opt));
+    CHECK(ds.rows == 2 && ds.dim == 2 && ds.target_dim == 2);
+    CHECK(ds.labels == NULL && ds.num_classes == 0);
+    static const float x[4] = {1, 3, 5, 7}, y[4] = {-4.0f, 2.5f, 8.25f, 6};
+    for (int i = 0; i < 4; i++)
+        CHECK(ds.x[i] == x[i] && ds.targets[i] == y[i]);
+    dpt_dataset_deinit(&ds);
+    CHECK(ds.targets == NULL && ds.target_dim == 0);
+    /* Many rows: the target array grows with the features. */
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fprintf(f, "x,t\n");
+    for (int i = 0; i < 3000; i++)
+        fprintf(f, "%d,%d.5\n", i, i);
+    fclose(f);
+    opt.target_names = "t";
+    REQUIRE_OK(dpt_dataset_load_csv(&ds, path, &opt));
+    CHECK(ds.rows == 3000 && ds.dim == 1 && ds.x[2999] == 2999.0f && ds.targets[2999] == 2999.5f);
+    dpt_dataset_deinit(&ds);
+    CHECK_ERR(dpt_dataset_load_csv(&ds, path, &(dpt_csv_options_t){1, NULL, 0, 0, 0, "w"}),
+              DPT_EINVAL, "has no target column \"w\"");
+    CHECK_ERR(dpt_dataset_load_csv(&ds, path, &(dpt_csv_options_t){1, NULL, 0, 0, 0, "t,t"}),
+              DPT_EINVAL, "target column \"t\" is named twice");
+    CHECK_ERR(dpt_dataset_load_csv(&ds, path, &(dpt_csv_options_t){1, NULL, 0, 0, 0, "x,t"}),
+              DPT_EFORMAT, "no feature column is left");
+    CHECK_ERR(dpt_dataset_load_csv(&ds, path, &(dpt_csv_options_t){1, NULL, 0, 0, 0, ""}),
+              DPT_EINVAL, "has no target column \"\"");
+    CHECK_ERR(dpt_dataset_load_csv(&ds, path, &(dpt_csv_options_t){0, NULL, 0, 0, 0, "t"}),
+              DPT_EINVAL, "no header line");
+    REQUIRE(spill_str(path, "x,t\n1,abc\n") == 0);
+    CHECK_ERR(dpt_dataset_load_csv(&ds, path, &(dpt_csv_options_t){1, NULL, 0, 0, 0, "t"}),
+              DPT_EFORMAT, "line 2, column 2: \"abc\" is not a number");
+    CHECK(ds.x == NULL && ds.targets == NULL);
+}
+
 static void test_csv_valid(void)
 {
     char path[512];
@@ -538,13 +585,10 @@ int main(void)
     if (dpt_test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_data") != 0)
         return 1;
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_idx_plain),
-        DPT_TEST(test_idx_gzip),
-        DPT_TEST(test_idx_errors),
-        DPT_TEST(test_csv_valid),
-        DPT_TEST(test_csv_errors),
-        DPT_TEST(test_find_mnist),
-        DPT_TEST(test_fashion_mnist_installed),
+        DPT_TEST(test_idx_plain),  DPT_TEST(test_idx_gzip),
+        DPT_TEST(test_idx_errors), DPT_TEST(test_csv_valid),
+        DPT_TEST(test_csv_errors), DPT_TEST(test_csv_targets),
+        DPT_TEST(test_find_mnist), DPT_TEST(test_fashion_mnist_installed),
     };
     int rc = DPT_TEST_RUN(cases);
     dpt_test_rm_tree(tmpdir);

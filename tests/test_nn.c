@@ -240,6 +240,42 @@ static void test_gradcheck_mse(void)
     CHECK(rel_err(dy, num, B * D) <= GRAD_TOL);
 }
 
+static void test_gradcheck_huber(void)
+{
+    enum { B = 3, D = 2 };
+    /* Differences -0.5 (quadratic part), 2 and -3 (linear), 0.25, 0, 1. */
+    float y[B * D] = {0.5f, 3.0f, -1.0f, 0.25f, 1.0f, 2.0f};
+    float t[B * D] = {1.0f, 1.0f, 2.0f, 0.0f, 1.0f, 1.0f};
+    float dy[B * D] = {0};
+    double loss, num[B * D];
+    REQUIRE_OK(dpt_loss_huber(y, t, B, D, 1.0, dy, &loss));
+    /* By hand: 0.125 + 1.5 + 2.5 + 0.03125 + 0 + 0.5 over 6. */
+    CHECK_CLOSE(loss, (0.125 + 1.5 + 2.5 + 0.03125 + 0.0 + 0.5) / 6.0, 1e-12);
+    CHECK_CLOSE(dy[0], -0.5 / 6.0, 1e-7);
+    CHECK_CLOSE(dy[1], 1.0 / 6.0, 1e-7);
+    CHECK_CLOSE(dy[2], -1.0 / 6.0, 1e-7);
+    for (size_t i = 0; i < B * D; i++) {
+        float s = y[i];
+        double lp, lm;
+        y[i] = s + FD_H;
+        dpt_loss_huber(y, t, B, D, 1.0, NULL, &lp);
+        y[i] = s - FD_H;
+        dpt_loss_huber(y, t, B, D, 1.0, NULL, &lm);
+        y[i] = s;
+        num[i] = (lp - lm) / (2.0 * (double)FD_H);
+    }
+    CHECK(rel_err(dy, num, B * D) <= GRAD_TOL);
+    /* A larger delta keeps every difference quadratic: half the MSE. */
+    double mse, big;
+    REQUIRE_OK(dpt_loss_mse(y, t, B, D, NULL, &mse));
+    REQUIRE_OK(dpt_loss_huber(y, t, B, D, 10.0, NULL, &big));
+    CHECK_CLOSE(big, mse / 2.0, 1e-12);
+    CHECK_ERR(dpt_loss_huber(y, t, B, D, 0.0, NULL, &big), DPT_EINVAL, "delta 0");
+    CHECK_ERR(dpt_loss_huber(y, t, 0, D, 1.0, NULL, &big), DPT_EINVAL, "0 rows");
+    y[3] = NAN;
+    CHECK_ERR(dpt_loss_huber(y, t, B, D, 1.0, NULL, &big), DPT_ENUMERIC, "huber loss prediction");
+}
+
 /* f = sum_b c1_b logp_b + c2_b H_b for a categorical over logits. */
 static double cat_f(const float *z, size_t b, size_t k, const int32_t *a, const float *c1,
                     const float *c2)
@@ -625,6 +661,7 @@ int main(void)
         DPT_TEST(test_mlp_learns_spirals),
         DPT_TEST(test_bad_input),
         DPT_TEST(test_mse_head_and_replicate),
+        DPT_TEST(test_gradcheck_huber),
     };
     return DPT_TEST_RUN(cases);
 }

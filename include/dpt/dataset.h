@@ -46,13 +46,15 @@ extern "C" {
 /* A dataset. The struct is the caller's; x and labels are owned by it until
  * dpt_dataset_deinit(). */
 typedef struct dpt_dataset {
-    size_t rows;     /* samples */
-    size_t dim;      /* features per sample */
-    float *x;        /* [rows, dim] (owned) */
-    int32_t *labels; /* [rows], each in [0, num_classes) (owned) */
-    int num_classes;
-    size_t height; /* IDX images: rows and columns of one image; */
-    size_t width;  /* 0 for CSV data and 2-D IDX files */
+    size_t rows;       /* samples */
+    size_t dim;        /* features per sample */
+    float *x;          /* [rows, dim] (owned) */
+    int32_t *labels;   /* [rows], each in [0, num_classes) (owned); NULL with targets */
+    int num_classes;   /* 0 with targets */
+    float *targets;    /* regression: [rows, target_dim] (owned), or NULL */
+    size_t target_dim; /* columns of targets; 0 for a classification set */
+    size_t height;     /* IDX images: rows and columns of one image; */
+    size_t width;      /* 0 for CSV data and 2-D IDX files */
 } dpt_dataset_t;
 
 /* Frees x and labels and zeroes the struct; safe on a zeroed or already
@@ -80,6 +82,12 @@ typedef struct dpt_csv_options {
                               * negative counts from the end (-1 = last column) */
     int num_classes;        /* see "Labels" above; 0 = from the data */
     char delimiter;         /* 0 means ',' */
+    /* Regression: the header names of the target columns, separated by
+     * commas ("y" or "price,volume"), or NULL for a classification set.
+     * Needs a header; the label options are then ignored: every other
+     * column is a feature, the targets are decimal numbers like the
+     * features, and ds->labels stays NULL. */
+    const char *target_names;
 } dpt_csv_options_t;
 
 /* Loads a CSV file into *ds (same rules for *ds as dpt_dataset_load_idx).
@@ -91,7 +99,9 @@ typedef struct dpt_csv_options {
  * a number", "line 9 has 4 cells, expected 5", label not an integer or out of
  * range, no data lines, only one column), DPT_EINVAL (label_name without a
  * header or not among the header's names, label_index out of range),
- * DPT_ENOTSUP (gzipped without zlib), DPT_ENOMEM. */
+ * DPT_ENOTSUP (gzipped without zlib), DPT_ENOMEM. With target_names:
+ * DPT_EINVAL for a name not in the header, named twice, or an empty list,
+ * DPT_EFORMAT for a file with no feature column left. */
 int dpt_dataset_load_csv(dpt_dataset_t *ds, const char *path, const dpt_csv_options_t *opt);
 
 /* The two parts of the (Fashion-)MNIST data. */

@@ -146,6 +146,14 @@ int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t bat
 int dpt_loss_mse(const float *y, const float *target, size_t batch, size_t dim, float *dy,
                  double *loss);
 
+/* Huber loss over all elements, with d = y - t:
+ *   L = 1/(B D) sum h(d),  h(d) = d^2 / 2 for |d| <= delta, else delta (|d| - delta / 2)
+ *   dy += clamp(d, -delta, delta) / (B D)
+ * (PyTorch's HuberLoss with reduction "mean"). Errors: DPT_EINVAL (zero
+ * sizes, delta not > 0), DPT_ENUMERIC. */
+int dpt_loss_huber(const float *y, const float *target, size_t batch, size_t dim, double delta,
+                   float *dy, double *loss);
+
 /* ------------------------------------------------------------------------ */
 /* Action distributions (for policy-gradient losses)                        */
 
@@ -237,7 +245,8 @@ typedef struct dpt_model {
 /* Loss heads of the built-in MLP: symbol, config name. */
 #define DPT_LOSS_LIST(X)                     \
     X(DPT_LOSS_SOFTMAX_XENT, "softmax_xent") \
-    X(DPT_LOSS_MSE, "mse")
+    X(DPT_LOSS_MSE, "mse")                   \
+    X(DPT_LOSS_HUBER, "huber")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_loss_kind {
@@ -263,7 +272,7 @@ const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *mlp);
 void dpt_mlp_init_params(const dpt_mlp_t *mlp, float *params, dpt_rng_t *rng);
 /* Column names the MLP reads from a batch: DPT_MLP_X (float32, width = input
  * size), and DPT_MLP_LABEL (int32, width 1) for softmax_xent or DPT_MLP_Y
- * (float32, width = output size) for mse. */
+ * (float32, width = output size) for mse and huber (delta 1). */
 #define DPT_MLP_X "x"
 #define DPT_MLP_LABEL "label"
 #define DPT_MLP_Y "y"

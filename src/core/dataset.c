@@ -24,6 +24,7 @@ void dpt_dataset_deinit(dpt_dataset_t *ds)
         return;
     free(ds->x);
     free(ds->labels);
+    free(ds->targets);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -360,20 +361,34 @@ typedef struct csv_state {
     float *x;
     int32_t *labels;
     int maxl;
+    /* Regression: role[c] = 0 for a feature, k + 1 for target k; the
+     * feature and target counts. role NULL: classification. */
+    size_t *role;
+    size_t nfeat, ntarget;
+    float *y;
 } csv_state_t;
 
 static int csv_grow(csv_state_t *s)
 {
     if (s->rows < s->cap)
         return DPT_OK;
-    size_t ncap = s->cap ? s->cap * 2 : 1024, bytes;
-    if (dpt_mul_size(ncap, s->ncols - 1, &bytes) != 0 ||
-        dpt_mul_size(bytes, sizeof(float), &bytes) != 0)
+    size_t ncap = s->cap ? s->cap * 2 : 1024, bytes, ybytes = 0;
+    if (dpt_mul_size(ncap, s->nfeat, &bytes) != 0 ||
+        dpt_mul_size(bytes, sizeof(float), &bytes) != 0 ||
+        dpt_mul_size(ncap, s->ntarget * sizeof(float), &ybytes) != 0)
         return dpt_error(DPT_EOVERFLOW, "dataset %s: too large", s->path);
     float *x = realloc(s->x, bytes);
     if (!x)
         return dpt_error(DPT_ENOMEM, "dataset %s: out of memory", s->path);
     s->x = x;
+    if (s->role) {
+        float *y = realloc(s->y, ybytes);
+        if (!y)
+            return dpt_error(DPT_ENOMEM, "dataset %s: out of memory", s->path);
+        s->y = y;
+        s->cap = ncap;
+        return DPT_OK;
+    }
     int32_t *l = realloc(s->labels, ncap * sizeof *l);
     if (!l)
         return dpt_error(DPT_ENOMEM, "dataset %s: out of memory", s->path);
@@ -387,7 +402,8 @@ static int csv_row(csv_state_t *s, char **cells, size_t lineno, int num_classes)
     int rc = csv_grow(s);
     if (rc < 0)
         return rc;
-    float *row = s->x + s->rows * (s->ncols - 1);
+    float *row = s->x + s->rows * s->nfeat;
+    float *yrow = s->role ? s->y + s->rows * s->ntarget : NULL;
     size_t k = 0;
     for (size_t c = 0; c < s->ncols; c++) {
         const char *cell = cells[c];
@@ -395,7 +411,7 @@ static int csv_row(csv_state_t *s, char **cells, size_t lineno, int num_classes)
         if (cell[0] == '\0')
             return dpt_error(DPT_EFORMAT, "dataset %s: line %zu, column %zu: empty cell", s->path,
                              lineno, c + 1);
-        if (c == s->label_col) {
+        if (!s->role && c == s->label_col) {
             errno = 0;
             long long v = strtoll(cell, &end, 10);
             if (*end != '\0' || errno == ERANGE)
@@ -422,27 +438,86 @@ static int csv_row(csv_state_t *s, char **cells, size_t lineno, int num_classes)
             return dpt_error(DPT_EFORMAT,
                              "dataset %s: line %zu, column %zu: \"%.40s\" is not a finite float",
                              s->path, lineno, c + 1, cell);
-        row[k++] = f;
+        if (s->role && s->role[c])
+            yrow[s->role[c] - 1] = f;
+        else
+            row[k++] = f;
     }
     s->rows++;
     return DPT_OK;
 }
 
+/* Strips one pair of double quotes around a header name, in place. */
+static char *csv_unquote(char *name)
+{
+    size_t len = strlen(name);
+    if (len >= 2 && name[0] == '"' && name[len - 1] == '"') {
+        name[len - 1] = '\0';
+        name++;
+    }
+    return name;
+}
+
+/* Regression: marks the header's columns named in `names` (comma-separated)
+ * as targets, in the order named; the others are features. */
+static int csv_targets(csv_state_t *s, char **cells, const char *names, size_t lineno)
+{
+    s->role = calloc(s->ncols, sizeof *s->role);
+    if (!s->role)
+        return dpt_error(DPT_ENOMEM, "dataset %s: out of memory", s->path);
+    for (size_t c = 0; c < s->ncols; c++)
+        cells[c] = csv_unquote(cells[c]);
+    const char *p = names;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && is_blank((unsigned char)*p))
+            p++, len--;
+        while (len && is_blank((unsigned char)p[len - 1]))
+            len--;
+        size_t c = 0;
+        while (c < s->ncols && !(len && strlen(cells[c]) == len && !strncmp(cells[c], p, len)))
+            c++;
+        if (c == s->ncols)
+            return dpt_error(DPT_EINVAL,
+                             "dataset %s: the header (line %zu) has no target column \"%.*s\"",
+                             s->path, lineno, (int)len, p);
+        if (s->role[c])
+            return dpt_error(DPT_EINVAL, "dataset %s: target column \"%.*s\" is named twice",
+                             s->path, (int)len, p);
+        s->role[c] = ++s->ntarget;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    s->nfeat = s->ncols - s->ntarget;
+    if (s->nfeat == 0)
+        return dpt_error(DPT_EFORMAT,
+                         "dataset %s: every column is a target: no feature column is left",
+                         s->path);
+    return DPT_OK;
+}
+
 int dpt_dataset_load_csv(dpt_dataset_t *ds, const char *path, const dpt_csv_options_t *opt)
 {
-    static const dpt_csv_options_t defaults = {0, NULL, 0, 0, 0};
+    static const dpt_csv_options_t defaults = {0, NULL, 0, 0, 0, NULL};
     if (!opt)
         opt = &defaults;
     char delim = opt->delimiter ? opt->delimiter : ',';
     blob_t b;
     char **cells = NULL;
-    csv_state_t s = {path, 0, 0, 0, 0, NULL, NULL, 0};
+    csv_state_t s = {path, 0, 0, 0, 0, NULL, NULL, 0, NULL, 0, 0, NULL};
     int rc;
     memset(ds, 0, sizeof *ds);
     if (opt->num_classes < 0)
         return dpt_error(DPT_EINVAL, "dataset %s: num_classes %d is negative", path,
                          opt->num_classes);
-    if (opt->label_name && !opt->header)
+    if (opt->target_names && !opt->header)
+        return dpt_error(DPT_EINVAL,
+                         "dataset %s: the target columns are chosen by name (\"%s\") but the "
+                         "options say there is no header line",
+                         path, opt->target_names);
+    if (opt->label_name && !opt->header && !opt->target_names)
         return dpt_error(DPT_EINVAL,
                          "dataset %s: the label column is chosen by name (\"%s\") but the "
                          "options say there is no header line",
@@ -489,6 +564,13 @@ int dpt_dataset_load_csv(dpt_dataset_t *ds, const char *path, const dpt_csv_opti
                 goto fail;
             }
             long idx = opt->label_index;
+            if (opt->target_names) {
+                split_cells(p, le, delim, cells, n);
+                if ((rc = csv_targets(&s, cells, opt->target_names, lineno)) != 0)
+                    goto fail;
+                p = next;
+                continue;
+            }
             if (opt->header) {
                 split_cells(p, le, delim, cells, n);
                 if (opt->label_name) {
@@ -521,6 +603,7 @@ int dpt_dataset_load_csv(dpt_dataset_t *ds, const char *path, const dpt_csv_opti
                 goto fail;
             }
             s.label_col = (size_t)idx;
+            s.nfeat = n - 1;
             if (opt->header) {
                 p = next;
                 continue;
@@ -542,16 +625,24 @@ int dpt_dataset_load_csv(dpt_dataset_t *ds, const char *path, const dpt_csv_opti
         goto fail;
     }
     ds->rows = s.rows;
-    ds->dim = s.ncols - 1;
+    ds->dim = s.nfeat;
     ds->x = s.x;
-    ds->labels = s.labels;
-    ds->num_classes = opt->num_classes > 0 ? opt->num_classes : s.maxl + 1;
+    if (s.role) {
+        ds->targets = s.y;
+        ds->target_dim = s.ntarget;
+    } else {
+        ds->labels = s.labels;
+        ds->num_classes = opt->num_classes > 0 ? opt->num_classes : s.maxl + 1;
+    }
+    free(s.role);
     free(cells);
     free(b.p);
     return DPT_OK;
 fail:
     free(s.x);
     free(s.labels);
+    free(s.y);
+    free(s.role);
     free(cells);
     free(b.p);
     return rc;

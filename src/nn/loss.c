@@ -95,6 +95,29 @@ int dpt_loss_mse(const float *y, const float *target, size_t batch, size_t dim, 
     return DPT_OK;
 }
 
+int dpt_loss_huber(const float *y, const float *target, size_t batch, size_t dim, double delta,
+                   float *dy, double *loss)
+{
+    if (batch == 0 || dim == 0 || !(delta > 0.0))
+        return dpt_error(DPT_EINVAL, "huber loss: %zu rows, %zu columns, delta %g", batch, dim,
+                         delta);
+    int rc = dpt__check_finite("huber loss prediction", y, batch, dim);
+    if (!rc)
+        rc = dpt__check_finite("huber loss target", target, batch, dim);
+    if (rc)
+        return rc;
+    size_t n = batch * dim;
+    double total = 0.0, inv = 1.0 / (double)n;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)y[i] - (double)target[i], a = fabs(d);
+        total += a <= delta ? 0.5 * d * d : delta * (a - 0.5 * delta);
+        if (dy)
+            dy[i] += (float)(inv * (a <= delta ? d : (d > 0.0 ? delta : -delta)));
+    }
+    *loss = total * inv;
+    return DPT_OK;
+}
+
 int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int32_t *actions,
                          float *logp, float *entropy)
 {

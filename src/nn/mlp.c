@@ -117,6 +117,8 @@ static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt__mlp_cols
         size_t correct = 0;
         rc = dpt_loss_softmax_xent(y, c->label + r0, n, m->out_dim, dy, &loss, &correct);
         *hits += (double)correct;
+    } else if (m->loss == DPT_LOSS_HUBER) {
+        rc = dpt_loss_huber(y, c->y + r0 * m->out_dim, n, m->out_dim, 1.0, dy, &loss);
     } else {
         rc = dpt_loss_mse(y, c->y + r0 * m->out_dim, n, m->out_dim, dy, &loss);
     }
