@@ -12,6 +12,7 @@
 #include "dpt/arena.h"
 #include "dpt/batch.h"
 #include "dpt/gemm.h"
+#include "dpt/learner.h"
 #include "dpt/lstm.h"
 #include "dpt/nn.h"
 #include "dpt/optim.h"

@@ -1,5 +1,5 @@
 /*
- * dpt/rl.h — actor-critic policies, GAE and the PPO loss.
+ * dpt/rl.h — actor-critic policies, GAE, V-trace and the PPO loss.
  *
  * A policy is two MLPs over the observation, sharing one parameter arena:
  * an actor (tanh hidden layers, output = logits for discrete actions or the
@@ -188,7 +188,7 @@ dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *h
  * with the bootstrap value already added to the reward); the bootstrap row
  * carries the observation after the last step (its other columns are not
  * read). The loss computes, from the current weights, V-trace targets
- * (IMPALA, Espeholt et al. 2018; c-bar = 1 as in RLlib) along each fragment
+ * (dpt_vtrace below; c-bar = 1 as in RLlib) along each fragment
  * and trains on the T step rows:
  *   APPO:   the PPO clipped surrogate of the ratio pi / mu with the V-trace
  *           policy-gradient advantages
@@ -197,20 +197,6 @@ dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *h
  * plus vf_coef * 0.5 (V - vs)^2 and minus ent_coef times the entropy, each
  * the mean over the step rows. The advantages and targets are constants
  * for the gradient. Recurrent policies are not supported. */
-/* V-trace along one fragment of T steps (arrays [T]): log_rhos[t] =
- * log pi(a_t|x_t) - log mu(a_t|x_t), discounts[t] = gamma, or 0 where the
- * episode ended at step t, values[t] = V(x_t), bootstrap = V(x_T). With
- * rho_t = exp(log_rhos[t]), rho-bar_t = min(clip_rho, rho_t) and
- * c_t = min(1, rho_t):
- *   vs_t = V(x_t) + sum_{k>=t} (prod_{i<k, i>=t} d_i c_i) rho-bar_k
- *                   (r_k + d_k V(x_{k+1}) - V(x_k))
- *   pg_adv_t = min(clip_pg_rho, rho_t) (r_t + d_t vs_{t+1} - V(x_t)),
- *   vs_T = V(x_T)
- * computed backwards in double precision into vs [T] and pg_adv [T]. */
-void dpt_vtrace(size_t T, const float *log_rhos, const float *discounts, const float *rewards,
-                const float *values, float bootstrap, float clip_rho, float clip_pg_rho, float *vs,
-                float *pg_adv);
-
 #define DPT_VTRACE_COL_REWARDS "rewards"
 #define DPT_VTRACE_COL_DISCOUNTS "discounts"
 
@@ -256,6 +242,34 @@ int dpt_ppo_batch_seq(dpt_batch_t *b, const dpt_policy_t *p, size_t seq_len, int
 void dpt_gae(const float *rewards, const float *values, const uint8_t *dones,
              const float *last_values, size_t T, size_t N, double gamma, double lambda,
              float *advantages, float *returns);
+
+/*
+ * V-trace targets (Espeholt et al. 2018, IMPALA) for a fragment of T steps x
+ * N envs (arrays [T, N], time-major, as rollouts are laid out), as RLlib's
+ * APPO and IMPALA compute them (lambda = 1, c clipped at 1). Inputs:
+ * behaviour_logp and target_logp, the log-probabilities of the actions taken
+ * under the policy that sampled them (mu) and the one being trained (pi);
+ * rewards; values V(x_t) under pi; discounts gamma_t = gamma (1 - done_t)
+ * (0 where an episode ended at step t, so nothing flows across the end;
+ * each in [0, 1]); bootstrap_values [N], V(x_T) of the observations after the
+ * last step. With V_T = bootstrap_values:
+ *   rho_t     = exp(target_logp_t - behaviour_logp_t)
+ *   rhobar_t  = min(clip_rho_threshold, rho_t),  c_t = min(1, rho_t)
+ *   delta_t   = rhobar_t (r_t + gamma_t V_{t+1} - V_t)
+ *   vs_t      = V_t + delta_t + gamma_t c_t (vs_{t+1} - V_{t+1}),  vs_T = V_T
+ *             = V_t + sum_{k=t}^{T-1} (prod_{i=t}^{k-1} gamma_i c_i) delta_k
+ *   pg_adv_t  = min(clip_pg_rho_threshold, rho_t) (r_t + gamma_t vs_{t+1} - V_t)
+ * Thresholds must be > 0; INFINITY means no clipping. Sums in double.
+ * Outputs vs and pg_advantages [T, N] must not overlap the inputs; after
+ * an error their contents are unspecified. Errors: DPT_EINVAL (NULL array,
+ * T or N 0, a threshold not > 0, a discount outside [0, 1]), DPT_EOVERFLOW
+ * (T N), DPT_ENUMERIC (a non-finite input, or an output beyond the float
+ * range, named with its step and env).
+ */
+int dpt_vtrace(const float *behaviour_logp, const float *target_logp, const float *rewards,
+               const float *values, const float *discounts, const float *bootstrap_values, size_t T,
+               size_t N, double clip_rho_threshold, double clip_pg_rho_threshold, float *vs,
+               float *pg_advantages);
 
 /* Normalises x[0..n) to zero mean and unit standard deviation
  * (x - mean) / (std + 1e-8), population std, sums in double. */

@@ -266,6 +266,9 @@ typedef enum dpt_adv_norm {
       "sample batches the learner's queue holds; samplers block while it is full")                 \
     X(learner_queue_timeout, FLOAT, DPT_JOBS_ASYNC, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING,       \
       "300", 0.01, 1e6, "", "seconds the learner waits for a sample batch before the job fails")   \
+    X(minibatch_buffer_size, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e4, "",                              \
+      "train batches the learner cycles through, each used num_sgd_iter times (RLlib's "           \
+      "minibatch buffer)")                                                                         \
     X(broadcast_interval, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e6, "",                                 \
       "learner updates between two publications of the weights to the samplers")                   \
     X(vtrace_clip_rho_threshold, FLOAT, DPT_JOBS_ASYNC, 0, "1", 0, 1e9, "",                        \

@@ -1,22 +1,25 @@
 /*
- * APPO and IMPALA (see rl_trainers.h): sampler threads feed a learner
- * thread through a bounded queue; the learner trains with the V-trace loss
- * (dpt_policy_vtrace_model) on the towers engine and publishes its weights
- * to the samplers every broadcast_interval updates.
+ * APPO and IMPALA (see rl_trainers.h) on the learner thread of
+ * dpt/learner.h: sampler threads cut their rollouts into train batches and
+ * push them into the learner's inqueue; the learner thread takes them
+ * through its minibatch buffer (num_sgd_iter passes each) and trains with
+ * the V-trace loss (dpt_policy_vtrace_model) on the towers engine,
+ * publishing its weights to the samplers every broadcast_interval updates.
  *
- *   sampler k:  [weights v] -> collect T steps of its N envs -> fragment
- *               (N sequences of T steps + a bootstrap row, tagged v) -> queue
- *   learner:    queue -> pending sequences -> a train batch of
- *               train_batch_size / T sequences -> load -> num_sgd_iter
- *               updates -> publish every broadcast_interval updates
+ *   sampler k:  [weights v] -> collect T steps of its N envs -> N sequences
+ *               of T steps + a bootstrap row, tagged v -> its train batch;
+ *               a full batch (train_batch_size / T sequences) -> inqueue
+ *   learner:    inqueue -> minibatch buffer -> load -> one update per pass
+ *               -> publish every broadcast_interval updates
  *
- * The caller's dpt_appo_train() only waits for the learner to have trained
- * steps_per_iteration more steps and reports what happened meanwhile.
- * Checkpoints hold the weights, the optimizer and the counters (the envs
- * and the queue are not saved: an asynchronous run is not bitwise
- * reproducible, and a resumed one starts its samplers afresh).
+ * The caller's dpt_appo_train() waits until the learner has trained
+ * steps_per_iteration more env steps and reports what happened since the
+ * last report. Checkpoints hold the weights, the optimizer and the
+ * counters (the envs and the queue are not saved: an asynchronous run is
+ * not bitwise reproducible, and a resumed one starts its samplers afresh).
  */
 #include "dpt/arena.h"
+#include "dpt/learner.h"
 #include "dpt/queue.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
@@ -32,18 +35,20 @@
 #include <string.h>
 #include <time.h>
 
-/* A sampler's fragment: n sequences of T + 1 rows (T steps of one env, then
- * the observation after them), and the episodes that ended in it. */
-typedef struct dpt__frag {
-    size_t n;
-    uint64_t version;         /* the learner update that made the weights it was sampled with */
-    float *obs;               /* [n (T + 1), obs_dim] */
-    void *act;                /* [n (T + 1), act_w] */
-    float *logp, *rew, *disc; /* [n (T + 1)] */
+/* A train batch: seqs sequences of T + 1 rows (T steps of one env, then
+ * the observation after them), the weights versions that sampled them, and
+ * the episodes that ended while it filled. */
+typedef struct dpt__tb {
+    size_t seqs; /* sequences filled so far */
+    int passes;  /* updates taken on it */
+    double version_sum; /* sum over its sequences of the sampling weights' version */
+    float *obs;  /* [seqs (T + 1), obs_dim] */
+    void *act;   /* [seqs (T + 1), act_w] */
+    float *logp, *rew, *disc; /* [seqs (T + 1)] */
     size_t episodes;
     double ret[DPT__EPISODE_WINDOW];
     uint32_t len[DPT__EPISODE_WINDOW];
-} dpt__frag_t;
+} dpt__tb_t;
 
 typedef struct dpt__sampler {
     struct dpt_appo *a;
@@ -55,7 +60,8 @@ typedef struct dpt__sampler {
     dpt_policy_t *actor;
     dpt_arena_t params;
     uint64_t version;
-    int rc; /* its error, once it stopped on one (valid once `failed` is set) */
+    dpt__tb_t *tb; /* the batch it fills */
+    int rc;        /* its error, once it stopped on one (valid once `failed` is set) */
     char err[256];
     atomic_int failed;
 } dpt__sampler_t;
@@ -66,7 +72,7 @@ struct dpt_appo {
     size_t T, od, aw, seqs; /* steps per fragment, obs and action widths, sequences per batch */
     int nsamplers;
     dpt__sampler_t *samplers;
-    dpt_queue_t *queue;
+    dpt_learner_t *learner_thread;
     atomic_int stop;
     int stuck; /* a sampler was left running in its env (dpt__appo_stop) */
 
@@ -75,35 +81,25 @@ struct dpt_appo {
     dpt_arena_t pub;
     uint64_t pub_version;
 
-    /* the learner */
+    /* the learner's model; mu guards it and the counters below */
     dpt_policy_t *learner;
     dpt_towers_t *towers;
-    pthread_t lthread;
     int lstarted;
-    pthread_mutex_t mu; /* the fields below, and the towers while a step runs */
-    pthread_cond_t cv;
-    int lrc;
-    char lerr[256];
-    float *bobs, *blogp, *brew, *bdisc; /* the train batch being filled */
-    void *bact;
-    size_t bfill;         /* sequences in it */
-    dpt__frag_t *partial; /* a fragment whose sequences are only partly taken */
-    size_t partial_next;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signalled after every update */
     uint64_t updates, timesteps, timesteps_sampled, episodes_total;
-    double lag_sum;
-    uint64_t lag_count;
-    double t_dequeue, t_load, t_grad;
-    struct { /* the counters at the last report */
-        double t, grad, load, dequeue;
-        uint64_t timesteps, updates;
-    } rep;
-    dpt__rl_learn_stats_t ls_sum;
-    uint64_t ls_count;
-    dpt_window_t qsize;
+    double lag_sum, lag_count, load_s;
     double ret_window[DPT__EPISODE_WINDOW];
     uint32_t len_window[DPT__EPISODE_WINDOW];
     size_t wcount, wnext;
     uint64_t episodes_iter;
+    /* the learner's results since the last report (dpt_appo_train) */
+    dpt__rl_learn_stats_t ls_sum;
+    uint64_t ls_count;
+    struct { /* the counters at the last report */
+        double t, load_s;
+        uint64_t timesteps, updates;
+    } rep;
     /* checkpoints */
     dpt_arena_t ck_params;
     dpt_optim_t *ck_opt;
@@ -111,62 +107,72 @@ struct dpt_appo {
     uint64_t iteration;
 };
 
-static void dpt__frag_free(dpt__frag_t *f)
+static void dpt__tb_free(dpt__tb_t *b)
 {
-    if (!f)
+    if (!b)
         return;
-    free(f->obs);
-    free(f->act);
-    free(f->logp);
-    free(f->rew);
-    free(f->disc);
-    free(f);
+    free(b->obs);
+    free(b->act);
+    free(b->logp);
+    free(b->rew);
+    free(b->disc);
+    free(b);
 }
 
-static dpt__frag_t *dpt__frag_new(size_t n, size_t T, size_t od, size_t aw)
+static dpt__tb_t *dpt__tb_new(const struct dpt_appo *a)
 {
-    dpt__frag_t *f = calloc(1, sizeof *f);
-    if (!f)
+    dpt__tb_t *b = calloc(1, sizeof *b);
+    if (!b)
         return NULL;
-    size_t rows = n * (T + 1);
-    f->n = n;
-    f->obs = calloc(rows * od, sizeof(float));
-    f->act = calloc(rows * aw, 4);
-    f->logp = calloc(rows, sizeof(float));
-    f->rew = calloc(rows, sizeof(float));
-    f->disc = calloc(rows, sizeof(float));
-    if (!f->obs || !f->act || !f->logp || !f->rew || !f->disc) {
-        dpt__frag_free(f);
+    size_t rows = a->seqs * (a->T + 1);
+    b->obs = calloc(rows * a->od, sizeof(float));
+    b->act = calloc(rows * a->aw, 4);
+    b->logp = calloc(rows, sizeof(float));
+    b->rew = calloc(rows, sizeof(float));
+    b->disc = calloc(rows, sizeof(float));
+    if (!b->obs || !b->act || !b->logp || !b->rew || !b->disc) {
+        dpt__tb_free(b);
         return NULL;
     }
-    return f;
+    return b;
 }
 
-/* The rollout's last collect() as a fragment: env i's T steps become
- * sequence i (the rollout is time-major), then its current observation. */
-static void dpt__frag_fill(dpt__frag_t *f, const dpt__rollout_t *ro, double gamma)
+/* Env i's fragment of the rollout's last collect() (time-major) as
+ * sequence b->seqs of the batch: its T steps, then its current observation
+ * in the bootstrap row. */
+static void dpt__tb_add(dpt__tb_t *b, const dpt__rollout_t *ro, size_t i, double gamma,
+                        uint64_t version)
 {
-    size_t T = ro->T, N = ro->N, od = ro->obs_dim, aw = ro->act_w, L = T + 1;
-    for (size_t i = 0; i < N; i++) {
-        for (size_t t = 0; t < T; t++) {
-            size_t k = t * N + i, r = i * L + t;
-            memcpy(f->obs + r * od, ro->obs + k * od, od * sizeof(float));
-            memcpy((char *)f->act + r * aw * 4, (const char *)ro->actions + k * aw * 4, aw * 4);
-            f->logp[r] = ro->logp[k];
-            f->rew[r] = ro->rewards[k];
-            f->disc[r] = ro->dones[k] ? 0.0f : (float)gamma;
-        }
-        size_t r = i * L + T;
-        memcpy(f->obs + r * od, ro->cur_obs + i * od, od * sizeof(float));
+    size_t T = ro->T, N = ro->N, od = ro->obs_dim, aw = ro->act_w, L = T + 1, r0 = b->seqs * L;
+    for (size_t t = 0; t < T; t++) {
+        size_t k = t * N + i, r = r0 + t;
+        memcpy(b->obs + r * od, ro->obs + k * od, od * sizeof(float));
+        memcpy((char *)b->act + r * aw * 4, (const char *)ro->actions + k * aw * 4, aw * 4);
+        b->logp[r] = ro->logp[k];
+        b->rew[r] = ro->rewards[k];
+        b->disc[r] = ro->dones[k] ? 0.0f : (float)gamma;
     }
-    /* The episodes that ended in this fragment: the newest of the window. */
-    size_t e =
-        ro->episodes_this_iter < DPT__EPISODE_WINDOW ? ro->episodes_this_iter : DPT__EPISODE_WINDOW;
-    f->episodes = e;
+    memcpy(b->obs + (r0 + T) * od, ro->cur_obs + i * od, od * sizeof(float));
+    b->seqs++;
+    b->version_sum += (double)version;
+}
+
+/* The episodes that ended in the rollout's last collect() (the newest of
+ * its window), added to the batch (the newest DPT__EPISODE_WINDOW kept). */
+static void dpt__tb_episodes(dpt__tb_t *b, const dpt__rollout_t *ro)
+{
+    size_t e = ro->episodes_this_iter < DPT__EPISODE_WINDOW ? ro->episodes_this_iter
+                                                            : DPT__EPISODE_WINDOW;
     for (size_t j = 0; j < e; j++) {
         size_t idx = (ro->wnext + DPT__EPISODE_WINDOW - e + j) % DPT__EPISODE_WINDOW;
-        f->ret[j] = ro->ret_window[idx];
-        f->len[j] = ro->len_window[idx];
+        if (b->episodes == DPT__EPISODE_WINDOW) {
+            memmove(b->ret, b->ret + 1, (DPT__EPISODE_WINDOW - 1) * sizeof b->ret[0]);
+            memmove(b->len, b->len + 1, (DPT__EPISODE_WINDOW - 1) * sizeof b->len[0]);
+            b->episodes--;
+        }
+        b->ret[b->episodes] = ro->ret_window[idx];
+        b->len[b->episodes] = ro->len_window[idx];
+        b->episodes++;
     }
 }
 
@@ -177,6 +183,22 @@ static void dpt__appo_sleep(double s)
 }
 
 /* ---- samplers ------------------------------------------------------------------ */
+
+/* Pushes a full batch into the learner's inqueue, waiting while it is full
+ * (waking now and then to see whether the run is stopping). */
+static int dpt__sampler_push(dpt__sampler_t *s)
+{
+    struct dpt_appo *a = s->a;
+    for (;;) {
+        int rc = dpt_learner_push(a->learner_thread, s->tb, 0.2);
+        if (rc == DPT_OK) {
+            s->tb = NULL;
+            return DPT_OK;
+        }
+        if (rc != DPT_ETIMEDOUT || atomic_load(&a->stop))
+            return atomic_load(&a->stop) || rc == DPT_ECLOSED ? DPT_ECLOSED : rc;
+    }
+}
 
 static void *dpt__sampler_main(void *arg)
 {
@@ -194,49 +216,33 @@ static void *dpt__sampler_main(void *arg)
         if ((rc = dpt__rollout_collect(&s->ro, s->actor, s->params.data, c->gamma, 1.0,
                                        c->reward_scale, a->T, NULL, NULL)) != 0)
             break;
-        dpt__frag_t *f = dpt__frag_new(a->cfg.num_envs, a->T, a->od, a->aw);
-        if (!f) {
-            rc = dpt_error(DPT_ENOMEM, "appo sampler %d: cannot allocate a fragment", s->index);
-            break;
-        }
-        dpt__frag_fill(f, &s->ro, c->gamma);
-        f->version = s->version;
-        /* Blocks while the queue is full; wakes up now and then to see
-         * whether the run is stopping. */
-        for (;;) {
-            rc = dpt_queue_push(a->queue, f, 0.2);
-            if (rc != DPT_ETIMEDOUT || atomic_load(&a->stop))
+        for (size_t i = 0; !rc && i < s->ro.N; i++) {
+            if (!s->tb && !(s->tb = dpt__tb_new(a))) {
+                rc = dpt_error(DPT_ENOMEM, "appo sampler %d: cannot allocate a train batch",
+                               s->index);
                 break;
+            }
+            if (i == 0)
+                dpt__tb_episodes(s->tb, &s->ro);
+            dpt__tb_add(s->tb, &s->ro, i, c->gamma, s->version);
+            if (s->tb->seqs == a->seqs)
+                rc = dpt__sampler_push(s);
         }
-        if (rc) {
-            dpt__frag_free(f);
-            if (rc == DPT_ECLOSED || atomic_load(&a->stop))
-                rc = DPT_OK;
+        if (rc)
             break;
-        }
     }
+    if (rc == DPT_ECLOSED)
+        rc = DPT_OK; /* the run is stopping */
     if (rc) {
         s->rc = rc;
         snprintf(s->err, sizeof s->err, "%s", dpt_last_error());
         atomic_store(&s->failed, 1); /* publishes rc and err */
+        /* No more batches will come from here: the learner must not wait
+         * for them. Closing its inqueue ends it once it has drained it. */
+        dpt_queue_close(dpt_learner_inqueue(a->learner_thread));
     }
     atomic_store(&s->running, 0);
     return NULL;
-}
-
-/* ---- the learner ------------------------------------------------------------------ */
-
-/* Fails the learner with rc and the current error message. */
-static int dpt__learner_fail(struct dpt_appo *a, int rc)
-{
-    pthread_mutex_lock(&a->mu);
-    if (!a->lrc) {
-        a->lrc = rc;
-        snprintf(a->lerr, sizeof a->lerr, "%s", dpt_last_error());
-    }
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    return rc;
 }
 
 /* The first sampler that stopped on an error, or 0. */
@@ -249,139 +255,83 @@ static int dpt__samplers_failed(struct dpt_appo *a)
     return DPT_OK;
 }
 
-/* Takes sequences from fragments until the train batch is full. */
-static int dpt__learner_fill(struct dpt_appo *a)
+/* ---- the learner's step ------------------------------------------------------------ */
+
+static int dpt__learner_check(void *ctx)
 {
-    size_t L = a->T + 1, od = a->od, aw = a->aw;
-    while (a->bfill < a->seqs) {
-        if (!a->partial) {
-            double t0 = dpt_now();
-            void *item = NULL;
-            int rc;
-            /* Short waits, so a failed sampler or a stop is noticed. */
-            for (;;) {
-                rc = dpt_queue_pop(a->queue, &item, 0.2);
-                if (rc != DPT_ETIMEDOUT || atomic_load(&a->stop))
-                    break;
-                if ((rc = dpt__samplers_failed(a)) != 0)
-                    return rc;
-                if (dpt_now() - t0 >= a->cfg.learner_queue_timeout)
-                    return dpt_error(DPT_ETIMEDOUT,
-                                     "appo learner: no sample batch arrived in the learner queue "
-                                     "for %g s (learner_queue_timeout): the samplers are stuck "
-                                     "or gone",
-                                     a->cfg.learner_queue_timeout);
-            }
-            if (rc)
-                return atomic_load(&a->stop) ? DPT_ECLOSED : rc;
-            dpt__frag_t *f = item;
-            pthread_mutex_lock(&a->mu);
-            a->t_dequeue += dpt_now() - t0;
-            dpt_window_push(&a->qsize, (double)dpt_queue_size(a->queue));
-            a->timesteps_sampled += f->n * a->T;
-            for (size_t j = 0; j < f->episodes; j++) {
-                a->ret_window[a->wnext] = f->ret[j];
-                a->len_window[a->wnext] = f->len[j];
-                a->wnext = (a->wnext + 1) % DPT__EPISODE_WINDOW;
-                if (a->wcount < DPT__EPISODE_WINDOW)
-                    a->wcount++;
-            }
-            a->episodes_total += f->episodes;
-            a->episodes_iter += f->episodes;
-            a->lag_sum += (double)(a->updates - f->version) * (double)f->n;
-            a->lag_count += f->n;
-            pthread_mutex_unlock(&a->mu);
-            a->partial = f;
-            a->partial_next = 0;
-        }
-        dpt__frag_t *f = a->partial;
-        while (a->partial_next < f->n && a->bfill < a->seqs) {
-            size_t src = a->partial_next * L, dst = a->bfill * L;
-            memcpy(a->bobs + dst * od, f->obs + src * od, L * od * sizeof(float));
-            memcpy((char *)a->bact + dst * aw * 4, (char *)f->act + src * aw * 4, L * aw * 4);
-            memcpy(a->blogp + dst, f->logp + src, L * sizeof(float));
-            memcpy(a->brew + dst, f->rew + src, L * sizeof(float));
-            memcpy(a->bdisc + dst, f->disc + src, L * sizeof(float));
-            a->partial_next++;
-            a->bfill++;
-        }
-        if (a->partial_next == f->n) {
-            dpt__frag_free(f);
-            a->partial = NULL;
-        }
-    }
-    return DPT_OK;
+    return dpt__samplers_failed(ctx);
 }
 
-/* Loads the full train batch and takes num_sgd_iter updates on it. */
-static int dpt__learner_step(struct dpt_appo *a)
+static void dpt__learner_release(void *ctx, void *item)
 {
+    (void)ctx;
+    dpt__tb_free(item);
+}
+
+/* One update on a batch: load it (the towers hold one batch at a time),
+ * take a step, publish the weights when it is time. The first pass counts
+ * the batch's env steps, episodes and policy lag. */
+static int dpt__learner_step(void *ctx, void *item, dpt_learner_result_t *res)
+{
+    struct dpt_appo *a = ctx;
+    dpt__tb_t *tb = item;
     const dpt_rl_config_t *c = &a->cfg;
-    dpt_batch_t b;
-    int rc =
-        dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, a->bobs, a->bact, a->blogp, a->brew, a->bdisc);
-    if (rc)
-        return rc;
     pthread_mutex_lock(&a->mu);
+    if (c->total_timesteps && a->timesteps >= c->total_timesteps) {
+        /* Done: the rest is not trained on (the run ends at this count). */
+        pthread_mutex_unlock(&a->mu);
+        return DPT_OK;
+    }
+    dpt_batch_t b;
+    int rc = dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew,
+                              tb->disc);
     double t0 = dpt_now();
     dpt_towers_load_info_t li;
-    rc = dpt_towers_load(a->towers, 0, &b, &li);
-    double t1 = dpt_now();
-    a->t_load += t1 - t0;
-    float lr = dpt__rl_lr(c, a->timesteps);
-    for (int e = 0; !rc && e < c->num_sgd_iter; e++) {
-        dpt_towers_stats_t st;
-        rc = dpt_towers_optimize(a->towers, 0, 0, lr, &st);
-        if (rc)
-            break;
-        a->ls_sum.policy_loss += st.extra[DPT_PPO_STAT_POLICY_LOSS];
-        a->ls_sum.vf_loss += st.extra[DPT_PPO_STAT_VF_LOSS];
-        a->ls_sum.entropy += st.extra[DPT_PPO_STAT_ENTROPY];
-        a->ls_sum.kl += st.extra[DPT_PPO_STAT_KL];
-        a->ls_sum.clipfrac += st.extra[DPT_PPO_STAT_CLIPFRAC];
-        a->ls_sum.grad_norm += st.grad_norm;
-        a->ls_count++;
-        a->updates++;
-        if (a->updates % (uint64_t)c->broadcast_interval == 0) {
-            pthread_mutex_lock(&a->wmu);
-            rc = dpt_towers_get_weights(a->towers, a->pub.data, a->pub.count);
-            a->pub_version = a->updates;
-            pthread_mutex_unlock(&a->wmu);
-        }
-    }
-    a->t_grad += dpt_now() - t1;
     if (!rc)
-        a->timesteps += a->seqs * a->T;
-    a->bfill = 0;
+        rc = dpt_towers_load(a->towers, 0, &b, &li);
+    a->load_s += dpt_now() - t0;
+    float lr = dpt__rl_lr(c, a->timesteps);
+    dpt_towers_stats_t st;
+    if (!rc)
+        rc = dpt_towers_optimize(a->towers, 0, 0, lr, &st);
+    if (rc) {
+        pthread_mutex_unlock(&a->mu);
+        return rc;
+    }
+    a->updates++;
+    if (a->updates % (uint64_t)c->broadcast_interval == 0) {
+        pthread_mutex_lock(&a->wmu);
+        rc = dpt_towers_get_weights(a->towers, a->pub.data, a->pub.count);
+        a->pub_version = a->updates;
+        pthread_mutex_unlock(&a->wmu);
+    }
+    if (tb->passes++ == 0) {
+        uint64_t steps = (uint64_t)(a->seqs * a->T);
+        res->env_steps = res->agent_steps = steps;
+        a->timesteps += steps;
+        a->timesteps_sampled += steps;
+        a->lag_sum += (double)(a->updates - 1) * (double)tb->seqs - tb->version_sum;
+        a->lag_count += (double)tb->seqs;
+        for (size_t j = 0; j < tb->episodes; j++) {
+            a->ret_window[a->wnext] = tb->ret[j];
+            a->len_window[a->wnext] = tb->len[j];
+            a->wnext = (a->wnext + 1) % DPT__EPISODE_WINDOW;
+            if (a->wcount < DPT__EPISODE_WINDOW)
+                a->wcount++;
+        }
+        a->episodes_total += tb->episodes;
+        a->episodes_iter += tb->episodes;
+    }
+    a->ls_sum.policy_loss += st.extra[DPT_PPO_STAT_POLICY_LOSS];
+    a->ls_sum.vf_loss += st.extra[DPT_PPO_STAT_VF_LOSS];
+    a->ls_sum.entropy += st.extra[DPT_PPO_STAT_ENTROPY];
+    a->ls_sum.kl += st.extra[DPT_PPO_STAT_KL];
+    a->ls_sum.clipfrac += st.extra[DPT_PPO_STAT_CLIPFRAC];
+    a->ls_sum.grad_norm += st.grad_norm;
+    a->ls_count++;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     return rc;
-}
-
-static void *dpt__learner_main(void *arg)
-{
-    struct dpt_appo *a = arg;
-    uint64_t total = a->cfg.total_timesteps;
-    while (!atomic_load(&a->stop)) {
-        pthread_mutex_lock(&a->mu);
-        int done = total && a->timesteps >= total;
-        pthread_mutex_unlock(&a->mu);
-        if (done) {
-            /* Nothing more to train: idle until the engine stops. */
-            dpt__appo_sleep(0.01);
-            continue;
-        }
-        int rc = dpt__learner_fill(a);
-        if (rc == DPT_ECLOSED && atomic_load(&a->stop))
-            break;
-        if (!rc)
-            rc = dpt__learner_step(a);
-        if (rc) {
-            dpt__learner_fail(a, rc);
-            break;
-        }
-    }
-    return NULL;
 }
 
 /* ---- the engine -------------------------------------------------------------------- */
@@ -395,11 +345,11 @@ static void *dpt__learner_main(void *arg)
 static void dpt__appo_stop(dpt_appo_t *a)
 {
     atomic_store(&a->stop, 1);
-    if (a->queue)
-        dpt_queue_close(a->queue);
-    if (a->lstarted)
-        pthread_join(a->lthread, NULL);
-    a->lstarted = 0;
+    if (a->learner_thread) {
+        dpt_learner_stop(a->learner_thread);
+        if (a->lstarted)
+            (void)dpt_learner_join(a->learner_thread);
+    }
     double deadline = dpt_now() + DPT__APPO_JOIN_S;
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__sampler_t *s = &a->samplers[k];
@@ -415,13 +365,6 @@ static void dpt__appo_stop(dpt_appo_t *a)
         }
         s->started = 0;
     }
-    if (a->stuck)
-        return;
-    void *item;
-    while (a->queue && dpt_queue_pop(a->queue, &item, 0) == DPT_OK)
-        dpt__frag_free(item);
-    dpt__frag_free(a->partial);
-    a->partial = NULL;
 }
 
 int dpt_appo_stop(dpt_appo_t *a)
@@ -439,24 +382,19 @@ void dpt_appo_destroy(dpt_appo_t *a)
     dpt__appo_stop(a);
     if (a->stuck)
         return; /* a detached sampler may still use it */
+    dpt_learner_destroy(a->learner_thread); /* releases the batches it holds */
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__rollout_deinit(&a->samplers[k].ro);
         dpt_policy_destroy(a->samplers[k].actor);
         dpt_arena_deinit(&a->samplers[k].params);
+        dpt__tb_free(a->samplers[k].tb);
     }
     free(a->samplers);
-    dpt_queue_destroy(a->queue);
     dpt_towers_destroy(a->towers);
     dpt_policy_destroy(a->learner);
     dpt_arena_deinit(&a->pub);
     dpt_arena_deinit(&a->ck_params);
     dpt_optim_destroy(a->ck_opt);
-    dpt_window_deinit(&a->qsize);
-    free(a->bobs);
-    free(a->bact);
-    free(a->blogp);
-    free(a->brew);
-    free(a->bdisc);
     pthread_mutex_destroy(&a->wmu);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
@@ -483,10 +421,8 @@ int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_c
                          "appo: the %zu fragments of a train batch must be at least and "
                          "divisible by num_devices %zu",
                          seqs, D);
-    if (cfg->num_sgd_iter < 1 || cfg->broadcast_interval < 1 || cfg->learner_queue_size < 1 ||
-        !(cfg->learner_queue_timeout > 0.0))
-        return dpt_error(DPT_EINVAL, "appo: num_sgd_iter, broadcast_interval, "
-                                     "learner_queue_size and learner_queue_timeout must be > 0");
+    if (cfg->num_sgd_iter < 1 || cfg->broadcast_interval < 1)
+        return dpt_error(DPT_EINVAL, "appo: num_sgd_iter and broadcast_interval must be >= 1");
     dpt_appo_t *a = calloc(1, sizeof *a);
     if (!a)
         return dpt_error(DPT_ENOMEM, "appo: cannot allocate");
@@ -500,20 +436,24 @@ int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_c
     a->od = cls->obs_dim;
     a->aw = cls->action_kind == DPT_ACTION_DISCRETE ? 1 : cls->action_dim;
     a->nsamplers = cfg->num_workers;
-    size_t L = T + 1, rows = seqs * L;
+    size_t rows = seqs * (T + 1);
     int rc;
     a->samplers = calloc((size_t)a->nsamplers, sizeof *a->samplers);
-    a->bobs = calloc(rows * a->od, sizeof(float));
-    a->bact = calloc(rows * a->aw, 4);
-    a->blogp = calloc(rows, sizeof(float));
-    a->brew = calloc(rows, sizeof(float));
-    a->bdisc = calloc(rows, sizeof(float));
-    if (!a->samplers || !a->bobs || !a->bact || !a->blogp || !a->brew || !a->bdisc) {
-        rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate a train batch of %zu rows", rows);
+    if (!a->samplers) {
+        rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d samplers", a->nsamplers);
         goto fail;
     }
-    if ((rc = dpt_queue_create(&a->queue, cfg->learner_queue_size)) != 0 ||
-        (rc = dpt_window_init(&a->qsize, 50)) != 0 ||
+    dpt_learner_options_t lo;
+    dpt_learner_options_init(&lo);
+    lo.learner_queue_size = cfg->learner_queue_size;
+    lo.learner_queue_timeout = cfg->learner_queue_timeout;
+    lo.minibatch_buffer_size = cfg->minibatch_buffer_size;
+    lo.num_sgd_iter = cfg->num_sgd_iter;
+    lo.step = dpt__learner_step;
+    lo.release = dpt__learner_release;
+    lo.check = dpt__learner_check;
+    lo.ctx = a;
+    if ((rc = dpt_learner_create(&a->learner_thread, &lo)) != 0 ||
         (rc = dpt_policy_create_ex(&a->learner, cls, &cfg->policy, rows / D)) != 0)
         goto fail;
     size_t n = dpt_policy_vars(a->learner)->total;
@@ -585,10 +525,14 @@ uint64_t dpt_appo_iteration(const dpt_appo_t *a)
     return a->iteration;
 }
 
-/* Starts the samplers and the learner (first iteration). */
+/* Starts the learner and the samplers (first iteration). */
 static int dpt__appo_start(dpt_appo_t *a)
 {
     atomic_store(&a->stop, 0);
+    int rc = dpt_learner_start(a->learner_thread);
+    if (rc)
+        return rc;
+    a->lstarted = 1;
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__sampler_t *s = &a->samplers[k];
         atomic_store(&s->running, 1);
@@ -599,12 +543,19 @@ static int dpt__appo_start(dpt_appo_t *a)
         }
         s->started = 1;
     }
-    if (pthread_create(&a->lthread, NULL, dpt__learner_main, a) != 0) {
-        dpt__appo_stop(a);
-        return dpt_error(DPT_ETHREAD, "appo: cannot start the learner thread");
-    }
-    a->lstarted = 1;
     return DPT_OK;
+}
+
+/* Why the learner cannot go on: a sampler's error, the learner's own, or
+ * a learner that ended (its inqueue closed); 0 while it trains. */
+static int dpt__appo_health(dpt_appo_t *a)
+{
+    int rc = dpt__samplers_failed(a);
+    if (!rc)
+        rc = dpt_learner_check(a->learner_thread);
+    if (!rc && !dpt_learner_running(a->learner_thread))
+        rc = dpt_error(DPT_ESTATE, "appo: the learner thread ended");
+    return rc;
 }
 
 int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
@@ -612,6 +563,8 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
     memset(res, 0, sizeof *res);
     memset(as, 0, sizeof *as);
     const dpt_rl_config_t *c = &a->cfg;
+    if (a->stuck || atomic_load(&a->stop))
+        return dpt_error(DPT_ESTATE, "appo: the engine has stopped");
     pthread_mutex_lock(&a->mu);
     /* The learner goes on between two calls: an iteration reports what it
      * did since the last report (and when it reached total_timesteps
@@ -620,11 +573,9 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         a->rep.t = dpt_now();
         a->rep.timesteps = a->timesteps;
         a->rep.updates = a->updates;
+        a->rep.load_s = a->load_s;
     }
-    double t0 = a->rep.t;
-    uint64_t start = a->rep.timesteps, start_updates = a->rep.updates;
-    double grad0 = a->rep.grad, load0 = a->rep.load, deq0 = a->rep.dequeue;
-    uint64_t target = start + c->steps_per_iteration;
+    uint64_t start = a->rep.timesteps, target = start + c->steps_per_iteration;
     if (c->total_timesteps && target > c->total_timesteps)
         target = c->total_timesteps;
     pthread_mutex_unlock(&a->mu);
@@ -632,8 +583,21 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
     if (rc)
         return rc;
     pthread_mutex_lock(&a->mu);
-    while (!a->lrc && a->timesteps < target) {
-        /* Woken by every update; the time limit only bounds a missed one. */
+    while (a->timesteps < target) {
+        pthread_mutex_unlock(&a->mu);
+        /* The learner's results: nothing to add (the step keeps the
+         * figures), but its outqueue must not fill up. */
+        dpt_learner_result_t lr;
+        while (dpt_learner_pop_result(a->learner_thread, &lr, 0.0) == DPT_OK)
+            ;
+        if ((rc = dpt__appo_health(a)) != 0) {
+            dpt__appo_stop(a);
+            return rc;
+        }
+        pthread_mutex_lock(&a->mu);
+        if (a->timesteps >= target)
+            break;
+        /* Woken by every update; the time limit bounds the health checks. */
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 200000000L;
@@ -643,13 +607,7 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         }
         pthread_cond_timedwait(&a->cv, &a->mu, &until);
     }
-    rc = a->lrc;
-    if (rc) {
-        pthread_mutex_unlock(&a->mu);
-        dpt__appo_stop(a);
-        return dpt_error(rc, "%s", a->lerr);
-    }
-    double t1 = dpt_now(), wall = t1 - t0;
+    double t1 = dpt_now(), wall = t1 - a->rep.t;
     a->iteration++;
     res->iteration = a->iteration;
     res->timesteps_total = a->timesteps;
@@ -674,32 +632,29 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
     res->clipfrac = a->ls_sum.clipfrac * inv;
     res->grad_norm = a->ls_sum.grad_norm * inv;
     res->cur_lr = dpt__rl_lr(c, a->timesteps);
-    res->learn_time_s = a->t_grad - grad0 + a->t_load - load0;
-    res->sample_time_s = a->t_dequeue - deq0;
     res->iteration_time_s = wall;
     res->env_steps_per_s = wall > 0.0 ? (double)res->timesteps_this_iter / wall : 0.0;
-    as->updates = a->updates - start_updates;
+    dpt_learner_stats_t ls;
+    dpt_learner_get_stats(a->learner_thread, &ls);
+    as->updates = a->updates - a->rep.updates;
     as->timesteps_sampled = a->timesteps_sampled;
-    as->policy_lag = a->lag_count ? a->lag_sum / (double)a->lag_count : 0.0;
-    as->learner_utilization = wall > 0.0 ? (a->t_grad - grad0) / wall : 0.0;
-    as->dequeue_time_ms = (a->t_dequeue - deq0) * 1e3;
-    as->load_time_ms = (a->t_load - load0) * 1e3;
-    as->grad_time_ms = (a->t_grad - grad0) * 1e3;
-    as->queue_count = (uint64_t)a->qsize.count;
-    as->queue_mean = dpt_window_mean(&a->qsize);
-    as->queue_std = dpt_window_std(&a->qsize);
-    static const double qs[5] = {0.0, 0.1, 0.5, 0.9, 1.0};
-    for (int i = 0; i < 5; i++)
-        as->queue_quantiles[i] = as->queue_count ? dpt_window_quantile(&a->qsize, qs[i]) : 0.0;
+    as->policy_lag = a->lag_count > 0.0 ? a->lag_sum / a->lag_count : 0.0;
+    as->learner_utilization = ls.learner_utilization;
+    as->dequeue_time_ms = ls.learner_dequeue_time_ms;
+    as->grad_time_ms = ls.learner_grad_time_ms;
+    as->load_time_ms = as->updates ? (a->load_s - a->rep.load_s) * 1e3 / (double)as->updates : 0.0;
+    as->queue_count = (uint64_t)ls.size_count;
+    as->queue_mean = ls.size_mean;
+    as->queue_std = ls.size_std;
+    memcpy(as->queue_quantiles, ls.size_quantiles, sizeof as->queue_quantiles);
+    res->learn_time_s = as->grad_time_ms * 1e-3 * (double)as->updates;
+    res->sample_time_s = as->dequeue_time_ms * 1e-3 * (double)as->updates;
     /* The next iteration starts here. */
     a->rep.t = t1;
     a->rep.timesteps = a->timesteps;
     a->rep.updates = a->updates;
-    a->rep.grad = a->t_grad;
-    a->rep.load = a->t_load;
-    a->rep.dequeue = a->t_dequeue;
-    a->lag_sum = 0.0;
-    a->lag_count = 0;
+    a->rep.load_s = a->load_s;
+    a->lag_sum = a->lag_count = 0.0;
     a->episodes_iter = 0;
     memset(&a->ls_sum, 0, sizeof a->ls_sum);
     a->ls_count = 0;

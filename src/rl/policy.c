@@ -441,40 +441,22 @@ typedef struct dpt__vtrace_cols {
  * log-probabilities blogp: value targets into p->tm_ret, advantages into
  * p->tm_adv, and p->mask marking the steps (the bootstrap row is 0).
  * p->dlogp holds the log-ratios meanwhile (the loss overwrites it). */
-static void dpt__vtrace_targets(dpt_policy_t *p, const float *v, const float *blogp,
-                                const dpt__vtrace_cols_t *vt, size_t B)
+static int dpt__vtrace_targets(dpt_policy_t *p, const float *v, const float *blogp,
+                               const dpt__vtrace_cols_t *vt, size_t B)
 {
     size_t L = vt->L, T = L - 1;
     for (size_t s = 0; s + L <= B; s += L) {
-        for (size_t t = 0; t < T; t++) {
-            p->dlogp[s + t] = p->logp[s + t] - blogp[s + t];
-            p->mask[s + t] = 1;
-        }
-        dpt_vtrace(T, p->dlogp + s, vt->discounts + s, vt->rewards + s, v + s, v[s + T],
-                   p->vt.clip_rho, p->vt.clip_pg_rho, p->tm_ret + s, p->tm_adv + s);
+        int rc = dpt_vtrace(blogp + s, p->logp + s, vt->rewards + s, v + s, vt->discounts + s,
+                            v + s + T, T, 1, (double)p->vt.clip_rho, (double)p->vt.clip_pg_rho,
+                            p->tm_ret + s, p->tm_adv + s);
+        if (rc)
+            return dpt_error(rc, "vtrace loss: fragment %zu: %s", s / L, dpt_last_error());
+        memset(p->mask + s, 1, T);
         p->mask[s + T] = 0;
         p->tm_adv[s + T] = 0.0f;
         p->tm_ret[s + T] = v[s + T];
     }
-}
-
-void dpt_vtrace(size_t T, const float *log_rhos, const float *discounts, const float *rewards,
-                const float *values, float bootstrap, float clip_rho, float clip_pg_rho, float *vs,
-                float *pg_adv)
-{
-    double rho_bar = (double)clip_rho, pg_bar = (double)clip_pg_rho;
-    double acc = 0.0, vs_next = (double)bootstrap, v_next = vs_next;
-    for (size_t t = T; t-- > 0;) {
-        double rho = exp((double)log_rhos[t]);
-        double r = (double)rewards[t], d = (double)discounts[t], vt = (double)values[t];
-        double delta = (rho < rho_bar ? rho : rho_bar) * (r + d * v_next - vt);
-        acc = delta + d * (rho < 1.0 ? rho : 1.0) * acc;
-        double v_s = vt + acc;
-        pg_adv[t] = (float)((rho < pg_bar ? rho : pg_bar) * (r + d * vs_next - vt));
-        vs[t] = (float)v_s;
-        vs_next = v_s;
-        v_next = vt;
-    }
+    return DPT_OK;
 }
 
 /*
@@ -504,7 +486,8 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
     dpt__ppo_cols_t vcols;
     int impala = 0;
     if (vt) {
-        dpt__vtrace_targets(p, v, c->logp_old, vt, B);
+        if ((rc = dpt__vtrace_targets(p, v, c->logp_old, vt, B)) != 0)
+            return rc;
         vcols = *c;
         vcols.adv = p->tm_adv;
         vcols.ret = p->tm_ret;

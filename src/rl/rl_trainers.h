@@ -79,6 +79,7 @@ typedef struct dpt_rl_config {
     size_t train_batch_size;      /* env steps per learner update (whole fragments) */
     size_t learner_queue_size;    /* sample batches in the learner's queue */
     double learner_queue_timeout; /* seconds */
+    size_t minibatch_buffer_size; /* train batches the learner cycles through */
     int broadcast_interval;       /* learner updates between weight publications */
     float vtrace_clip_rho, vtrace_clip_pg_rho;
     uint64_t steps_per_iteration; /* env steps trained per reported iteration */
@@ -169,10 +170,13 @@ typedef struct dpt_appo_stats {
     uint64_t timesteps_sampled; /* env steps that reached the learner, in all */
     double policy_lag;          /* mean learner updates between a fragment's weights and
                                  * the update that took it */
-    double learner_utilization; /* share of the iteration's wall time in gradient steps */
-    double dequeue_time_ms, load_time_ms, grad_time_ms; /* summed over the iteration */
-    uint64_t queue_count;                               /* queue-size samples (<= 50) */
-    double queue_mean, queue_std, queue_quantiles[5];   /* 0, 10, 50, 90, 100% */
+    double learner_utilization; /* share of the learner thread's time in its steps */
+    /* Mean ms per update: waiting for and taking a batch (the minibatch
+     * buffer's get) and the whole step (over the learner thread's last 50
+     * updates), and loading the batch into the towers (this iteration). */
+    double dequeue_time_ms, load_time_ms, grad_time_ms;
+    uint64_t queue_count;                             /* queue-size samples (<= 50) */
+    double queue_mean, queue_std, queue_quantiles[5]; /* 0, 10, 50, 90, 100% */
 } dpt_appo_stats_t;
 
 /* Creates the engine of job appo or impala (cfg->impala) for envs of class

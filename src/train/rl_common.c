@@ -189,6 +189,7 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
             out->sgd_minibatch_size = out->train_batch_size;
             out->learner_queue_size = (size_t)DPT_CI(c, learner_queue_size);
             out->learner_queue_timeout = DPT_CF(c, learner_queue_timeout);
+            out->minibatch_buffer_size = (size_t)DPT_CI(c, minibatch_buffer_size);
             out->broadcast_interval = (int)DPT_CI(c, broadcast_interval);
             out->vtrace_clip_rho = (float)DPT_CF(c, vtrace_clip_rho_threshold);
             out->vtrace_clip_pg_rho = (float)DPT_CF(c, vtrace_clip_pg_rho_threshold);
