@@ -39,11 +39,11 @@
  * the observation after them), the weights versions that sampled them, and
  * the episodes that ended while it filled. */
 typedef struct dpt__tb {
-    size_t seqs; /* sequences filled so far */
-    int passes;  /* updates taken on it */
-    double version_sum; /* sum over its sequences of the sampling weights' version */
-    float *obs;  /* [seqs (T + 1), obs_dim] */
-    void *act;   /* [seqs (T + 1), act_w] */
+    size_t seqs;              /* sequences filled so far */
+    int passes;               /* updates taken on it */
+    double version_sum;       /* sum over its sequences of the sampling weights' version */
+    float *obs;               /* [seqs (T + 1), obs_dim] */
+    void *act;                /* [seqs (T + 1), act_w] */
     float *logp, *rew, *disc; /* [seqs (T + 1)] */
     size_t episodes;
     double ret[DPT__EPISODE_WINDOW];
@@ -161,8 +161,8 @@ static void dpt__tb_add(dpt__tb_t *b, const dpt__rollout_t *ro, size_t i, double
  * its window), added to the batch (the newest DPT__EPISODE_WINDOW kept). */
 static void dpt__tb_episodes(dpt__tb_t *b, const dpt__rollout_t *ro)
 {
-    size_t e = ro->episodes_this_iter < DPT__EPISODE_WINDOW ? ro->episodes_this_iter
-                                                            : DPT__EPISODE_WINDOW;
+    size_t e =
+        ro->episodes_this_iter < DPT__EPISODE_WINDOW ? ro->episodes_this_iter : DPT__EPISODE_WINDOW;
     for (size_t j = 0; j < e; j++) {
         size_t idx = (ro->wnext + DPT__EPISODE_WINDOW - e + j) % DPT__EPISODE_WINDOW;
         if (b->episodes == DPT__EPISODE_WINDOW) {
@@ -283,8 +283,8 @@ static int dpt__learner_step(void *ctx, void *item, dpt_learner_result_t *res)
         return DPT_OK;
     }
     dpt_batch_t b;
-    int rc = dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew,
-                              tb->disc);
+    int rc =
+        dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew, tb->disc);
     double t0 = dpt_now();
     dpt_towers_load_info_t li;
     if (!rc)
@@ -381,7 +381,7 @@ void dpt_appo_destroy(dpt_appo_t *a)
         return;
     dpt__appo_stop(a);
     if (a->stuck)
-        return; /* a detached sampler may still use it */
+        return;                             /* a detached sampler may still use it */
     dpt_learner_destroy(a->learner_thread); /* releases the batches it holds */
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__rollout_deinit(&a->samplers[k].ro);
