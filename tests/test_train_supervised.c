@@ -586,6 +586,91 @@ static void test_csv(void)
     dpt_config_destroy(cc);
 }
 
+/* Regression: loss = mse or huber on CSV target columns. y1 = 2 x0 - x1 and
+ * y2 = x0 x1 are learnt (rmse well under the targets' spread); the metrics
+ * are rmse, mae and r2, evaluate() and eval_checkpoint agree; the config
+ * rules are enforced. */
+static void test_regression(void)
+{
+    char train[512], test[512], set_train[600], set_test[600];
+    path_in(train, sizeof train, "reg_train.csv");
+    path_in(test, sizeof test, "reg_test.csv");
+    uint64_t st_rng = 12345;
+    for (int part = 0; part < 2; part++) {
+        FILE *f = fopen(part ? test : train, "w");
+        REQUIRE(f);
+        fprintf(f, "x0,y2,x1,y1\n");
+        for (int i = 0; i < (part ? 200 : 1000); i++) {
+            st_rng = st_rng * 6364136223846793005u + 1442695040888963407u;
+            double x0 = (double)(st_rng >> 40) / 16777216.0 * 2.0 - 1.0;
+            st_rng = st_rng * 6364136223846793005u + 1442695040888963407u;
+            double x1 = (double)(st_rng >> 40) / 16777216.0 * 2.0 - 1.0;
+            fprintf(f, "%.6f,%.6f,%.6f,%.6f\n", x0, x0 * x1, x1, 2.0 * x0 - x1);
+        }
+        REQUIRE(fclose(f) == 0);
+    }
+    snprintf(set_train, sizeof set_train, "train_csv=%s", train);
+    snprintf(set_test, sizeof set_test, "test_csv=%s", test);
+    static const char *const losses[] = {"loss=mse", "loss=huber"};
+    for (int l = 0; l < 2; l++) {
+        dpt_config_t *c = cfg_make("dataset=csv", set_train, set_test, losses[l],
+                                   "target_columns=y1,y2", "hidden=32,32", "activation=tanh",
+                                   "lr=0.01", "batch_size=32", "num_devices=2", "epochs=30", NULL);
+        REQUIRE(c);
+        dpt_trainer_t *t;
+        REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+        dpt_train_result_t r;
+        CHECK_OK(iterate_n(t, 30, &r));
+        double rmse = dpt_train_result_get(&r, "test_rmse"),
+               r2 = dpt_train_result_get(&r, "test_r2");
+        printf("     %s: test rmse %.4f, mae %.4f, r2 %.4f\n", losses[l], rmse,
+               dpt_train_result_get(&r, "test_mae"), r2);
+        CHECK(rmse < 0.1 && r2 > 0.95);
+        CHECK(isnan(dpt_train_result_get(&r, "test_accuracy")));
+        dpt_eval_result_t want, got;
+        CHECK_OK(dpt_trainer_evaluate(t, 0, 0, &want));
+        CHECK(want.count == 200 && want.rmse == rmse && isnan(want.accuracy));
+        dpt_safetensors_t *st = NULL;
+        REQUIRE_OK(save_and_load(t, "reg.safetensors", &st));
+        const char *lk = dpt_safetensors_meta(st, "loss");
+        uint64_t k = 0;
+        CHECK(lk && strcmp(lk, losses[l] + 5) == 0);
+        CHECK(dpt_safetensors_meta_u64(st, "num_targets", &k) == DPT_OK && k == 2);
+        CHECK_OK(dpt_trainer_ops(DPT_JOB_SUPERVISED)->eval_checkpoint(c, st, 0, 0, &got));
+        CHECK(got.count == 200 && got.loss == want.loss && got.rmse == want.rmse &&
+              got.mae == want.mae && got.r2 == want.r2);
+        /* The test file must have the same targets. */
+        dpt_config_t *c1 = cfg_make("dataset=csv", set_train, set_test, losses[l],
+                                    "target_columns=y1", "hidden=32,32", "activation=tanh", NULL);
+        REQUIRE(c1);
+        CHECK_ERR(dpt_trainer_ops(DPT_JOB_SUPERVISED)->eval_checkpoint(c1, st, 0, 0, &got),
+                  DPT_EINVAL, "predicts 2 targets, the test data");
+        dpt_config_destroy(c1);
+        dpt_safetensors_destroy(st);
+        dpt_trainer_destroy(t);
+        dpt_config_destroy(c);
+    }
+    /* The rules: a regression loss needs CSV targets; targets need one. */
+    dpt_config_t *c = NULL;
+    const char *base[] = {"job=supervised"};
+    const char *no_targets[] = {"dataset=csv", set_train, set_test, "loss=mse"};
+    CHECK_ERR(dpt_test_config(&c, base, 1, no_targets, 4), DPT_EINVAL,
+              "loss = mse regresses CSV targets: it needs dataset = csv and target_columns");
+    const char *mnist[] = {"loss=huber", "target_columns=y"};
+    CHECK_ERR(dpt_test_config(&c, base, 1, mnist, 2), DPT_EINVAL, "needs dataset = csv");
+    const char *cls[] = {"dataset=csv", set_train, set_test, "target_columns=y1"};
+    CHECK_ERR(dpt_test_config(&c, base, 1, cls, 4), DPT_EINVAL,
+              "target_columns = y1 needs loss = mse or huber");
+    const char *bad[] = {"loss=l1"};
+    CHECK_ERR(dpt_test_config(&c, base, 1, bad, 1), DPT_EINVAL, "loss must be one of");
+    /* A target column that is not in the file, named. */
+    c = cfg_make("dataset=csv", set_train, set_test, "loss=mse", "target_columns=y3", NULL);
+    REQUIRE(c);
+    dpt_trainer_t *t = NULL;
+    CHECK_ERR(dpt_trainer_create(&t, c, NULL), DPT_EINVAL, "no target column \"y3\"");
+    dpt_config_destroy(c);
+}
+
 static void test_fashion_mnist_missing(void)
 {
     char dir[512], set_dir[600];
@@ -651,15 +736,11 @@ int main(void)
     if (dpt_test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_sup") != 0)
         return 1;
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_spirals_dataset),
-        DPT_TEST(test_spirals_learns),
-        DPT_TEST(test_repeatable),
-        DPT_TEST(test_resume_bitwise),
-        DPT_TEST(test_checkpoint_contents),
-        DPT_TEST(test_restore_errors),
-        DPT_TEST(test_eval_checkpoint),
-        DPT_TEST(test_csv),
-        DPT_TEST(test_fashion_mnist_missing),
+        DPT_TEST(test_spirals_dataset),     DPT_TEST(test_spirals_learns),
+        DPT_TEST(test_repeatable),          DPT_TEST(test_resume_bitwise),
+        DPT_TEST(test_checkpoint_contents), DPT_TEST(test_restore_errors),
+        DPT_TEST(test_eval_checkpoint),     DPT_TEST(test_csv),
+        DPT_TEST(test_regression),          DPT_TEST(test_fashion_mnist_missing),
         DPT_TEST(test_create_errors),
     };
     int rc = DPT_TEST_RUN(cases);

@@ -56,7 +56,13 @@ static void train_print_end(train_ui_t *ui, const dpt_run_event_t *ev)
     double secs = ev->elapsed_s;
     if (ui->job == DPT_JOB_SUPERVISED) {
         double acc = dpt_train_result_get(r, "test_accuracy");
-        if (isfinite(acc))
+        double rmse = dpt_train_result_get(r, "test_rmse");
+        if (isfinite(rmse))
+            printf("dpt train: test rmse %.4f, r2 %.4f after %llu epochs; this run %.1f s "
+                   "(%.0f samples/s overall)\n",
+                   rmse, dpt_train_result_get(r, "test_r2"), (unsigned long long)r->iteration, secs,
+                   secs > 0 ? (double)ev->timesteps_this_run / secs : 0.0);
+        else if (isfinite(acc))
             printf("dpt train: test accuracy %.4f after %llu epochs; this run %.1f s "
                    "(%.0f samples/s overall)\n",
                    acc, (unsigned long long)r->iteration, secs,
@@ -68,9 +74,10 @@ static void train_print_end(train_ui_t *ui, const dpt_run_event_t *ev)
                secs > 0 ? (double)ev->timesteps_this_run / secs : 0.0, r->reward_mean,
                dpt_train_result_get(r, "episode_reward_mean_last20"));
     }
-    if (ev->eval)
-        printf("evaluation: greedy policy, %zu episodes: mean return %.1f, mean length %.1f\n",
-               ev->eval->count, ev->eval->mean_return, ev->eval->mean_length);
+    if (ev->eval && ui->job != DPT_JOB_SUPERVISED)
+        printf("evaluation: %s policy, %zu episodes: mean return %.1f, mean length %.1f\n",
+               ev->eval->stochastic ? "stochastic" : "greedy", ev->eval->count,
+               ev->eval->mean_return, ev->eval->mean_length);
     printf("dpt train: %s after iteration %llu; run directory %s\n", ev->text,
            (unsigned long long)r->iteration, ev->dir);
 }
@@ -526,7 +533,12 @@ int dpt_cmd_eval(int argc, char **argv)
         code = dpt_cli_exit_code(rc);
         goto out;
     }
-    if (json && job == DPT_JOB_SUPERVISED)
+    int regress = job == DPT_JOB_SUPERVISED && !isnan(r.rmse);
+    if (json && regress)
+        printf("{\"checkpoint\":\"%s\",\"job\":\"%s\",\"samples\":%zu,\"loss\":%.17g,"
+               "\"rmse\":%.17g,\"mae\":%.17g,\"r2\":%.17g}\n",
+               path, dpt_job_name(job), r.count, r.loss, r.rmse, r.mae, r.r2);
+    else if (json && job == DPT_JOB_SUPERVISED)
         printf("{\"checkpoint\":\"%s\",\"job\":\"%s\",\"samples\":%zu,\"loss\":%.17g,"
                "\"accuracy\":%.17g}\n",
                path, dpt_job_name(job), r.count, r.loss, r.accuracy);
@@ -535,6 +547,9 @@ int dpt_cmd_eval(int argc, char **argv)
                "\"mean_length\":%.17g,\"stochastic\":%s}\n",
                path, dpt_job_name(job), r.count, r.mean_return, r.mean_length,
                r.stochastic ? "true" : "false");
+    else if (regress)
+        printf("%s: %zu test samples, loss %.4f, rmse %.4f, mae %.4f, r2 %.4f\n", path, r.count,
+               r.loss, r.rmse, r.mae, r.r2);
     else if (job == DPT_JOB_SUPERVISED)
         printf("%s: %zu test samples, loss %.4f, accuracy %.4f\n", path, r.count, r.loss,
                r.accuracy);

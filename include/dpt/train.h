@@ -120,6 +120,7 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
 #define DPT_CHOICES_JOB (DPT_JOB_LIST(DPT__CHOICE3) + 1)
 #define DPT_CHOICES_OPTIM (DPT_OPTIM_LIST(DPT__CHOICE3) + 1)
 #define DPT_CHOICES_SCHEDULE (DPT_SCHEDULE_LIST(DPT__CHOICE2) + 1)
+#define DPT_CHOICES_LOSS (DPT_LOSS_LIST(DPT__CHOICE2) + 1)
 #define DPT_CHOICES_TOWERS_MODE (DPT_TOWERS_MODE_LIST(DPT__CHOICE2) + 1)
 #define DPT__CHOICE_VAL(sym, val, name) "|" name
 #define DPT_CHOICES_REDUCE_OP (DPT_REDUCE_OP_LIST(DPT__CHOICE_VAL) + 1)
@@ -182,6 +183,11 @@ typedef enum dpt_adv_norm {
     X(test_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",          \
       "csv: test file (relative to the config file)")                                              \
     X(label_column, STR, DPT_JOBS_SUP, 0, "label", 0, 0, "", "csv: name of the label column")      \
+    X(loss, ENUM, DPT_JOBS_SUP, 0, "softmax_xent", 0, 0, DPT_CHOICES_LOSS,                         \
+      "softmax_xent: classify the label; mse or huber (delta 1): regress the target_columns")      \
+    X(target_columns, STR, DPT_JOBS_SUP, 0, "", 0, 0, "",                                          \
+      "csv with loss = mse or huber: the target columns' names, comma-separated (the other "       \
+      "columns are the features)")                                                                 \
     X(hidden, STR, DPT_JOBS_SUP, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")    \
     X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")           \
     X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")              \
@@ -495,12 +501,14 @@ double dpt_train_result_get(const dpt_train_result_t *r, const char *name);
 
 /* What evaluate() measured. */
 typedef struct dpt_eval_result {
-    size_t count;       /* episodes (RL) or test samples (supervised) */
-    double mean_return; /* RL: mean episode return; supervised: NAN */
-    double mean_length; /* RL: mean episode length */
-    double loss;        /* supervised: mean test loss; RL: NAN */
-    double accuracy;    /* supervised: test accuracy; RL: NAN */
-    int stochastic;     /* RL: 1 when the actions were sampled (eval_stochastic), 0 greedy */
+    size_t count;         /* episodes (RL) or test samples (supervised) */
+    double mean_return;   /* RL: mean episode return; supervised: NAN */
+    double mean_length;   /* RL: mean episode length */
+    double loss;          /* supervised: mean test loss; RL: NAN */
+    double accuracy;      /* supervised classification: test accuracy; else NAN */
+    double rmse, mae, r2; /* supervised regression (loss mse or huber): test root mean
+                           * squared error, mean absolute error, R^2; else NAN */
+    int stochastic;       /* RL: 1 when the actions were sampled (eval_stochastic), 0 greedy */
 } dpt_eval_result_t;
 
 typedef struct dpt_trainer dpt_trainer_t;

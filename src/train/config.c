@@ -656,6 +656,17 @@ static int dpt__cross_checks(const dpt_config_t *c)
         if (b % d)
             return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by num_devices %lld",
                              (long long)b, (long long)d);
+        int regress = c->v[DPT_CFG_loss].i != DPT_LOSS_SOFTMAX_XENT;
+        if (regress && (c->v[DPT_CFG_dataset].i != 1 || !c->v[DPT_CFG_target_columns].s[0]))
+            return dpt_error(DPT_EINVAL,
+                             "loss = %s regresses CSV targets: it needs dataset = csv "
+                             "and target_columns",
+                             c->v[DPT_CFG_loss].s);
+        if (!regress && c->v[DPT_CFG_target_columns].s[0])
+            return dpt_error(DPT_EINVAL,
+                             "target_columns = %s needs loss = mse or huber (loss = "
+                             "softmax_xent classifies label_column)",
+                             c->v[DPT_CFG_target_columns].s);
         if (c->v[DPT_CFG_dataset].i == 1 &&
             (!c->v[DPT_CFG_train_csv].s[0] || !c->v[DPT_CFG_test_csv].s[0]))
             return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");

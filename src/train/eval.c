@@ -15,6 +15,7 @@ int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n
     out->count = 0;
     out->stochastic = 0;
     out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
+    out->rmse = out->mae = out->r2 = NAN;
     dpt_safetensors_t *st = NULL;
     dpt_config_t *c = NULL;
     struct stat sb;

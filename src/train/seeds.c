@@ -43,8 +43,13 @@ static void dpt__seed_event(void *ctx, const dpt_run_event_t *ev)
     if (r) {
         o->iterations = r->iteration;
         o->timesteps = r->timesteps_total;
-        o->final =
-            isfinite(r->reward_mean) ? r->reward_mean : dpt_train_result_get(r, "test_accuracy");
+        /* RL: the return; classification: the test accuracy; regression:
+         * the test rmse. */
+        o->final = r->reward_mean;
+        if (!isfinite(o->final))
+            o->final = dpt_train_result_get(r, "test_accuracy");
+        if (!isfinite(o->final))
+            o->final = dpt_train_result_get(r, "test_rmse");
         if (ev->kind == DPT_RUN_RESULT && j->target != 0.0 && !o->reached &&
             r->episodes_in_window >= 20 && r->reward_mean >= j->target) {
             o->reached = 1;

@@ -208,6 +208,7 @@ int dpt_trainer_evaluate(dpt_trainer_t *t, size_t episodes, uint64_t seed, dpt_e
     out->count = 0;
     out->stochastic = 0;
     out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
+    out->rmse = out->mae = out->r2 = NAN;
     return t->ops->evaluate(t->self, episodes, seed, out);
 }
 

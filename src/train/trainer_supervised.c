@@ -84,8 +84,10 @@ typedef struct sup {
      * checkpoints: a checkpoint's "params." tensors borrow it until the
      * writer is saved. */
     dpt_arena_t params;
-    float *xs;   /* the epoch's shuffled copy of the training set [rows, dim] */
-    int32_t *ys; /* [rows] */
+    float *xs;            /* the epoch's shuffled copy of the training set [rows, dim] */
+    int32_t *ys;          /* [rows] labels (classification) */
+    float *yt;            /* [rows, target_dim] targets (regression) */
+    dpt_loss_kind_t loss; /* DPT_LOSS_SOFTMAX_XENT, or a regression loss */
     size_t *perm;
     dpt_rng_t shuffle_rng;
     dpt_schedule_t sched;
@@ -164,6 +166,8 @@ static int sup_load_data(const dpt_config_t *c, sup_dataset_t kind, dpt_dataset_
     dpt_csv_options_t o = {0};
     o.header = 1;
     o.label_name = DPT_CS(c, label_column);
+    if (DPT_CS(c, target_columns)[0])
+        o.target_names = DPT_CS(c, target_columns);
     if (!DPT_CS(c, test_csv)[0] || (train && !DPT_CS(c, train_csv)[0]))
         return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");
     if (train) {
@@ -177,6 +181,9 @@ static int sup_load_data(const dpt_config_t *c, sup_dataset_t kind, dpt_dataset_
     if (train && test->dim != train->dim)
         return dpt_error(DPT_EINVAL, "dataset %s has %zu features, %s has %zu", DPT_CS(c, test_csv),
                          test->dim, DPT_CS(c, train_csv), train->dim);
+    if (train && test->target_dim != train->target_dim)
+        return dpt_error(DPT_EINVAL, "dataset %s has %zu targets, %s has %zu", DPT_CS(c, test_csv),
+                         test->target_dim, DPT_CS(c, train_csv), train->target_dim);
     return DPT_OK;
 }
 
@@ -204,27 +211,93 @@ static void sup_destroy(void *self)
     dpt_dataset_deinit(&s->test);
     free(s->xs);
     free(s->ys);
+    free(s->yt);
     free(s->perm);
     free(s);
 }
 
-/* The classifier's batch of `rows` samples: features x [rows, dim] and
- * labels [rows] (borrowed; NULL for a layout of 0 rows). */
-static dpt_batch_t sup_batch(size_t rows, size_t dim, float *x, int32_t *labels)
+/* The model's batch of `rows` samples: features x [rows, dim] and labels
+ * [rows] (classification) or targets y [rows, ydim] (regression, ydim > 0)
+ * (borrowed; NULL for a layout of 0 rows). */
+static dpt_batch_t sup_batch(size_t rows, size_t dim, float *x, int32_t *labels, float *y,
+                             size_t ydim)
 {
     dpt_batch_t b;
     dpt_batch_init(&b, rows);
     dpt_batch_add(&b, DPT_MLP_X, DPT_F32, dim, 0, x);
-    dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, labels);
+    if (ydim)
+        dpt_batch_add(&b, DPT_MLP_Y, DPT_F32, ydim, 0, y);
+    else
+        dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, labels);
     return b;
+}
+
+/* A dataset's batch (its labels or targets). */
+static dpt_batch_t sup_data_batch(const dpt_dataset_t *d)
+{
+    return sup_batch(d->rows, d->dim, d->x, d->labels, d->targets, d->target_dim);
+}
+
+/* Regression figures of a model over a test set: root mean squared error
+ * and mean absolute error over every target value, and R^2 per target
+ * column averaged over the columns (scikit-learn's r2_score). */
+typedef struct sup_regress {
+    double rmse, mae, r2;
+} sup_regress_t;
+
+static int sup_regress_eval(dpt_mlp_t *mlp, const float *params, const dpt_dataset_t *d,
+                            sup_regress_t *out)
+{
+    size_t k = d->target_dim, n = d->rows;
+    double *mean = calloc(2 * k, sizeof *mean), *ss_res = mean + k;
+    if (!mean)
+        return dpt_error(DPT_ENOMEM, "regression metrics: out of memory");
+    double se = 0.0, ae = 0.0;
+    int rc = DPT_OK;
+    for (size_t i = 0; i < n * k; i++)
+        mean[i % k] += (double)d->targets[i];
+    for (size_t j = 0; j < k; j++)
+        mean[j] /= (double)n;
+    for (size_t r0 = 0; r0 < n && !rc; r0 += SUP_EVAL_BATCH) {
+        size_t m = n - r0 < SUP_EVAL_BATCH ? n - r0 : SUP_EVAL_BATCH;
+        const float *y;
+        if ((rc = dpt_mlp_predict(mlp, params, d->x + r0 * d->dim, m, &y)) != 0)
+            break;
+        for (size_t i = 0; i < m * k; i++) {
+            double e = (double)y[i] - (double)d->targets[r0 * k + i];
+            se += e * e;
+            ae += fabs(e);
+            ss_res[i % k] += e * e;
+        }
+    }
+    if (!rc) {
+        double r2 = 0.0;
+        for (size_t j = 0; j < k; j++) {
+            double ss_tot = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                double e = (double)d->targets[i * k + j] - mean[j];
+                ss_tot += e * e;
+            }
+            /* A constant column: 1 when predicted exactly, else 0 (as
+             * scikit-learn). */
+            r2 += ss_tot > 0.0 ? 1.0 - ss_res[j] / ss_tot : (ss_res[j] == 0.0 ? 1.0 : 0.0);
+        }
+        out->rmse = sqrt(se / (double)(n * k));
+        out->mae = ae / (double)(n * k);
+        out->r2 = r2 / (double)k;
+    }
+    free(mean);
+    return rc;
 }
 
 /* The model, the towers and the epoch buffers (the data are loaded). */
 static int sup_build(sup_t *s, const dpt_config_t *c)
 {
     int rc;
-    size_t rows = s->train.rows, dim = s->train.dim;
-    if ((rc = sup_spec(c, (size_t)s->train.num_classes, &s->spec)) != 0)
+    size_t rows = s->train.rows, dim = s->train.dim, ydim = s->train.target_dim;
+    s->loss = (dpt_loss_kind_t)DPT_CI(c, loss); /* the key's choices are the loss list */
+    size_t outputs = ydim ? ydim : (size_t)s->train.num_classes;
+    if ((rc = sup_spec(c, outputs, &s->spec)) != 0)
         return rc;
     int devices = (int)DPT_CI(c, num_devices);
     size_t batch = (size_t)DPT_CI(c, batch_size);
@@ -280,13 +353,12 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     /* nesterov is a momentum setting; the other optimizers refuse it. */
     if (tc.optim.kind != DPT_OPTIM_MOMENTUM)
         tc.optim.nesterov = 0;
-    if ((rc = dpt_mlp_create(&s->mlp, dim, s->spec.layers, s->spec.nlayers, DPT_LOSS_SOFTMAX_XENT,
-                             pdb)) != 0 ||
-        (rc = dpt_mlp_create(&s->eval_mlp, dim, s->spec.layers, s->spec.nlayers,
-                             DPT_LOSS_SOFTMAX_XENT, SUP_EVAL_BATCH)) != 0)
+    if ((rc = dpt_mlp_create(&s->mlp, dim, s->spec.layers, s->spec.nlayers, s->loss, pdb)) != 0 ||
+        (rc = dpt_mlp_create(&s->eval_mlp, dim, s->spec.layers, s->spec.nlayers, s->loss,
+                             SUP_EVAL_BATCH)) != 0)
         return rc;
     dpt_model_t model = dpt_mlp_model(s->mlp);
-    dpt_batch_t lay = sup_batch(0, dim, NULL, NULL);
+    dpt_batch_t lay = sup_batch(0, dim, NULL, NULL, NULL, ydim);
     if ((rc = dpt_towers_create(&s->towers, &model, &lay, &tc)) != 0)
         return rc;
     size_t n = model.vars->total;
@@ -302,10 +374,14 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
                          "the %s training set: %zu rows of %zu features "
                          "overflow the size",
                          sup_dataset_names[s->dataset], rows, dim);
+    if (ydim && rows > ((size_t)-1) / sizeof(float) / ydim)
+        return dpt_error(DPT_EOVERFLOW, "the training set: %zu rows of %zu targets overflow", rows,
+                         ydim);
     s->xs = malloc(rows * dim * sizeof(float));
-    s->ys = malloc(rows * sizeof(int32_t));
+    s->ys = ydim ? NULL : malloc(rows * sizeof(int32_t));
+    s->yt = ydim ? malloc(rows * ydim * sizeof(float)) : NULL;
     s->perm = malloc(rows * sizeof(size_t));
-    if (!s->xs || !s->ys || !s->perm)
+    if (!s->xs || !(s->ys || s->yt) || !s->perm)
         return dpt_error(DPT_ENOMEM, "supervised: cannot allocate the epoch buffers (%zu rows)",
                          rows);
     /* Steps per epoch as the towers take them: rows / batch_size, or one
@@ -361,7 +437,7 @@ static int sup_eval(sup_t *s, dpt_loss_out_t *out)
     int rc = dpt_towers_get_weights(s->towers, s->params.data, s->params.count);
     if (rc)
         return rc;
-    dpt_batch_t tb = sup_batch(s->test.rows, s->test.dim, s->test.x, s->test.labels);
+    dpt_batch_t tb = sup_data_batch(&s->test);
     return dpt_mlp_evaluate(s->eval_mlp, s->params.data, &tb, out);
 }
 
@@ -373,7 +449,7 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     if (s->epoch >= s->epochs)
         return dpt_error(DPT_ESTATE, "supervised: all %" PRIu64 " epochs are done", s->epochs);
     double t0 = dpt_now();
-    size_t rows = s->train.rows, dim = s->train.dim;
+    size_t rows = s->train.rows, dim = s->train.dim, ydim = s->train.target_dim;
     /* Each epoch's order depends only on the stream position, so a resumed
      * run shuffles exactly as an uninterrupted one. */
     for (size_t i = 0; i < rows; i++)
@@ -397,9 +473,12 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
                          ? s->perm[(i / share) * batch + (size_t)s->rank * share + i % share]
                          : s->perm[i];
         memcpy(s->xs + i * dim, s->train.x + src * dim, dim * sizeof(float));
-        s->ys[i] = s->train.labels[src];
+        if (s->yt)
+            memcpy(s->yt + i * ydim, s->train.targets + src * ydim, ydim * sizeof(float));
+        else
+            s->ys[i] = s->train.labels[src];
     }
-    dpt_batch_t b = sup_batch(take, dim, s->xs, s->ys);
+    dpt_batch_t b = sup_batch(take, dim, s->xs, s->ys, s->yt, ydim);
     dpt_towers_load_info_t li;
     int rc = dpt_towers_load_ex(s->towers, 0, &b, share, &li);
     if (rc)
@@ -434,6 +513,9 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     dpt_loss_out_t test;
     if ((rc = sup_eval(s, &test)) != 0)
         return rc;
+    sup_regress_t reg = {NAN, NAN, NAN};
+    if (ydim && (rc = sup_regress_eval(s->eval_mlp, s->params.data, &s->test, &reg)) != 0)
+        return rc;
     double eval_time = dpt_now() - te;
     double train_loss = used ? loss / (double)used : (double)NAN;
     double train_acc = used ? hits / (double)used : (double)NAN;
@@ -446,19 +528,32 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     r->finished = s->epoch >= s->epochs;
     r->reward_mean = NAN;
     r->episodes_in_window = 0;
-    snprintf(r->line, sizeof r->line,
-             "epoch %" PRIu64 "/%" PRIu64 "  train loss %.4f acc %.4f  test loss %.4f acc %.4f  "
-             "%.0f samples/s",
-             s->epoch, s->epochs, train_loss, train_acc, test.loss, test_acc, rate);
+    if (ydim)
+        snprintf(r->line, sizeof r->line,
+                 "epoch %" PRIu64 "/%" PRIu64 "  train loss %.4f  test loss %.4f rmse %.4f "
+                 "mae %.4f r2 %.4f  %.0f samples/s",
+                 s->epoch, s->epochs, train_loss, test.loss, reg.rmse, reg.mae, reg.r2, rate);
+    else
+        snprintf(r->line, sizeof r->line,
+                 "epoch %" PRIu64 "/%" PRIu64 "  train loss %.4f acc %.4f  test loss %.4f acc "
+                 "%.4f  %.0f samples/s",
+                 s->epoch, s->epochs, train_loss, train_acc, test.loss, test_acc, rate);
     r->nmetrics = 0;
     dpt_train_result_add(r, "training_iteration", (double)s->epoch);
     dpt_train_result_add(r, "epoch", (double)s->epoch);
     dpt_train_result_add(r, "samples_total", (double)s->samples);
     dpt_train_result_add(r, "steps_total", (double)s->steps);
     dpt_train_result_add(r, "train_loss", train_loss);
-    dpt_train_result_add(r, "train_accuracy", train_acc);
-    dpt_train_result_add(r, "test_loss", test.loss);
-    dpt_train_result_add(r, "test_accuracy", test_acc);
+    if (ydim) {
+        dpt_train_result_add(r, "test_loss", test.loss);
+        dpt_train_result_add(r, "test_rmse", reg.rmse);
+        dpt_train_result_add(r, "test_mae", reg.mae);
+        dpt_train_result_add(r, "test_r2", reg.r2);
+    } else {
+        dpt_train_result_add(r, "train_accuracy", train_acc);
+        dpt_train_result_add(r, "test_loss", test.loss);
+        dpt_train_result_add(r, "test_accuracy", test_acc);
+    }
     dpt_train_result_add(r, "lr", (double)dpt_schedule_lr(&s->sched, s->steps));
     dpt_train_result_add(r, "rows_dropped", (double)dropped);
     dpt_train_result_add(r, "samples_per_s", rate);
@@ -541,13 +636,23 @@ static int sup_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_res
     sup_t *s = self;
     out->count = 0;
     out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
+    out->rmse = out->mae = out->r2 = NAN;
     dpt_loss_out_t o;
     int rc = sup_eval(s, &o);
     if (rc)
         return rc;
     out->count = s->test.rows;
     out->loss = o.loss;
-    out->accuracy = o.correct / (double)s->test.rows;
+    if (!s->test.target_dim) {
+        out->accuracy = o.correct / (double)s->test.rows;
+        return DPT_OK;
+    }
+    sup_regress_t reg;
+    if ((rc = sup_regress_eval(s->eval_mlp, s->params.data, &s->test, &reg)) != 0)
+        return rc;
+    out->rmse = reg.rmse;
+    out->mae = reg.mae;
+    out->r2 = reg.r2;
     return DPT_OK;
 }
 
@@ -560,9 +665,14 @@ static int sup_describe(void *self, dpt_safetensors_writer_t *w)
     if ((rc = dpt_safetensors_set_meta(w, "dataset", sup_dataset_names[s->dataset])) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "data_location", s->data_location)) != 0 ||
         (rc = dpt_safetensors_set_meta_u64(w, "input_dim", s->train.dim)) != 0 ||
-        (rc = dpt_safetensors_set_meta_u64(w, "num_classes", (uint64_t)s->train.num_classes)) !=
-            0 ||
+        (rc = dpt_safetensors_set_meta(w, "loss", dpt_loss_kind_name(s->loss))) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "layers", layers)) != 0)
+        return rc;
+    if (s->train.target_dim)
+        rc = dpt_safetensors_set_meta_u64(w, "num_targets", (uint64_t)s->train.target_dim);
+    else
+        rc = dpt_safetensors_set_meta_u64(w, "num_classes", (uint64_t)s->train.num_classes);
+    if (rc)
         return rc;
     return dpt_safetensors_set_meta(w, "activation", dpt_layer_kind_name(s->spec.act));
 }
@@ -603,6 +713,7 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
     const char *path = dpt_safetensors_path(st);
     out->count = 0;
     out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
+    out->rmse = out->mae = out->r2 = NAN;
     dpt_dataset_t test;
     memset(&test, 0, sizeof test);
     dpt_mlp_t *mlp = NULL;
@@ -612,14 +723,27 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
     size_t classes = 0;
     char where[DPT_CONFIG_STR_MAX + 32];
     int rc;
+    dpt_loss_kind_t loss = (dpt_loss_kind_t)DPT_CI(c, loss);
+    int regress = loss != DPT_LOSS_SOFTMAX_XENT;
     if ((rc = sup_dataset_parse(DPT_CS(c, dataset), &kind)) != 0 ||
-        (rc = sup_spec(c, 1, &m)) != 0 || (rc = sup_ckpt_classes(st, &m, &classes)) != 0)
+        (rc = sup_spec(c, 1, &m)) != 0 || (!regress && (rc = sup_ckpt_classes(st, &m, &classes))))
         goto done;
-    m.layers[m.nlayers - 1].out = classes;
     sup_data_location(c, kind, where, sizeof where);
     if ((rc = sup_load_data(c, kind, NULL, &test, (int)classes)) != 0)
         goto done;
-    if ((size_t)test.num_classes > classes) {
+    if (regress) {
+        uint64_t k = 0;
+        if (dpt_safetensors_meta_u64(st, "num_targets", &k) == DPT_OK && k != test.target_dim) {
+            rc = dpt_error(DPT_EINVAL,
+                           "checkpoint %s predicts %" PRIu64 " targets, the test data "
+                           "(%s) have %zu",
+                           path, k, where, test.target_dim);
+            goto done;
+        }
+        classes = test.target_dim;
+    }
+    m.layers[m.nlayers - 1].out = classes;
+    if (!regress && (size_t)test.num_classes > classes) {
         rc = dpt_error(DPT_EINVAL, "checkpoint %s has %zu classes, the %s test data (%s) have %d",
                        path, classes, sup_dataset_names[kind], where, test.num_classes);
         goto done;
@@ -632,18 +756,26 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
                        path, in_dim, sup_dataset_names[kind], where, test.dim);
         goto done;
     }
-    if ((rc = dpt_mlp_create(&mlp, test.dim, m.layers, m.nlayers, DPT_LOSS_SOFTMAX_XENT,
-                             SUP_EVAL_BATCH)) != 0 ||
+    if ((rc = dpt_mlp_create(&mlp, test.dim, m.layers, m.nlayers, loss, SUP_EVAL_BATCH)) != 0 ||
         (rc = dpt_arena_init(&p, dpt_mlp_vars(mlp)->total)) != 0 ||
         (rc = dpt_safetensors_load_arena(st, "params.", dpt_mlp_vars(mlp), p.data, p.count)) != 0)
         goto done;
-    dpt_batch_t b = sup_batch(test.rows, test.dim, test.x, test.labels);
+    dpt_batch_t b = sup_data_batch(&test);
     dpt_loss_out_t o;
     if ((rc = dpt_mlp_evaluate(mlp, p.data, &b, &o)) != 0)
         goto done;
     out->count = test.rows;
     out->loss = o.loss;
-    out->accuracy = o.correct / (double)test.rows;
+    if (regress) {
+        sup_regress_t reg;
+        if ((rc = sup_regress_eval(mlp, p.data, &test, &reg)) != 0)
+            goto done;
+        out->rmse = reg.rmse;
+        out->mae = reg.mae;
+        out->r2 = reg.r2;
+    } else {
+        out->accuracy = o.correct / (double)test.rows;
+    }
 done:
     dpt_arena_deinit(&p);
     dpt_mlp_destroy(mlp);
