@@ -82,6 +82,60 @@ static void test_round_trip(void)
     dpt_metrics_destroy(t);
 }
 
+/* A job whose metrics under one prefix are not contiguous (APPO adds its
+ * info/ and timing_breakdown/ figures after the common ones): each nested
+ * object appears once in a row, and every metric reads back. */
+static void test_prefix_groups(void)
+{
+    char dir[PATH_MAX], kv[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/appo", scratch);
+    snprintf(kv, sizeof kv, "output_dir=%s", dir);
+    static const char *const base[] = {
+        "job=appo",
+        "env=CartPole-v1",
+        "rollout_fragment_length=20",
+        "train_batch_size=40",
+        "total_timesteps=2000",
+        "min_sample_timesteps_per_iteration=1000",
+        "eval_episodes=0",
+    };
+    const char *sets[] = {kv};
+    dpt_config_t *c;
+    REQUIRE_OK(dpt_test_config(&c, base, sizeof base / sizeof *base, sets, 1));
+    static seen_t seen;
+    memset(&seen, 0, sizeof seen);
+    dpt_run_options_t o;
+    memset(&o, 0, sizeof o);
+    o.on_event = on_event;
+    o.user = &seen;
+    REQUIRE_OK(dpt_train_run(c, &o, NULL));
+    dpt_config_destroy(c);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/result.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    REQUIRE(f != NULL);
+    char line[16384];
+    size_t rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *first = strstr(line, "\"info\":{");
+        const char *tb = strstr(line, "\"timing_breakdown\":{");
+        CHECK(first && !strstr(first + 1, "\"info\":{"));
+        CHECK(tb && !strstr(tb + 1, "\"timing_breakdown\":{"));
+        rows++;
+    }
+    fclose(f);
+    REQUIRE(rows == seen.n && rows == 2);
+    dpt_metrics_table_t *t;
+    REQUIRE_OK(dpt_metrics_load(&t, dir));
+    for (size_t k = 0; k < seen.r[1].nmetrics; k++) {
+        const dpt_metric_t *m = &seen.r[1].metrics[k];
+        const double *col = dpt_metrics_column(t, m->name);
+        CHECK(col && (isfinite(m->value) ? col[1] == m->value : isnan(col[1])));
+    }
+    CHECK(dpt_metrics_column(t, "info/learner_queue/size_mean") != NULL);
+    dpt_metrics_destroy(t);
+}
+
 static void test_shapes(void)
 {
     char path[PATH_MAX + 16];
@@ -183,6 +237,7 @@ int main(void)
         return 1;
     static const dpt_test_case_t tests[] = {
         {"round_trip", test_round_trip},
+        {"prefix_groups", test_prefix_groups},
         {"shapes", test_shapes},
         {"errors", test_errors},
     };

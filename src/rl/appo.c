@@ -86,7 +86,8 @@ struct dpt_appo {
     dpt_towers_t *towers;
     int lstarted;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* signalled after every update */
+    pthread_cond_t cv; /* signalled once timesteps reaches wake_at */
+    uint64_t wake_at;  /* what dpt_appo_train waits for (0: nobody waits) */
     uint64_t updates, timesteps, timesteps_sampled, episodes_total;
     double lag_sum, lag_count, load_s;
     double ret_window[DPT__EPISODE_WINDOW];
@@ -329,7 +330,12 @@ static int dpt__learner_step(void *ctx, void *item, dpt_learner_result_t *res)
     a->ls_sum.clipfrac += st.extra[DPT_PPO_STAT_CLIPFRAC];
     a->ls_sum.grad_norm += st.grad_norm;
     a->ls_count++;
-    pthread_cond_broadcast(&a->cv);
+    /* Only the update that completes the caller's iteration wakes it: a
+     * wake-up per update would cost the learner's core a context switch. */
+    if (a->wake_at && a->timesteps >= a->wake_at) {
+        a->wake_at = 0;
+        pthread_cond_broadcast(&a->cv);
+    }
     pthread_mutex_unlock(&a->mu);
     return rc;
 }
@@ -597,7 +603,9 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         pthread_mutex_lock(&a->mu);
         if (a->timesteps >= target)
             break;
-        /* Woken by every update; the time limit bounds the health checks. */
+        /* Woken when the learner reaches the target; the time limit bounds
+         * the health checks. */
+        a->wake_at = target;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 200000000L;
@@ -607,6 +615,7 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         }
         pthread_cond_timedwait(&a->cv, &a->mu, &until);
     }
+    a->wake_at = 0;
     double t1 = dpt_now(), wall = t1 - a->rep.t;
     a->iteration++;
     res->iteration = a->iteration;

@@ -84,6 +84,54 @@ static int dpt__split(const char *key, const char *parts[8], size_t lens[8])
     return n;
 }
 
+/* The order the JSON writes metrics in: as given, except that every metric
+ * under a '/' prefix is moved up to the first one with that prefix (a
+ * stable grouping), so that each nested object is written once even when
+ * the metrics of a prefix are not contiguous. */
+static void dpt__json_order(const dpt_metric_t *metrics, size_t n, size_t *order)
+{
+    /* key[i][d]: the first metric sharing i's first d + 1 parts as a
+     * prefix (d below i's last part), and i itself at its last part. */
+    size_t key[DPT_TRAIN_MAX_METRICS][8];
+    int depth[DPT_TRAIN_MAX_METRICS];
+    const char *parts[DPT_TRAIN_MAX_METRICS][8];
+    size_t lens[DPT_TRAIN_MAX_METRICS][8];
+    for (size_t i = 0; i < n; i++)
+        depth[i] = dpt__split(metrics[i].name, parts[i], lens[i]);
+    for (size_t i = 0; i < n; i++) {
+        for (int d = 0; d < depth[i] - 1; d++) {
+            size_t j = 0;
+            for (; j < i; j++) {
+                int same = depth[j] - 1 > d;
+                for (int e = 0; same && e <= d; e++)
+                    same = lens[j][e] == lens[i][e] &&
+                           strncmp(parts[j][e], parts[i][e], lens[i][e]) == 0;
+                if (same)
+                    break;
+            }
+            key[i][d] = j;
+        }
+        key[i][depth[i] - 1] = i;
+    }
+    /* Insertion sort by the keys, lexicographically. */
+    for (size_t i = 0; i < n; i++) {
+        size_t k = i;
+        while (k > 0) {
+            size_t a = order[k - 1];
+            int d = 0, less = 0;
+            while (d < depth[i] && d < depth[a] && key[i][d] == key[a][d])
+                d++;
+            if (d < depth[i] && d < depth[a])
+                less = key[i][d] < key[a][d];
+            if (!less)
+                break;
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
+}
+
 static double dpt__find(const dpt_metric_t *metrics, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
@@ -116,12 +164,18 @@ int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
             dpt__json_number(m->csv, v);
     }
     fputc('\n', m->csv);
-    /* JSON: open and close nested objects as the '/' prefixes change. */
+    /* JSON: open and close nested objects as the '/' prefixes change, the
+     * metrics in the order of dpt__json_order (each object written once). */
     const char *prev[8] = {0};
     size_t prevlen[8] = {0};
     int depth = 0, first[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    size_t order[DPT_TRAIN_MAX_METRICS];
+    if (n > DPT_TRAIN_MAX_METRICS)
+        n = DPT_TRAIN_MAX_METRICS;
+    dpt__json_order(metrics, n, order);
     fputc('{', m->jsonl);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t oi = 0; oi < n; oi++) {
+        size_t i = order[oi];
         const char *parts[8];
         size_t lens[8];
         int np = dpt__split(metrics[i].name, parts, lens);
