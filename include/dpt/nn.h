@@ -294,6 +294,75 @@ int dpt_mlp_predict(dpt_mlp_t *mlp, const float *params, const float *x, size_t 
  * gradient (flags = DPT_MODEL_STORES_GRADS). */
 dpt_model_t dpt_mlp_model(dpt_mlp_t *mlp);
 
+/* ------------------------------------------------------------------------ */
+/* Model plug-ins: the supervised job's `model = path/to/libmodel.so`.      */
+
+/* What the trainer asks of a model: in_dim features per row, out_dim
+ * outputs (the classes for softmax_xent, the targets for mse and huber),
+ * this loss head, at most max_batch rows per call. */
+typedef struct dpt_model_spec {
+    size_t in_dim, out_dim;
+    dpt_loss_kind_t loss;
+    size_t max_batch;
+} dpt_model_spec_t;
+
+/* A model plug-in: a shared library whose source ends with
+ *     DPT_MODEL_PLUGIN(my_plugin)
+ * (my_plugin: a dpt_model_plugin_t). For every model instance dpt needs
+ * (the towers' and one for evaluation) it calls:
+ *   create(spec, &model, &handle): an instance for spec. model is a
+ *     dpt_model_t as dpt/nn.h defines it: its variable table, a loss_grad
+ *     reading DPT_MLP_X and DPT_MLP_LABEL (softmax_xent; fill out->correct)
+ *     or DPT_MLP_Y (mse, huber) from the batch, and replicate/release for
+ *     the towers' devices. Returns 0 or a DPT_E... code (with dpt_error).
+ *   init_params(handle, params, rng): the initial parameters (an arena of
+ *     the table's size; draw from rng for reproducible runs).
+ *   predict(handle, params, x, rows, &y): outputs y [rows, out_dim] (owned
+ *     by the instance) of rows <= max_batch rows, for evaluation.
+ *   destroy(handle): frees the instance (NULL: nothing).
+ * The plug-in may use any public dpt function (layers, losses, GEMM);
+ * examples/custom_model/ is a complete one. */
+typedef struct dpt_model_plugin {
+    const char *name;
+    int (*create)(const dpt_model_spec_t *spec, dpt_model_t *model, void **handle);
+    void (*init_params)(void *handle, float *params, dpt_rng_t *rng);
+    int (*predict)(void *handle, const float *params, const float *x, size_t rows, const float **y);
+    void (*destroy)(void *handle);
+} dpt_model_plugin_t;
+
+/* Changes whenever dpt_model_plugin_t, dpt_model_spec_t, dpt_model_t or
+ * this contract change. 1: the first. */
+#define DPT_MODEL_ABI_VERSION 1
+#define DPT_MODEL_PLUGIN_SYMBOL "dpt_model_plugin"
+#define DPT_MODEL_PLUGIN_ABI_SYMBOL "dpt_model_plugin_abi"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DPT__MODEL_EXPORT __attribute__((visibility("default")))
+#else
+#define DPT__MODEL_EXPORT
+#endif
+
+/* The plug-in's entry points for the object `p` (at file scope, once). */
+#define DPT_MODEL_PLUGIN(p)                                             \
+    DPT__MODEL_EXPORT int dpt_model_plugin_abi(void);                   \
+    DPT__MODEL_EXPORT const dpt_model_plugin_t *dpt_model_plugin(void); \
+    int dpt_model_plugin_abi(void)                                      \
+    {                                                                   \
+        return DPT_MODEL_ABI_VERSION;                                   \
+    }                                                                   \
+    const dpt_model_plugin_t *dpt_model_plugin(void)                    \
+    {                                                                   \
+        return &(p);                                                    \
+    }                                                                   \
+    typedef int dpt__model_plugin_semicolon_t /* so the macro takes a ';' */
+
+/* Loads the plug-in at `path` (kept loaded for the life of the process).
+ * Errors (DPT_EINVAL, naming the file): it cannot be loaded, it lacks the
+ * entry points, it was built for another DPT_MODEL_ABI_VERSION (checked
+ * before anything else of it is read), or its object lacks a name, create,
+ * init_params, predict or destroy. */
+int dpt_model_plugin_load(const char *path, const dpt_model_plugin_t **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -189,6 +189,9 @@ typedef enum dpt_adv_norm {
       "csv with loss = mse or huber: the target columns' names, comma-separated (the other "       \
       "columns are the features)")                                                                 \
     X(hidden, STR, DPT_JOBS_SUP, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")    \
+    X(model, STR, DPT_JOBS_SUP, 0, "", 0, 0, "",                                                   \
+      "a model plug-in (path of a .so made with DPT_MODEL_PLUGIN, relative to the config file) "   \
+      "instead of the built-in MLP of hidden and activation")                                      \
     X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")           \
     X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")              \
     X(batch_size, INT, DPT_JOBS_SUP, 0, "128", 1, 1e6, "",                                         \

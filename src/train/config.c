@@ -559,7 +559,8 @@ static int dpt__is_path_key(const dpt_config_t *c, dpt_config_key_t k)
         return strchr(s, '/') != NULL || strstr(s, ".so") != NULL;
     if (k == DPT_CFG_tensorboard_dir)
         return strcmp(s, "off") != 0;
-    return k == DPT_CFG_train_csv || k == DPT_CFG_test_csv || k == DPT_CFG_data_dir;
+    return k == DPT_CFG_train_csv || k == DPT_CFG_test_csv || k == DPT_CFG_data_dir ||
+           k == DPT_CFG_model;
 }
 
 /* Removes "." and ".." components and repeated slashes from an absolute

@@ -79,6 +79,12 @@ typedef struct sup {
     dpt_dataset_t train, test;
     dpt_mlp_t *mlp;      /* the towers' model (per-device batches) */
     dpt_mlp_t *eval_mlp; /* the same layout, SUP_EVAL_BATCH rows */
+    /* or a model plug-in (key model): its towers' and evaluation instances */
+    const dpt_model_plugin_t *plugin;
+    void *ph, *eph;
+    dpt_model_t pmodel, epmodel;
+    char model_path[DPT_CONFIG_STR_MAX];
+    const dpt_vartable_t *vars; /* the model's table */
     dpt_towers_t *towers;
     /* The current weights, copied out of the towers for evaluation and
      * checkpoints: a checkpoint's "params." tensors borrow it until the
@@ -98,6 +104,16 @@ typedef struct sup {
     uint64_t epochs;
     uint64_t epoch, samples, steps; /* done so far (checkpointed) */
 } sup_t;
+
+/* A model's forward pass for evaluation (dpt_model_plugin_t.predict). */
+typedef int (*sup_predict_fn)(void *handle, const float *params, const float *x, size_t rows,
+                              const float **y);
+
+static int sup_mlp_predict(void *handle, const float *params, const float *x, size_t rows,
+                           const float **y)
+{
+    return dpt_mlp_predict(handle, params, x, rows, y);
+}
 
 static int sup_dataset_parse(const char *name, sup_dataset_t *out)
 {
@@ -138,6 +154,63 @@ static void sup_layers_text(const sup_spec_t *m, size_t in_dim, char *buf, size_
         len += (size_t)snprintf(buf + len, size - len, ",%zu", m->hidden[i]);
     if (len < size)
         snprintf(buf + len, size - len, ",%zu", m->layers[m->nlayers - 1].out);
+}
+
+/* The mean test loss (and, classifying, the correct count) of a model that
+ * only predicts: the loss head applied to its outputs, chunk by chunk. */
+static int sup_predict_loss(sup_predict_fn predict, void *h, const float *params,
+                            const dpt_dataset_t *d, dpt_loss_kind_t loss, dpt_loss_out_t *out)
+{
+    memset(out, 0, sizeof *out);
+    double sum = 0.0, correct = 0.0;
+    size_t k = d->target_dim;
+    for (size_t r0 = 0; r0 < d->rows; r0 += SUP_EVAL_BATCH) {
+        size_t m = d->rows - r0 < SUP_EVAL_BATCH ? d->rows - r0 : SUP_EVAL_BATCH, hits = 0;
+        const float *y;
+        double l;
+        int rc = predict(h, params, d->x + r0 * d->dim, m, &y);
+        if (!rc && loss == DPT_LOSS_SOFTMAX_XENT)
+            rc = dpt_loss_softmax_xent(y, d->labels + r0, m, (size_t)d->num_classes, NULL, &l,
+                                       &hits);
+        else if (!rc && loss == DPT_LOSS_HUBER)
+            rc = dpt_loss_huber(y, d->targets + r0 * k, m, k, 1.0, NULL, &l);
+        else if (!rc)
+            rc = dpt_loss_mse(y, d->targets + r0 * k, m, k, NULL, &l);
+        if (rc)
+            return rc;
+        sum += l * (double)m;
+        correct += (double)hits;
+    }
+    out->loss = sum / (double)d->rows;
+    out->correct = correct;
+    out->rows = d->rows;
+    return DPT_OK;
+}
+
+/* A plug-in instance (key model) for in_dim features, `outputs` outputs
+ * and max_batch rows; *plugin is loaded on the first call. */
+static int sup_plugin_instance(const dpt_config_t *c, size_t in_dim, size_t outputs,
+                               dpt_loss_kind_t loss, size_t max_batch,
+                               const dpt_model_plugin_t **plugin, dpt_model_t *model, void **handle)
+{
+    *handle = NULL;
+    int rc = *plugin ? DPT_OK : dpt_model_plugin_load(DPT_CS(c, model), plugin);
+    if (rc)
+        return rc;
+    dpt_model_spec_t spec = {in_dim, outputs, loss, max_batch};
+    memset(model, 0, sizeof *model);
+    if ((rc = (*plugin)->create(&spec, model, handle)) != 0)
+        return dpt_error(rc, "model plug-in %s (%s): %s", DPT_CS(c, model), (*plugin)->name,
+                         dpt_last_error());
+    if (!model->vars || !model->loss_grad || model->max_batch < max_batch) {
+        (*plugin)->destroy(*handle);
+        *handle = NULL;
+        return dpt_error(DPT_EINVAL,
+                         "model plug-in %s (%s): its model lacks a variable table or loss_grad, "
+                         "or takes fewer than %zu rows",
+                         DPT_CS(c, model), (*plugin)->name, max_batch);
+    }
+    return DPT_OK;
 }
 
 /* Loads the data of config c. train may be NULL (only the test split is
@@ -206,6 +279,10 @@ static void sup_destroy(void *self)
     dpt_towers_destroy(s->towers);
     dpt_mlp_destroy(s->mlp);
     dpt_mlp_destroy(s->eval_mlp);
+    if (s->plugin) {
+        s->plugin->destroy(s->ph);
+        s->plugin->destroy(s->eph);
+    }
     dpt_arena_deinit(&s->params);
     dpt_dataset_deinit(&s->train);
     dpt_dataset_deinit(&s->test);
@@ -245,8 +322,8 @@ typedef struct sup_regress {
     double rmse, mae, r2;
 } sup_regress_t;
 
-static int sup_regress_eval(dpt_mlp_t *mlp, const float *params, const dpt_dataset_t *d,
-                            sup_regress_t *out)
+static int sup_regress_eval(sup_predict_fn predict, void *h, const float *params,
+                            const dpt_dataset_t *d, sup_regress_t *out)
 {
     size_t k = d->target_dim, n = d->rows;
     double *mean = calloc(2 * k, sizeof *mean), *ss_res = mean + k;
@@ -261,7 +338,7 @@ static int sup_regress_eval(dpt_mlp_t *mlp, const float *params, const dpt_datas
     for (size_t r0 = 0; r0 < n && !rc; r0 += SUP_EVAL_BATCH) {
         size_t m = n - r0 < SUP_EVAL_BATCH ? n - r0 : SUP_EVAL_BATCH;
         const float *y;
-        if ((rc = dpt_mlp_predict(mlp, params, d->x + r0 * d->dim, m, &y)) != 0)
+        if ((rc = predict(h, params, d->x + r0 * d->dim, m, &y)) != 0)
             break;
         for (size_t i = 0; i < m * k; i++) {
             double e = (double)y[i] - (double)d->targets[r0 * k + i];
@@ -353,11 +430,24 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     /* nesterov is a momentum setting; the other optimizers refuse it. */
     if (tc.optim.kind != DPT_OPTIM_MOMENTUM)
         tc.optim.nesterov = 0;
-    if ((rc = dpt_mlp_create(&s->mlp, dim, s->spec.layers, s->spec.nlayers, s->loss, pdb)) != 0 ||
-        (rc = dpt_mlp_create(&s->eval_mlp, dim, s->spec.layers, s->spec.nlayers, s->loss,
-                             SUP_EVAL_BATCH)) != 0)
-        return rc;
-    dpt_model_t model = dpt_mlp_model(s->mlp);
+    dpt_model_t model;
+    if (DPT_CS(c, model)[0]) {
+        if ((rc = sup_plugin_instance(c, dim, outputs, s->loss, pdb, &s->plugin, &s->pmodel,
+                                      &s->ph)) != 0 ||
+            (rc = sup_plugin_instance(c, dim, outputs, s->loss, SUP_EVAL_BATCH, &s->plugin,
+                                      &s->epmodel, &s->eph)) != 0)
+            return rc;
+        model = s->pmodel;
+        snprintf(s->model_path, sizeof s->model_path, "%s", DPT_CS(c, model));
+    } else {
+        if ((rc = dpt_mlp_create(&s->mlp, dim, s->spec.layers, s->spec.nlayers, s->loss, pdb)) !=
+                0 ||
+            (rc = dpt_mlp_create(&s->eval_mlp, dim, s->spec.layers, s->spec.nlayers, s->loss,
+                                 SUP_EVAL_BATCH)) != 0)
+            return rc;
+        model = dpt_mlp_model(s->mlp);
+    }
+    s->vars = model.vars;
     dpt_batch_t lay = sup_batch(0, dim, NULL, NULL, NULL, ydim);
     if ((rc = dpt_towers_create(&s->towers, &model, &lay, &tc)) != 0)
         return rc;
@@ -367,7 +457,10 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     uint64_t seed = (uint64_t)DPT_CI(c, seed);
     dpt_rng_t init;
     dpt_rng_init(&init, seed, 0, 0, DPT_RNG_INIT);
-    dpt_mlp_init_params(s->mlp, s->params.data, &init);
+    if (s->plugin)
+        s->plugin->init_params(s->ph, s->params.data, &init);
+    else
+        dpt_mlp_init_params(s->mlp, s->params.data, &init);
     dpt_rng_init(&s->shuffle_rng, seed, 0, 0, DPT_RNG_SHUFFLE);
     if (dim && rows > ((size_t)-1) / sizeof(float) / dim)
         return dpt_error(DPT_EOVERFLOW,
@@ -437,6 +530,8 @@ static int sup_eval(sup_t *s, dpt_loss_out_t *out)
     int rc = dpt_towers_get_weights(s->towers, s->params.data, s->params.count);
     if (rc)
         return rc;
+    if (s->plugin)
+        return sup_predict_loss(s->plugin->predict, s->eph, s->params.data, &s->test, s->loss, out);
     dpt_batch_t tb = sup_data_batch(&s->test);
     return dpt_mlp_evaluate(s->eval_mlp, s->params.data, &tb, out);
 }
@@ -514,7 +609,9 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     if ((rc = sup_eval(s, &test)) != 0)
         return rc;
     sup_regress_t reg = {NAN, NAN, NAN};
-    if (ydim && (rc = sup_regress_eval(s->eval_mlp, s->params.data, &s->test, &reg)) != 0)
+    if (ydim && (rc = sup_regress_eval(s->plugin ? s->plugin->predict : sup_mlp_predict,
+                                       s->plugin ? s->eph : (void *)s->eval_mlp, s->params.data,
+                                       &s->test, &reg)) != 0)
         return rc;
     double eval_time = dpt_now() - te;
     double train_loss = used ? loss / (double)used : (double)NAN;
@@ -570,8 +667,7 @@ static int sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
         return DPT_OK;
     int rc = dpt_towers_get_weights(s->towers, s->params.data, s->params.count);
     if (!rc)
-        rc = dpt__optim_ckpt_save(w, dpt_mlp_vars(s->mlp), s->params.data,
-                                  dpt_towers_optimizer(s->towers));
+        rc = dpt__optim_ckpt_save(w, s->vars, s->params.data, dpt_towers_optimizer(s->towers));
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "shuffle_rng", dpt_rng_tell(&s->shuffle_rng));
     if (!rc)
@@ -599,7 +695,7 @@ static int sup_restore(void *self, const dpt_safetensors_t *st)
     /* Read every tensor into scratch before changing anything, so a
      * checkpoint that does not fit leaves the trainer as it was. */
     dpt__optim_ckpt_t ck;
-    if ((rc = dpt__optim_ckpt_load(st, dpt_mlp_vars(s->mlp), opt, &ck)) != 0)
+    if ((rc = dpt__optim_ckpt_load(st, s->vars, opt, &ck)) != 0)
         return rc;
     /* From here nothing can fail on a valid trainer: the sizes and the
      * optimizer kind are the towers' own. */
@@ -621,7 +717,7 @@ static int sup_restore(void *self, const dpt_safetensors_t *st)
 static const dpt_vartable_t *sup_vars(void *self)
 {
     sup_t *s = self;
-    return dpt_mlp_vars(s->mlp);
+    return s->vars;
 }
 
 static int sup_get_weights(void *self, float *out, size_t count)
@@ -648,7 +744,9 @@ static int sup_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_res
         return DPT_OK;
     }
     sup_regress_t reg;
-    if ((rc = sup_regress_eval(s->eval_mlp, s->params.data, &s->test, &reg)) != 0)
+    if ((rc = sup_regress_eval(s->plugin ? s->plugin->predict : sup_mlp_predict,
+                               s->plugin ? s->eph : (void *)s->eval_mlp, s->params.data, &s->test,
+                               &reg)) != 0)
         return rc;
     out->rmse = reg.rmse;
     out->mae = reg.mae;
@@ -666,7 +764,9 @@ static int sup_describe(void *self, dpt_safetensors_writer_t *w)
         (rc = dpt_safetensors_set_meta(w, "data_location", s->data_location)) != 0 ||
         (rc = dpt_safetensors_set_meta_u64(w, "input_dim", s->train.dim)) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "loss", dpt_loss_kind_name(s->loss))) != 0 ||
-        (rc = dpt_safetensors_set_meta(w, "layers", layers)) != 0)
+        (rc = s->plugin ? dpt_safetensors_set_meta(w, "model", s->plugin->name)
+                        : dpt_safetensors_set_meta(w, "layers", layers)) != 0 ||
+        (s->plugin && (rc = dpt_safetensors_set_meta(w, "model_path", s->model_path)) != 0))
         return rc;
     if (s->train.target_dim)
         rc = dpt_safetensors_set_meta_u64(w, "num_targets", (uint64_t)s->train.target_dim);
@@ -717,6 +817,8 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
     dpt_dataset_t test;
     memset(&test, 0, sizeof test);
     dpt_mlp_t *mlp = NULL;
+    const dpt_model_plugin_t *plug = NULL;
+    void *ph = NULL;
     dpt_arena_t p = {0};
     sup_spec_t m;
     sup_dataset_t kind = SUP_FASHION_MNIST;
@@ -756,19 +858,32 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
                        path, in_dim, sup_dataset_names[kind], where, test.dim);
         goto done;
     }
-    if ((rc = dpt_mlp_create(&mlp, test.dim, m.layers, m.nlayers, loss, SUP_EVAL_BATCH)) != 0 ||
-        (rc = dpt_arena_init(&p, dpt_mlp_vars(mlp)->total)) != 0 ||
-        (rc = dpt_safetensors_load_arena(st, "params.", dpt_mlp_vars(mlp), p.data, p.count)) != 0)
+    const dpt_vartable_t *vars;
+    if (DPT_CS(c, model)[0]) {
+        dpt_model_t pm;
+        if ((rc = sup_plugin_instance(c, test.dim, classes, loss, SUP_EVAL_BATCH, &plug, &pm,
+                                      &ph)) != 0)
+            goto done;
+        vars = pm.vars;
+    } else {
+        if ((rc = dpt_mlp_create(&mlp, test.dim, m.layers, m.nlayers, loss, SUP_EVAL_BATCH)) != 0)
+            goto done;
+        vars = dpt_mlp_vars(mlp);
+    }
+    if ((rc = dpt_arena_init(&p, vars->total)) != 0 ||
+        (rc = dpt_safetensors_load_arena(st, "params.", vars, p.data, p.count)) != 0)
         goto done;
     dpt_batch_t b = sup_data_batch(&test);
     dpt_loss_out_t o;
-    if ((rc = dpt_mlp_evaluate(mlp, p.data, &b, &o)) != 0)
+    if ((rc = plug ? sup_predict_loss(plug->predict, ph, p.data, &test, loss, &o)
+                   : dpt_mlp_evaluate(mlp, p.data, &b, &o)) != 0)
         goto done;
     out->count = test.rows;
     out->loss = o.loss;
     if (regress) {
         sup_regress_t reg;
-        if ((rc = sup_regress_eval(mlp, p.data, &test, &reg)) != 0)
+        if ((rc = sup_regress_eval(plug ? plug->predict : sup_mlp_predict, plug ? ph : (void *)mlp,
+                                   p.data, &test, &reg)) != 0)
             goto done;
         out->rmse = reg.rmse;
         out->mae = reg.mae;
@@ -779,6 +894,8 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
 done:
     dpt_arena_deinit(&p);
     dpt_mlp_destroy(mlp);
+    if (plug)
+        plug->destroy(ph);
     dpt_dataset_deinit(&test);
     return rc;
 }
