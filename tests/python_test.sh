@@ -10,7 +10,7 @@
 src="$1" lib="$2" dpt="$3" plugin="$4" work="$5" sanitize="$6"
 py="${PYTHON:-python3}"
 if [ -n "$sanitize" ]; then
-    echo "skipped: a $sanitize sanitizer build's libdpt cannot be loaded by python"
+    echo "skipped: the libdpt of a sanitizer build ($sanitize) cannot be loaded by python"
     exit 77
 fi
 if ! command -v "$py" >/dev/null 2>&1; then
