@@ -78,4 +78,4 @@ fuzz-run: fuzz
 	fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-tsan build-minimal build-fuzz
+	rm -rf build build-asan build-tsan build-minimal build-fuzz build-py

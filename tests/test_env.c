@@ -1089,6 +1089,65 @@ static void test_discrete_validation(void)
     dpt_vecenv_destroy(v);
 }
 
+/* dpt_vecenv_step_masked leaves inactive envs as they are (outputs, state,
+ * counters) and steps the others as dpt_vecenv_step does;
+ * dpt_vecenv_env_state sets a chosen state. */
+static void test_step_masked_and_state(void)
+{
+    const dpt_env_class_t *cp = dpt_env_find("CartPole-v1");
+    enum { N = 3 };
+    dpt_vecenv_t *v, *w;
+    REQUIRE_OK(dpt_vecenv_create(&v, cp, N, 7, 0));
+    REQUIRE_OK(dpt_vecenv_create(&w, cp, N, 7, 0));
+    bufs_t b, c;
+    REQUIRE(bufs_init(&b, N, 4) && bufs_init(&c, N, 4));
+    dpt_vecenv_reset(v, b.obs);
+    dpt_vecenv_reset(w, c.obs);
+    double reset1[4];
+    memcpy(reset1, dpt_vecenv_env_state(v, 1), sizeof reset1);
+    for (size_t k = 0; k < N * 4; k++)
+        b.obs[k] = -7.0f;
+    b.rew[1] = -7.0f, b.term[1] = 9, b.trunc[1] = 9;
+    const uint8_t active[N] = {1, 0, 1};
+    /* Env 1's action is out of range, but it is not stepped. */
+    int32_t act[N] = {0, 5, 1}, full[N] = {0, 1, 1};
+    CHECK_OK(dpt_vecenv_step_masked(v, active, act, b.obs, b.rew, b.term, b.trunc, b.fin));
+    CHECK_OK(vstep(w, &c, full));
+    CHECK(memcmp(b.obs, c.obs, 4 * sizeof(float)) == 0);
+    CHECK(memcmp(b.obs + 8, c.obs + 8, 4 * sizeof(float)) == 0);
+    CHECK(b.obs[4] == -7.0f && b.obs[7] == -7.0f);
+    CHECK(b.rew[1] == -7.0f && b.term[1] == 9 && b.trunc[1] == 9);
+    CHECK(b.rew[0] == 1.0f && b.rew[2] == 1.0f);
+    CHECK(memcmp(dpt_vecenv_env_state(v, 1), reset1, sizeof reset1) == 0);
+    CHECK(dpt_vecenv_total_steps(v) == 2);
+    int32_t bad[N] = {0, 0, 2};
+    CHECK_ERR(dpt_vecenv_step_masked(v, active, bad, b.obs, b.rew, b.term, b.trunc, NULL),
+              DPT_EINVAL, "#2: action 2 is out of range");
+    CHECK(dpt_vecenv_total_steps(v) == 2);
+    /* A NULL mask is dpt_vecenv_step. */
+    CHECK_OK(dpt_vecenv_step_masked(v, NULL, full, b.obs, b.rew, b.term, b.trunc, NULL));
+    CHECK(dpt_vecenv_total_steps(v) == 5);
+
+    /* A chosen state: the next step goes on from it, as the class's step. */
+    const double chosen[4] = {0.01, -0.2, 0.03, 0.4};
+    memcpy(dpt_vecenv_env_state(v, 2), chosen, sizeof chosen);
+    double ref[4];
+    memcpy(ref, chosen, sizeof ref);
+    float ref_obs[4], ref_rew;
+    int ref_term, one = 1;
+    dpt_rng_t rng;
+    dpt_rng_init(&rng, 0, 0, 0, DPT_RNG_ENV);
+    cp->step(ref, &one, &rng, ref_obs, &ref_rew, &ref_term);
+    CHECK_OK(vstep(v, &b, full));
+    CHECK(memcmp(b.obs + 8, ref_obs, sizeof ref_obs) == 0);
+    CHECK(memcmp(dpt_vecenv_env_state(v, 2), ref, sizeof ref) == 0);
+    CHECK(dpt_vecenv_env_state(v, N) == NULL);
+    CHECK(dpt_vecenv_env_state(NULL, 0) == NULL);
+    bufs_free(&b), bufs_free(&c);
+    dpt_vecenv_destroy(v);
+    dpt_vecenv_destroy(w);
+}
+
 /* Runs `steps` random steps and returns a hash of every output. */
 static uint64_t run_hash(const dpt_env_class_t *cls, size_t n, uint64_t seed, uint32_t rank,
                          int steps, float *first_obs)
@@ -1637,6 +1696,7 @@ int main(void)
         DPT_TEST(test_pendulum),
         DPT_TEST(test_pendulum_runner),
         DPT_TEST(test_discrete_validation),
+        DPT_TEST(test_step_masked_and_state),
         DPT_TEST(test_reproducibility),
         DPT_TEST(test_episode_stats),
         DPT_TEST(test_truncation_rules),

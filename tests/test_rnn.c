@@ -734,17 +734,22 @@ static void test_ppo_engine_sequences(void)
     dpt_ppo_destroy(p);
 }
 
-/* tools/dpt_policy.py, the Python reference reader (docs/CHECKPOINTS.md),
- * rebuilds a recurrent policy from a checkpoint the PPO trainer wrote and
- * steps it through two episodes: the same greedy actions, values and
- * logits as dpt's own policy, up to float rounding. */
+/* python/dpt/policy.py, the Python reference reader (docs/CHECKPOINTS.md),
+ * run as a command by python3 (or $PYTHON) with numpy, rebuilds a recurrent
+ * policy from a checkpoint the PPO trainer wrote and steps it through two
+ * episodes: the same greedy actions, values and logits as dpt's own policy,
+ * up to float rounding. */
 static void test_python_policy_reader(void)
 {
-    if (system("python3 -c 'import json, struct' >/dev/null 2>&1") != 0) {
-        printf("skipped: python3 is not installed (the Python policy reader check)\n");
+    const char *py = getenv("PYTHON");
+    char cmd[2400];
+    py = py && *py ? py : "python3";
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import numpy' >/dev/null 2>&1", py);
+    if (system(cmd) != 0) {
+        printf("skipped: %s or its numpy is not installed (the Python policy reader check)\n", py);
         return;
     }
-    char dir[512], ckpt[600], in[600], out[600], cmd[2400];
+    char dir[512], ckpt[600], in[600], out[600];
     REQUIRE(dpt_test_mkdtemp(dir, sizeof dir, "dpt_rnn_py") == 0);
     snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
     snprintf(in, sizeof in, "%s/steps.txt", dir);
@@ -822,8 +827,8 @@ static void test_python_policy_reader(void)
         prev_rew = 0.25f * (float)(k + 1); /* the reward this step earned */
     }
     fclose(f);
-    snprintf(cmd, sizeof cmd, "python3 '%s/tools/dpt_policy.py' '%s' < '%s' > '%s'", DPT_SOURCE_DIR,
-             ckpt, in, out);
+    snprintf(cmd, sizeof cmd, "'%s' '%s/python/dpt/policy.py' '%s' < '%s' > '%s'", py,
+             DPT_SOURCE_DIR, ckpt, in, out);
     fflush(stdout);
     REQUIRE(system(cmd) == 0);
     f = fopen(out, "r");

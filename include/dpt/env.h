@@ -275,6 +275,25 @@ void dpt_vecenv_reset(dpt_vecenv_t *v, float *obs);
 int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rewards,
                     uint8_t *terminated, uint8_t *truncated, float *final_obs);
 
+/* dpt_vecenv_step for the envs i with active[i] != 0 (active [n], borrowed;
+ * NULL: every env, which is dpt_vecenv_step). An inactive env does not
+ * step: its action is not checked or used, and its rows of obs, rewards,
+ * terminated, truncated and final_obs are left untouched; the total step
+ * count grows by the number of active envs. For a caller that shows an
+ * ended episode's first observation one step later (Gymnasium's next-step
+ * autoreset: on the step after its episode ends, an env only resets).
+ * Errors as for dpt_vecenv_step. */
+int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *actions, float *obs,
+                           float *rewards, uint8_t *terminated, uint8_t *truncated,
+                           float *final_obs);
+
+/* The state block of env i: state_size bytes owned by the runner, valid
+ * until dpt_vecenv_destroy; NULL when i >= n. A caller may read it, or write
+ * it between steps to go on from a chosen state (the built-in classes'
+ * layouts are listed at dpt_env_find); the episode's length and return are
+ * not changed, and the next observation comes from the next step. */
+void *dpt_vecenv_env_state(dpt_vecenv_t *v, size_t i);
+
 /* Episodes completed since the last call: writes up to `max` returns (sum of
  * the rewards, in double) and lengths, oldest first (in completion order;
  * envs in index order within one step), and returns how many were written.

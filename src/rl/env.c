@@ -359,21 +359,26 @@ static void dpt__ep_push(dpt_vecenv_t *v, double ret, uint32_t len)
     v->total_episodes++;
 }
 
-/* Checks every action before any env steps, so a bad batch changes nothing. */
-static int dpt__check_actions(const dpt_vecenv_t *v, const void *actions)
+/* Checks the actions of the active envs (every env when active is NULL)
+ * before any env steps, so a bad batch changes nothing. */
+static int dpt__check_actions(const dpt_vecenv_t *v, const uint8_t *active, const void *actions)
 {
     const dpt_env_class_t *cls = v->cls;
     if (cls->action_kind == DPT_ACTION_DISCRETE) {
         const int32_t *a = actions;
         uint32_t na = (uint32_t)cls->num_actions;
         uint32_t bad = 0;
-        /* One unsigned compare catches negatives too; the loop has no early
-         * exit so it vectorizes, and the rare failure is located afterwards. */
-        for (size_t i = 0; i < v->n; i++)
-            bad |= (uint32_t)a[i] >= na;
+        /* One unsigned compare catches negatives too; the loops have no early
+         * exit so they vectorize, and the rare failure is located afterwards. */
+        if (active)
+            for (size_t i = 0; i < v->n; i++)
+                bad |= ((uint32_t)a[i] >= na) & (active[i] != 0);
+        else
+            for (size_t i = 0; i < v->n; i++)
+                bad |= (uint32_t)a[i] >= na;
         if (bad)
             for (size_t i = 0; i < v->n; i++)
-                if ((uint32_t)a[i] >= na)
+                if ((uint32_t)a[i] >= na && (!active || active[i]))
                     return dpt_error(DPT_EINVAL,
                                      "env \"%s\" #%zu: action %" PRId32 " is out of range "
                                      "[0, %zu); no env was stepped",
@@ -382,7 +387,7 @@ static int dpt__check_actions(const dpt_vecenv_t *v, const void *actions)
         const float *a = actions;
         size_t total = v->n * cls->action_dim;
         for (size_t j = 0; j < total; j++)
-            if (!isfinite(a[j]))
+            if (!isfinite(a[j]) && (!active || active[j / cls->action_dim]))
                 return dpt_error(DPT_EINVAL,
                                  "env \"%s\" #%zu: action[%zu] is %g (not finite); no env was "
                                  "stepped",
@@ -416,6 +421,13 @@ static int dpt__bad_step(const dpt_vecenv_t *v, size_t i, uint32_t t, float r, c
 int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rewards,
                     uint8_t *terminated, uint8_t *truncated, float *final_obs)
 {
+    return dpt_vecenv_step_masked(v, NULL, actions, obs, rewards, terminated, truncated, final_obs);
+}
+
+int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *actions, float *obs,
+                           float *rewards, uint8_t *terminated, uint8_t *truncated,
+                           float *final_obs)
+{
     if (!v)
         return dpt_error(DPT_EINVAL, "dpt_vecenv_step: runner is NULL");
     const dpt_env_class_t *cls = v->cls;
@@ -427,7 +439,7 @@ int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rew
     if (!v->started)
         return dpt_error(DPT_ESTATE, "env \"%s\": dpt_vecenv_step before dpt_vecenv_reset",
                          cls->name);
-    int rc = dpt__check_actions(v, actions);
+    int rc = dpt__check_actions(v, active, actions);
     if (rc)
         return rc;
 
@@ -437,7 +449,11 @@ int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rew
     const size_t ad = box ? cls->action_dim : 1;
     void (*const step)(void *, const void *, dpt_rng_t *, float *, float *, int *) = cls->step;
     unsigned char *state = v->states;
+    size_t stepped = 0;
     for (size_t i = 0; i < n; i++, state += stride) {
+        if (active && !active[i])
+            continue;
+        stepped++;
         const void *a;
         if (box) {
             /* ClipAction: clip into the runner's scratch, never the caller's. */
@@ -479,8 +495,13 @@ int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rew
         v->t[i] = t;
         v->ret[i] = ret;
     }
-    v->total_steps += n;
+    v->total_steps += stepped;
     return DPT_OK;
+}
+
+void *dpt_vecenv_env_state(dpt_vecenv_t *v, size_t i)
+{
+    return v && i < v->n ? v->states + i * v->stride : NULL;
 }
 
 size_t dpt_vecenv_pop_episodes(dpt_vecenv_t *v, double *returns, uint32_t *lengths, size_t max,

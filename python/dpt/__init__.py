@@ -1,0 +1,34 @@
+"""dpt from Python: its C environments as Gymnasium environments (dpt.gym),
+and the policies of its checkpoints (dpt.load).
+
+    import dpt
+    env = dpt.gym.make("CartPole-v1")
+    policy = dpt.load("runs/ppo-CartPole-v1-20261123-101500")
+    obs, info = env.reset(seed=1)
+    action, state = policy.predict(obs)
+
+The package loads its own libdpt (built by pip from the repository's CMake
+project) through ctypes; DPT_LIBRARY names another one.
+"""
+from . import _lib
+from ._lib import DptError
+from .policy import Policy, State, find_checkpoint, load, read_checkpoint
+
+__all__ = ["gym", "load", "Policy", "State", "read_checkpoint", "find_checkpoint", "DptError",
+           "library_path", "__version__"]
+
+
+def library_path():
+    """The libdpt this package loads."""
+    return _lib.path()
+
+
+def __getattr__(name):
+    # dpt.gym imports gymnasium: only when it is used.
+    if name == "gym":
+        import importlib
+
+        return importlib.import_module(".gym", __name__)
+    if name == "__version__":
+        return _lib.version()
+    raise AttributeError("module 'dpt' has no attribute %r" % name)
