@@ -153,6 +153,14 @@ class _Runner:
         self.actions = (np.zeros(n, np.int32) if cls.discrete
                         else np.zeros((n, cls.action_dim), np.float32))
         self.active = np.ones(n, np.uint8)
+        # Stepping is the hot path: the C functions and the buffers'
+        # addresses are looked up once (the arrays are never reallocated).
+        self._step = cdll.dpt_vecenv_step
+        self._step_masked = cdll.dpt_vecenv_step_masked
+        self._args = (self.actions.ctypes.data, self.obs.ctypes.data, self.rewards.ctypes.data,
+                      self.terminated.ctypes.data, self.truncated.ctypes.data,
+                      self.final.ctypes.data)
+        self._active_ptr = self.active.ctypes.data
 
     def __del__(self):
         if getattr(self, "_v", None) and _lib._lib is not None:
@@ -165,17 +173,22 @@ class _Runner:
     def step(self, active=None):
         """Steps the envs (those with active[i] set, when given) with
         self.actions."""
-        cdll = _lib.lib()
-        args = (self.actions.ctypes.data, self.obs.ctypes.data, self.rewards.ctypes.data,
-                self.terminated.ctypes.data, self.truncated.ctypes.data, self.final.ctypes.data)
         if active is None:
-            _lib.check(cdll.dpt_vecenv_step(self._v, *args))
+            rc = self._step(self._v, *self._args)
         else:
             self.active[:] = active
-            _lib.check(cdll.dpt_vecenv_step_masked(self._v, self.active.ctypes.data, *args))
+            rc = self._step_masked(self._v, self._active_ptr, *self._args)
+        if rc < 0:
+            _lib.check(rc)
 
     def set_actions(self, actions):
         a = np.asarray(actions)
+        if self.cls.discrete and a.dtype.kind in "iu" and a.shape == (self.n,):
+            # The usual case, checked with two reductions; the C step checks
+            # each action against the env's range.
+            if a.min() >= -2**31 and a.max() < 2**31:
+                self.actions[:] = a
+                return
         if self.cls.discrete:
             if a.size != self.n or not (np.issubdtype(a.dtype, np.integer) or
                                         np.all(np.equal(np.mod(a, 1), 0))):
