@@ -124,14 +124,17 @@ static void test_prefix_groups(void)
         rows++;
     }
     fclose(f);
-    REQUIRE(rows == seen.n && rows == 2);
+    /* One or two iterations: the learner goes on between them and may
+     * reach total_timesteps before the second starts. */
+    REQUIRE(rows == seen.n && rows >= 1 && rows <= 2);
     dpt_metrics_table_t *t;
     REQUIRE_OK(dpt_metrics_load(&t, dir));
-    for (size_t k = 0; k < seen.r[1].nmetrics; k++) {
-        const dpt_metric_t *m = &seen.r[1].metrics[k];
-        const double *col = dpt_metrics_column(t, m->name);
-        CHECK(col && (isfinite(m->value) ? col[1] == m->value : isnan(col[1])));
-    }
+    for (size_t i = 0; i < rows; i++)
+        for (size_t k = 0; k < seen.r[i].nmetrics; k++) {
+            const dpt_metric_t *m = &seen.r[i].metrics[k];
+            const double *col = dpt_metrics_column(t, m->name);
+            CHECK(col && (isfinite(m->value) ? col[i] == m->value : isnan(col[i])));
+        }
     CHECK(dpt_metrics_column(t, "info/learner_queue/size_mean") != NULL);
     dpt_metrics_destroy(t);
 }
