@@ -21,6 +21,8 @@
  *   allgather       recv_r[q*count .. (q+1)*count) <- send_q   for every q
  *   reduce_scatter  recv_r <- block r of (send_0 + ... + send_{P-1}) (or / P)
  *   barrier         returns once every participant has entered it
+ * and, between two participants, point-to-point messages of bytes (send,
+ * recv, probe; see "point-to-point messages" below).
  * Blocks: a vector of `count` elements is split into P contiguous blocks; the
  * first count % P blocks have count / P + 1 elements, the others count / P
  * (dpt_comm_block_offset / dpt_comm_block_size compute them).
@@ -276,6 +278,115 @@ int dpt_comm_barrier(dpt_comm_t *comm);
  * dpt_comm_mpi_abort). Returns DPT_ECOMM (the communicator is now failed),
  * DPT_EINVAL for a NULL comm or why. */
 int dpt_comm_abort(dpt_comm_t *comm, const char *why);
+
+/* ---- point-to-point messages --------------------------------------------- */
+
+/* Byte payloads from one participant to another, for pipelines whose ranks
+ * do different work: samplers sending batches to a learner and the learner
+ * sending weights back (the caller serializes its columns into the bytes).
+ * Not collective: only the sender and the receiver take part.
+ *
+ *   dpt_comm_send   hands `nbytes` bytes with a tag to rank `dest`
+ *   dpt_comm_recv   takes the first message matching (source, tag), waiting
+ *                   up to a timeout; the payload comes back malloc'd
+ *   dpt_comm_probe  tells whether such a message is there, without waiting
+ *
+ * Matching and order: a message matches a receive (or probe) whose source
+ * is its sender or DPT_COMM_ANY_SOURCE and whose tag is its tag or
+ * DPT_COMM_ANY_TAG. Two messages from one sender that both match a receive
+ * are received in the order they were sent (so messages with one source and
+ * one tag arrive in send order); between senders nothing is promised. Tags
+ * are in [0, DPT_COMM_TAG_MAX]; sending to oneself is not supported.
+ *
+ * Backends:
+ *   threads  send copies the payload into the destination's mailbox (a FIFO
+ *            list under a mutex) and returns at once; it never waits for
+ *            the receiver. There is no flow control: messages not yet
+ *            received stay in memory (the group frees them at destroy), so a
+ *            sender that outruns its receiver must be held back by the
+ *            application (e.g. the receiver's replies as credits).
+ *   mpi      the messages travel on a private duplicate of the communicator,
+ *            apart from the collectives' own messages. send is MPI_Isend
+ *            (a payload past INT_MAX bytes as one message of a derived
+ *            datatype), waited for like a collective: it returns once MPI is
+ *            done with `data`, which is at once for a small message and, for
+ *            one past MPI's eager limit (with Open MPI 4 KiB in shared
+ *            memory, 64 KiB over TCP), once the destination receives it. So,
+ *            as with MPI_Send, a large send waits for the matching recv:
+ *            a rank must not wait in a large send to a rank that is itself
+ *            waiting in a large send to it.
+ *   hier     DPT_ENOTSUP: only thread 0 of each process calls MPI, so a
+ *            thread could not reach a thread of another process (use an mpi
+ *            communicator of the processes, or a threads communicator inside
+ *            one).
+ *
+ * Timeouts: recv waits at most its timeout_s (DPT_COMM_TIMEOUT_DEFAULT or
+ * any negative value: the communicator's, the timeout_s of the backend's
+ * options; 0: do not wait). Timing out is an ordinary outcome, not a
+ * failure: DPT_ETIMEDOUT with a message naming the source and the tag,
+ * nothing is consumed and the communicator stays usable. mpi: once a
+ * message is matched, its transfer may take the communicator's timeout
+ * more; a send waits at most the communicator's timeout. A send or transfer
+ * that times out leaves the communicator failed and tells the other ranks.
+ * MPI cannot withdraw a message: after a send failed once started (timeout,
+ * another rank's failure, MPI error) MPI may still deliver it and read
+ * `data` until then, so `data` must stay valid, as the buffers of a failed
+ * collective.
+ *
+ * Failures: once the communicator is failed (a collective timed out or
+ * mismatched; dpt_comm_abort, threads; a failure another rank notified,
+ * mpi), every send, recv and probe, a recv already waiting included, fails
+ * at once with the failure's code and message. These calls may be made
+ * while an iallreduce of the handle is pending. Argument errors are
+ * DPT_EINVAL and leave the communicator as it was. */
+
+/* recv and probe: a message from any rank; recv and probe with any tag. */
+#define DPT_COMM_ANY_SOURCE (-1)
+#define DPT_COMM_ANY_TAG (-1)
+/* The largest tag (the smallest upper bound MPI guarantees). */
+#define DPT_COMM_TAG_MAX 32767
+/* recv's timeout_s: the communicator's timeout. */
+#define DPT_COMM_TIMEOUT_DEFAULT (-1.0)
+
+/* Sends `nbytes` bytes at `data` (borrowed for the call; may be NULL when
+ * nbytes is 0) to rank `dest` with tag `tag`. Returns when the payload is
+ * handed off (see the backends above): the caller may then reuse `data`.
+ * Returns 0; DPT_EINVAL (NULL comm, dest out of [0, size) or this rank, tag
+ * out of [0, DPT_COMM_TAG_MAX], NULL data with nbytes > 0); DPT_ENOMEM
+ * (threads: no memory for the copy); DPT_EOVERFLOW (mpi: more than 2^60
+ * bytes); DPT_ENOTSUP (hier); DPT_ETIMEDOUT (mpi: the destination did not
+ * take the message within the communicator's timeout; the communicator is
+ * now failed); DPT_ECOMM (MPI failure); or the code of the earlier failure
+ * when the communicator failed. */
+int dpt_comm_send(dpt_comm_t *comm, int dest, int tag, const void *data, size_t nbytes);
+
+/* Receives the first message from `source` (a rank other than this one, or
+ * DPT_COMM_ANY_SOURCE) with tag `tag` (or DPT_COMM_ANY_TAG), waiting at most
+ * `timeout_s` seconds (see "Timeouts" above; must not be NaN or infinite).
+ * On success *data is the payload, malloc'd and owned by the caller (release
+ * it with free()), NULL when the message is empty; *nbytes its size;
+ * *source_out and *tag_out (each may be NULL) the sender and the tag. On
+ * failure *data is NULL, *nbytes 0 and *source_out, *tag_out -1. Returns 0;
+ * DPT_EINVAL (NULL comm, data or nbytes; source or tag out of range; bad
+ * timeout_s); DPT_ETIMEDOUT (no matching message within the timeout: the
+ * communicator stays usable; or, mpi, a matched transfer that did not
+ * complete: the communicator is failed); DPT_ENOMEM (no memory for the
+ * payload: the message stays queued); DPT_ENOTSUP (hier); DPT_ECOMM (MPI
+ * failure); or the failed communicator's code. */
+int dpt_comm_recv(dpt_comm_t *comm, int source, int tag, double timeout_s, void **data,
+                  size_t *nbytes, int *source_out, int *tag_out);
+
+/* Tells, without waiting, whether a message matching (source, tag) (as for
+ * dpt_comm_recv) can be received: *flag = 1 and, for the first such message,
+ * its sender, tag and size in *source_out, *tag_out and *nbytes (each may be
+ * NULL), or *flag = 0 and -1, -1, 0. A dpt_comm_recv with the returned source
+ * and tag then receives that message. mpi: also answers the other ranks'
+ * status requests and reads their failure notices, so a rank that only
+ * polls notices failures. Returns 0, DPT_EINVAL (NULL comm or flag, source
+ * or tag out of range), DPT_ENOTSUP (hier), DPT_ECOMM (MPI failure) or the
+ * failed communicator's code. */
+int dpt_comm_probe(dpt_comm_t *comm, int source, int tag, int *flag, int *source_out, int *tag_out,
+                   size_t *nbytes);
 
 /* A 64-bit fingerprint (FNV-1a over the bit patterns) of `count` floats;
  * equal buffers give equal fingerprints, -0.0 and 0.0 differ. */

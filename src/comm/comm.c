@@ -8,6 +8,7 @@
  */
 #include "comm/comm_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,27 @@ void dpt__comm_fp_describe(const dpt__comm_fp_t *fp, char *out, size_t n)
         break;
     case DPT__CALL_BARRIER: snprintf(out, n, "%s()", name); break;
     default: snprintf(out, n, "%s(count=%zu)", name, fp->count); break;
+    }
+}
+
+void dpt__p2p_describe(int call, int peer, int tag, size_t nbytes, char *out, size_t n)
+{
+    char who[32], t[24];
+    if (peer == DPT_COMM_ANY_SOURCE)
+        snprintf(who, sizeof who, "any rank");
+    else
+        snprintf(who, sizeof who, "rank %d", peer);
+    if (tag == DPT_COMM_ANY_TAG)
+        snprintf(t, sizeof t, "any tag");
+    else
+        snprintf(t, sizeof t, "tag %d", tag);
+    switch (call) {
+    case DPT__CALL_SEND:
+        snprintf(out, n, "send of %zu byte%s to %s with %s", nbytes, nbytes == 1 ? "" : "s", who,
+                 t);
+        break;
+    case DPT__CALL_PROBE: snprintf(out, n, "probe for %s with %s", who, t); break;
+    default: snprintf(out, n, "recv from %s with %s", who, t); break;
     }
 }
 
@@ -319,6 +341,91 @@ int dpt_comm_abort(dpt_comm_t *comm, const char *why)
                          "by its timeout, or end the job with dpt_comm_mpi_abort)",
                          dpt_comm_backend_name(comm->ops->backend));
     return comm->ops->abort(comm, why);
+}
+
+/* ---- point-to-point messages ---------------------------------------------- */
+
+/* Checks shared by send, recv and probe: the handle, backend support, the
+ * peer (a rank other than this one; any for recv and probe) and the tag. A
+ * pending iallreduce does not matter: messages do not touch it. */
+static int check_p2p(const dpt_comm_t *comm, int call, int peer, int tag)
+{
+    const char *what = dpt__comm_call_name(call);
+    if (comm == NULL)
+        return dpt_error(DPT_EINVAL, "comm: %s on a NULL communicator", what);
+    if (comm->ops->send == NULL)
+        return dpt_error(DPT_ENOTSUP,
+                         "comm %s rank %d: %s: point-to-point messages are not "
+                         "supported: %s",
+                         dpt_comm_backend_name(comm->ops->backend), comm->rank, what,
+                         comm->ops->p2p_unsupported ? comm->ops->p2p_unsupported : "");
+    int any_ok = call != DPT__CALL_SEND;
+    const char *role = any_ok ? "source" : "dest";
+    if (!(any_ok && peer == DPT_COMM_ANY_SOURCE) && (peer < 0 || peer >= comm->size))
+        return dpt_error(DPT_EINVAL, "comm rank %d: %s: %s %d is not in [0, %d)%s", comm->rank,
+                         what, role, peer, comm->size, any_ok ? " nor DPT_COMM_ANY_SOURCE" : "");
+    if (peer == comm->rank)
+        return dpt_error(DPT_EINVAL,
+                         "comm rank %d: %s: %s %d is this rank (messages to oneself are not "
+                         "supported)",
+                         comm->rank, what, role, peer);
+    if (!(any_ok && tag == DPT_COMM_ANY_TAG) && (tag < 0 || tag > DPT_COMM_TAG_MAX))
+        return dpt_error(DPT_EINVAL, "comm rank %d: %s: tag %d is not in [0, %d]%s", comm->rank,
+                         what, tag, DPT_COMM_TAG_MAX, any_ok ? " nor DPT_COMM_ANY_TAG" : "");
+    return 0;
+}
+
+int dpt_comm_send(dpt_comm_t *comm, int dest, int tag, const void *data, size_t nbytes)
+{
+    int rc;
+    if ((rc = check_p2p(comm, DPT__CALL_SEND, dest, tag)) < 0 ||
+        (rc = check_buf(comm, "send", "data", data, nbytes)) < 0)
+        return rc;
+    return comm->ops->send(comm, dest, tag, data, nbytes);
+}
+
+int dpt_comm_recv(dpt_comm_t *comm, int source, int tag, double timeout_s, void **data,
+                  size_t *nbytes, int *source_out, int *tag_out)
+{
+    if (data != NULL)
+        *data = NULL;
+    if (nbytes != NULL)
+        *nbytes = 0;
+    if (source_out != NULL)
+        *source_out = -1;
+    if (tag_out != NULL)
+        *tag_out = -1;
+    int rc = check_p2p(comm, DPT__CALL_RECV, source, tag);
+    if (rc < 0)
+        return rc;
+    if (data == NULL || nbytes == NULL)
+        return dpt_error(DPT_EINVAL, "comm rank %d: recv: data and nbytes must not be NULL",
+                         comm->rank);
+    if (isnan(timeout_s) || isinf(timeout_s))
+        return dpt_error(DPT_EINVAL,
+                         "comm rank %d: recv: timeout_s %g, expected seconds (>= 0) or < 0 for "
+                         "the communicator's",
+                         comm->rank, timeout_s);
+    return comm->ops->recv(comm, source, tag, timeout_s, data, nbytes, source_out, tag_out);
+}
+
+int dpt_comm_probe(dpt_comm_t *comm, int source, int tag, int *flag, int *source_out, int *tag_out,
+                   size_t *nbytes)
+{
+    if (flag != NULL)
+        *flag = 0;
+    if (source_out != NULL)
+        *source_out = -1;
+    if (tag_out != NULL)
+        *tag_out = -1;
+    if (nbytes != NULL)
+        *nbytes = 0;
+    int rc = check_p2p(comm, DPT__CALL_PROBE, source, tag);
+    if (rc < 0)
+        return rc;
+    if (flag == NULL)
+        return dpt_error(DPT_EINVAL, "comm rank %d: probe: flag must not be NULL", comm->rank);
+    return comm->ops->probe(comm, source, tag, flag, source_out, tag_out, nbytes);
 }
 
 void dpt_comm_destroy(dpt_comm_t *comm)

@@ -48,6 +48,10 @@
  * check (options.mpi.check) mismatches across processes are reported by the
  * leaders' MPI fingerprint exchange; inside a process they are always
  * detected at B1.
+ *
+ * Point-to-point messages (dpt_comm_send & co) are not supported
+ * (DPT_ENOTSUP): only the leader calls MPI, so a thread could not reach a
+ * thread of another process without the leader forwarding for it.
  */
 #include "comm/comm_internal.h"
 
@@ -364,6 +368,9 @@ static const dpt__comm_ops_t hier_ops = {
     .barrier = h_barrier,
     .algorithm = h_algorithm,
     .abort = h_abort,
+    .p2p_unsupported = "only thread 0 of each process calls MPI, so a thread cannot reach a "
+                       "thread of another process (use an mpi communicator of the processes, or "
+                       "a threads communicator inside one)",
     .destroy = h_destroy,
 };
 

@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "dpt/comm.h"
 
@@ -27,7 +28,10 @@
     X(DPT__CALL_BROADCAST, 3, "broadcast")           \
     X(DPT__CALL_ALLGATHER, 4, "allgather")           \
     X(DPT__CALL_REDUCE_SCATTER, 5, "reduce_scatter") \
-    X(DPT__CALL_BARRIER, 6, "barrier")
+    X(DPT__CALL_BARRIER, 6, "barrier")               \
+    X(DPT__CALL_SEND, 7, "send")                     \
+    X(DPT__CALL_RECV, 8, "recv")                     \
+    X(DPT__CALL_PROBE, 9, "probe")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt__comm_call {
@@ -49,6 +53,11 @@ typedef struct dpt__comm_fp {
     int algo;     /* allreduce: the dpt_comm_algorithm_t that runs, else -1 */
 } dpt__comm_fp_t;
 
+/* Writes e.g. "recv from rank 2 with tag 7", "recv from any rank with any
+ * tag" or "send of 4096 bytes to rank 0 with tag 1" into out; call is DPT__CALL_SEND,
+ * _RECV or _PROBE, peer and tag may be DPT_COMM_ANY_SOURCE / _ANY_TAG. */
+void dpt__p2p_describe(int call, int peer, int tag, size_t nbytes, char *out, size_t n);
+
 /* Writes e.g. "broadcast(count=12, root=0)" into out. */
 void dpt__comm_fp_describe(const dpt__comm_fp_t *fp, char *out, size_t n);
 int dpt__comm_fp_equal(const dpt__comm_fp_t *a, const dpt__comm_fp_t *b);
@@ -66,6 +75,18 @@ typedef struct dpt__comm_ops {
     /* the algorithm an allreduce of count floats runs (never AUTO) */
     dpt_comm_algorithm_t (*algorithm)(const dpt_comm_t *c, size_t count);
     int (*abort)(dpt_comm_t *c, const char *why); /* NULL: not supported */
+    /* Point-to-point messages; all three NULL: not supported (the reason is
+     * p2p_unsupported). Arguments are checked by comm.c: dest / source a
+     * valid rank other than the own (or DPT_COMM_ANY_SOURCE), tags in range
+     * (or DPT_COMM_ANY_TAG), data non-NULL where nbytes > 0, the output
+     * pointers of recv and probe set to their empty values, timeout_s the
+     * call's (< 0: the communicator's). */
+    int (*send)(dpt_comm_t *c, int dest, int tag, const void *data, size_t nbytes);
+    int (*recv)(dpt_comm_t *c, int source, int tag, double timeout_s, void **data, size_t *nbytes,
+                int *source_out, int *tag_out);
+    int (*probe)(dpt_comm_t *c, int source, int tag, int *flag, int *source_out, int *tag_out,
+                 size_t *nbytes);
+    const char *p2p_unsupported; /* why send/recv/probe are NULL */
     void (*destroy)(dpt_comm_t *c);
 } dpt__comm_ops_t;
 
@@ -183,6 +204,9 @@ int dpt__tpart_barrier_ext(dpt__tpart_t *p, const char *what, double extra_s);
 /* After the first wait of an operation: compares every participant's
  * fingerprint with this one's; a mismatch fails the group (DPT_ECOMM). */
 int dpt__tpart_match(dpt__tpart_t *p);
+/* The CLOCK_MONOTONIC time t (seconds, as dpt_now()) as a timespec for
+ * pthread_cond_timedwait on the group's condition variables. */
+struct timespec dpt__tabstime(double t);
 /* Marks the group failed with `code` (first failure wins), wakes everyone
  * and returns the code with the message recorded for this thread. */
 int dpt__tpart_fail(dpt__tpart_t *p, int code, const char *fmt, ...)
@@ -190,6 +214,34 @@ int dpt__tpart_fail(dpt__tpart_t *p, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* ---- threads point-to-point messages (comm_threads_p2p.c) ----------------- */
+
+/* The mailboxes of a group, one per rank (see comm_threads_p2p.c). Created
+ * and destroyed with the group (destroy frees the messages never received);
+ * dpt__tmail_wake wakes every receiver waiting in a mailbox, and is called
+ * once the group is failed. Lock order: the group's mutex, then a
+ * mailbox's. */
+typedef struct dpt__tmail dpt__tmail_t;
+int dpt__tmail_create(dpt__tmail_t **mail, int size);
+void dpt__tmail_destroy(dpt__tmail_t *mail);
+void dpt__tmail_wake(dpt__tmail_t *mail);
+
+dpt__tmail_t *dpt__tgroup_mail(const dpt__tgroup_t *g);
+/* The status code of the group's failure (acquire), 0 while it has not
+ * failed. */
+int dpt__tgroup_failed(dpt__tgroup_t *g);
+/* The group's timeout (the options' timeout_s). */
+double dpt__tgroup_timeout_s(const dpt__tgroup_t *g);
+
+/* The participant of a threads-backend handle. */
+dpt__tpart_t *dpt__tcomm_part(dpt_comm_t *c);
+/* The ops of the threads backend (arguments checked by comm.c). */
+int dpt__tp2p_send(dpt_comm_t *c, int dest, int tag, const void *data, size_t nbytes);
+int dpt__tp2p_recv(dpt_comm_t *c, int source, int tag, double timeout_s, void **data,
+                   size_t *nbytes, int *source_out, int *tag_out);
+int dpt__tp2p_probe(dpt_comm_t *c, int source, int tag, int *flag, int *source_out, int *tag_out,
+                    size_t *nbytes);
 
 /* ---- threads allreduce algorithms (comm_threads_algo.c) -------------------- */
 

@@ -20,7 +20,10 @@
  *   reduce_scatter  MPI_Ireduce_scatter_block when count % size == 0, else
  *                   MPI_Ireduce_scatter with the dpt block sizes
  *   barrier         MPI_Ibarrier
- *   create          MPI_Comm_idup twice (the collectives, the side channel);
+ *   send, recv,     MPI_Isend / MPI_Iprobe + MPI_Irecv / MPI_Iprobe on a
+ *   probe           third duplicate (comm_mpi_p2p.c)
+ *   create          MPI_Comm_idup three times (the collectives, the side
+ *                   channel, point-to-point messages);
  *                   MPI_Iallgather of the processor names (hier's nodes)
  *                   unless ranks_per_node is given
  * Open MPI serves the non-blocking calls with its libnbc component and the
@@ -221,6 +224,7 @@ static int enter(mcomm_t *m, int call, int op, int root, size_t count, int algo,
     m->cur.call = call;
     m->cur.root = root;
     m->cur.count = count;
+    m->cur.tag = -1;
     *t0 = dpt_now();
     if (m->failed) {
         char what[128];
@@ -522,6 +526,8 @@ static void m_destroy(dpt_comm_t *c)
             in_flight |= settle_send(&m->note_reqs[q]);
         }
     }
+    if (m->p2p != MPI_COMM_NULL)
+        MPI_Comm_free(&m->p2p);
     if (m->side != MPI_COMM_NULL)
         MPI_Comm_free(&m->side);
     if (m->comm != MPI_COMM_NULL)
@@ -542,6 +548,9 @@ static const dpt__comm_ops_t mpi_ops = {
     .reduce_scatter = m_reduce_scatter,
     .barrier = m_barrier,
     .algorithm = m_algorithm,
+    .send = dpt__mpi_send,
+    .recv = dpt__mpi_recv,
+    .probe = dpt__mpi_probe,
     .destroy = m_destroy,
 };
 
@@ -602,6 +611,9 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt)
         return dpt_error(DPT_ENOMEM, "comm mpi: out of memory");
     m->comm = MPI_COMM_NULL;
     m->side = MPI_COMM_NULL;
+    m->p2p = MPI_COMM_NULL;
+    m->cur.root = -1;
+    m->cur.tag = -1;
     m->base.ops = &mpi_ops;
     m->unit = "rank";
     m->check = o.check;
@@ -612,6 +624,8 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt)
     int rc = dup_comm(base, &m->comm, deadline, o.timeout_s, "given");
     if (rc == 0)
         rc = dup_comm(m->comm, &m->side, deadline, o.timeout_s, "side channel's");
+    if (rc == 0)
+        rc = dup_comm(m->comm, &m->p2p, deadline, o.timeout_s, "point-to-point");
     if (rc < 0) {
         if (rc == DPT_ETIMEDOUT)
             return rc; /* MPI may still write m->comm or m->side: leak m */
@@ -630,9 +644,9 @@ int dpt_comm_mpi_create(dpt_comm_t **comm, const dpt_comm_mpi_options_t *opt)
     size_t P = (size_t)m->base.size;
     m->fp_all = malloc(5 * sizeof *m->fp_all * P);
     m->counts = malloc(sizeof *m->counts * P);
-    m->reply_buf = calloc(4 * P, sizeof *m->reply_buf);
+    m->reply_buf = calloc(DPT__MPI_STATUS_WORDS * P, sizeof *m->reply_buf);
     m->reply_reqs = malloc(sizeof *m->reply_reqs * P);
-    m->status_in = calloc(4 * P, sizeof *m->status_in);
+    m->status_in = calloc(DPT__MPI_STATUS_WORDS * P, sizeof *m->status_in);
     m->status_rreqs = malloc(sizeof *m->status_rreqs * P);
     m->status_sreqs = malloc(sizeof *m->status_sreqs * P);
     m->answered = calloc(P, 1);

@@ -12,21 +12,25 @@
 
 #include "comm/comm_internal.h"
 
-#define DPT__MPI_NOTE_LEN 480 /* longest failure message kept and sent, with its NUL */
+#define DPT__MPI_NOTE_LEN 480   /* longest failure message kept and sent, with its NUL */
+#define DPT__MPI_STATUS_WORDS 5 /* a status reply: seq, call, count, root, tag */
 
-/* The collective a handle is in (or was last in): what status replies and
- * timeout messages name. seq counts the handle's collectives from 1. */
+/* The collective a handle is in (or was last in), or the point-to-point
+ * call it is in: what status replies and timeout messages name. seq counts
+ * the handle's collectives from 1 (point-to-point calls do not count). */
 typedef struct dpt__mop {
     uint64_t seq;
     int call;     /* dpt__comm_call_t */
-    int root;     /* broadcast root, else -1 */
-    size_t count; /* elements (per rank for allgather) */
+    int root;     /* broadcast root; send: dest; recv, probe: source; else -1 */
+    size_t count; /* elements (per rank for allgather); send: bytes */
+    int tag;      /* send, recv, probe: the tag; else -1 */
 } dpt__mop_t;
 
 typedef struct dpt__mcomm {
     struct dpt_comm base;
     MPI_Comm comm;    /* the collectives: a private duplicate, MPI_ERRORS_RETURN */
     MPI_Comm side;    /* status requests, replies and failure notices (a second duplicate) */
+    MPI_Comm p2p;     /* point-to-point messages of dpt_comm_send (a third duplicate) */
     const char *unit; /* "rank", or "process" when the hier backend owns the handle */
     double timeout_s; /* per call, from its start */
     double grace_s;   /* how long a timed-out rank waits for status replies */
@@ -63,9 +67,10 @@ typedef struct dpt__mcomm {
     MPI_Request *preq;          /* size + 2 point-to-point requests */
 
     /* side channel, all sized at create (size entries each) */
-    uint64_t *reply_buf;     /* 4 per rank: the status sent to that rank */
+    uint64_t *reply_buf;     /* DPT__MPI_STATUS_WORDS per rank: the status sent to that rank */
     MPI_Request *reply_reqs; /* sends of reply_buf */
-    uint64_t *status_in;     /* 4 per rank: statuses received after a timeout */
+    uint64_t *status_in;     /* DPT__MPI_STATUS_WORDS per rank: statuses received after a
+                              * timeout */
     MPI_Request *status_rreqs, *status_sreqs;
     unsigned char *answered;
     char note[DPT__MPI_NOTE_LEN + 16]; /* "code message" sent to the others on failure */
@@ -82,6 +87,26 @@ typedef struct dpt__mcomm {
  * the requests may stay pending forever; m->stuck is set. */
 int dpt__mwait(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double t0, size_t bytes,
                const char *mpi_call);
+
+/* One test of what a wait is for (MPI_Testall, MPI_Iprobe, ...): sets *done
+ * and returns the MPI error code. */
+typedef int (*dpt__mtest_fn)(void *ctx, int *done);
+
+/* Polls test(ctx) on dpt__mwait's schedule (no-sleep phase for `bytes`,
+ * then sleeping back-off while serving the side channel) until it reports
+ * done or `deadline` passes. Returns 0 when done, 1 at the deadline
+ * (nothing recorded: the caller decides), or a failure recorded on the
+ * handle: the code another rank notified, or DPT_ECOMM for an MPI error of
+ * the test (`mpi_call` names it) or of the side channel. For the
+ * point-to-point calls, whose timeouts are not always failures. */
+int dpt__mpoll(dpt__mcomm_t *m, dpt__mtest_fn test, void *ctx, double deadline, size_t bytes,
+               const char *mpi_call);
+/* dpt__mpoll of MPI_Testall over nreq requests. */
+int dpt__mpoll_reqs(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double deadline, size_t bytes,
+                    const char *mpi_call);
+/* Serves the side channel once (status requests, failure notices) without
+ * waiting. Returns 0 or, as dpt__mpoll, a failure recorded on the handle. */
+int dpt__mserve(dpt__mcomm_t *m);
 
 /* The same without a handle (create: there is no side channel yet): 0 when
  * complete, 1 at the deadline, or the MPI error code of MPI_Testall (> 0). */
@@ -116,5 +141,14 @@ dpt_comm_algorithm_t dpt__mpi_resolve(const dpt__mcomm_t *m, size_t count);
  * the handle. */
 int dpt__mpi_allreduce_p2p(dpt__mcomm_t *m, float *buf, size_t count, dpt_comm_algorithm_t algo,
                            double t0);
+
+/* ---- point-to-point messages (comm_mpi_p2p.c) ---------------------------- */
+
+/* The ops of the mpi backend (arguments checked by comm.c). */
+int dpt__mpi_send(dpt_comm_t *c, int dest, int tag, const void *data, size_t nbytes);
+int dpt__mpi_recv(dpt_comm_t *c, int source, int tag, double timeout_s, void **data, size_t *nbytes,
+                  int *source_out, int *tag_out);
+int dpt__mpi_probe(dpt_comm_t *c, int source, int tag, int *flag, int *source_out, int *tag_out,
+                   size_t *nbytes);
 
 #endif /* DPT_COMM_MPI_INTERNAL_H */

@@ -25,11 +25,13 @@
  * every handle has a second duplicate of the communicator for small
  * point-to-point messages:
  *   STATUS_REQ   (empty)                      which collective are you in?
- *   STATUS_REPLY (seq, call, count, root)     the answer
+ *   STATUS_REPLY (seq, call, count, root, tag) the answer
  *   FAILED       ("code message", text)       I failed: stop waiting for me
  * A rank reads these only inside dpt__mwait, after the no-sleep phase, i.e.
- * while it is inside a collective of this handle; a rank anywhere else (user
- * code, another communicator, stopped, dead) does not answer.
+ * while it is inside a collective of this handle, and likewise while it
+ * waits in a point-to-point send or recv of the handle (comm_mpi_p2p.c, which
+ * answers "in recv from rank 2 with tag 7") or calls probe; a rank anywhere
+ * else (user code, another communicator, stopped, dead) does not answer.
  *
  * At the deadline the rank sends STATUS_REQ to every other rank and listens
  * for the grace period (min(1 s, timeout / 2)), answering the requests of the
@@ -100,6 +102,9 @@ void dpt__mop_describe(const dpt__mop_t *op, const char *unit, char *out, size_t
         snprintf(out, n, "%s #%llu (%zu float%s per %s)", name, seq, op->count, s, unit);
         break;
     case DPT__CALL_BARRIER: snprintf(out, n, "%s #%llu", name, seq); break;
+    case DPT__CALL_SEND:
+    case DPT__CALL_RECV:
+    case DPT__CALL_PROBE: dpt__p2p_describe(op->call, op->root, op->tag, op->count, out, n); break;
     default: snprintf(out, n, "%s #%llu (%zu float%s)", name, seq, op->count, s); break;
     }
 }
@@ -175,13 +180,14 @@ static void send_status(dpt__mcomm_t *m, int q)
         if (MPI_Test(&m->reply_reqs[q], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done)
             return;
     }
-    uint64_t *b = m->reply_buf + 4 * (size_t)q;
+    uint64_t *b = m->reply_buf + DPT__MPI_STATUS_WORDS * (size_t)q;
     b[0] = m->cur.seq;
     b[1] = (uint64_t)m->cur.call;
     b[2] = (uint64_t)m->cur.count;
     b[3] = (uint64_t)(int64_t)m->cur.root;
-    if (MPI_Isend(b, 4, MPI_UINT64_T, q, TAG_STATUS_REPLY, m->side, &m->reply_reqs[q]) !=
-        MPI_SUCCESS)
+    b[4] = (uint64_t)(int64_t)m->cur.tag;
+    if (MPI_Isend(b, DPT__MPI_STATUS_WORDS, MPI_UINT64_T, q, TAG_STATUS_REPLY, m->side,
+                  &m->reply_reqs[q]) != MPI_SUCCESS)
         m->reply_reqs[q] = MPI_REQUEST_NULL;
 }
 
@@ -219,8 +225,9 @@ static int serve_side(dpt__mcomm_t *m, int notes, int *out)
         } else {
             /* A status reply that arrived after its asker stopped listening
              * (nothing else is sent on this channel): drop it. */
-            uint64_t drop[4];
-            mrc = MPI_Recv(drop, 4, MPI_UINT64_T, q, st.MPI_TAG, m->side, MPI_STATUS_IGNORE);
+            uint64_t drop[DPT__MPI_STATUS_WORDS];
+            mrc = MPI_Recv(drop, DPT__MPI_STATUS_WORDS, MPI_UINT64_T, q, st.MPI_TAG, m->side,
+                           MPI_STATUS_IGNORE);
         }
         if (mrc != MPI_SUCCESS) {
             *out = mrc;
@@ -235,18 +242,18 @@ static void nap(long ns)
     nanosleep(&ts, NULL);
 }
 
-/* The polling loop (see the top of the file). m may be NULL (no side
- * channel). Returns WAIT_DONE, WAIT_DEADLINE, WAIT_MPI_ERROR or
- * WAIT_SIDE_ERROR (*out = the MPI code) or WAIT_FAILED (*out = the dpt code
- * of a notified failure, already recorded). */
-static int wait_until(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double deadline, size_t bytes,
+/* The polling loop (see the top of the file), around test(ctx). m may be
+ * NULL (no side channel). Returns WAIT_DONE, WAIT_DEADLINE, WAIT_MPI_ERROR
+ * or WAIT_SIDE_ERROR (*out = the MPI code) or WAIT_FAILED (*out = the dpt
+ * code of a notified failure, already recorded). */
+static int poll_until(dpt__mcomm_t *m, dpt__mtest_fn test, void *ctx, double deadline, size_t bytes,
                       int *out)
 {
     double spin_end = dpt_now() + SPIN_S + SPIN_S_PER_BYTE * (double)bytes;
     long sleep_ns = SLEEP_MIN_NS;
     for (;;) {
         int done = 0;
-        int mrc = MPI_Testall(nreq, reqs, &done, MPI_STATUSES_IGNORE);
+        int mrc = test(ctx, &done);
         if (mrc != MPI_SUCCESS) {
             *out = mrc;
             return WAIT_MPI_ERROR;
@@ -268,6 +275,25 @@ static int wait_until(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double deadl
         if (sleep_ns < SLEEP_MAX_NS)
             sleep_ns = sleep_ns * 2 < SLEEP_MAX_NS ? sleep_ns * 2 : SLEEP_MAX_NS;
     }
+}
+
+typedef struct reqs {
+    int n;
+    MPI_Request *r;
+} reqs_t;
+
+static int test_all(void *ctx, int *done)
+{
+    reqs_t *q = ctx;
+    return MPI_Testall(q->n, q->r, done, MPI_STATUSES_IGNORE);
+}
+
+/* Waits for nreq requests. */
+static int wait_until(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double deadline, size_t bytes,
+                      int *out)
+{
+    reqs_t q = {nreq, reqs};
+    return poll_until(m, test_all, &q, deadline, bytes, out);
 }
 
 int dpt__mwait_plain(int nreq, MPI_Request *reqs, double deadline, size_t bytes)
@@ -293,7 +319,8 @@ static void ask_the_others(dpt__mcomm_t *m)
         m->status_sreqs[q] = MPI_REQUEST_NULL;
         if (q == me)
             continue;
-        if (MPI_Irecv(m->status_in + 4 * (size_t)q, 4, MPI_UINT64_T, q, TAG_STATUS_REPLY, m->side,
+        if (MPI_Irecv(m->status_in + DPT__MPI_STATUS_WORDS * (size_t)q, DPT__MPI_STATUS_WORDS,
+                      MPI_UINT64_T, q, TAG_STATUS_REPLY, m->side,
                       &m->status_rreqs[q]) != MPI_SUCCESS) {
             m->status_rreqs[q] = MPI_REQUEST_NULL; /* reported as not responding */
             continue;
@@ -374,8 +401,8 @@ static int timed_out(dpt__mcomm_t *m)
             snprintf(item, sizeof item, "%s %d (did not respond)", unit, q);
             silent++;
         } else {
-            const uint64_t *s = m->status_in + 4 * (size_t)q;
-            dpt__mop_t o = {s[0], (int)s[1], (int)(int64_t)s[3], (size_t)s[2]};
+            const uint64_t *s = m->status_in + DPT__MPI_STATUS_WORDS * (size_t)q;
+            dpt__mop_t o = {s[0], (int)s[1], (int)(int64_t)s[3], (size_t)s[2], (int)(int64_t)s[4]};
             if (o.seq == m->cur.seq && o.call == m->cur.call)
                 continue; /* arrived: it is in this collective too */
             char d[128];
@@ -404,6 +431,36 @@ static int timed_out(dpt__mcomm_t *m)
                           "collectives on this communicator)"
                         : "");
     return dpt__mfail(m, DPT_ETIMEDOUT, 1, msg);
+}
+
+int dpt__mpoll(dpt__mcomm_t *m, dpt__mtest_fn test, void *ctx, double deadline, size_t bytes,
+               const char *mpi_call)
+{
+    int out = 0;
+    switch (poll_until(m, test, ctx, deadline, bytes, &out)) {
+    case WAIT_DONE: return 0;
+    case WAIT_DEADLINE: return 1;
+    case WAIT_MPI_ERROR: return dpt__mpi_fail(m, out, mpi_call);
+    case WAIT_SIDE_ERROR: return dpt__mpi_fail(m, out, "the side channel");
+    default: return out; /* WAIT_FAILED */
+    }
+}
+
+int dpt__mpoll_reqs(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double deadline, size_t bytes,
+                    const char *mpi_call)
+{
+    reqs_t q = {nreq, reqs};
+    return dpt__mpoll(m, test_all, &q, deadline, bytes, mpi_call);
+}
+
+int dpt__mserve(dpt__mcomm_t *m)
+{
+    int out = 0;
+    switch (serve_side(m, 1, &out)) {
+    case WAIT_DONE: return 0;
+    case WAIT_SIDE_ERROR: return dpt__mpi_fail(m, out, "the side channel");
+    default: return out; /* WAIT_FAILED */
+    }
 }
 
 int dpt__mwait(dpt__mcomm_t *m, int nreq, MPI_Request *reqs, double t0, size_t bytes,

@@ -31,7 +31,9 @@
  *   returns that code with the message; the group cannot be reused (destroy
  *   and re-create it). Mismatched calls (fingerprints differ at the first
  *   barrier of an operation, before any data is touched) fail the group the
- *   same way with DPT_ECOMM.
+ *   same way with DPT_ECOMM. A failure also wakes the receivers waiting
+ *   for point-to-point messages in their mailboxes (comm_threads_p2p.c),
+ *   whose calls then fail with it too.
  *
  * Determinism: every element of a reduction is ((x_0 + x_1) + x_2) + ...
  *   in rank order, whichever participant computes it and whichever path
@@ -79,6 +81,7 @@ struct dpt__tgroup {
     pthread_cond_t cv;
     int mu_ok, cv_ok;
     unsigned char *joined;
+    dpt__tmail_t *mail; /* point-to-point mailboxes (comm_threads_p2p.c) */
     char fail_msg[400]; /* written once, before `failed` is set */
 };
 
@@ -169,6 +172,10 @@ int dpt__tgroup_create(dpt__tgroup_t **out, int size, const dpt_comm_threads_opt
     if (crc != 0)
         goto fail;
     g->cv_ok = 1;
+    if ((rc = dpt__tmail_create(&g->mail, size)) < 0) {
+        dpt__tgroup_destroy(g);
+        return rc;
+    }
     *out = g;
     return 0;
 fail:
@@ -182,6 +189,7 @@ void dpt__tgroup_destroy(dpt__tgroup_t *g)
 {
     if (g == NULL)
         return;
+    dpt__tmail_destroy(g->mail);
     if (g->cv_ok)
         pthread_cond_destroy(&g->cv);
     if (g->mu_ok)
@@ -195,6 +203,21 @@ void dpt__tgroup_destroy(dpt__tgroup_t *g)
 int dpt__tgroup_size(const dpt__tgroup_t *g)
 {
     return g->size;
+}
+
+dpt__tmail_t *dpt__tgroup_mail(const dpt__tgroup_t *g)
+{
+    return g->mail;
+}
+
+int dpt__tgroup_failed(dpt__tgroup_t *g)
+{
+    return atomic_load_explicit(&g->failed, memory_order_acquire);
+}
+
+double dpt__tgroup_timeout_s(const dpt__tgroup_t *g)
+{
+    return g->timeout_s;
 }
 
 void dpt__tgroup_set_rank_offset(dpt__tgroup_t *g, int offset)
@@ -265,6 +288,7 @@ static void fail_locked(dpt__tgroup_t *g, int code, const char *msg)
         snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
         atomic_store_explicit(&g->failed, code, memory_order_release);
         pthread_cond_broadcast(&g->cv);
+        dpt__tmail_wake(g->mail); /* receivers waiting for a message */
     }
 }
 
@@ -317,7 +341,7 @@ void dpt__tpart_arrive(dpt__tpart_t *p)
     }
 }
 
-static struct timespec to_timespec(double t)
+struct timespec dpt__tabstime(double t)
 {
     struct timespec ts;
     ts.tv_sec = (time_t)t;
@@ -362,7 +386,7 @@ static int wait_blocking(dpt__tpart_t *p, const char *what, double t0, double ex
 {
     dpt__tgroup_t *g = p->g;
     double deadline = t0 + g->timeout_s + extra_s;
-    struct timespec ts = to_timespec(deadline);
+    struct timespec ts = dpt__tabstime(deadline);
     int rc = 0;
     pthread_mutex_lock(&g->mu);
     atomic_fetch_add_explicit(&g->sleepers, 1, memory_order_seq_cst);
@@ -701,6 +725,11 @@ static int t_abort(dpt_comm_t *c, const char *why)
     return dpt__tpart_fail(&((tcomm_t *)c)->part, DPT_ECOMM, "%s", why);
 }
 
+dpt__tpart_t *dpt__tcomm_part(dpt_comm_t *c)
+{
+    return &((tcomm_t *)c)->part;
+}
+
 static const dpt__comm_ops_t threads_ops = {
     .backend = DPT_COMM_THREADS,
     .allreduce = t_allreduce,
@@ -712,6 +741,9 @@ static const dpt__comm_ops_t threads_ops = {
     .barrier = t_barrier,
     .algorithm = t_algorithm,
     .abort = t_abort,
+    .send = dpt__tp2p_send,
+    .recv = dpt__tp2p_recv,
+    .probe = dpt__tp2p_probe,
     .destroy = t_destroy,
 };
 
