@@ -488,18 +488,7 @@ int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_c
         .clip_pg_rho = cfg->vtrace_clip_pg_rho,
     };
     dpt_model_t model = dpt_policy_vtrace_model(a->learner, &hp);
-    dpt_towers_config_t tc = dpt_towers_defaults();
-    tc.num_devices = cfg->num_devices;
-    tc.mode = cfg->towers_mode;
-    tc.max_per_device_batch_size = rows / D;
-    tc.max_load_rows = rows;
-    tc.grad_clip = cfg->grad_clip;
-    tc.comm_timeout_s = cfg->comm_timeout_s;
-    tc.comm_algorithm = cfg->allreduce_algorithm;
-    tc.reduce_sum = cfg->reduce_sum;
-    tc.async_scale = cfg->async_scale;
-    tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
-    tc.optim.eps = cfg->adam_eps;
+    dpt_towers_config_t tc = dpt__rl_towers_config(cfg, rows / D, rows);
     dpt_batch_t lay;
     if ((rc = dpt_vtrace_batch(&lay, cls, 0, T, NULL, NULL, NULL, NULL, NULL)) != 0 ||
         (rc = dpt_towers_create(&a->towers, &model, &lay, &tc)) != 0 ||

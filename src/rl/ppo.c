@@ -140,18 +140,7 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
         goto fail;
     }
     dpt_model_t model = dpt_policy_ppo_model(p->learner, &cfg->loss);
-    dpt_towers_config_t tc = dpt_towers_defaults();
-    tc.num_devices = cfg->num_devices;
-    tc.mode = cfg->towers_mode;
-    tc.max_per_device_batch_size = pdb;
-    tc.max_load_rows = load_rows;
-    tc.grad_clip = cfg->grad_clip;
-    tc.comm_timeout_s = cfg->comm_timeout_s;
-    tc.comm_algorithm = cfg->allreduce_algorithm;
-    tc.reduce_sum = cfg->reduce_sum;
-    tc.async_scale = cfg->async_scale;
-    tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
-    tc.optim.eps = cfg->adam_eps;
+    dpt_towers_config_t tc = dpt__rl_towers_config(cfg, pdb, load_rows);
     dpt_batch_t lay;
     if ((rc = dpt__rl_layout(p->learner, &lay)) != 0 ||
         (rc = dpt_towers_create(&p->towers, &model, &lay, &tc)) != 0 ||
@@ -184,6 +173,24 @@ dpt_policy_t *dpt_ppo_policy(dpt_ppo_t *p)
 int dpt_ppo_get_weights(dpt_ppo_t *p, float *out, size_t count)
 {
     return dpt_towers_get_weights(p->towers, out, count);
+}
+
+dpt_towers_config_t dpt__rl_towers_config(const dpt_rl_config_t *cfg, size_t per_device,
+                                          size_t load_rows)
+{
+    dpt_towers_config_t tc = dpt_towers_defaults();
+    tc.num_devices = cfg->num_devices;
+    tc.mode = cfg->towers_mode;
+    tc.max_per_device_batch_size = per_device;
+    tc.max_load_rows = load_rows;
+    tc.grad_clip = cfg->grad_clip;
+    tc.comm_timeout_s = cfg->comm_timeout_s;
+    tc.comm_algorithm = cfg->allreduce_algorithm;
+    tc.reduce_sum = cfg->reduce_sum;
+    tc.async_scale = cfg->async_scale;
+    tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
+    tc.optim.eps = cfg->adam_eps;
+    return tc;
 }
 
 /* The learning rate of an iteration that starts after `done` env steps. */

@@ -131,6 +131,10 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
  * worker/sampler collects) and the learning rate of an iteration that starts
  * after `done` env steps (linear annealing to 0 when enabled). */
 int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch);
+/* The towers settings of PPO's and APPO's learners: cfg's devices, mode,
+ * reduction, clip and Adam, per_device rows per step, load_rows per load. */
+dpt_towers_config_t dpt__rl_towers_config(const dpt_rl_config_t *cfg, size_t per_device,
+                                          size_t load_rows);
 float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done);
 
 /* The acting and the learning policy of a config: the actor steps

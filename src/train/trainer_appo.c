@@ -135,30 +135,15 @@ static int dpt__appo_describe(void *self, dpt_safetensors_writer_t *w)
     return dpt__describe_policy(w, dpt_appo_policy(t->appo), t->cfg);
 }
 
-const dpt_trainer_ops_t dpt__appo_ops = {
-    .job = DPT_JOB_APPO,
-    .create = dpt__appo_create,
-    .destroy = dpt__appo_destroy,
-    .iterate = dpt__appo_iterate,
-    .checkpoint = dpt__appo_checkpoint,
-    .restore = dpt__appo_restore,
-    .vars = dpt__appo_vars,
-    .get_weights = dpt__appo_get_weights,
-    .evaluate = dpt__appo_evaluate,
-    .describe = dpt__appo_describe,
-    .eval_checkpoint = dpt__rl_eval_checkpoint,
-};
+/* The two jobs share the engine; cfg->impala picks the loss. */
+#define DPT__APPO_OPS(JOB)                                                          \
+    {                                                                               \
+        .job = (JOB), .create = dpt__appo_create, .destroy = dpt__appo_destroy,     \
+        .iterate = dpt__appo_iterate, .checkpoint = dpt__appo_checkpoint,           \
+        .restore = dpt__appo_restore, .vars = dpt__appo_vars,                       \
+        .get_weights = dpt__appo_get_weights, .evaluate = dpt__appo_evaluate,       \
+        .describe = dpt__appo_describe, .eval_checkpoint = dpt__rl_eval_checkpoint, \
+    }
 
-const dpt_trainer_ops_t dpt__impala_ops = {
-    .job = DPT_JOB_IMPALA,
-    .create = dpt__appo_create,
-    .destroy = dpt__appo_destroy,
-    .iterate = dpt__appo_iterate,
-    .checkpoint = dpt__appo_checkpoint,
-    .restore = dpt__appo_restore,
-    .vars = dpt__appo_vars,
-    .get_weights = dpt__appo_get_weights,
-    .evaluate = dpt__appo_evaluate,
-    .describe = dpt__appo_describe,
-    .eval_checkpoint = dpt__rl_eval_checkpoint,
-};
+const dpt_trainer_ops_t dpt__appo_ops = DPT__APPO_OPS(DPT_JOB_APPO);
+const dpt_trainer_ops_t dpt__impala_ops = DPT__APPO_OPS(DPT_JOB_IMPALA);
