@@ -2,6 +2,7 @@
 #include "dpt/optim.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
+#include "optim/optim_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -119,38 +120,21 @@ void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const flo
     switch (c->kind) {
     case DPT_OPTIM_SGD:
         for (size_t i = lo; i < hi; i++)
-            out[i] = p[i] - lr * (g[i] + wd * p[i]);
+            out[i] = dpt__sgd_elem(p[i], g[i], lr, wd);
         break;
     case DPT_OPTIM_MOMENTUM: {
         float *v = o->slot[0].data, mu = c->momentum;
-        for (size_t i = lo; i < hi; i++) {
-            float gi = g[i] + wd * p[i];
-            v[i] = mu * v[i] + gi;
-            out[i] = p[i] - lr * (c->nesterov ? gi + mu * v[i] : v[i]);
-        }
+        int nesterov = c->nesterov;
+        for (size_t i = lo; i < hi; i++)
+            out[i] = dpt__momentum_elem(p[i], g[i], &v[i], mu, lr, wd, nesterov);
         break;
     }
     case DPT_OPTIM_ADAM:
     case DPT_OPTIM_ADAMW: {
         float *m = o->slot[0].data, *v = o->slot[1].data;
-        float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
-        if (t == 0)
-            t = 1;
-        /* Bias corrections in double: 1 - b^t loses digits in float for
-         * b2 = 0.999 and small t. */
-        float bc1 = (float)(1.0 - pow((double)b1, (double)t));
-        float bc2 = (float)(1.0 - pow((double)b2, (double)t));
-        float inv_bc1 = 1.0f / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
-        int decoupled = c->kind == DPT_OPTIM_ADAMW;
-        for (size_t i = lo; i < hi; i++) {
-            float pi = p[i];
-            float gi = decoupled ? g[i] : g[i] + wd * pi;
-            m[i] = b1 * m[i] + (1.0f - b1) * gi;
-            v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-            if (decoupled)
-                pi -= lr * wd * pi;
-            out[i] = pi - lr * (m[i] * inv_bc1) / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
-        }
+        dpt__adam_coef_t k = dpt__adam_coef(c, t, lr);
+        for (size_t i = lo; i < hi; i++)
+            out[i] = dpt__adam_elem(p[i], g[i], &m[i], &v[i], &k);
         break;
     }
     default: break;
