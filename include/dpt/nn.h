@@ -20,6 +20,7 @@
 
 #include "dpt/arena.h"
 #include "dpt/batch.h"
+#include "dpt/optim.h"
 #include "dpt/rng.h"
 
 #ifdef __cplusplus
@@ -126,6 +127,57 @@ int dpt_seq_backward(dpt_seq_t *seq, const float *params, float *grads, const fl
  * written) instead of added: the caller need not zero them first. */
 int dpt_seq_backward_ex(dpt_seq_t *seq, const float *params, float *grads, const float *dy,
                         float *dx, int store_grads);
+
+/* ------------------------------------------------------------------------ */
+/* Embedding bags                                                            */
+
+/* How a bag combines its rows: symbol, config name. */
+#define DPT_EMBED_MODE_LIST(X) \
+    X(DPT_EMBED_SUM, "sum")    \
+    X(DPT_EMBED_MEAN, "mean")
+
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
+typedef enum dpt_embed_mode {
+#define DPT__EMBED_ENUM(sym, name) sym,
+    DPT_EMBED_MODE_LIST(DPT__EMBED_ENUM)
+#undef DPT__EMBED_ENUM
+    DPT_EMBED_MODE_COUNT
+} dpt_embed_mode_t;
+/* clang-format on */
+
+/* "sum" / "mean"; "unknown" otherwise. */
+const char *dpt_embed_mode_name(dpt_embed_mode_t mode);
+/* Parses a name back; DPT_EINVAL with a message when unknown. */
+int dpt_embed_mode_parse(const char *name, dpt_embed_mode_t *mode);
+
+/* Embedding bag (PyTorch's nn.EmbeddingBag): the sum or mean of the rows of
+ * `table` [V, D] named by each bag's ids,
+ *   sum:   out[b] = sum_{j in bag b} table[ids[j]]
+ *   mean:  out[b] = (sum_{j in bag b} table[ids[j]]) / len_b
+ * (rows added in the order of the ids, in float; an empty bag gives zeros).
+ * Bag b holds ids[offsets[b] .. offsets[b+1]), len_b = offsets[b+1] -
+ * offsets[b]; offsets has bags + 1 entries, offsets[0] = 0, nondecreasing,
+ * and offsets[bags] is the number of ids. out is [bags, D]; table, ids and
+ * offsets are borrowed. bags may be 0. Nothing is written unless every
+ * check passes. Errors: DPT_EINVAL (D == 0; unknown mode; offsets[0] != 0 or
+ * decreasing offsets, naming the bag; an id outside [0, V), naming the bag,
+ * the position and the id). */
+int dpt_embedding_bag_forward(const float *table, size_t vocab, size_t dim, const int64_t *ids,
+                              const size_t *offsets, size_t bags, dpt_embed_mode_t mode,
+                              float *out);
+/* Backward: the gradient w.r.t. the table is row-sparse, so instead of
+ * accumulating into a dense [V, D] it APPENDS to `grad` (grad->dim must be
+ * D) one row per id occurrence, in the order of the ids:
+ *   (ids[j], dout[b])          sum
+ *   (ids[j], dout[b] / len_b)  mean
+ * for every j in bag b; empty bags add nothing. The rows are not coalesced
+ * (dpt_sparse_rows_coalesce() does that), so repeated ids give repeated
+ * rows. dout [bags, D] and ids, offsets are borrowed; grad is the caller's.
+ * Nothing is appended unless every check passes. Errors: DPT_EINVAL
+ * (grad->dim != D, D == 0, unknown mode, bad offsets as in forward, a
+ * negative id naming bag and id), and those of dpt_sparse_rows_reserve(). */
+int dpt_embedding_bag_backward(size_t dim, const int64_t *ids, const size_t *offsets, size_t bags,
+                               dpt_embed_mode_t mode, const float *dout, dpt_sparse_rows_t *grad);
 
 /* ------------------------------------------------------------------------ */
 /* Losses. Each returns the mean loss over the batch in *loss (double) and,

@@ -13,6 +13,10 @@
  *   adam      g' = g + wd p;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
  *             p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
  *   adamw     as adam with g' = g, then p -= lr * wd * p          (decoupled)
+ *
+ * A row-sparse gradient (dpt_sparse_rows_t: index and row pairs, e.g. of an
+ * embedding table) is applied by dpt_optim_update_sparse() without ever
+ * densifying it: exactly for sgd and momentum, lazily for Adam.
  */
 #ifndef DPT_OPTIM_H
 #define DPT_OPTIM_H
@@ -55,6 +59,7 @@ const char *dpt_optim_kind_name(dpt_optim_kind_t kind);
 int dpt_optim_kind_parse(const char *name, dpt_optim_kind_t *kind);
 
 typedef struct dpt_optim dpt_optim_t;
+struct dpt_sparse_rows;
 
 /* Creates an optimizer for arenas of `count` floats (slot arenas zeroed).
  * Errors: DPT_EINVAL (unknown kind, momentum outside [0, 1), betas outside
@@ -80,6 +85,46 @@ void dpt_optim_update(dpt_optim_t *opt, float *params, const float *grads, size_
  * have its update kept aside and discarded. */
 void dpt_optim_update_into(dpt_optim_t *opt, const float *params, float *out, const float *grads,
                            size_t lo, size_t hi, uint64_t t, float lr);
+
+/* Sparse step: applies a COALESCED row-sparse gradient g (see "Row-sparse
+ * gradients" below) to one 2-D variable of the optimizer's arenas: params +
+ * offset is its row 0 and it has `rows` rows of g->dim floats, so it covers
+ * [offset, offset + rows * g->dim) of params and of the slot arenas. t (>= 1)
+ * is the global step (Adam's bias correction), lr the learning rate; the
+ * optimizer's counter is not changed. The gradient is never densified.
+ * With G the densified gradient (G[r] = g's row of index r, or 0 when r is
+ * absent) and "touched" the rows that g names:
+ *
+ *   sgd       EXACT: p -= lr * (G + wd p). Bitwise dpt_optim_update() on G.
+ *             wd == 0: only touched rows are visited (an untouched row's
+ *             p - lr * (0 + 0 p) is p for every finite p); wd > 0: every row
+ *             of the variable is visited, untouched ones get p -= lr * (0 +
+ *             wd p).
+ *   momentum  EXACT (plain and Nesterov): the dense rule on G, i.e. every
+ *             row of the variable is visited and untouched rows still get
+ *             v = mu v + (0 + wd p) and p -= lr * v (Nesterov: lr * (0 + wd p
+ *             + mu v)). Bitwise dpt_optim_update() on G: both run the same
+ *             per-element code.
+ *   adam(w)   LAZY Adam (TensorFlow's LazyAdamOptimizer, PyTorch's
+ *             SparseAdam): for each touched row r only,
+ *               g' = g_r + wd p_r (adam) or g_r (adamw)
+ *               m_r = b1 m_r + (1-b1) g';  v_r = b2 v_r + (1-b2) g'^2
+ *               adamw: p_r -= lr * wd * p_r
+ *               p_r -= lr * (m_r / (1-b1^t)) / (sqrt(v_r / (1-b2^t)) + eps)
+ *             with the global step t in the bias correction, bitwise what
+ *             dpt_optim_update() does to that row. Untouched rows keep p, m
+ *             and v bitwise: their moments do not decay and their weights
+ *             get no weight decay (L2 or decoupled) in that step. This is
+ *             NOT dense Adam on G, which would move every row whose m is
+ *             not zero.
+ *
+ * Nothing is written unless every check passes. Errors (DPT_EINVAL, the
+ * message naming the index and its position): g->dim == 0; an index outside
+ * [0, rows); indices not strictly increasing (g not coalesced, see
+ * dpt_sparse_rows_coalesce()); offset + rows * g->dim beyond
+ * dpt_optim_count() (or overflowing size_t); t == 0. */
+int dpt_optim_update_sparse(dpt_optim_t *opt, float *params, size_t offset, size_t rows,
+                            const struct dpt_sparse_rows *g, uint64_t t, float lr);
 
 /* The step counter (number of completed whole steps), for checkpoints. */
 uint64_t dpt_optim_get_t(const dpt_optim_t *opt);
@@ -107,6 +152,78 @@ double dpt_clip_global_norm(float *grads, size_t n, double max_norm);
 /* The clip factor for a norm computed elsewhere (e.g. from per-slice sums of
  * squares): 1 when no clipping applies. */
 float dpt_clip_factor(double norm, double max_norm);
+
+/* ------------------------------------------------------------------------ */
+/* Row-sparse gradients                                                      */
+
+/* A row-sparse gradient of a 2-D variable [rows, dim]: n (index, row) pairs,
+ * row k being values[k * dim .. (k + 1) * dim). It stands for the dense
+ * gradient G with G[r] = the sum of the rows whose index is r (indices may
+ * repeat; repeated rows add), and is never densified by dpt (an embedding
+ * table's gradient touches few of its rows). Indices are not range-checked
+ * when added: dpt_sparse_rows_check(), _densify_add() and
+ * dpt_optim_update_sparse() check them against the variable's rows.
+ *
+ * The struct is the caller's storage; indices, values and the coalescing
+ * scratch are owned by it from dpt_sparse_rows_init() until
+ * dpt_sparse_rows_deinit(), and any call that adds rows may move them
+ * (pointers into them are valid until the next add, append or reserve).
+ * Wire size of one gradient: n * (8 + 4 * dim) bytes. */
+typedef struct dpt_sparse_rows {
+    size_t dim;       /* floats per row (> 0 once initialised) */
+    size_t n, cap;    /* rows present, rows allocated */
+    int64_t *indices; /* [cap], the first n used (owned) */
+    float *values;    /* [cap * dim], the first n * dim used (owned) */
+    /* Coalescing scratch, kept between calls (owned; not data):
+     * 2 * scratch_cap positions and one row of dim floats. */
+    size_t *scratch;
+    size_t scratch_cap;
+    float *scratch_row;
+} dpt_sparse_rows_t;
+
+/* Starts an empty gradient of rows of `dim` floats with room for `cap` rows
+ * (cap may be 0). Errors: DPT_EINVAL (dim == 0), DPT_EOVERFLOW, DPT_ENOMEM;
+ * on error *s is left zeroed (deinit is still safe). */
+int dpt_sparse_rows_init(dpt_sparse_rows_t *s, size_t dim, size_t cap);
+/* Frees everything and zeroes *s; safe on a zeroed or deinitialised one. */
+void dpt_sparse_rows_deinit(dpt_sparse_rows_t *s);
+/* Drops all rows (n = 0), keeping the memory. */
+void dpt_sparse_rows_clear(dpt_sparse_rows_t *s);
+/* Makes room for at least `cap` rows (never shrinks; existing rows kept).
+ * Errors: DPT_EINVAL (s not initialised: dim == 0), DPT_EOVERFLOW (cap * dim
+ * floats or cap indices overflow size_t), DPT_ENOMEM (s unchanged). */
+int dpt_sparse_rows_reserve(dpt_sparse_rows_t *s, size_t cap);
+/* Appends one row with index `index`: copies dim floats from `row` (which
+ * must not point into s), or zeroes the row when row is NULL. When out is
+ * not NULL, *out points to the stored row (valid until s next grows), so a
+ * caller can fill it in place. Grows the storage geometrically. Errors:
+ * those of dpt_sparse_rows_reserve(). */
+int dpt_sparse_rows_add(dpt_sparse_rows_t *s, int64_t index, const float *row, float **out);
+/* Appends all rows of src, values multiplied by `scale` (scale * x, exact
+ * copies when scale is 1), after dst's rows; dst may be src (then its rows
+ * are doubled). Errors: DPT_EINVAL (src->dim != dst->dim), and those of
+ * dpt_sparse_rows_reserve(). */
+int dpt_sparse_rows_append(dpt_sparse_rows_t *dst, const dpt_sparse_rows_t *src, float scale);
+/* Coalesces in place: sorts the rows by index and sums the rows of each
+ * index, leaving strictly increasing indices. Deterministic: a stable merge
+ * sort (O(n log n)) keeps the rows of one index in their order of
+ * appearance, and they are summed left to right from +0,
+ *   row(r) = ((0 + x_1) + x_2) + ... + x_k,
+ * so each row is bitwise what dpt_sparse_rows_densify_add() into zeros gives
+ * (a lone -0 becomes +0 as it does there). The rows are permuted in place
+ * (one row of scratch); the scratch of 2 positions per row is allocated when
+ * n exceeds what an earlier call left, and kept until deinit. Errors:
+ * DPT_ENOMEM, DPT_EOVERFLOW (s unchanged). */
+int dpt_sparse_rows_coalesce(dpt_sparse_rows_t *s);
+/* dense[index * dim + j] += values[k * dim + j] for every row k in order,
+ * into dense [rows, dim] (for tests and checks). Errors: DPT_EINVAL when an
+ * index is outside [0, rows), naming it (dense is then unchanged). */
+int dpt_sparse_rows_densify_add(const dpt_sparse_rows_t *s, float *dense, size_t rows);
+/* Validates every index against [0, rows). Errors: DPT_EINVAL naming the
+ * first bad index and its position. */
+int dpt_sparse_rows_check(const dpt_sparse_rows_t *s, size_t rows);
+/* Bytes this gradient takes on the wire: n * (8 + 4 * dim). */
+size_t dpt_sparse_rows_bytes(const dpt_sparse_rows_t *s);
 
 /* Learning-rate schedules. */
 #define DPT_SCHEDULE_LIST(X)             \

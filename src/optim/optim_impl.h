@@ -3,7 +3,8 @@
  * the dense slice update (optim.c) and the row-sparse one (optim_sparse.c),
  * so that both run the same float operations in the same order and the sparse
  * SGD and momentum updates are bitwise those of the dense update with the
- * densified gradient. Not installed.
+ * densified gradient; and the growth of a row-sparse gradient, which the
+ * embedding bag's backward (src/nn/embedding.c) shares. Not installed.
  */
 #ifndef DPT_OPTIM_IMPL_H
 #define DPT_OPTIM_IMPL_H
@@ -69,5 +70,11 @@ static inline float dpt__adam_elem(float p, float g, float *m, float *v, const d
         p -= k->lr * k->wd * p;
     return p - k->lr * (mi * k->inv_bc1) / (sqrtf(vi) * k->inv_sqrt_bc2 + k->eps);
 }
+
+/* Makes room for `more` rows after the s->n present, growing the capacity
+ * geometrically (at least 16 rows, then doubling), so that appending rows
+ * one call at a time costs amortised O(1) per row. Errors: those of
+ * dpt_sparse_rows_reserve(), DPT_EOVERFLOW when n + more overflows. */
+int dpt__sparse_rows_grow(dpt_sparse_rows_t *s, size_t more);
 
 #endif /* DPT_OPTIM_IMPL_H */
