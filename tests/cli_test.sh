@@ -75,7 +75,7 @@ expect 2 'range.conf:1: gamma = 1.5 is out of range' -- train range.conf
 printf 'lr = 0.1\n# comment\nlr = 0.2\n' > dup.conf
 expect 2 'dup.conf:3: duplicate key "lr"' -- train dup.conf
 printf 'job = sarsa\n' > choice.conf
-expect 2 'job must be one of supervised|ppo|ddppo|appo|impala, got "sarsa"' -- train choice.conf
+expect 2 'job must be one of supervised|ppo|ddppo|appo|impala|sync_replicas, got "sarsa"' -- train choice.conf
 printf 'just some words\n' > syntax.conf
 expect 2 'syntax.conf:1: expected "key = value"' -- train syntax.conf
 expect 2 'config missing.conf: cannot open' -- train missing.conf

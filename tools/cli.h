@@ -32,6 +32,7 @@ int dpt_bench_ppo(int argc, char **argv);
 int dpt_bench_ddppo(int argc, char **argv);
 int dpt_bench_lstm(int argc, char **argv);
 int dpt_bench_appo(int argc, char **argv);
+int dpt_bench_sync_replicas(int argc, char **argv);
 
 /* The exit code of a library error: 2 for a bad config or argument
  * (DPT_EINVAL), 1 otherwise. */

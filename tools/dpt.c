@@ -38,7 +38,9 @@ static const dpt_command_t dpt_commands[] = {
     X("ppo", dpt_bench_ppo, "PPO wall time on CartPole with CleanRL's settings")        \
     X("ddppo", dpt_bench_ddppo, "DD-PPO env steps/s for 1..N worker threads")           \
     X("lstm", dpt_bench_lstm, "LSTM layer forward + backward time and GFLOP/s")         \
-    X("appo", dpt_bench_appo, "APPO and IMPALA per seed; APPO against PPO (--vs-ppo)")
+    X("appo", dpt_bench_appo, "APPO and IMPALA per seed; APPO against PPO (--vs-ppo)")  \
+    X("sync-replicas", dpt_bench_sync_replicas,                                         \
+      "sync replicas: step time under a straggler with and without backups; sparse bytes")
 
 static const dpt_command_t dpt_benches[] = {
 #define DPT__BENCH(name, fn, summary) {name, fn, summary},

@@ -499,7 +499,7 @@ static int plot_check_metric(const plot_runs_t *runs, const char *metric)
 static int plot_draw(plot_runs_t *runs, const plot_args_t *a)
 {
     dpt_job_t job = dpt_config_job(runs->v[0].cfg);
-    int sup = job == DPT_JOB_SUPERVISED;
+    int sup = !DPT_JOB_IS_RL(job);
     const char *metric = a->metric ? a->metric : sup ? "test_accuracy" : "episode_reward_mean";
     plot_x_t x = a->x >= 0 ? (plot_x_t)a->x : sup ? PLOT_X_ITERATION : PLOT_X_TIMESTEPS;
     int code = plot_check_metric(runs, metric);
@@ -522,7 +522,7 @@ static int plot_draw(plot_runs_t *runs, const plot_args_t *a)
         if (g == ngroups)
             first[ngroups++] = i;
         r->group = g;
-        int rsup = dpt_config_job(r->cfg) == DPT_JOB_SUPERVISED;
+        int rsup = !DPT_JOB_IS_RL(dpt_config_job(r->cfg));
         const char *xcol = rsup ? plot_xs[x].sup_column : plot_xs[x].rl_column;
         const double *xs = dpt_metrics_column(r->m, xcol);
         if (!xs) {

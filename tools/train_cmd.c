@@ -54,7 +54,7 @@ static void train_print_end(train_ui_t *ui, const dpt_run_event_t *ev)
 {
     const dpt_train_result_t *r = ev->result;
     double secs = ev->elapsed_s;
-    if (ui->job == DPT_JOB_SUPERVISED) {
+    if (!DPT_JOB_IS_RL(ui->job)) {
         double acc = dpt_train_result_get(r, "test_accuracy");
         double rmse = dpt_train_result_get(r, "test_rmse");
         if (isfinite(rmse))
@@ -74,7 +74,7 @@ static void train_print_end(train_ui_t *ui, const dpt_run_event_t *ev)
                secs > 0 ? (double)ev->timesteps_this_run / secs : 0.0, r->reward_mean,
                dpt_train_result_get(r, "episode_reward_mean_last20"));
     }
-    if (ev->eval && ui->job != DPT_JOB_SUPERVISED)
+    if (ev->eval && DPT_JOB_IS_RL(ui->job))
         printf("evaluation: %s policy, %zu episodes: mean return %.1f, mean length %.1f\n",
                ev->eval->stochastic ? "stochastic" : "greedy", ev->eval->count,
                ev->eval->mean_return, ev->eval->mean_length);
@@ -103,7 +103,7 @@ static void train_on_event(void *user, const dpt_run_event_t *ev)
     case DPT_RUN_NOTE: fprintf(stderr, "dpt train: %s\n", ev->text); break;
     case DPT_RUN_RESULT:
         dpt_progress_update(&ui->progress, ev->result->line, ev->result->progress,
-                            ui->job == DPT_JOB_SUPERVISED);
+                            !DPT_JOB_IS_RL(ui->job));
         break;
     case DPT_RUN_END:
         dpt_progress_done(&ui->progress);
@@ -282,7 +282,7 @@ static int train_seeds(const dpt_config_t *c, const uint64_t *seeds, size_t n, u
         free(runs);
         return dpt_cli_exit_code(rc);
     }
-    int rl = dpt_config_job(c) != DPT_JOB_SUPERVISED;
+    int rl = DPT_JOB_IS_RL(dpt_config_job(c));
     printf("\n%-10s %-7s %12s %12s %10s %14s  %s\n", "seed", "status", rl ? "return" : "accuracy",
            "steps", "time_s", "to_target", "run directory");
     int stopped = 0;
@@ -533,12 +533,12 @@ int dpt_cmd_eval(int argc, char **argv)
         code = dpt_cli_exit_code(rc);
         goto out;
     }
-    int regress = job == DPT_JOB_SUPERVISED && !isnan(r.rmse);
+    int regress = !DPT_JOB_IS_RL(job) && !isnan(r.rmse);
     if (json && regress)
         printf("{\"checkpoint\":\"%s\",\"job\":\"%s\",\"samples\":%zu,\"loss\":%.17g,"
                "\"rmse\":%.17g,\"mae\":%.17g,\"r2\":%.17g}\n",
                path, dpt_job_name(job), r.count, r.loss, r.rmse, r.mae, r.r2);
-    else if (json && job == DPT_JOB_SUPERVISED)
+    else if (json && !DPT_JOB_IS_RL(job))
         printf("{\"checkpoint\":\"%s\",\"job\":\"%s\",\"samples\":%zu,\"loss\":%.17g,"
                "\"accuracy\":%.17g}\n",
                path, dpt_job_name(job), r.count, r.loss, r.accuracy);
@@ -550,7 +550,7 @@ int dpt_cmd_eval(int argc, char **argv)
     else if (regress)
         printf("%s: %zu test samples, loss %.4f, rmse %.4f, mae %.4f, r2 %.4f\n", path, r.count,
                r.loss, r.rmse, r.mae, r.r2);
-    else if (job == DPT_JOB_SUPERVISED)
+    else if (!DPT_JOB_IS_RL(job))
         printf("%s: %zu test samples, loss %.4f, accuracy %.4f\n", path, r.count, r.loss,
                r.accuracy);
     else

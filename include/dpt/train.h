@@ -81,7 +81,9 @@ extern "C" {
     X(DPT_JOB_PPO, "ppo", "PPO on the towers engine (one sampler)")                              \
     X(DPT_JOB_DDPPO, "ddppo", "decentralized DD-PPO over worker threads and MPI ranks")          \
     X(DPT_JOB_APPO, "appo", "asynchronous PPO: sampler threads feed a learner thread (V-trace)") \
-    X(DPT_JOB_IMPALA, "impala", "IMPALA: sampler threads feed a learner thread (V-trace)")
+    X(DPT_JOB_IMPALA, "impala", "IMPALA: sampler threads feed a learner thread (V-trace)")       \
+    X(DPT_JOB_SYNC_REPLICAS, "sync_replicas",                                                    \
+      "supervised training through a sync-replicas parameter service with backup workers")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_job {
@@ -107,11 +109,17 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
 #define DPT_JOBS_DDPPO (1u << DPT_JOB_DDPPO)
 #define DPT_JOBS_APPO (1u << DPT_JOB_APPO)
 #define DPT_JOBS_IMPALA (1u << DPT_JOB_IMPALA)
+#define DPT_JOBS_SR (1u << DPT_JOB_SYNC_REPLICAS)
 #define DPT_JOBS_ASYNC (DPT_JOBS_APPO | DPT_JOBS_IMPALA)
 #define DPT_JOBS_ONPOLICY (DPT_JOBS_PPO | DPT_JOBS_DDPPO)
 #define DPT_JOBS_RL (DPT_JOBS_ONPOLICY | DPT_JOBS_ASYNC)
 #define DPT_JOBS_TOWERS (DPT_JOBS_SUP | DPT_JOBS_PPO | DPT_JOBS_ASYNC)
-#define DPT_JOBS_ALL (DPT_JOBS_SUP | DPT_JOBS_RL)
+/* 1 when job is a reinforcement-learning job (its progress is in env
+ * steps and episode returns), 0 for the jobs that train on a dataset. */
+#define DPT_JOB_IS_RL(job) ((DPT_JOBS_RL >> (unsigned)(job)) & 1u)
+/* The jobs that train a model on a dataset (supervised, sync_replicas). */
+#define DPT_JOBS_DATA (DPT_JOBS_SUP | DPT_JOBS_SR)
+#define DPT_JOBS_ALL (DPT_JOBS_DATA | DPT_JOBS_RL)
 
 /* The choices of an enum key, made from the list that defines the enum
  * ("a|b|c"), so a name is written once. */
@@ -174,38 +182,57 @@ typedef enum dpt_adv_norm {
     X(comm_timeout_s, FLOAT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "300", 0.01,   \
       1e6, "", "seconds a participant waits for the others in a collective before failing")        \
     /* supervised */                                                                               \
-    X(dataset, ENUM, DPT_JOBS_SUP, 0, "fashion_mnist", 0, 0, "fashion_mnist|csv|spirals",          \
-      "data: Fashion-MNIST IDX files, CSV files, or two interleaved spirals made from the seed")   \
-    X(data_dir, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING,                        \
+    X(dataset, ENUM, DPT_JOBS_DATA, 0, "fashion_mnist", 0, 0, "fashion_mnist|csv|spirals|bags",    \
+      "data: Fashion-MNIST IDX files, CSV files, two interleaved spirals made from the seed, or "  \
+      "(sync_replicas) bags of ids from a large vocabulary whose target is a hidden function of "  \
+      "the ids, learned through an embedding table with sparse gradients")                         \
+    X(data_dir, STR, DPT_JOBS_DATA, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING,                       \
       "/usr/share/datasets/fashion-mnist", 0, 0, "", "fashion_mnist: directory of the IDX files")  \
-    X(train_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",         \
+    X(train_csv, STR, DPT_JOBS_DATA, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",        \
       "csv: training file (relative to the config file)")                                          \
-    X(test_csv, STR, DPT_JOBS_SUP, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",          \
+    X(test_csv, STR, DPT_JOBS_DATA, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "", 0, 0, "",         \
       "csv: test file (relative to the config file)")                                              \
-    X(label_column, STR, DPT_JOBS_SUP, 0, "label", 0, 0, "", "csv: name of the label column")      \
-    X(loss, ENUM, DPT_JOBS_SUP, 0, "softmax_xent", 0, 0, DPT_CHOICES_LOSS,                         \
+    X(label_column, STR, DPT_JOBS_DATA, 0, "label", 0, 0, "", "csv: name of the label column")     \
+    X(loss, ENUM, DPT_JOBS_DATA, 0, "softmax_xent", 0, 0, DPT_CHOICES_LOSS,                        \
       "softmax_xent: classify the label; mse or huber (delta 1): regress the target_columns")      \
-    X(target_columns, STR, DPT_JOBS_SUP, 0, "", 0, 0, "",                                          \
+    X(target_columns, STR, DPT_JOBS_DATA, 0, "", 0, 0, "",                                         \
       "csv with loss = mse or huber: the target columns' names, comma-separated (the other "       \
       "columns are the features)")                                                                 \
-    X(hidden, STR, DPT_JOBS_SUP, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")    \
+    X(hidden, STR, DPT_JOBS_DATA, 0, "256,128", 0, 0, "", "hidden layer sizes, comma-separated")   \
     X(model, STR, DPT_JOBS_SUP, 0, "", 0, 0, "",                                                   \
       "a model plug-in (path of a .so made with DPT_MODEL_PLUGIN, relative to the config file) "   \
       "instead of the built-in MLP of hidden and activation")                                      \
-    X(activation, ENUM, DPT_JOBS_SUP, 0, "relu", 0, 0, "relu|tanh", "hidden activation")           \
-    X(epochs, INT, DPT_JOBS_SUP, 0, "10", 1, 1e6, "", "passes over the training set")              \
-    X(batch_size, INT, DPT_JOBS_SUP, 0, "128", 1, 1e6, "",                                         \
+    X(activation, ENUM, DPT_JOBS_DATA, 0, "relu", 0, 0, "relu|tanh", "hidden activation")          \
+    X(epochs, INT, DPT_JOBS_DATA, 0, "10", 1, 1e6, "", "passes over the training set")             \
+    X(batch_size, INT, DPT_JOBS_DATA, 0, "128", 1, 1e6, "",                                        \
       "minibatch rows per step (all devices)")                                                     \
-    X(optimizer, ENUM, DPT_JOBS_SUP, 0, "adam", 0, 0, DPT_CHOICES_OPTIM, "optimizer")              \
-    X(lr_end, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                              \
+    X(optimizer, ENUM, DPT_JOBS_DATA, 0, "adam", 0, 0, DPT_CHOICES_OPTIM, "optimizer")             \
+    X(lr_end, FLOAT, DPT_JOBS_DATA, 0, "0", 0, 10, "",                                             \
       "final learning rate of the linear schedule")                                                \
-    X(momentum, FLOAT, DPT_JOBS_SUP, 0, "0.9", 0, 0.999999, "", "momentum coefficient")            \
-    X(nesterov, BOOL, DPT_JOBS_SUP, 0, "false", 0, 0, "", "Nesterov momentum")                     \
-    X(weight_decay, FLOAT, DPT_JOBS_SUP, 0, "0", 0, 10, "",                                        \
+    X(momentum, FLOAT, DPT_JOBS_DATA, 0, "0.9", 0, 0.999999, "", "momentum coefficient")           \
+    X(nesterov, BOOL, DPT_JOBS_DATA, 0, "false", 0, 0, "", "Nesterov momentum")                    \
+    X(weight_decay, FLOAT, DPT_JOBS_DATA, 0, "0", 0, 10, "",                                       \
       "weight decay (L2, or decoupled for adamw)")                                                 \
-    X(shuffle, BOOL, DPT_JOBS_SUP, 0, "true", 0, 0, "", "shuffle the training set every epoch")    \
-    X(spirals_points, INT, DPT_JOBS_SUP, 0, "4096", 16, 1e7, "",                                   \
+    X(shuffle, BOOL, DPT_JOBS_DATA, 0, "true", 0, 0, "", "shuffle the training set every epoch")   \
+    X(spirals_points, INT, DPT_JOBS_DATA, 0, "4096", 16, 1e7, "",                                  \
       "spirals: training points (plus a quarter as many test points)")                             \
+    /* sync_replicas */                                                                            \
+    X(replicas_to_aggregate, INT, DPT_JOBS_SR, 0, "2", 1, 32, "",                                  \
+      "gradients averaged into one update; total_num_replicas above it makes backup workers "      \
+      "whose late gradients are dropped as stale")                                                 \
+    X(total_num_replicas, INT, DPT_JOBS_SR, 0, "2", 1, 32, "",                                     \
+      "worker threads computing gradients (each on batch_size / replicas_to_aggregate rows)")      \
+    X(num_ps, INT, DPT_JOBS_SR, 0, "1", 1, 32, "",                                                 \
+      "parameter services the variables are placed on (each to the least loaded by bytes)")        \
+    X(ema_decay, FLOAT, DPT_JOBS_SR, 0, "0", 0, 0.999999, "",                                      \
+      "exponential moving average of the variables after each step (0 = off); evaluated and "      \
+      "saved beside them")                                                                         \
+    X(embedding_dim, INT, DPT_JOBS_SR, 0, "64", 1, 4096, "", "bags: width of the embedding table") \
+    X(bags_vocab, INT, DPT_JOBS_SR, 0, "100000", 2, 1e8, "",                                       \
+      "bags: ids in the vocabulary (rows of the embedding table)")                                 \
+    X(bags_ids, INT, DPT_JOBS_SR, 0, "8", 1, 1024, "", "bags: ids per bag")                        \
+    X(bags_rows, INT, DPT_JOBS_SR, 0, "100000", 16, 1e8, "",                                       \
+      "bags: training bags (and a tenth as many test bags)")                                       \
     /* shared by supervised and RL */                                                              \
     X(lr, FLOAT, DPT_JOBS_ALL, 0, "0.001", 0, 10, "", "learning rate")                             \
     X(lr_schedule, ENUM, DPT_JOBS_ALL, 0, "constant", 0, 0, DPT_CHOICES_SCHEDULE,                  \
@@ -224,7 +251,8 @@ typedef enum dpt_adv_norm {
     X(async_scale, FLOAT, DPT_JOBS_TOWERS, 0, "0", 0, 1e6, "",                                     \
       "towers_mode = async: each device's gradient is multiplied by this before it applies it "    \
       "(0 = 1 / num_devices)")                                                                     \
-    X(allreduce_algorithm, ENUM, DPT_JOBS_ALL, 0, "auto", 0, 0, DPT_CHOICES_ALLREDUCE,             \
+    X(allreduce_algorithm, ENUM, DPT_JOBS_SUP | DPT_JOBS_RL, 0, "auto", 0, 0,                      \
+      DPT_CHOICES_ALLREDUCE,                                                                       \
       "allreduce algorithm of the gradients (replicated towers, ranks, DD-PPO workers); auto "     \
       "chooses by message size and layout (docs/COLLECTIVES.md)")                                  \
     /* reinforcement learning */                                                                   \
@@ -534,6 +562,11 @@ typedef struct dpt_trainer_env {
      * the supervised job refuses a world of several processes. ddppo builds
      * its own communicators and ignores it. */
     dpt_comm_t *comm;
+    /* sync_replicas, for benchmarks of stragglers: when straggler_delay_s
+     * > 0, worker straggler_worker sleeps that long before each push of a
+     * gradient. */
+    int straggler_worker;
+    double straggler_delay_s;
 } dpt_trainer_env_t;
 
 /* The operations a job implements. self is the job's own state. Every

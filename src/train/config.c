@@ -652,12 +652,25 @@ static int dpt__cross_checks(const dpt_config_t *c)
                              "(towers_mode = %s)",
                              c->v[DPT_CFG_async_scale].f, c->v[DPT_CFG_towers_mode].s);
     }
-    if (job == DPT_JOB_SUPERVISED) {
-        int64_t b = c->v[DPT_CFG_batch_size].i, d = c->v[DPT_CFG_num_devices].i;
+    if (job == DPT_JOB_SUPERVISED || job == DPT_JOB_SYNC_REPLICAS) {
+        int sr = job == DPT_JOB_SYNC_REPLICAS;
+        int64_t b = c->v[DPT_CFG_batch_size].i;
+        int64_t d = sr ? c->v[DPT_CFG_replicas_to_aggregate].i : c->v[DPT_CFG_num_devices].i;
         if (b % d)
-            return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by num_devices %lld",
-                             (long long)b, (long long)d);
-        int regress = c->v[DPT_CFG_loss].i != DPT_LOSS_SOFTMAX_XENT;
+            return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by %s %lld",
+                             (long long)b, sr ? "replicas_to_aggregate" : "num_devices",
+                             (long long)d);
+        /* The dataset key's choices: fashion_mnist, csv, spirals, bags. */
+        int bags = c->v[DPT_CFG_dataset].i == 3;
+        if (bags && !sr)
+            return dpt_error(DPT_EINVAL, "dataset = bags is for job = sync_replicas (an "
+                                         "embedding table trained with sparse gradients)");
+        if (bags && c->v[DPT_CFG_loss].i != DPT_LOSS_MSE)
+            return dpt_error(DPT_EINVAL,
+                             "dataset = bags is a regression with loss = mse "
+                             "(loss = %s)",
+                             c->v[DPT_CFG_loss].s);
+        int regress = !bags && c->v[DPT_CFG_loss].i != DPT_LOSS_SOFTMAX_XENT;
         if (regress && (c->v[DPT_CFG_dataset].i != 1 || !c->v[DPT_CFG_target_columns].s[0]))
             return dpt_error(DPT_EINVAL,
                              "loss = %s regresses CSV targets: it needs dataset = csv "
@@ -753,6 +766,13 @@ int dpt_config_finalize(dpt_config_t *c)
             if (rc)
                 return rc;
         }
+    }
+    /* The bags task is a regression: its loss, when not given, is mse. */
+    if (job == DPT_JOB_SYNC_REPLICAS && strcmp(c->v[DPT_CFG_dataset].s, "bags") == 0 &&
+        !c->v[DPT_CFG_loss].given) {
+        int rc = dpt__config_assign(c, DPT_CFG_loss, "mse", "default");
+        if (rc)
+            return rc;
     }
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         if (!(dpt__keys[k].jobs & (1u << job)) || !dpt__is_path_key(c, (dpt_config_key_t)k))

@@ -99,6 +99,8 @@ static size_t dpt__run_threads(const dpt_config_t *c)
 {
     if (dpt_config_job(c) == DPT_JOB_DDPPO)
         return (size_t)dpt_config_int(c, DPT_CFG_num_workers);
+    if (dpt_config_job(c) == DPT_JOB_SYNC_REPLICAS)
+        return (size_t)dpt_config_int(c, DPT_CFG_total_num_replicas);
     if (dpt_config_applies(c, DPT_CFG_num_devices))
         return (size_t)dpt_config_int(c, DPT_CFG_num_devices);
     return 1;

@@ -39,7 +39,7 @@ int dpt__tb_dir(const dpt_config_t *c, const char *run_dir, char *out, size_t n)
 
 const char *dpt__tb_step_name(const dpt_config_t *c)
 {
-    return dpt_config_job(c) == DPT_JOB_SUPERVISED ? "training_iteration" : "timesteps_total";
+    return !DPT_JOB_IS_RL(dpt_config_job(c)) ? "training_iteration" : "timesteps_total";
 }
 
 static double dpt__wall_time(void)

@@ -7,6 +7,8 @@
 
 #include "core/tfrecord.h"
 #include "dpt/checkpoint.h"
+#include "dpt/dataset.h"
+#include "dpt/nn.h"
 #include "dpt/train.h"
 
 #include <limits.h>
@@ -217,6 +219,7 @@ extern const dpt_trainer_ops_t dpt__ppo_ops;
 extern const dpt_trainer_ops_t dpt__ddppo_ops;
 extern const dpt_trainer_ops_t dpt__appo_ops;
 extern const dpt_trainer_ops_t dpt__impala_ops;
+extern const dpt_trainer_ops_t dpt__sync_replicas_ops;
 
 /* A built-in env by name, or a plug-in by path (a shared library exporting
  * DPT_ENV_PLUGIN_SYMBOL whose DPT_ENV_PLUGIN_ABI_SYMBOL matches
@@ -229,5 +232,24 @@ const struct dpt_env_class *dpt__find_env(const char *name);
 struct dpt_policy;
 int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *policy,
                          const dpt_config_t *cfg);
+
+/* Pieces of the supervised trainer the sync_replicas trainer shares
+ * (src/train/trainer_supervised.c): the data of config c (fashion_mnist,
+ * csv or spirals; *where gets their location for messages and metadata);
+ * the MLP of keys hidden and activation with `outputs` outputs (and its
+ * sizes as text, "784,256,128,10"); a model batch; the regression figures
+ * of an MLP on a test set; and the evaluation of a checkpoint. */
+int dpt__sup_load(const dpt_config_t *c, dpt_dataset_t *train, dpt_dataset_t *test, char *where,
+                  size_t size);
+int dpt__sup_layers(const dpt_config_t *c, size_t in_dim, size_t outputs, dpt_layer_spec_t *layers,
+                    size_t *nlayers, dpt_layer_kind_t *act, char *text, size_t size);
+dpt_batch_t dpt__sup_batch(size_t rows, size_t dim, float *x, int32_t *labels, float *y,
+                           size_t ydim);
+int dpt__sup_regress(dpt_mlp_t *mlp, const float *params, const dpt_dataset_t *test, double *rmse,
+                     double *mae, double *r2);
+int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
+                             uint64_t seed, dpt_eval_result_t *out);
+/* The most hidden layers of the supervised MLP (sizes in key hidden). */
+#define DPT__SUP_MAX_LAYERS (2 * DPT__MAX_HIDDEN + 1)
 
 #endif

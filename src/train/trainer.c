@@ -17,7 +17,7 @@
 static const dpt_trainer_ops_t *const dpt__ops[DPT_JOB_COUNT] = {
     [DPT_JOB_SUPERVISED] = &dpt__supervised_ops, [DPT_JOB_PPO] = &dpt__ppo_ops,
     [DPT_JOB_DDPPO] = &dpt__ddppo_ops,           [DPT_JOB_APPO] = &dpt__appo_ops,
-    [DPT_JOB_IMPALA] = &dpt__impala_ops,
+    [DPT_JOB_IMPALA] = &dpt__impala_ops,         [DPT_JOB_SYNC_REPLICAS] = &dpt__sync_replicas_ops,
 };
 
 const dpt_trainer_ops_t *dpt_trainer_ops(dpt_job_t job)

@@ -913,3 +913,54 @@ const dpt_trainer_ops_t dpt__supervised_ops = {
     .describe = sup_describe,
     .eval_checkpoint = sup_eval_checkpoint,
 };
+
+/* ---- shared with the sync_replicas trainer (train_internal.h) ---------------- */
+
+int dpt__sup_load(const dpt_config_t *c, dpt_dataset_t *train, dpt_dataset_t *test, char *where,
+                  size_t size)
+{
+    sup_dataset_t kind = SUP_FASHION_MNIST;
+    int rc = sup_dataset_parse(DPT_CS(c, dataset), &kind);
+    if (rc)
+        return rc;
+    sup_data_location(c, kind, where, size);
+    memset(train, 0, sizeof *train);
+    return sup_load_data(c, kind, train, test, 0);
+}
+
+int dpt__sup_layers(const dpt_config_t *c, size_t in_dim, size_t outputs, dpt_layer_spec_t *layers,
+                    size_t *nlayers, dpt_layer_kind_t *act, char *text, size_t size)
+{
+    sup_spec_t m;
+    int rc = sup_spec(c, outputs, &m);
+    if (rc)
+        return rc;
+    memcpy(layers, m.layers, m.nlayers * sizeof *layers);
+    *nlayers = m.nlayers;
+    *act = m.act;
+    sup_layers_text(&m, in_dim, text, size);
+    return DPT_OK;
+}
+
+dpt_batch_t dpt__sup_batch(size_t rows, size_t dim, float *x, int32_t *labels, float *y,
+                           size_t ydim)
+{
+    return sup_batch(rows, dim, x, labels, y, ydim);
+}
+
+int dpt__sup_regress(dpt_mlp_t *mlp, const float *params, const dpt_dataset_t *test, double *rmse,
+                     double *mae, double *r2)
+{
+    sup_regress_t reg = {NAN, NAN, NAN};
+    int rc = sup_regress_eval(sup_mlp_predict, mlp, params, test, &reg);
+    *rmse = reg.rmse;
+    *mae = reg.mae;
+    *r2 = reg.r2;
+    return rc;
+}
+
+int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
+                             uint64_t seed, dpt_eval_result_t *out)
+{
+    return sup_eval_checkpoint(c, st, episodes, seed, out);
+}

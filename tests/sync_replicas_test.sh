@@ -1,0 +1,140 @@
+#!/bin/sh
+# The sync_replicas job through the dpt command: bitwise reproducible runs
+# and resume without backups, a run with backups, evaluation of its
+# checkpoints, the bags task with sparse gradients and EMA to its loss bar,
+# config errors (exit 2), and Fashion-MNIST through the example config
+# (>= 88%) when Debian's dataset package is installed.
+# usage: sync_replicas_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [MPIEXEC]
+dpt="$1" cmp="$2" work="$3" mpiexec="$4"
+examples="$(cd "$(dirname "$0")/../examples" && pwd)"
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+passes=0 fails=0
+ok()   { echo "ok   $*"; passes=$((passes + 1)); }
+bad()  { echo "FAIL $*"; fails=$((fails + 1)); }
+check() { # check "description" COMMAND...
+    d="$1"; shift
+    if "$@" >/dev/null 2>&1; then ok "$d"; else bad "$d"; fi
+}
+expect() { # expect CODE PATTERN -- ARGS...: dpt exits CODE and prints PATTERN
+    code="$1" pat="$2"; shift 3
+    out=$("$dpt" "$@" 2>&1); rc=$?
+    if [ "$rc" -eq "$code" ] && { [ -z "$pat" ] || printf '%s' "$out" | grep -qF -- "$pat"; }; then
+        ok "dpt $* (exit $rc)"
+    else
+        bad "dpt $*: exit $rc, wanted $code with \"$pat\""; printf '%s\n' "$out" | tail -3
+    fi
+}
+untimed() { sed -E 's/"(time_[a-z_]*|samples_per_s|step_time_ms|token_wait_ms|timing_breakdown)":(\{[^}]*\}|[^,}]*),?//g' "$1"; }
+metric() { # metric FILE NAME: the value of NAME in the last row of FILE
+    tail -1 "$1" | tr ',{}' '\n\n\n' | sed -n "s/^\"$2\"://p" | head -1
+}
+
+# ---- spirals, N = R = 3: bitwise, and resumed bitwise -------------------------------
+printf 'job = sync_replicas\ndataset = spirals\nspirals_points = 2048\nhidden = 64,64\n' > sp.conf
+printf 'batch_size = 96\nepochs = 4\ntotal_num_replicas = 3\nreplicas_to_aggregate = 3\n' >> sp.conf
+printf 'optimizer = momentum\nlr = 0.05\nema_decay = 0.9\n' >> sp.conf
+expect 0 "" -- train sp.conf --quiet --set output_dir=a
+expect 0 "" -- train sp.conf --quiet --set output_dir=b
+check "N = R: two runs end with bitwise-identical weights, optimizer and EMA" "$cmp" \
+    a/checkpoints/checkpoint-00000004.safetensors b/checkpoints/checkpoint-00000004.safetensors
+expect 0 "" -- train sp.conf --quiet --set output_dir=h --set stop_iters=2
+expect 0 "" -- train --resume h --quiet --set stop_iters=0
+check "N = R: 2 epochs + --resume equal 4 epochs bitwise" "$cmp" \
+    a/checkpoints/checkpoint-00000004.safetensors h/checkpoints/checkpoint-00000004.safetensors
+if [ "$(untimed a/result.jsonl)" = "$(untimed h/result.jsonl)" ]; then
+    ok "N = R: the resumed run has identical metrics"
+else
+    bad "N = R: resumed metrics differ"
+fi
+st=$(metric a/result.jsonl stale_gradients_dropped)
+gs=$(metric a/result.jsonl global_step)
+w0=$(metric a/result.jsonl w0)
+if [ "$st" = "0" ] && [ "$gs" = "84" ] && [ "$w0" = "84" ]; then
+    ok "N = R: no stale gradients, 84 steps, worker 0 contributed to each"
+else
+    bad "N = R: stale $st, global_step $gs, w0 $w0"
+fi
+if grep -q '"test_accuracy_ema"' a/result.jsonl; then
+    ok "ema_decay: the EMA's test accuracy is reported"
+else
+    bad "no test_accuracy_ema"
+fi
+expect 0 "512 test samples" -- eval a
+
+# ---- backups ---------------------------------------------------------------------------
+expect 0 "" -- train sp.conf --quiet --set output_dir=bk \
+    --set total_num_replicas=4 --set num_ps=2
+gs=$(metric bk/result.jsonl global_step)
+if [ "$gs" = "84" ] && grep -q '"ps1":' bk/result.jsonl; then
+    ok "N = 4, R = 3: every step made; the placement over 2 services is reported"
+else
+    bad "backups: global_step $gs"
+fi
+
+# ---- bags: an embedding table trained with sparse gradients --------------------------
+printf 'job = sync_replicas\ndataset = bags\nhidden = 64\nbatch_size = 256\nepochs = 3\n' > bags.conf
+printf 'optimizer = adam\nlr = 0.01\ntotal_num_replicas = 3\nreplicas_to_aggregate = 2\n' >> bags.conf
+expect 0 "" -- train bags.conf --quiet --set output_dir=bags
+r2=$(metric bags/result.jsonl test_r2)
+if awk -v r="$r2" 'BEGIN { exit !(r >= 0.85) }'; then
+    ok "bags (100k x 64 table, sparse gradients): test R^2 $r2 >= 0.85 after 3 epochs"
+else
+    bad "bags: test R^2 $r2 after 3 epochs"
+fi
+rows=$(metric bags/result.jsonl rows_touched_per_push)
+if awk -v r="$rows" 'BEGIN { exit !(r > 0 && r < 2048) }'; then
+    ok "bags: a push carries $rows distinct rows, not the table"
+else
+    bad "bags: rows per push $rows"
+fi
+out=$("$dpt" eval bags 2>&1)
+if printf '%s' "$out" | grep -q "r2 $(printf '%.4f' "$r2")"; then
+    ok "dpt eval of a bags checkpoint gives the run's R^2"
+else
+    bad "dpt eval bags: $out (run: $r2)"
+fi
+
+# ---- config errors -------------------------------------------------------------------------
+expect 2 "batch_size 100 must be divisible by replicas_to_aggregate 3" -- train sp.conf \
+    --set batch_size=100 --set output_dir=e1
+printf 'job = supervised\ndataset = bags\n' > supbags.conf
+expect 2 "dataset = bags is for job = sync_replicas" -- train supbags.conf --set output_dir=e2
+expect 2 "does not apply to job supervised (it is used by: sync_replicas)" -- train sp.conf \
+    --set job=supervised --set output_dir=e3
+expect 2 "key model does not apply to job sync_replicas" -- train sp.conf --set model=x.so \
+    --set output_dir=e4
+expect 2 "loss = mse" -- train bags.conf --set loss=softmax_xent --set output_dir=e5
+expect 2 "fewer than batch_size" -- train sp.conf --set spirals_points=64 --set output_dir=e6
+if [ -e e1 ] || [ -e e2 ] || [ -e e3 ] || [ -e e4 ] || [ -e e5 ] || [ -e e6 ]; then
+    bad "a refused config left a run directory"
+else
+    ok "refused configs leave nothing behind"
+fi
+if [ -n "$mpiexec" ] && [ -x "$mpiexec" ]; then
+    out=$("$mpiexec" --oversubscribe -np 2 "$dpt" train sp.conf --set output_dir=mp 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "does not run under mpirun" && [ ! -e mp ]; then
+        ok "under mpirun: refused (exit 2), nothing written"
+    else
+        bad "under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+else
+    echo "skipped: sync_replicas under mpirun (no mpirun)"
+fi
+
+# ---- Fashion-MNIST through the example ------------------------------------------------
+if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] &&
+   "$dpt" info | grep -q "^  zlib   yes"; then
+    expect 0 "" -- train "$examples/fashion_mnist_sync_replicas.conf" \
+        --set output_dir=fmnist --quiet
+    acc=$(metric fmnist/result.jsonl test_accuracy)
+    if awk -v a="$acc" 'BEGIN { exit !(a >= 0.88) }'; then
+        ok "examples/fashion_mnist_sync_replicas.conf (N = 5, R = 4): test accuracy $acc >= 0.88"
+    else
+        bad "fashion-mnist sync replicas: test accuracy $acc"
+    fi
+else
+    echo "skipped: Fashion-MNIST (install dataset-fashion-mnist; needs zlib)"
+fi
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]
