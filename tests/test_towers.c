@@ -4,8 +4,10 @@
  * per-device batches), multi-pass reuse, stack independence, async
  * convergence, the gradient-set check and bad input; engines over an
  * external communicator (participant threads): equal to replicated towers
- * bitwise, row-weighted means with unequal rows, failures refused by every
- * participant, the collective replica check, and configuration errors.
+ * bitwise, several devices per participant (like one device on the whole
+ * minibatches, bitwise repeatable, ps and replicated alike), row-weighted
+ * means with unequal rows, failures refused by every participant, the
+ * collective replica check, and configuration errors.
  */
 #include "dpt_test.h"
 
@@ -16,6 +18,7 @@
 #include "dpt/optim.h"
 #include "dpt/rng.h"
 #include "dpt/towers.h"
+#include "parallel/towers_impl.h" /* a replica changed behind the engine's back */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -724,9 +727,9 @@ static void test_load_ex_rules(void)
 
 enum { MAXP = 3 };
 
-/* One participant: its own model, a 1-device engine over its handle of a
- * threads group, its own rows. Results are checked by the main thread (the
- * CHECK counters are not thread-safe). */
+/* One participant: its own model, an engine (cfg.num_devices devices) over
+ * its handle of a threads group, its own rows. Results are checked by the
+ * main thread (the CHECK counters are not thread-safe). */
 typedef struct part {
     dpt_comm_threads_group_t *group;
     int rank;
@@ -739,9 +742,12 @@ typedef struct part {
                                * reloaded with a NaN in this participant's first row
                                * (when poison), then restored */
     int poison;
-    float *w; /* out: the final weights */
+    int poison_device; /* the device whose rows get the NaN */
+    float *w;          /* out: the final weights */
     int rc, bad_rc, check_rc, corrupt_rc;
-    char msg[512], bad_msg[512];
+    int local_rc; /* replicated, several devices: the check after participant 1's
+                   * replica 1 changed */
+    char msg[512], bad_msg[512], local_msg[512];
     uint64_t steps;
     double grad_norm; /* of the last step */
     double loss;      /* of the last step: this participant's own */
@@ -790,7 +796,7 @@ static void *part_main(void *arg)
                         break;
                     }
                     memcpy(xbad, p->x, p->rows * IN * sizeof(float));
-                    xbad[off * IN] = NAN;
+                    xbad[((size_t)p->poison_device * li.rows_per_device + off) * IN] = NAN;
                     dpt_batch_t bb = xy(p->rows, xbad, p->y);
                     if ((rc = dpt_towers_load_ex(t, 0, &bb, p->pdb, &li)) != 0)
                         break;
@@ -828,6 +834,14 @@ static void *part_main(void *arg)
             }
         }
         p->corrupt_rc = dpt_towers_check_replicas(t);
+        /* One replica of participant 1 differs from its tower 0: that one
+         * reports it, and the collective check still runs everywhere. */
+        if (p->cfg.mode == DPT_TOWERS_REPLICATED && p->cfg.num_devices > 1) {
+            if (p->rank == 1)
+                t->towers[1].params[0] += 1.0f;
+            p->local_rc = dpt_towers_check_replicas(t);
+            snprintf(p->local_msg, sizeof p->local_msg, "%s", dpt_last_error());
+        }
     }
     if (rc)
         snprintf(p->msg, sizeof p->msg, "%s", dpt_last_error());
@@ -923,10 +937,72 @@ static void test_comm_equals_replicated_towers(void)
     free(repl), free(ref), free(w0), free(w1);
 }
 
+/* Two participants of two devices each, over a threads communicator:
+ * participant p's device d holds the rows device 2p + d of a 4-device
+ * engine would, so the training is one device's on the same minibatches
+ * (within float rounding: the mean of the participants' means of their
+ * devices' means); the participants end bitwise equal, a second run repeats
+ * the first bitwise, and ps and replicated give the same bits (the same
+ * sums, the same update). */
+static void test_comm_several_devices(void)
+{
+    size_t count = nparams();
+    REQUIRE(count > 0 && count <= 1024);
+    float *ref = calloc(count, sizeof *ref), *w0 = calloc(count, sizeof *w0);
+    float *w1 = calloc(count, sizeof *w1), *first = calloc(count, sizeof *first);
+    REQUIRE(ref && w0 && w1 && first);
+    for (int sgd = 0; sgd < 2; sgd++) {
+        use_sgd = sgd;
+        run_reference(4, 3, ref, count);
+        for (int run = 0; run < 3; run++) {
+            /* ps, ps again, replicated */
+            dpt_towers_mode_t mode = run == 2 ? DPT_TOWERS_REPLICATED : DPT_TOWERS_PS;
+            part_t parts[2];
+            memset(parts, 0, sizeof parts);
+            float *ws[2] = {w0, w1};
+            for (int i = 0; i < 2; i++) {
+                parts[i].cfg = config(mode, 2, MB / 4);
+                parts[i].cfg.max_load_rows = ROWS / 2;
+                parts[i].cfg.check_every = 3;
+                parts[i].x = data_x + (size_t)i * (ROWS / 2) * IN;
+                parts[i].y = data_y + (size_t)i * (ROWS / 2);
+                parts[i].rows = ROWS / 2;
+                parts[i].passes = 3;
+                parts[i].w = ws[i];
+            }
+            REQUIRE(run_parts(parts, 2) == 0);
+            CHECK(parts[0].rc == 0 && parts[1].rc == 0);
+            CHECK(parts[0].steps == 12 && parts[1].steps == 12);
+            CHECK(memcmp(w0, w1, count * sizeof(float)) == 0);
+            double d = max_rel_diff(w0, ref, count);
+            if (d > 1e-5)
+                fprintf(stderr, "%s, %s, 2 x 2 devices: max relative difference %.3g\n",
+                        sgd ? "sgd" : "adam", dpt_towers_mode_name(mode), d);
+            CHECK(d <= 1e-5);
+            if (run == 0)
+                memcpy(first, w0, count * sizeof(float));
+            else
+                CHECK(memcmp(first, w0, count * sizeof(float)) == 0);
+            CHECK(parts[0].grad_norm == parts[1].grad_norm && parts[0].grad_norm > 0.0);
+            CHECK_OK(parts[0].check_rc);
+            CHECK_OK(parts[1].check_rc);
+            CHECK(parts[0].corrupt_rc == DPT_ECOMM && parts[1].corrupt_rc == DPT_ECOMM);
+            if (mode == DPT_TOWERS_REPLICATED) {
+                CHECK(parts[1].local_rc == DPT_ESTATE &&
+                      strstr(parts[1].local_msg, "replica 1's parameters differ"));
+                CHECK(parts[0].local_rc == DPT_ECOMM);
+            }
+        }
+    }
+    use_sgd = 0;
+    free(ref), free(w0), free(w1), free(first);
+}
+
 /* weight_rows: participant 0 holds 8 rows per step, participant 1 holds 4
- * (the same 3 steps): the step follows the mean gradient of all 12 rows,
- * as one engine on those 12-row minibatches does (within float rounding).
- * Plain averaging of the two means does not (the check is not vacuous). */
+ * (the same 3 steps), with 1 or 2 devices each: the step follows the mean
+ * gradient of all 12 rows, as one engine on those 12-row minibatches does
+ * (within float rounding). Plain averaging of the two means does not (the
+ * check is not vacuous). */
 static void test_comm_weight_rows(void)
 {
     enum { S = 3, R0 = 8, R1 = 4 };
@@ -935,113 +1011,128 @@ static void test_comm_weight_rows(void)
     float *ref = calloc(count, sizeof *ref), *w0 = calloc(count, sizeof *w0);
     float *w1 = calloc(count, sizeof *w1), *avg = calloc(count, sizeof *avg);
     REQUIRE(ref && w0 && w1 && avg);
-    /* Participant 0: rows [0, 24), participant 1: rows [24, 36); step k
-     * uses rows [8k, 8k+8) and [24+4k, 24+4k+4). */
-    for (int weighted = 1; weighted >= 0; weighted--) {
-        part_t parts[2];
-        memset(parts, 0, sizeof parts);
-        for (int i = 0; i < 2; i++) {
-            parts[i].cfg = config(DPT_TOWERS_REPLICATED, 1, MB);
-            parts[i].cfg.weight_rows = weighted;
-            parts[i].passes = 2;
+    for (int D = 1; D <= 2; D++) {
+        /* Participant 0: rows [0, 24), participant 1: rows [24, 36), each
+         * split into D equal parts, one per device; step k uses rows
+         * [8k/D, 8k/D + 8/D) of each of participant 0's parts and
+         * [4k/D, 4k/D + 4/D) of each of participant 1's. */
+        for (int weighted = 1; weighted >= 0; weighted--) {
+            part_t parts[2];
+            memset(parts, 0, sizeof parts);
+            for (int i = 0; i < 2; i++) {
+                parts[i].cfg = config(DPT_TOWERS_REPLICATED, D, MB);
+                parts[i].cfg.weight_rows = weighted;
+                parts[i].passes = 2;
+            }
+            parts[0].x = data_x, parts[0].y = data_y, parts[0].rows = S * R0;
+            parts[0].pdb = R0 / (size_t)D;
+            parts[1].x = data_x + S * R0 * IN, parts[1].y = data_y + S * R0;
+            parts[1].rows = S * R1, parts[1].pdb = R1 / (size_t)D;
+            parts[0].w = weighted ? w0 : avg;
+            parts[1].w = w1;
+            REQUIRE(run_parts(parts, 2) == 0);
+            CHECK(parts[0].rc == 0 && parts[1].rc == 0);
+            CHECK(parts[0].steps == 2 * S && parts[1].steps == 2 * S);
+            CHECK(memcmp(parts[0].w, w1, count * sizeof(float)) == 0);
         }
-        parts[0].x = data_x, parts[0].y = data_y, parts[0].rows = S * R0, parts[0].pdb = R0;
-        parts[1].x = data_x + S * R0 * IN, parts[1].y = data_y + S * R0;
-        parts[1].rows = S * R1, parts[1].pdb = R1;
-        parts[0].w = weighted ? w0 : avg;
-        parts[1].w = w1;
-        REQUIRE(run_parts(parts, 2) == 0);
-        CHECK(parts[0].rc == 0 && parts[1].rc == 0);
-        CHECK(parts[0].steps == 2 * S && parts[1].steps == 2 * S);
-        CHECK(memcmp(parts[0].w, w1, count * sizeof(float)) == 0);
+        /* The reference: one engine, one device, minibatches of 12 rows. */
+        static float x[S * (R0 + R1) * IN];
+        static int32_t y[S * (R0 + R1)];
+        const size_t base[2] = {0, S * R0}, held[2] = {R0, R1};
+        size_t k = 0;
+        for (size_t st = 0; st < S; st++)
+            for (int p = 0; p < 2; p++) {
+                size_t pdb = held[p] / (size_t)D, part = S * held[p] / (size_t)D;
+                for (int d = 0; d < D; d++)
+                    for (size_t j = 0; j < pdb; j++, k++) {
+                        size_t src = base[p] + (size_t)d * part + st * pdb + j;
+                        memcpy(x + k * IN, data_x + src * IN, IN * sizeof(float));
+                        y[k] = data_y[src];
+                    }
+            }
+        dpt_mlp_t *mlp;
+        REQUIRE_OK(dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, MB));
+        dpt_model_t model = dpt_mlp_model(mlp);
+        dpt_towers_config_t c = config(DPT_TOWERS_REPLICATED, 1, MB);
+        dpt_batch_t lay = layout();
+        dpt_towers_t *t;
+        REQUIRE_OK(dpt_towers_create(&t, &model, &lay, &c));
+        dpt_rng_t r;
+        dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
+        dpt_mlp_init_params(mlp, ref, &r);
+        REQUIRE_OK(dpt_towers_set_weights(t, ref, count));
+        dpt_batch_t b = xy(S * (R0 + R1), x, y);
+        dpt_towers_load_info_t li;
+        REQUIRE_OK(dpt_towers_load(t, 0, &b, &li));
+        REQUIRE(li.steps == S && li.per_device_batch == R0 + R1);
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t off = 0; off < li.rows_per_device; off += li.per_device_batch)
+                REQUIRE_OK(dpt_towers_optimize(t, 0, off, 0.01f, NULL));
+        REQUIRE_OK(dpt_towers_get_weights(t, ref, count));
+        double d = max_rel_diff(w0, ref, count), da = max_rel_diff(avg, ref, count);
+        printf("weight_rows, %d device%s each: max relative difference to one engine on all "
+               "rows %.3g (unweighted average: %.3g)\n",
+               D, D > 1 ? "s" : "", d, da);
+        CHECK(d <= 1e-5);
+        CHECK(da > 1e-4);
+        dpt_towers_destroy(t);
+        dpt_mlp_destroy(mlp);
     }
-    /* The reference: one engine, one device, minibatches of 12 rows. */
-    static float x[S * (R0 + R1) * IN];
-    static int32_t y[S * (R0 + R1)];
-    size_t k = 0;
-    for (size_t st = 0; st < S; st++) {
-        for (size_t j = 0; j < R0; j++, k++) {
-            memcpy(x + k * IN, data_x + (st * R0 + j) * IN, IN * sizeof(float));
-            y[k] = data_y[st * R0 + j];
-        }
-        for (size_t j = 0; j < R1; j++, k++) {
-            memcpy(x + k * IN, data_x + (S * R0 + st * R1 + j) * IN, IN * sizeof(float));
-            y[k] = data_y[S * R0 + st * R1 + j];
-        }
-    }
-    dpt_mlp_t *mlp;
-    REQUIRE_OK(dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, MB));
-    dpt_model_t model = dpt_mlp_model(mlp);
-    dpt_towers_config_t c = config(DPT_TOWERS_REPLICATED, 1, MB);
-    dpt_batch_t lay = layout();
-    dpt_towers_t *t;
-    REQUIRE_OK(dpt_towers_create(&t, &model, &lay, &c));
-    dpt_rng_t r;
-    dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
-    dpt_mlp_init_params(mlp, ref, &r);
-    REQUIRE_OK(dpt_towers_set_weights(t, ref, count));
-    dpt_batch_t b = xy(S * (R0 + R1), x, y);
-    dpt_towers_load_info_t li;
-    REQUIRE_OK(dpt_towers_load(t, 0, &b, &li));
-    REQUIRE(li.steps == S && li.per_device_batch == R0 + R1);
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t off = 0; off < li.rows_per_device; off += li.per_device_batch)
-            REQUIRE_OK(dpt_towers_optimize(t, 0, off, 0.01f, NULL));
-    REQUIRE_OK(dpt_towers_get_weights(t, ref, count));
-    double d = max_rel_diff(w0, ref, count), da = max_rel_diff(avg, ref, count);
-    printf("weight_rows: max relative difference to one engine on all rows %.3g "
-           "(unweighted average: %.3g)\n",
-           d, da);
-    CHECK(d <= 1e-5);
-    CHECK(da > 1e-4);
-    dpt_towers_destroy(t);
-    dpt_mlp_destroy(mlp);
     free(ref), free(w0), free(w1), free(avg);
 }
 
-/* A NaN in one participant's rows (the model refuses it): that participant
- * reports its own error, the others DPT_ECOMM; nobody's weights move, and
- * the next steps run on every participant (they stay in step and bitwise
- * equal). */
+/* A NaN in one participant's rows (the model refuses it), on its last
+ * device, with 1 and 2 devices per participant: that participant reports
+ * its own error (naming the device), the others DPT_ECOMM; nobody's weights
+ * move, and the next steps run on every participant (they stay in step and
+ * bitwise equal). */
 static void test_comm_failure_refused_everywhere(void)
 {
     size_t count = nparams();
     REQUIRE(count > 0 && count <= 1024);
-    float *w[MAXP];
-    part_t parts[MAXP];
-    memset(parts, 0, sizeof parts);
-    for (int i = 0; i < MAXP; i++) {
-        REQUIRE((w[i] = calloc(count, sizeof(float))) != NULL);
-        parts[i].cfg = config(DPT_TOWERS_PS, 1, 4);
-        parts[i].x = data_x + (size_t)i * 16 * IN;
-        parts[i].y = data_y + (size_t)i * 16;
-        parts[i].rows = 16;
-        parts[i].passes = 2;
-        parts[i].bad_step = 3;
-        parts[i].poison = i == 1;
-        parts[i].w = w[i];
+    for (int D = 1; D <= 2; D++) {
+        float *w[MAXP];
+        part_t parts[MAXP];
+        memset(parts, 0, sizeof parts);
+        for (int i = 0; i < MAXP; i++) {
+            REQUIRE((w[i] = calloc(count, sizeof(float))) != NULL);
+            parts[i].cfg = config(DPT_TOWERS_PS, D, 4 / (size_t)D);
+            parts[i].x = data_x + (size_t)i * 16 * IN;
+            parts[i].y = data_y + (size_t)i * 16;
+            parts[i].rows = 16;
+            parts[i].passes = 2;
+            parts[i].bad_step = 3;
+            parts[i].poison = i == 1;
+            parts[i].poison_device = D - 1;
+            parts[i].w = w[i];
+        }
+        REQUIRE(run_parts(parts, MAXP) == 0);
+        for (int i = 0; i < MAXP; i++) {
+            CHECK(parts[i].rc == 0);
+            CHECK(parts[i].steps == 8); /* the refused step does not count */
+        }
+        char dev[32];
+        snprintf(dev, sizeof dev, "device %d: ", D - 1);
+        CHECK(parts[1].bad_rc == DPT_ENUMERIC && strstr(parts[1].bad_msg, "is nan") &&
+              strstr(parts[1].bad_msg, dev));
+        CHECK(parts[0].bad_rc == DPT_ECOMM && strstr(parts[0].bad_msg, "another participant"));
+        CHECK(parts[2].bad_rc == DPT_ECOMM && strstr(parts[2].bad_msg, "step refused"));
+        CHECK(memcmp(w[0], w[1], count * sizeof(float)) == 0);
+        CHECK(memcmp(w[0], w[2], count * sizeof(float)) == 0);
+        printf("refused (%d device%s each): participant 1: %s; participant 0: %s\n", D,
+               D > 1 ? "s" : "", parts[1].bad_msg, parts[0].bad_msg);
+        for (int i = 0; i < MAXP; i++)
+            free(w[i]);
     }
-    REQUIRE(run_parts(parts, MAXP) == 0);
-    for (int i = 0; i < MAXP; i++) {
-        CHECK(parts[i].rc == 0);
-        CHECK(parts[i].steps == 8); /* the refused step does not count */
-    }
-    CHECK(parts[1].bad_rc == DPT_ENUMERIC && strstr(parts[1].bad_msg, "is nan"));
-    CHECK(parts[0].bad_rc == DPT_ECOMM && strstr(parts[0].bad_msg, "another participant"));
-    CHECK(parts[2].bad_rc == DPT_ECOMM && strstr(parts[2].bad_msg, "step refused"));
-    CHECK(memcmp(w[0], w[1], count * sizeof(float)) == 0);
-    CHECK(memcmp(w[0], w[2], count * sizeof(float)) == 0);
-    printf("refused: participant 1: %s; participant 0: %s\n", parts[1].bad_msg, parts[0].bad_msg);
-    for (int i = 0; i < MAXP; i++)
-        free(w[i]);
 }
 
 /* A finite loss with an infinite gradient on one participant (the linreg
- * model's switch): the reduced gradient is infinite on every participant,
- * so every one refuses the step with DPT_ENUMERIC and nothing moves. */
+ * model's switch), with 1 and 2 devices per participant: the reduced
+ * gradient is infinite on every participant, so every one refuses the step
+ * with DPT_ENUMERIC and nothing moves. */
 typedef struct inf_part {
     dpt_comm_threads_group_t *group;
-    int rank;
+    int rank, devices;
     dpt_model_t model;
     int rc, bad_rc, moved;
     char msg[512], bad_msg[512];
@@ -1067,6 +1158,7 @@ static void *inf_part_main(void *arg)
     dpt_batch_add(&b, "x", DPT_F32, 2, 0, x);
     dpt_batch_add(&b, "y", DPT_F32, 1, 0, y);
     dpt_towers_config_t c = dpt_towers_defaults();
+    c.num_devices = p->devices;
     c.max_per_device_batch_size = N;
     c.max_load_rows = N;
     c.grad_clip = 1.0;
@@ -1109,29 +1201,74 @@ static void test_comm_infinite_norm_refused_everywhere(void)
     linreg_copy_t base;
     dpt_model_t model;
     REQUIRE_OK(linreg_init(&lr, &base, &model));
-    dpt_comm_threads_group_t *g;
-    REQUIRE_OK(dpt_comm_threads_group_create(&g, 2, NULL));
-    inf_part_t parts[2];
-    memset(parts, 0, sizeof parts);
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) {
-        parts[i].group = g;
-        parts[i].rank = i;
-        parts[i].model = model;
-        REQUIRE(pthread_create(&th[i], NULL, inf_part_main, &parts[i]) == 0);
-    }
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    dpt_comm_threads_group_destroy(g);
-    for (int i = 0; i < 2; i++) {
-        if (parts[i].rc)
-            fprintf(stderr, "participant %d: %s\n", i, parts[i].msg);
-        CHECK(parts[i].rc == 0);
-        CHECK(parts[i].bad_rc == DPT_ENUMERIC &&
-              strstr(parts[i].bad_msg, "gradient norm is inf; step refused"));
-        CHECK(!parts[i].moved);
+    for (int D = 1; D <= 2; D++) {
+        dpt_comm_threads_group_t *g;
+        REQUIRE_OK(dpt_comm_threads_group_create(&g, 2, NULL));
+        inf_part_t parts[2];
+        memset(parts, 0, sizeof parts);
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) {
+            parts[i].group = g;
+            parts[i].rank = i;
+            parts[i].devices = D;
+            parts[i].model = model;
+            REQUIRE(pthread_create(&th[i], NULL, inf_part_main, &parts[i]) == 0);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        dpt_comm_threads_group_destroy(g);
+        for (int i = 0; i < 2; i++) {
+            if (parts[i].rc)
+                fprintf(stderr, "participant %d: %s\n", i, parts[i].msg);
+            CHECK(parts[i].rc == 0);
+            CHECK(parts[i].bad_rc == DPT_ENUMERIC &&
+                  strstr(parts[i].bad_msg, "gradient norm is inf; step refused"));
+            CHECK(!parts[i].moved);
+        }
     }
     dpt_vartable_deinit(&lr.vars);
+}
+
+/* The all-reduce itself fails (the other participant declared itself
+ * failed, dpt_comm_abort), with 1 and 2 devices: the step returns the
+ * communicator's error and nothing moves. */
+static void test_comm_failed_communicator(void)
+{
+    size_t count = nparams();
+    REQUIRE(count > 0 && count <= 1024);
+    for (int D = 1; D <= 2; D++) {
+        dpt_comm_threads_group_t *g;
+        dpt_comm_t *c0, *c1;
+        REQUIRE_OK(dpt_comm_threads_group_create(&g, 2, NULL));
+        REQUIRE_OK(dpt_comm_threads_join(g, 0, &c0));
+        REQUIRE_OK(dpt_comm_threads_join(g, 1, &c1));
+        CHECK(dpt_comm_abort(c1, "participant 1 is gone") == DPT_ECOMM);
+        dpt_mlp_t *mlp;
+        REQUIRE_OK(dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, 8));
+        dpt_model_t model = dpt_mlp_model(mlp);
+        dpt_batch_t lay = layout();
+        dpt_towers_t *t;
+        dpt_towers_config_t c = config(D == 1 ? DPT_TOWERS_PS : DPT_TOWERS_REPLICATED, D, 4);
+        c.comm = c0;
+        REQUIRE_OK(dpt_towers_create(&t, &model, &lay, &c));
+        float before[1024], after[1024];
+        dpt_rng_t r;
+        dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
+        dpt_mlp_init_params(mlp, before, &r);
+        REQUIRE_OK(dpt_towers_set_weights(t, before, count));
+        dpt_batch_t b = xy(8, data_x, data_y);
+        dpt_towers_load_info_t li;
+        REQUIRE_OK(dpt_towers_load(t, 0, &b, &li));
+        CHECK_ERR(dpt_towers_optimize(t, 0, 0, 0.01f, NULL), DPT_ECOMM, "participant 1 is gone");
+        CHECK(dpt_towers_steps(t) == 0);
+        REQUIRE_OK(dpt_towers_get_weights(t, after, count));
+        CHECK(memcmp(before, after, count * sizeof(float)) == 0);
+        dpt_towers_destroy(t);
+        dpt_mlp_destroy(mlp);
+        dpt_comm_destroy(c0);
+        dpt_comm_destroy(c1);
+        dpt_comm_threads_group_destroy(g);
+    }
 }
 
 static void test_comm_config_errors(void)
@@ -1145,14 +1282,14 @@ static void test_comm_config_errors(void)
     dpt_model_t model = dpt_mlp_model(mlp);
     dpt_batch_t lay = layout();
     dpt_towers_t *t = NULL;
-    dpt_towers_config_t c = config(DPT_TOWERS_PS, 2, 4);
-    c.comm = comm;
-    CHECK_ERR(dpt_towers_create(&t, &model, &lay, &c), DPT_EINVAL,
-              "several devices per participant with an external communicator are not "
-              "supported yet");
-    c = config(DPT_TOWERS_ASYNC, 1, 4);
-    c.comm = comm;
-    CHECK_ERR(dpt_towers_create(&t, &model, &lay, &c), DPT_EINVAL, "mode async");
+    dpt_towers_config_t c;
+    for (int n = 1; n <= 2; n++) {
+        c = config(DPT_TOWERS_ASYNC, n, 4);
+        c.comm = comm;
+        CHECK_ERR(dpt_towers_create(&t, &model, &lay, &c), DPT_EINVAL,
+                  "mode async does not run over an external communicator");
+        CHECK(strstr(dpt_last_error(), "use ps or replicated") != NULL);
+    }
     c = config(DPT_TOWERS_REPLICATED, 1, 4);
     c.comm = comm;
     c.weight_rows = 1;
@@ -1196,9 +1333,11 @@ int main(void)
         DPT_TEST(test_bad_config),
         DPT_TEST(test_load_ex_rules),
         DPT_TEST(test_comm_equals_replicated_towers),
+        DPT_TEST(test_comm_several_devices),
         DPT_TEST(test_comm_weight_rows),
         DPT_TEST(test_comm_failure_refused_everywhere),
         DPT_TEST(test_comm_infinite_norm_refused_everywhere),
+        DPT_TEST(test_comm_failed_communicator),
         DPT_TEST(test_comm_config_errors),
     };
     return DPT_TEST_RUN(cases);

@@ -55,34 +55,50 @@
  * process, MPI ranks, or both: any dpt_comm_t backend). Each participant
  * creates its own engine with the same model, config and communicator size,
  * loads its own rows and calls every optimize() in the same order as the
- * others (the step is collective). Only num_devices == 1 is supported, in
- * ps or replicated mode (both mean the same here: this participant holds a
- * full copy of the parameters and optimizer state). One step:
+ * others (the step is collective). Each participant has N = num_devices >= 1
+ * devices, in ps or replicated mode (async is refused: its towers apply
+ * their updates without waiting, so the participants would drift apart).
+ * Only device 0, the thread that calls optimize(), uses comm: an MPI
+ * communicator needs no more than MPI_THREAD_FUNNELED when that thread
+ * initialized MPI. One step, P = dpt_comm_size(comm):
  *
- *   g_p  = mean gradient of participant p's per_device_batch rows
- *   allreduce over comm of (g_p, s_p), nparams + 1 floats, where the slot
- *   s_p is 0, or NaN when p's own forward/backward failed:
- *     average (default)  g = (sum_p g_p) / P            (DPT_REDUCE_AVG)
- *     reduce_sum         g =  sum_p g_p                 (DPT_REDUCE_SUM)
- *     weight_rows        s_p = n_p, the rows p used; each participant sends
- *                        n_p g_p, and g = (sum_p n_p g_p) * (1 / sum_p n_p):
- *                        the mean gradient over all rows whatever each
- *                        participant held (DPT_REDUCE_SUM)
- *   norm = ||g||; clip to grad_clip; optimizer update of the local copy.
+ *   g_{p,d} = mean gradient of device d of participant p over its
+ *             per_device_batch rows
+ *   G_p     = the participant's devices combined slice by slice, device d
+ *             summing slice d of the arena in tower order:
+ *             (g_{p,0} + g_{p,1}) + ... + g_{p,N-1}, times 1/N to average
+ *   allreduce over comm of (G_p, s_p), nparams + 1 floats, where the slot
+ *   s_p is 0, or NaN when one of p's towers failed:
+ *     average (default)  g = (sum_p G_p) / P, i.e. the mean of all P N
+ *                        towers' gradients                 (DPT_REDUCE_AVG)
+ *     reduce_sum         G_p without the 1/N, g = sum_p G_p: the sum of
+ *                        all P N towers' gradients         (DPT_REDUCE_SUM)
+ *     weight_rows        each device sends n_{p,d} g_{p,d}, G_p their sum,
+ *                        s_p = sum_d n_{p,d} the rows p used, and
+ *                        g = (sum_p G_p) * (1 / sum_p s_p): the mean
+ *                        gradient over all rows whatever each participant
+ *                        held (DPT_REDUCE_SUM)
+ *   norm = ||g|| (per-slice sums of squares added in slice order); clip to
+ *   grad_clip; optimizer update: ps, device d updates slice d of the one
+ *   copy; replicated, every device updates its own replica from g.
  *
- * The all-reduce gives every participant the same bits, so every
- * participant computes the same norm and applies the same update: the
- * copies stay bitwise equal when they start equal (set the same weights on
- * every participant, e.g. after a dpt_comm_broadcast). A non-finite reduced
- * slot or norm refuses the step on every participant at once: the one whose
- * step failed returns its own error, the others DPT_ECOMM ("another
+ * With N = 1 the combination is the device's own gradient: the step is an
+ * all-reduce of each participant's gradient. The all-reduce gives every
+ * participant the same bits, so every participant computes the same norm
+ * and applies the same update: the copies stay bitwise equal when they
+ * start equal (set the same weights on every participant, e.g. after a
+ * dpt_comm_broadcast), and a run reproduces bitwise for the same P, N,
+ * backend and algorithm. A failure or a non-finite reduced slot or norm
+ * refuses the step on every participant at once: the one whose tower
+ * failed returns its own error, the others DPT_ECOMM ("another
  * participant's step failed") or DPT_ENUMERIC (non-finite norm), and the
  * engines stay in step for the next call. The fused SGD update of ps mode
  * is not used. The stats of optimize() (loss, correct, rows, extra) are
- * this participant's own; grad_norm is the norm of the reduced gradient.
- * dpt_towers_check_replicas() compares every participant's parameters and
- * optimizer state (a collective), and with check_every > 0 runs every
- * check_every steps in either mode.
+ * this participant's own (its N towers'); grad_norm is the norm of the
+ * reduced gradient. dpt_towers_check_replicas() compares this engine's
+ * replicas (replicated) and every participant's parameters and optimizer
+ * state (a collective), and with check_every > 0 runs every check_every
+ * steps in either mode.
  */
 #ifndef DPT_TOWERS_H
 #define DPT_TOWERS_H
@@ -126,14 +142,15 @@ typedef struct dpt_towers_config {
     double grad_clip; /* global-norm clip after combining; 0 = off */
     dpt_optim_config_t optim;
     float async_scale;                   /* async: gradient scale; 0 = 1/N */
-    int check_every;                     /* replicated: replica check period; 0 = off */
+    int check_every;                     /* replicated or with comm: replica check period;
+                                          * 0 = off */
     int pin_devices;                     /* pin device threads to cores */
     double comm_timeout_s;               /* replicated: collective timeout; 0 = 300 */
     dpt_comm_algorithm_t comm_algorithm; /* replicated without comm: allreduce algorithm of
                                           * the devices' group (DPT_ALLREDUCE_AUTO = 0) */
     dpt_comm_t *comm;                    /* external communicator (borrowed, must outlive the
                                        * engine); NULL = the devices of this engine only */
-    int weight_rows;                     /* with comm: weight each participant's gradient by
+    int weight_rows;                     /* with comm: weight each device's gradient by
                                        * its rows (excludes reduce_sum) */
 } dpt_towers_config_t;
 
@@ -171,8 +188,8 @@ typedef struct dpt_towers dpt_towers_t;
  * flags; data may be NULL) fix what load() accepts, and `seq_len` (0 = no
  * sequences) is taken from it. Parameters start at zero: set them with
  * dpt_towers_set_weights(). Errors: DPT_EINVAL (bad config, naming the
- * key; with comm: num_devices != 1, async mode, weight_rows with
- * reduce_sum; weight_rows without comm), DPT_ENOMEM, DPT_ETHREAD. */
+ * key; with comm: async mode, weight_rows with reduce_sum; weight_rows
+ * without comm), DPT_ENOMEM, DPT_ETHREAD. */
 int dpt_towers_create(dpt_towers_t **towers, const dpt_model_t *model, const dpt_batch_t *layout,
                       const dpt_towers_config_t *cfg);
 void dpt_towers_destroy(dpt_towers_t *towers);
@@ -227,9 +244,11 @@ int dpt_towers_set_weights(dpt_towers_t *towers, const float *in, size_t count);
 
 /* Replicated: DPT_ESTATE naming the first replica whose parameters or
  * optimizer state differ from tower 0's; 0 otherwise (and in other modes).
- * With an external communicator (any mode): collective over comm,
- * DPT_ECOMM naming the first participant whose parameters or optimizer
- * state differ from participant 0's. */
+ * With an external communicator (any mode) also, collective over comm
+ * (run even when this engine's replicas differ, so every participant makes
+ * the same calls): DPT_ECOMM naming the first participant whose parameters
+ * or optimizer state differ from participant 0's. A difference among this
+ * engine's replicas is reported first. */
 int dpt_towers_check_replicas(dpt_towers_t *towers);
 
 /* The optimizer of tower 0 (the only one in ps and async modes), for

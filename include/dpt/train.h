@@ -558,7 +558,8 @@ typedef struct dpt_trainer_env {
      * per process; borrowed, valid until the trainer is destroyed); NULL for
      * one process. dpt_train_run passes the run's. The supervised job
      * trains data-parallel over it (each rank its share of every batch,
-     * gradients all-reduced, identical weights on every rank); without it
+     * split among its num_devices towers; gradients all-reduced from the
+     * thread that calls the trainer, identical weights on every rank); without it
      * the supervised job refuses a world of several processes. ddppo builds
      * its own communicators and ignores it. */
     dpt_comm_t *comm;

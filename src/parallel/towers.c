@@ -123,15 +123,11 @@ static int dpt__check_config(const dpt_model_t *model, const dpt_batch_t *layout
         return dpt_error(DPT_EINVAL, "towers: weight_rows needs an external communicator (comm): "
                                      "the devices of one engine always hold equal rows");
     if (c->comm) {
-        if (c->num_devices != 1)
-            return dpt_error(DPT_EINVAL,
-                             "towers: num_devices = %d with an external "
-                             "communicator: several devices per participant with an external "
-                             "communicator are not supported yet (use num_devices = 1)",
-                             c->num_devices);
         if (c->mode == DPT_TOWERS_ASYNC)
-            return dpt_error(DPT_EINVAL, "towers: mode async does not run over an external "
-                                         "communicator (use ps or replicated)");
+            return dpt_error(DPT_EINVAL,
+                             "towers: mode async does not run over an external communicator "
+                             "(its towers apply their updates without waiting for each other, so "
+                             "the participants' weights would drift apart): use ps or replicated");
         if (c->weight_rows && c->reduce_sum)
             return dpt_error(DPT_EINVAL, "towers: weight_rows and reduce_sum exclude each other "
                                          "(weight_rows divides by the total rows)");
@@ -596,10 +592,9 @@ static int dpt__check_participants(dpt_towers_t *t)
     return rc;
 }
 
-int dpt_towers_check_replicas(dpt_towers_t *t)
+/* Replicated: this engine's replicas against tower 0's. */
+static int dpt__check_local_replicas(dpt_towers_t *t)
 {
-    if (t->cfg.comm)
-        return dpt__check_participants(t);
     if (t->cfg.mode != DPT_TOWERS_REPLICATED)
         return DPT_OK;
     const dpt__tower_t *w0 = &t->towers[0];
@@ -621,6 +616,20 @@ int dpt_towers_check_replicas(dpt_towers_t *t)
                                  i, s);
     }
     return DPT_OK;
+}
+
+int dpt_towers_check_replicas(dpt_towers_t *t)
+{
+    int local = dpt__check_local_replicas(t);
+    if (!t->cfg.comm)
+        return local;
+    /* The participants' check is collective: it runs whatever the local one
+     * found, so every participant makes the same calls. */
+    char msg[512] = "";
+    if (local)
+        snprintf(msg, sizeof msg, "%s", dpt_last_error());
+    int rc = dpt__check_participants(t);
+    return local ? dpt_error(local, "%s", msg) : rc;
 }
 
 dpt_optim_t *dpt_towers_optimizer(dpt_towers_t *t)

@@ -80,6 +80,8 @@ struct dpt_towers {
     const dpt_batch_t *job_src;
     size_t job_rows_per_device, job_seqs_per_device;
     atomic_int job_failed; /* set between barriers in ps/replicated */
+    int job_comm_rc;       /* with an external communicator: device 0's all-reduce result,
+                            * read by every device after the barrier that follows it */
 };
 
 /* Bytes of one row (or one sequence) of a column. */

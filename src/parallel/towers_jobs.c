@@ -4,11 +4,14 @@
  * semantics, towers.c the API around them).
  *
  * Each device works on its own data and its own gradient arena; the only
- * shared writes are the parameter slices in ps mode (disjoint per device,
- * separated from the reads of the next step by the end of the job) and the
- * chunk-locked updates in async mode. Inside a ps/replicated step the
- * devices meet at a barrier after their backward passes, so a failure on one
- * device is seen by all of them and nothing is applied.
+ * shared writes are slices of tower 0's gradient and of the parameters in ps
+ * mode and with an external communicator (disjoint per device, read by the
+ * others only after a barrier or after the end of the job), device 0's
+ * all-reduce of tower 0's gradient with an external communicator (read after
+ * a barrier), and the chunk-locked updates in async mode. Inside a
+ * ps/replicated step the devices meet at a barrier after their backward
+ * passes, so a failure on one device is seen by all of them and nothing is
+ * applied.
  */
 #include "dpt/optim.h"
 #include "dpt/status.h"
@@ -222,57 +225,113 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
     return DPT_OK;
 }
 
-/* One device, an external communicator (dpt/towers.h): the gradient and one
- * more float travel in one all-reduce. The extra float is the rows this
- * participant used (weight_rows) or 0, and NaN when its own forward/backward
- * failed: the failure reaches every participant in the reduced slot, so all
- * of them refuse the step together and their collectives stay matched (a
- * participant that returned early would leave the others waiting until the
- * communicator's timeout, and out of step afterwards). */
+/* An external communicator (dpt/towers.h): the participant's N devices
+ * combine their gradients, device 0 all-reduces the result across the
+ * participants, and the devices apply it:
+ *
+ *   every device  forward/backward of its tower (weight_rows: its gradient
+ *                 times its rows)                                  | barrier
+ *   device d      slice d of tower 0's gradient <- g_0 + g_1 + ... +
+ *                 g_{N-1} (tower order), times 1/N when averaging;
+ *                 device 0 also sets the extra float               | barrier
+ *   device 0      all-reduce of nparams + 1 floats over comm       | barrier
+ *   device d      slice d: times 1 / (total rows) for weight_rows;
+ *                 its sum of squares                               | barrier
+ *   every device  norm from the slices' sums in slice order, clip;
+ *                 ps: optimizer update of slice d; replicated: (after one
+ *                 more barrier when clipping) the update of its replica
+ *
+ * The extra float is the rows the participant's towers used (weight_rows)
+ * or 0, and NaN when one of its towers failed: the failure reaches every
+ * participant in the reduced slot, so all of them refuse the step together
+ * and their collectives stay matched (a participant that returned early
+ * would leave the others waiting until the communicator's timeout, and out
+ * of step afterwards). Only device 0, the thread that called
+ * dpt_towers_optimize(), uses the communicator. With one device every
+ * barrier returns at once, the 1/N scale is 1 and the one slice is the
+ * whole arena: the step is that of one device all-reducing its own
+ * gradient. */
 static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
 {
+    int n = t->cfg.num_devices, d = w->index;
     int repl = t->cfg.mode == DPT_TOWERS_REPLICATED;
-    float *params = repl ? w->params : t->params.data;
-    dpt_optim_t *opt = repl ? w->own_opt : t->opt;
-    size_t n = t->nparams;
-    float *g = w->grads.data;
+    size_t count = t->nparams;
+    float *gs = t->towers[0].grads.data; /* the participant's gradient, then the reduced one */
     char msg[512] = "";
     w->norm = 0.0;
-    w->rc = dpt__tower_compute(t, w, params);
+    w->rc = dpt__tower_compute(t, w, repl ? w->params : t->params.data);
     if (w->rc) {
         snprintf(msg, sizeof msg, "%s", dpt_last_error());
-        dpt_vec_zero(g, n);
-        g[n] = NAN;
+        atomic_store(&t->job_failed, 1);
     } else if (t->cfg.weight_rows) {
-        float rows = (float)w->out.rows;
-        dpt_vec_scale(g, n, rows);
-        g[n] = rows;
-    } else {
-        g[n] = 0.0f;
+        dpt_vec_scale(w->grads.data, count, (float)w->out.rows);
     }
-    dpt_reduce_op_t op = t->cfg.weight_rows || t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG;
-    int rc = dpt_comm_allreduce(t->cfg.comm, g, n + 1, op);
+    dpt__barrier(t); /* job_failed is reset between jobs: see dpt__job_step_ps() */
+    int failed = atomic_load(&t->job_failed);
+    size_t lo, hi;
+    dpt__slice(count, n, d, &lo, &hi);
+    if (failed) {
+        dpt_vec_zero(gs + lo, hi - lo);
+    } else {
+        /* Fixed tower order ((g0 + g1) + g2) ..., then the scale: the sum
+         * does not depend on thread timing. */
+        for (int i = 1; i < n; i++)
+            dpt_vec_axpy(gs + lo, t->towers[i].grads.data + lo, hi - lo, 1.0f);
+        if (n > 1 && !t->cfg.weight_rows && !t->cfg.reduce_sum)
+            dpt_vec_scale(gs + lo, hi - lo, 1.0f / (float)n);
+    }
+    if (d == 0) {
+        float extra = 0.0f;
+        if (failed)
+            extra = NAN;
+        else if (t->cfg.weight_rows)
+            for (int i = 0; i < n; i++)
+                extra += (float)t->towers[i].out.rows;
+        gs[count] = extra;
+    }
+    dpt__barrier(t);
+    if (d == 0) {
+        dpt_reduce_op_t op =
+            t->cfg.weight_rows || t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG;
+        t->job_comm_rc = dpt_comm_allreduce(t->cfg.comm, gs, count + 1, op);
+    }
+    dpt__barrier(t);
     if (w->rc)
         return dpt_error(w->rc, "%s", msg);
-    if (rc)
-        return rc;
-    if (!isfinite(g[n]))
-        return dpt_error(DPT_ECOMM,
-                         "another participant's step at offset %zu of stack %d "
-                         "failed (that participant reports why); step refused",
-                         t->job_offset, t->job_stack);
+    if (failed)
+        return DPT_OK; /* the tower that failed reports why */
+    if (t->job_comm_rc)
+        return d == 0 ? t->job_comm_rc : DPT_OK;
+    if (!isfinite(gs[count]))
+        return d == 0 ? dpt_error(DPT_ECOMM,
+                                  "another participant's step at offset %zu of stack %d "
+                                  "failed (that participant reports why); step refused",
+                                  t->job_offset, t->job_stack)
+                      : DPT_OK;
     /* Every participant holds the same bits now: the same norm, the same
      * clip and the same update everywhere. */
-    if (t->cfg.weight_rows)
-        dpt_vec_scale(g, n, 1.0f / g[n]);
-    double norm = sqrt(dpt_vec_sumsq(g, n));
+    float scale = t->cfg.weight_rows ? 1.0f / gs[count] : 1.0f;
+    t->slice_sumsq[d] = dpt__add_scale_sumsq(gs + lo, gs + lo, NULL, hi - lo, scale);
+    dpt__barrier(t);
+    double sq = 0.0;
+    for (int i = 0; i < n; i++)
+        sq += t->slice_sumsq[i];
+    double norm = sqrt(sq);
     w->norm = norm;
     if (!isfinite(norm))
-        return dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm);
+        return d == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
     float f = dpt_clip_factor(norm, t->cfg.grad_clip);
     if (f != 1.0f)
-        dpt_vec_scale(g, n, f);
-    dpt_optim_update(opt, params, g, 0, n, t->job_t, t->job_lr);
+        dpt_vec_scale(gs + lo, hi - lo, f);
+    if (!repl) {
+        dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->job_t, t->job_lr);
+        return DPT_OK;
+    }
+    /* Every device's f is the same, so all of them take this barrier or
+     * none: each replica then reads the whole clipped gradient. */
+    if (f != 1.0f)
+        dpt__barrier(t);
+    dpt_optim_update(w->own_opt, w->params, gs, 0, count, t->job_t, t->job_lr);
     return DPT_OK;
 }
 

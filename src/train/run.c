@@ -845,16 +845,18 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
                                        "process); use job = ddppo to train across processes");
             goto out;
         }
-        if (job == DPT_JOB_SUPERVISED && dpt_config_int(r.cfg, DPT_CFG_num_devices) != 1) {
+        if (job == DPT_JOB_SUPERVISED &&
+            (dpt_towers_mode_t)dpt_config_int(r.cfg, DPT_CFG_towers_mode) == DPT_TOWERS_ASYNC) {
             rc = dpt_error(DPT_EINVAL,
-                           "under mpirun the supervised job runs one device per "
-                           "rank: set num_devices = 1 (num_devices = %lld)",
-                           (long long)dpt_config_int(r.cfg, DPT_CFG_num_devices));
+                           "towers_mode = async does not run under mpirun: its devices apply "
+                           "their updates without waiting for each other, so the ranks' weights "
+                           "would drift apart; set towers_mode = ps or replicated (the ranks "
+                           "then average their gradients at every step)");
             goto out;
         }
         /* Only DD-PPO with several worker threads calls MPI from threads
-         * other than this one (hier); the supervised job's one device runs
-         * on this thread. */
+         * other than this one (hier); the supervised job's towers call it
+         * from their device 0, this thread. */
         int threads = job == DPT_JOB_DDPPO ? (int)dpt_config_int(r.cfg, DPT_CFG_num_workers) : 1;
         dpt__watchdog_t watch;
         dpt__watchdog_start(&watch, &r, dpt_config_float(r.cfg, DPT_CFG_comm_timeout_s));

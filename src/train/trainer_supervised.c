@@ -10,16 +10,19 @@
  * checkpoint continues exactly as an uninterrupted one.
  *
  * Across P processes (dpt_trainer_env_t.comm of size P > 1, e.g. under
- * mpirun): data parallel with one device per rank. Every rank reads the
- * whole dataset and draws the same streams, so all ranks start from the
- * same weights and shuffle each epoch identically; rank r trains on rows
- * [r B/P, (r+1) B/P) of every batch of B = batch_size rows through a
- * one-device towers engine over the communicator (gradients averaged, one
- * all-reduce per step), so every rank applies the same update and the
- * weights stay identical. The loss and accuracy of an epoch are summed over
- * the ranks; every rank evaluates the test set itself (the same weights, the
- * same numbers); the state to checkpoint is the same on every rank, and rank
- * 0 (the one with a writer) writes it.
+ * mpirun): data parallel over P ranks x D = num_devices devices. Every rank
+ * reads the whole dataset and draws the same streams, so all ranks start
+ * from the same weights and shuffle each epoch identically; rank r takes
+ * rows [r B/P, (r+1) B/P) of every batch of B = batch_size rows, and its
+ * device d rows [d B/(P D), (d+1) B/(P D)) of that share, through a
+ * D-device towers engine over the communicator: the devices combine their
+ * gradients in the towers mode (ps or replicated), one all-reduce per step
+ * averages them over the ranks, and every rank applies the same update, so
+ * the weights stay identical (checked after every epoch). The loss and
+ * accuracy of an epoch are summed over the ranks; every rank evaluates the
+ * test set itself (the same weights, the same numbers); the state to
+ * checkpoint is the same on every rank, and rank 0 (the one with a writer)
+ * writes it.
  */
 #include "dpt/dataset.h"
 #include "dpt/dpt.h"
@@ -380,21 +383,17 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     size_t batch = (size_t)DPT_CI(c, batch_size);
     size_t ranks = (size_t)s->nranks;
     if (ranks > 1) {
-        if (devices != 1)
+        if (batch % (ranks * (size_t)devices))
             return dpt_error(DPT_EINVAL,
-                             "num_devices = %d: across %zu processes the supervised "
-                             "job runs one device per rank: set num_devices = 1",
-                             devices, ranks);
-        if (batch % ranks)
-            return dpt_error(DPT_EINVAL,
-                             "batch_size %zu must be divisible by the %zu ranks "
-                             "(each rank trains on batch_size / ranks rows of every batch)",
-                             batch, ranks);
-        if (rows < ranks)
+                             "batch_size %zu must be divisible by the %zu ranks x num_devices "
+                             "%d (each device trains on batch_size / (ranks x num_devices) rows "
+                             "of every batch)",
+                             batch, ranks, devices);
+        if (rows < ranks * (size_t)devices)
             return dpt_error(DPT_EINVAL,
                              "the %s training set has %zu rows, fewer than the "
-                             "%zu ranks",
-                             sup_dataset_names[s->dataset], rows, ranks);
+                             "%zu ranks x num_devices %d",
+                             sup_dataset_names[s->dataset], rows, ranks, devices);
     }
     if (batch % (size_t)devices)
         return dpt_error(DPT_EINVAL, "batch_size %zu must be divisible by num_devices %d", batch,
@@ -552,21 +551,27 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     if (s->shuffle)
         dpt_rng_shuffle(&s->shuffle_rng, s->perm, rows);
     /* One process: the whole shuffled set, split by the towers. Several
-     * ranks: this rank's share of every batch, batch after batch. The
-     * batches are those of one process with one device: batch_size rows, or
-     * one smaller batch (a multiple of the ranks) when the set is smaller. */
-    size_t nbatches = rows, share = 0, batch = rows, take = rows;
+     * ranks: the batches are those of one process with one device:
+     * batch_size rows, or one smaller batch (a multiple of ranks x devices)
+     * when the set is smaller. This rank takes its share of every batch,
+     * and its device d the d-th part of that share: the towers give device
+     * d the d-th 1/D of the loaded rows, so those hold device d's part of
+     * every batch, batch after batch, and step k uses batch k everywhere. */
+    size_t nbatches = rows, share = 0, pdb = 0, batch = rows, take = rows;
     if (s->nranks > 1) {
-        size_t P = (size_t)s->nranks;
-        batch = rows >= s->batch ? s->batch : rows - rows % P;
+        size_t P = (size_t)s->nranks, D = (size_t)dpt_towers_get_config(s->towers)->num_devices;
+        batch = rows >= s->batch ? s->batch : rows - rows % (P * D);
         nbatches = rows >= s->batch ? rows / s->batch : 1;
         share = batch / P;
+        pdb = share / D;
         take = nbatches * share;
     }
     for (size_t i = 0; i < take; i++) {
-        size_t src = s->nranks > 1
-                         ? s->perm[(i / share) * batch + (size_t)s->rank * share + i % share]
-                         : s->perm[i];
+        size_t src = s->perm[i];
+        if (s->nranks > 1) {
+            size_t dev = i / (nbatches * pdb), k = i % (nbatches * pdb);
+            src = s->perm[(k / pdb) * batch + (size_t)s->rank * share + dev * pdb + k % pdb];
+        }
         memcpy(s->xs + i * dim, s->train.x + src * dim, dim * sizeof(float));
         if (s->yt)
             memcpy(s->yt + i * ydim, s->train.targets + src * ydim, ydim * sizeof(float));
@@ -575,7 +580,7 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     }
     dpt_batch_t b = sup_batch(take, dim, s->xs, s->ys, s->yt, ydim);
     dpt_towers_load_info_t li;
-    int rc = dpt_towers_load_ex(s->towers, 0, &b, share, &li);
+    int rc = dpt_towers_load_ex(s->towers, 0, &b, pdb, &li);
     if (rc)
         return rc;
     size_t dropped = s->nranks > 1 ? rows - nbatches * batch : li.rows_dropped;
@@ -601,6 +606,10 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
         loss = (double)sums[0];
         hits = (double)sums[1];
         used = nbatches * batch;
+        /* Every rank's weights and optimizer state are the same bits (a
+         * collective: every rank checks after the same epoch). */
+        if ((rc = dpt_towers_check_replicas(s->towers)) != 0)
+            return rc;
     }
     s->samples += used;
     s->epoch++;
