@@ -101,6 +101,8 @@ int dpt_sparse_rows_append(dpt_sparse_rows_t *dst, const dpt_sparse_rows_t *src,
         return dpt_error(DPT_EINVAL, "sparse rows: appending rows of %zu floats to rows of %zu",
                          src->dim, dst->dim);
     size_t n = src->n; /* read before growing: dst may be src */
+    if (n == 0)
+        return DPT_OK; /* (an empty src may have no arrays to copy from) */
     int rc = dpt__sparse_rows_grow(dst, n);
     if (rc)
         return rc;
