@@ -187,6 +187,7 @@ typedef struct dpt_sr_stats {
     uint64_t bytes_pushed;        /* dense floats * 4 + sparse rows * (8 + 4 dim) */
     uint64_t bytes_last_step;     /* of the pushes that made the last step */
     uint64_t sparse_bytes_pushed; /* the sparse gradients' part of bytes_pushed */
+    uint64_t sparse_rows_pushed;  /* rows of the sparse gradients pushed */
     uint64_t sparse_rows_applied; /* distinct rows the steps updated, summed over steps */
     double token_wait_s;          /* total time workers waited for tokens */
     int workers_lost;

@@ -542,10 +542,10 @@ static int sr_worker_check(dpt_sr_t *sr, int worker, const char *what)
  * variables (no lock needed: reads the caller's data and the fixed table). */
 static int sr_check_grad(const dpt_sr_t *sr, int worker, const float *grads,
                          const dpt_sparse_rows_t *const *sparse, uint64_t *bytes,
-                         uint64_t *sparse_bytes)
+                         uint64_t *sparse_bytes, uint64_t *sparse_rows)
 {
     const dpt_vartable_t *t = &sr->vars;
-    uint64_t b = 0, sb = 0;
+    uint64_t b = 0, sb = 0, rows = 0;
     for (size_t i = 0; i < t->nvars; i++) {
         const dpt_var_t *v = &t->vars[i];
         if (!sr->is_sparse[i]) {
@@ -578,7 +578,9 @@ static int sr_check_grad(const dpt_sr_t *sr, int worker, const float *grads,
                              "(row %zu)",
                              worker, v->name, k / g->dim);
         sb += dpt_sparse_rows_bytes(g);
+        rows += g->n;
     }
+    *sparse_rows = rows;
     *bytes = b + sb;
     *sparse_bytes = sb;
     return DPT_OK;
@@ -589,7 +591,7 @@ int dpt_sr_push(dpt_sr_t *sr, int worker, uint64_t local_step, const float *grad
 {
     if (accepted)
         *accepted = 0;
-    uint64_t bytes = 0, sbytes = 0;
+    uint64_t bytes = 0, sbytes = 0, srows = 0;
     pthread_mutex_lock(&sr->mu);
     int rc = sr_worker_check(sr, worker, "a push");
     if (!rc && sr->begun <= 0)
@@ -600,12 +602,13 @@ int dpt_sr_push(dpt_sr_t *sr, int worker, uint64_t local_step, const float *grad
     pthread_mutex_unlock(&sr->mu);
     if (rc)
         return rc;
-    if ((rc = sr_check_grad(sr, worker, grads, sparse, &bytes, &sbytes)) != 0)
+    if ((rc = sr_check_grad(sr, worker, grads, sparse, &bytes, &sbytes, &srows)) != 0)
         return rc;
     pthread_mutex_lock(&sr->mu);
     sr->st.pushes++;
     sr->st.bytes_pushed += bytes;
     sr->st.sparse_bytes_pushed += sbytes;
+    sr->st.sparse_rows_pushed += srows;
     uint64_t seq = sr->worker_seq[worker]++;
     sr->last_pushed[worker] = local_step;
     int R = sr->cfg.replicas_to_aggregate;

@@ -806,6 +806,9 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
                              steps ? (double)(s1.sparse_rows_applied - s0.sparse_rows_applied) /
                                          (double)steps
                                    : 0.0);
+        dpt_train_result_add(
+            r, "info/sync_replicas/sparse_rows_pushed_per_step",
+            steps ? (double)(s1.sparse_rows_pushed - s0.sparse_rows_pushed) / (double)steps : 0.0);
         dpt_train_result_add(r, "info/sync_replicas/sparse_bytes_per_step",
                              steps ? (double)(s1.sparse_bytes_pushed - s0.sparse_bytes_pushed) /
                                          (double)steps
