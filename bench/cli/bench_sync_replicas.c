@@ -128,6 +128,14 @@ static int bsr_stragglers(int rounds, int json)
             printf("%-32s median step %8.3f ms  %.2fx no straggler (N=4)\n", names[k], med[k],
                    med[k] / med[0]);
     }
+    if (json)
+        printf("{\"bench\":\"sync_replicas_straggler_ratios\",\"backup_vs_same_config\":%.3f,"
+               "\"backup_vs_no_backup_config\":%.3f,\"no_backup\":%.3f}\n",
+               med[2] / med[3], med[2] / med[0], med[1] / med[0]);
+    else
+        printf("with a straggler: 1 backup %.2fx the no-straggler step of the same N=5 R=4 "
+               "(%.2fx that of N=4 R=4); no backup %.2fx\n",
+               med[2] / med[3], med[2] / med[0], med[1] / med[0]);
     return DPT_OK;
 }
 
