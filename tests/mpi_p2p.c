@@ -357,6 +357,62 @@ static void test_send_timeout(void)
     CHECK_OK(dpt_comm_barrier(g_comm));
 }
 
+/* Asynchronous sends: rank 0 sends a 1 MiB message (past the eager limit)
+ * that rank 1 takes only 1 s later, without waiting for it, and the send
+ * returns at once; many small ones after it arrive in order; a bad
+ * destination is refused (the buffer is freed: the sanitizer build checks
+ * that nothing leaks). A handle with a message nobody ever takes can
+ * still be destroyed. */
+static void test_send_async(void)
+{
+    const size_t big = (size_t)1 << 20;
+    if (g_rank == 0) {
+        unsigned char *b = malloc(big);
+        REQUIRE(b != NULL);
+        for (size_t i = 0; i < big; i++)
+            b[i] = pattern(i, 3);
+        double t0 = dpt_now();
+        CHECK_OK(dpt_comm_send_async(g_comm, 1, 21, b, big));
+        for (int k = 0; k < 50; k++) {
+            int *v = malloc(sizeof *v);
+            REQUIRE(v != NULL);
+            *v = k;
+            CHECK_OK(dpt_comm_send_async(g_comm, 1, 22, v, sizeof *v));
+        }
+        CHECK(dpt_now() - t0 < 0.5);
+        CHECK_OK(dpt_comm_send_async(g_comm, 1, 23, NULL, 0));
+        CHECK_ERR(dpt_comm_send_async(g_comm, g_size, 1, malloc(8), 8), DPT_EINVAL, "dest");
+        CHECK_ERR(dpt_comm_send_async(g_comm, 0, 1, malloc(8), 8), DPT_EINVAL, "this rank");
+        CHECK_ERR(dpt_comm_send_async(g_comm, 1, -2, malloc(8), 8), DPT_EINVAL, "tag");
+    } else if (g_rank == 1) {
+        nap_ms(1000);
+        unsigned char *got = recv_one(g_comm, 0, 21, 0, 21, big);
+        size_t bad = 0;
+        for (size_t i = 0; got && i < big; i++)
+            bad += got[i] != pattern(i, 3);
+        CHECK(got != NULL && bad == 0);
+        free(got);
+        for (int k = 0; k < 50; k++) {
+            int *v = recv_one(g_comm, 0, 22, 0, 22, sizeof(int));
+            CHECK(v != NULL && *v == k);
+            free(v);
+        }
+        free(recv_one(g_comm, 0, 23, 0, 23, 0));
+    }
+    CHECK_OK(dpt_comm_barrier(g_comm));
+    dpt_comm_t *c = NULL;
+    REQUIRE_OK(dpt_comm_mpi_create(&c, NULL));
+    if (g_rank == 0) {
+        void *never = malloc(big);
+        REQUIRE(never != NULL);
+        memset(never, 1, big);
+        CHECK_OK(dpt_comm_send_async(c, 1, 24, never, big));
+    }
+    CHECK_OK(dpt_comm_barrier(g_comm));
+    dpt_comm_destroy(c);
+    CHECK_OK(dpt_comm_barrier(g_comm));
+}
+
 /* Rank 0's allreduce times out while rank 1 waits in a recv: the report
  * says where rank 1 is, and rank 1's recv ends with rank 0's failure. */
 static void test_report_names_recv(void)
@@ -421,6 +477,7 @@ static void test_hier_not_supported(void)
              "comm hier rank %d: send: point-to-point messages are not supported: only thread 0",
              g_rank);
     CHECK_ERR(dpt_comm_send(c, other, 0, "x", 1), DPT_ENOTSUP, want);
+    CHECK_ERR(dpt_comm_send_async(c, other, 0, malloc(1), 1), DPT_ENOTSUP, "not supported");
     CHECK_ERR(dpt_comm_recv(c, other, 0, 1.0, &data, &n, NULL, NULL), DPT_ENOTSUP, "not supported");
     CHECK_ERR(dpt_comm_probe(c, other, 0, &flag, NULL, NULL, NULL), DPT_ENOTSUP, "not supported");
     dpt_comm_destroy(c);
@@ -500,6 +557,7 @@ int main(int argc, char **argv)
         DPT_TEST(test_beside_collectives),
         DPT_TEST(test_recv_timeout),
         DPT_TEST(test_send_timeout),
+        DPT_TEST(test_send_async),
         DPT_TEST(test_report_names_recv),
         DPT_TEST(test_hier_not_supported),
         DPT_TEST(test_huge_payload),

@@ -119,15 +119,79 @@ if [ -e e1 ] || [ -e e2 ] || [ -e e3 ] || [ -e e4 ] || [ -e e5 ] || [ -e e6 ]; t
 else
     ok "refused configs leave nothing behind"
 fi
-if [ -n "$mpiexec" ] && [ -x "$mpiexec" ]; then
-    out=$("$mpiexec" --oversubscribe -np 2 "$dpt" train sp.conf --set output_dir=mp 2>&1); rc=$?
-    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "does not run under mpirun" && [ ! -e mp ]; then
-        ok "under mpirun: refused (exit 2), nothing written"
+# ---- under mpirun: rank 0 the service, the other ranks one worker each -----------
+if [ -n "$mpiexec" ] && [ -x "$mpiexec" ] && "$dpt" info | grep -q "^  mpi    yes"; then
+    mpirun_() { "$mpiexec" --oversubscribe "$@"; }
+    printf 'job = sync_replicas\ndataset = spirals\nspirals_points = 4096\nhidden = 64,64\n' > mp.conf
+    printf 'activation = tanh\nbatch_size = 64\nepochs = 10\ntotal_num_replicas = 2\n' >> mp.conf
+    printf 'replicas_to_aggregate = 2\noptimizer = adam\nlr = 0.01\ncomm_timeout_s = 60\n' >> mp.conf
+    expect 0 "" -- train mp.conf --quiet --set output_dir=mp_threads
+    out=$(mpirun_ -np 3 "$dpt" train mp.conf --quiet --set output_dir=mp_ranks 2>&1); rc=$?
+    acc=$(metric mp_ranks/result.jsonl test_accuracy)
+    if [ $rc -eq 0 ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.85) }'; then
+        ok "mpirun -np 3 (1 service + 2 workers): exit 0, test accuracy $acc >= 0.85"
     else
-        bad "under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
+        bad "mpirun -np 3: exit $rc, accuracy $acc"; printf '%s\n' "$out" | tail -3
+    fi
+    check "N = R = 2: the same job over threads and over mpirun -np 3 ends bitwise equal" "$cmp" \
+        mp_threads/checkpoints/checkpoint-00000010.safetensors \
+        mp_ranks/checkpoints/checkpoint-00000010.safetensors
+    out=$(mpirun_ -np 2 "$dpt" train mp.conf --set output_dir=mp_bad 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "total_num_replicas = 2: under mpirun" &&
+       [ ! -e mp_bad ]; then
+        ok "mpirun -np 2 with total_num_replicas = 2: refused (exit 2), nothing written"
+    else
+        bad "mpirun -np 2, 2 workers: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+    out=$(mpirun_ -np 3 "$dpt" train mp.conf --set num_ps=2 --set output_dir=mp_bad 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "num_ps = 2: under mpirun" && [ ! -e mp_bad ]; then
+        ok "num_ps = 2 under mpirun: refused (exit 2)"
+    else
+        bad "num_ps = 2 under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
+    fi
+    # A backup rank stopped (SIGSTOP) for 2.2 s: the steps go on without it, its
+    # gradients count again once it continues, and the run ends with exit 0.
+    (mpirun_ -np 4 "$dpt" train mp.conf --quiet --set output_dir=mp_stop --set total_num_replicas=3 \
+        --set spirals_points=65536 --set batch_size=128 --set epochs=8 > mp_stop.log 2>&1
+     echo "exit $?" >> mp_stop.log) &
+    job=$!
+    pid=""
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+        sleep 0.1
+        [ -s mp_stop/result.jsonl ] || continue
+        for p in $(pgrep -f "output_dir=mp_stop"); do
+            if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=3; then
+                pid=$p
+            fi
+        done
+        [ -n "$pid" ] && break
+    done
+    if [ -n "$pid" ]; then
+        kill -STOP "$pid"
+        # (the epoch under way when it stopped may still report its last
+        # gradients)
+        sleep 0.7
+        before=$(metric mp_stop/result.jsonl w2)
+        s0=$(metric mp_stop/result.jsonl global_step)
+        sleep 1.5
+        during=$(metric mp_stop/result.jsonl w2)
+        s1=$(metric mp_stop/result.jsonl global_step)
+        kill -CONT "$pid"
+        wait $job
+        w2=$(metric mp_stop/result.jsonl w2)
+        w0=$(metric mp_stop/result.jsonl w0)
+        if grep -q "exit 0" mp_stop.log && [ "$before" = "$during" ] && [ "$s1" -gt "$s0" ] &&
+           [ "$(metric mp_stop/result.jsonl global_step)" = "4096" ]; then
+            ok "a stopped backup rank: steps $s0 -> $s1 while its count stayed at $during; exit 0 (w0 $w0, w2 $w2)"
+        else
+            bad "stopped backup rank: steps $s0 -> $s1, w2 $before -> $during"; tail -3 mp_stop.log
+        fi
+    else
+        wait $job
+        bad "stopped backup rank: rank 3 of the run not found"
     fi
 else
-    echo "skipped: sync_replicas under mpirun (no mpirun)"
+    echo "skipped: sync_replicas under mpirun (no MPI in this build or no mpirun)"
 fi
 
 # ---- Fashion-MNIST through the example ------------------------------------------------

@@ -585,9 +585,19 @@ static void test_bad_arguments(void)
     CHECK_ERR(dpt_comm_probe(c, 0, DPT_COMM_TAG_MAX + 1, &flag, NULL, NULL, NULL), DPT_EINVAL,
               "tag 32768");
 
+    /* send_async takes its buffer even when it refuses (ASan: no leak) */
+    CHECK_ERR(dpt_comm_send_async(NULL, 0, 0, malloc(3), 3), DPT_EINVAL, "NULL communicator");
+    CHECK_ERR(dpt_comm_send_async(c, 1, 0, malloc(3), 3), DPT_EINVAL, "dest 1 is this rank");
+    CHECK_ERR(dpt_comm_send_async(c, 0, -1, malloc(3), 3), DPT_EINVAL, "tag -1");
+    CHECK_ERR(dpt_comm_send_async(c, 0, 0, NULL, 3), DPT_EINVAL, "data is NULL with count 3");
+
     /* the handle is still fine: a message to rank 0, which has not joined,
      * waits in its mailbox and is freed with the group */
     CHECK_OK(dpt_comm_send(c, 0, 0, b, 3));
+    char *copy = malloc(3);
+    REQUIRE(copy != NULL);
+    memcpy(copy, "xy", 3);
+    CHECK_OK(dpt_comm_send_async(c, 0, 1, copy, 3));
     CHECK_OK(dpt_comm_probe(c, DPT_COMM_ANY_SOURCE, DPT_COMM_ANY_TAG, &flag, NULL, NULL, NULL));
     CHECK(flag == 0);
     dpt_comm_destroy(c);

@@ -360,6 +360,18 @@ int dpt_comm_abort(dpt_comm_t *comm, const char *why);
  * when the communicator failed. */
 int dpt_comm_send(dpt_comm_t *comm, int dest, int tag, const void *data, size_t nbytes);
 
+/* Sends like dpt_comm_send, but without waiting for the destination to
+ * take the message: `data` (nbytes bytes from malloc; NULL when nbytes is
+ * 0) becomes the communicator's, which frees it once the message is
+ * delivered (threads: at once, after the copy into the mailbox). Such a
+ * message has no timeout: one that a destination never receives (a stopped
+ * process) holds its buffer until the communicator is destroyed, which then
+ * lets it go without freeing the buffer (MPI may still read it). For a
+ * server that must not wait on a slow or stopped client. Errors as
+ * dpt_comm_send's (arguments, a failed communicator, MPI); data is freed on
+ * error too. */
+int dpt_comm_send_async(dpt_comm_t *comm, int dest, int tag, void *data, size_t nbytes);
+
 /* Receives the first message from `source` (a rank other than this one, or
  * DPT_COMM_ANY_SOURCE) with tag `tag` (or DPT_COMM_ANY_TAG), waiting at most
  * `timeout_s` seconds (see "Timeouts" above; must not be NaN or infinite).

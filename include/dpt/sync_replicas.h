@@ -158,6 +158,13 @@ int dpt_sr_push(dpt_sr_t *sr, int worker, uint64_t local_step, const float *grad
  */
 int dpt_sr_take_token(dpt_sr_t *sr, int worker, uint64_t *step);
 
+/* dpt_sr_take_token without waiting: 1 with *step set when a token went to
+ * `worker`, 0 when none may go to it now (or the session reached `until`),
+ * or an error as dpt_sr_take_token's (DPT_ESTATE, DPT_ECLOSED after
+ * dpt_sr_close, the failure of a failed service). For a service that
+ * answers remote workers from one thread. */
+int dpt_sr_poll_token(dpt_sr_t *sr, int worker, uint64_t *step);
+
 /* Copies the dense variables into out (the table's layout; the values of
  * sparse variables are left as they are: read their rows with
  * dpt_sr_fetch_rows). Errors: DPT_ESTATE before dpt_sr_begin. */

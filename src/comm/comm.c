@@ -384,6 +384,22 @@ int dpt_comm_send(dpt_comm_t *comm, int dest, int tag, const void *data, size_t 
     return comm->ops->send(comm, dest, tag, data, nbytes);
 }
 
+int dpt_comm_send_async(dpt_comm_t *comm, int dest, int tag, void *data, size_t nbytes)
+{
+    int rc;
+    if ((rc = check_p2p(comm, DPT__CALL_SEND, dest, tag)) < 0 ||
+        (rc = check_buf(comm, "send", "data", data, nbytes)) < 0) {
+        free(data);
+        return rc;
+    }
+    if (comm->ops->send_async)
+        return comm->ops->send_async(comm, dest, tag, data, nbytes);
+    /* A backend whose send never waits for the destination (threads). */
+    rc = comm->ops->send(comm, dest, tag, data, nbytes);
+    free(data);
+    return rc;
+}
+
 int dpt_comm_recv(dpt_comm_t *comm, int source, int tag, double timeout_s, void **data,
                   size_t *nbytes, int *source_out, int *tag_out)
 {

@@ -82,6 +82,9 @@ typedef struct dpt__comm_ops {
      * pointers of recv and probe set to their empty values, timeout_s the
      * call's (< 0: the communicator's). */
     int (*send)(dpt_comm_t *c, int dest, int tag, const void *data, size_t nbytes);
+    /* NULL: send never waits for the destination, and comm.c sends and
+     * frees data. Otherwise the backend owns data (malloc'd) from the call. */
+    int (*send_async)(dpt_comm_t *c, int dest, int tag, void *data, size_t nbytes);
     int (*recv)(dpt_comm_t *c, int source, int tag, double timeout_s, void **data, size_t *nbytes,
                 int *source_out, int *tag_out);
     int (*probe)(dpt_comm_t *c, int source, int tag, int *flag, int *source_out, int *tag_out,

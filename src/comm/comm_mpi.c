@@ -481,6 +481,8 @@ static int settle_send(MPI_Request *r)
 
 static void m_free(mcomm_t *m)
 {
+    free(m->async_reqs);
+    free(m->async_bufs);
     free(m->fp_all);
     free(m->counts);
     free(m->reqs);
@@ -520,6 +522,12 @@ static void m_destroy(dpt_comm_t *c)
         return;
     }
     int in_flight = 0;
+    /* Asynchronous sends not delivered yet (to a rank that stopped reading)
+     * go on without us; their buffers are leaked, as MPI may read them. */
+    for (size_t i = 0; i < m->nasync; i++)
+        if (settle_send(&m->async_reqs[i]) == 0)
+            free(m->async_bufs[i]);
+    m->nasync = 0;
     if (m->reply_reqs != NULL && m->note_reqs != NULL) {
         for (int q = 0; q < m->base.size; q++) {
             in_flight |= settle_send(&m->reply_reqs[q]);
@@ -549,6 +557,7 @@ static const dpt__comm_ops_t mpi_ops = {
     .barrier = m_barrier,
     .algorithm = m_algorithm,
     .send = dpt__mpi_send,
+    .send_async = dpt__mpi_send_async,
     .recv = dpt__mpi_recv,
     .probe = dpt__mpi_probe,
     .destroy = m_destroy,

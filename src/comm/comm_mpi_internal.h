@@ -75,6 +75,11 @@ typedef struct dpt__mcomm {
     unsigned char *answered;
     char note[DPT__MPI_NOTE_LEN + 16]; /* "code message" sent to the others on failure */
     MPI_Request *note_reqs;
+
+    /* dpt_comm_send_async: its pending sends and their buffers (owned) */
+    MPI_Request *async_reqs;
+    void **async_bufs;
+    size_t nasync, async_cap;
 } dpt__mcomm_t;
 
 /* Completes `nreq` requests of the current collective (started at t0, moving
@@ -146,6 +151,7 @@ int dpt__mpi_allreduce_p2p(dpt__mcomm_t *m, float *buf, size_t count, dpt_comm_a
 
 /* The ops of the mpi backend (arguments checked by comm.c). */
 int dpt__mpi_send(dpt_comm_t *c, int dest, int tag, const void *data, size_t nbytes);
+int dpt__mpi_send_async(dpt_comm_t *c, int dest, int tag, void *data, size_t nbytes);
 int dpt__mpi_recv(dpt_comm_t *c, int source, int tag, double timeout_s, void **data, size_t *nbytes,
                   int *source_out, int *tag_out);
 int dpt__mpi_probe(dpt_comm_t *c, int source, int tag, int *flag, int *source_out, int *tag_out,

@@ -139,6 +139,76 @@ static int byte_type(size_t nbytes, MPI_Datatype *type, int *count, int *owned)
     return mrc;
 }
 
+/* Frees the buffers of the asynchronous sends that completed. */
+static int reap_async(mcomm_t *m)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < m->nasync; i++) {
+        int done = 0;
+        int mrc = MPI_Test(&m->async_reqs[i], &done, MPI_STATUS_IGNORE);
+        if (mrc != MPI_SUCCESS)
+            return dpt__mpi_fail(m, mrc, "MPI_Test");
+        if (done) {
+            free(m->async_bufs[i]);
+            continue;
+        }
+        m->async_reqs[keep] = m->async_reqs[i];
+        m->async_bufs[keep] = m->async_bufs[i];
+        keep++;
+    }
+    m->nasync = keep;
+    return 0;
+}
+
+int dpt__mpi_send_async(dpt_comm_t *c, int dest, int tag, void *data, size_t nbytes)
+{
+    mcomm_t *m = (mcomm_t *)c;
+    dpt__mop_t saved;
+    int rc = enter(m, DPT__CALL_SEND, dest, tag, nbytes, &saved);
+    if (rc < 0) {
+        free(data);
+        return rc;
+    }
+    rc = reap_async(m);
+    if (rc == 0 && nbytes > MAX_BYTES)
+        rc = dpt_error(DPT_EOVERFLOW, "comm %s %d: an asynchronous send of %zu bytes: at most %zu",
+                       m->unit, c->rank, nbytes, MAX_BYTES);
+    if (rc == 0 && m->nasync == m->async_cap) {
+        size_t cap = m->async_cap ? 2 * m->async_cap : 8;
+        MPI_Request *r = realloc(m->async_reqs, cap * sizeof *r);
+        if (r)
+            m->async_reqs = r;
+        void **b = r ? realloc(m->async_bufs, cap * sizeof *b) : NULL;
+        if (b)
+            m->async_bufs = b;
+        if (!r || !b)
+            rc = dpt_error(DPT_ENOMEM, "comm %s %d: no memory for an asynchronous send", m->unit,
+                           c->rank);
+        else
+            m->async_cap = cap;
+    }
+    MPI_Datatype type;
+    int count, owned, mrc = MPI_SUCCESS;
+    if (rc == 0 && (mrc = byte_type(nbytes, &type, &count, &owned)) != MPI_SUCCESS)
+        rc = dpt__mpi_fail(m, mrc, "MPI_Type_create_struct");
+    if (rc == 0) {
+        MPI_Request r;
+        mrc = MPI_Isend(data, count, type, dest, tag, m->p2p, &r);
+        if (owned)
+            MPI_Type_free(&type);
+        if (mrc != MPI_SUCCESS) {
+            rc = dpt__mpi_fail(m, mrc, "MPI_Isend");
+        } else {
+            m->async_reqs[m->nasync] = r;
+            m->async_bufs[m->nasync] = data;
+            m->nasync++;
+            return leave(m, &saved, 0);
+        }
+    }
+    free(data);
+    return leave(m, &saved, rc);
+}
+
 int dpt__mpi_send(dpt_comm_t *c, int dest, int tag, const void *data, size_t nbytes)
 {
     mcomm_t *m = (mcomm_t *)c;

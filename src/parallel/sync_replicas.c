@@ -725,6 +725,23 @@ int dpt_sr_take_token(dpt_sr_t *sr, int worker, uint64_t *step)
     return rc;
 }
 
+int dpt_sr_poll_token(dpt_sr_t *sr, int worker, uint64_t *step)
+{
+    pthread_mutex_lock(&sr->mu);
+    int rc = sr_worker_check(sr, worker, "a token request");
+    if (!rc && sr->begun <= 0)
+        rc = dpt_error(DPT_ESTATE, "sync replicas: tokens requested before the update exists "
+                                   "(dpt_sr_begin)");
+    else if (!rc && sr->failed)
+        rc = dpt_error(sr->fail_code, "%s", sr->fail_msg);
+    else if (!rc && sr->closed)
+        rc = dpt_error(DPT_ECLOSED, "sync replicas: the service was closed");
+    else if (!rc && sr->global_step < sr->until)
+        rc = sr_take(sr, worker, step);
+    pthread_mutex_unlock(&sr->mu);
+    return rc;
+}
+
 int dpt_sr_fetch(dpt_sr_t *sr, float *out)
 {
     pthread_mutex_lock(&sr->mu);

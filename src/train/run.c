@@ -54,6 +54,8 @@ typedef struct dpt__run {
     int created;         /* rank 0 made the directory in this start */
     uint64_t iterations; /* iterations done by this process */
     dpt_comm_t *mpi;     /* one handle per process, world > 1 */
+    int solo;            /* sync_replicas: rank 0 runs the loop alone (the other
+                          * ranks are its workers, outside the loop) */
     dpt_trainer_t *t;
     dpt__metrics_t metrics;
     int metrics_open;
@@ -395,7 +397,7 @@ static int dpt__stop_requested(dpt__run_t *r, int *rc)
 {
     float f = (r->o && r->o->stop_flag && *r->o->stop_flag) ? 1.0f : 0.0f;
     *rc = DPT_OK;
-    if (r->mpi)
+    if (r->mpi && !r->solo)
         *rc = dpt_comm_allreduce(r->mpi, &f, 1, DPT_REDUCE_SUM);
     return f > 0.0f;
 }
@@ -876,6 +878,22 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
             /* Every rank saw the difference: they all leave cleanly. */
             mpi_clean = 1;
             goto out;
+        }
+        /* sync_replicas: rank 0 is the parameter service and runs the
+         * loop (files, checkpoints, metrics) alone; every other rank is one
+         * of its workers until the service says the run is over. */
+        if (job == DPT_JOB_SYNC_REPLICAS) {
+            if ((rc = dpt__sr_mpi_check(r.cfg, r.world)) != 0) {
+                mpi_clean = 1; /* every rank refuses the same config */
+                goto out;
+            }
+            if (r.rank > 0) {
+                rc = dpt__sr_mpi_worker(r.cfg, r.mpi, o ? o->stop_flag : NULL);
+                if (rc == DPT_OK && reason)
+                    *reason = DPT_RUN_DONE;
+                goto out;
+            }
+            r.solo = 1;
         }
     }
 

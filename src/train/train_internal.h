@@ -249,6 +249,16 @@ int dpt__sup_regress(dpt_mlp_t *mlp, const float *params, const dpt_dataset_t *t
                      double *mae, double *r2);
 int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
                              uint64_t seed, dpt_eval_result_t *out);
+/* sync_replicas under mpirun (src/train/trainer_sync_replicas.c): the
+ * config's rules for a world of `world` ranks (one service, rank 0; every
+ * other rank a worker: total_num_replicas = world - 1), DPT_EINVAL
+ * otherwise; and a worker rank's whole part of the run: it builds its model
+ * and data, then computes gradients for the service until the service says
+ * the run is over (DPT_OK) or fails (the service's silence past
+ * comm_timeout_s, a failed gradient step: the error). */
+int dpt__sr_mpi_check(const dpt_config_t *c, int world);
+int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
+                       const volatile sig_atomic_t *stop_flag);
 /* The most hidden layers of the supervised MLP (sizes in key hidden). */
 #define DPT__SUP_MAX_LAYERS (2 * DPT__MAX_HIDDEN + 1)
 

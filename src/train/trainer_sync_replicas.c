@@ -72,6 +72,30 @@ static const char *const srt_ps_metric[SRT_MAX_PS] = {
     "info/sync_replicas/ps_bytes/ps6", "info/sync_replicas/ps_bytes/ps7",
 };
 
+/* Where this process's part of the job runs. */
+typedef enum srt_role {
+    SRT_LOCAL,   /* service and worker threads in one process */
+    SRT_SERVICE, /* under mpirun, rank 0: the service, answering worker ranks */
+    SRT_WORKER   /* under mpirun, rank 1..: one worker */
+} srt_role_t;
+
+/* Messages between the service (rank 0) and its worker ranks. A worker
+ * asks for a step (TOKEN) and is told GO {step, chunk, shuffle position,
+ * finish}; asks for the variables (FETCH {n, ids[n]}: the bags' rows it
+ * needs) and gets PARAMS {dense variables packed in table order, rows
+ * [n, E]}; pushes PUSH {local step, n, loss, correct, dense gradient
+ * packed, ids[n], rows [n, E]}; reports its own failure (FAIL, a message)
+ * and, told to finish, says BYE. Native byte order: the ranks run the same
+ * build. */
+#define SRT_TAG_TOKEN 101
+#define SRT_TAG_GO 102
+#define SRT_TAG_FETCH 103
+#define SRT_TAG_PARAMS 104
+#define SRT_TAG_PUSH 105
+#define SRT_TAG_FAIL 106
+#define SRT_TAG_BYE 107
+#define SRT_GO_WORDS 4
+
 typedef struct srt srt_t;
 
 typedef struct srt_worker {
@@ -124,7 +148,24 @@ struct srt {
     size_t *perm;
     dpt_rng_t shuffle_rng;
     int shuffle;
-    srt_worker_t *w; /* [N] */
+    srt_worker_t *w; /* [nw]: N threads (local), one (a worker rank), none (the service) */
+    int nw;
+    srt_role_t role;
+    dpt_comm_t *comm;   /* under mpirun: rank 0 and the workers */
+    size_t dense_count; /* floats of the dense variables (packed, in table order) */
+    double timeout_s;
+    /* The service's view of its worker ranks (SRT_SERVICE). */
+    unsigned char *pending, *need_start, *rlost;
+    uint64_t *assigned; /* gradients assigned to each this session */
+    double *rloss, *rcorrect;
+    uint64_t *rrows, *rpushes;
+    float *pack;        /* [dense_count + max rows * E] a message's floats */
+    unsigned char *msg; /* a GO or PUSH being built */
+    size_t msg_cap;
+    dpt_sparse_rows_t in_rows; /* a remote push's sparse rows */
+    dpt_arena_t in_grads;      /* a remote push's dense gradient, table layout */
+    uint64_t shuffle_pos;      /* the epoch's shuffle position (sent in GO) */
+    char remote_err[320];
     /* Counters of the run before this process's service (restored from a
      * checkpoint; the service counts from 0). */
     uint64_t base_stale, *base_contrib; /* [N] */
@@ -153,14 +194,30 @@ static void srt_worker_free(srt_worker_t *w)
     dpt_sparse_rows_deinit(&w->grad_rows);
 }
 
+static void srt_remote_finish(srt_t *t);
+
 static void srt_destroy(void *self)
 {
     srt_t *t = self;
     if (!t)
         return;
+    if (t->role == SRT_SERVICE)
+        srt_remote_finish(t);
     if (t->w)
-        for (int i = 0; i < t->N; i++)
+        for (int i = 0; i < t->nw; i++)
             srt_worker_free(&t->w[i]);
+    free(t->pending);
+    free(t->need_start);
+    free(t->rlost);
+    free(t->assigned);
+    free(t->rloss);
+    free(t->rcorrect);
+    free(t->rrows);
+    free(t->rpushes);
+    free(t->pack);
+    free(t->msg);
+    dpt_sparse_rows_deinit(&t->in_rows);
+    dpt_arena_deinit(&t->in_grads);
     free(t->w);
     free(t->base_contrib);
     dpt_sr_destroy(t->sr);
@@ -433,34 +490,63 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
             return rc;
         t->vars = dpt_mlp_vars(t->eval_mlp);
     }
-    if ((rc = srt_service(t, c)) != 0)
+    for (size_t i = 0; i < t->vars->nvars; i++)
+        if (!(t->bags && i == 0))
+            t->dense_count += t->vars->vars[i].count;
+    t->timeout_s = DPT_CF(c, comm_timeout_s);
+    if (t->role != SRT_WORKER && (rc = srt_service(t, c)) != 0)
         return rc;
+    /* Local: N worker threads; a worker rank: its one worker; the service
+     * of worker ranks: none. */
+    t->nw = t->role == SRT_LOCAL ? t->N : t->role == SRT_WORKER ? 1 : 0;
     t->w = calloc((size_t)t->N, sizeof *t->w);
     t->base_contrib = calloc((size_t)t->N, sizeof(uint64_t));
     t->perm = malloc(t->rows * sizeof(size_t));
     if (!t->w || !t->base_contrib || !t->perm)
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate %d workers", t->N);
-    for (int i = 0; i < t->N; i++) {
+    for (int i = 0; i < t->nw; i++) {
         t->w[i].t = t;
-        t->w[i].id = i;
+        t->w[i].id = t->role == SRT_WORKER ? dpt_comm_rank(t->comm) - 1 : i;
         if ((rc = srt_worker_build(t, &t->w[i])) != 0)
+            return rc;
+    }
+    if (t->role != SRT_LOCAL) {
+        size_t N = (size_t)t->N, maxrows = t->bags ? t->b * t->nids : 0;
+        size_t floats = t->dense_count + maxrows * t->edim;
+        t->msg_cap = 64 + floats * sizeof(float) + maxrows * sizeof(int64_t);
+        t->pack = malloc(floats * sizeof(float) + 64);
+        t->msg = malloc(t->msg_cap);
+        t->pending = calloc(N, 1);
+        t->need_start = calloc(N, 1);
+        t->rlost = calloc(N, 1);
+        t->assigned = calloc(N, sizeof(uint64_t));
+        t->rloss = calloc(N, sizeof(double));
+        t->rcorrect = calloc(N, sizeof(double));
+        t->rrows = calloc(N, sizeof(uint64_t));
+        t->rpushes = calloc(N, sizeof(uint64_t));
+        if (!t->pack || !t->msg || !t->pending || !t->need_start || !t->rlost || !t->assigned ||
+            !t->rloss || !t->rcorrect || !t->rrows || !t->rpushes)
+            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the message buffers");
+        if (t->role == SRT_SERVICE &&
+            ((rc = dpt_arena_init(&t->in_grads, t->vars->total)) != 0 ||
+             (t->bags && (rc = dpt_sparse_rows_init(&t->in_rows, t->edim, maxrows)) != 0)))
             return rc;
     }
     dpt_rng_init(&t->shuffle_rng, (uint64_t)DPT_CI(c, seed), 0, 0, DPT_RNG_SHUFFLE);
     return DPT_OK;
 }
 
-static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t *env)
+/* The trainer of config c in a role (the comm of the ranks when not local). */
+static int srt_new(srt_t **out, const dpt_config_t *c, const dpt_trainer_env_t *env,
+                   srt_role_t role, dpt_comm_t *comm)
 {
     *out = NULL;
-    if (env && env->use_mpi && dpt__mpi_world_size() > 1)
-        return dpt_error(DPT_EINVAL,
-                         "job sync_replicas runs its workers and services as threads of one "
-                         "process; it does not run under mpirun yet");
     srt_t *t = calloc(1, sizeof *t);
     if (!t)
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the trainer");
     int rc;
+    t->role = role;
+    t->comm = comm;
     t->straggler = env && env->straggler_delay_s > 0 ? env->straggler_worker : -1;
     t->straggler_s = env ? env->straggler_delay_s : 0.0;
     t->bags = strcmp(DPT_CS(c, dataset), "bags") == 0;
@@ -485,11 +571,34 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
     if (!rc)
         rc = srt_build(t, c);
     if (rc) {
+        t->role = SRT_LOCAL; /* a half-built service tells its workers nothing */
         srt_destroy(t);
         return rc;
     }
     *out = t;
     return DPT_OK;
+}
+
+static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t *env)
+{
+    *out = NULL;
+    srt_role_t role = SRT_LOCAL;
+    if (env && env->use_mpi && dpt__mpi_world_size() > 1) {
+        /* dpt_train_run hands rank 0 the ranks' communicator; the other
+         * ranks run dpt__sr_mpi_worker instead of a trainer. */
+        if (!env->comm || dpt_comm_rank(env->comm) != 0)
+            return dpt_error(DPT_EINVAL,
+                             "job sync_replicas under mpirun runs through dpt_train_run "
+                             "(rank 0 is the service, the other ranks its workers)");
+        int rc = dpt__sr_mpi_check(c, dpt_comm_size(env->comm));
+        if (rc)
+            return rc;
+        role = SRT_SERVICE;
+    }
+    srt_t *t;
+    int rc = srt_new(&t, c, env, role, role == SRT_SERVICE ? env->comm : NULL);
+    *out = t;
+    return rc;
 }
 
 /* ---- one gradient --------------------------------------------------------------- */
@@ -500,6 +609,82 @@ static int srt_cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The dense variables into w->params (table layout) from a packed copy,
+ * and back. */
+static void srt_unpack(const srt_t *t, const float *packed, float *full)
+{
+    for (size_t i = 0; i < t->vars->nvars; i++) {
+        const dpt_var_t *v = &t->vars->vars[i];
+        if (t->bags && i == 0)
+            continue;
+        memcpy(full + v->offset, packed, v->count * sizeof(float));
+        packed += v->count;
+    }
+}
+
+static void srt_pack(const srt_t *t, const float *full, float *packed)
+{
+    for (size_t i = 0; i < t->vars->nvars; i++) {
+        const dpt_var_t *v = &t->vars->vars[i];
+        if (t->bags && i == 0)
+            continue;
+        memcpy(packed, full + v->offset, v->count * sizeof(float));
+        packed += v->count;
+    }
+}
+
+/* Receives one message of `tag` from `src` into *buf (malloc'd, the
+ * caller frees) checking its size when want > 0. */
+static int srt_recv(srt_t *t, int src, int tag, void **buf, size_t *n, size_t want,
+                    const char *what)
+{
+    int rc = dpt_comm_recv(t->comm, src, tag, t->timeout_s, buf, n, NULL, NULL);
+    if (rc == DPT_ETIMEDOUT)
+        return dpt_error(rc, "sync_replicas: no %s from rank %d within comm_timeout_s = %g s", what,
+                         src, t->timeout_s);
+    if (rc)
+        return rc;
+    if (want && *n != want) {
+        free(*buf);
+        *buf = NULL;
+        return dpt_error(DPT_EFORMAT, "sync_replicas: a %s of %zu bytes from rank %d, expected %zu",
+                         what, *n, src, want);
+    }
+    return DPT_OK;
+}
+
+/* The variables worker w needs: the dense ones into w->params and, for
+ * bags, rows ids[0..n) of the table into w->rows. From the service of this
+ * process, or from rank 0's. */
+static int srt_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
+{
+    srt_t *t = w->t;
+    int rc;
+    if (t->role == SRT_LOCAL) {
+        rc = dpt_sr_fetch(t->sr, w->params.data);
+        if (!rc && t->bags)
+            rc = dpt_sr_fetch_rows(t->sr, 0, ids, n, w->rows);
+        return rc;
+    }
+    uint64_t nn = n;
+    memcpy(t->msg, &nn, 8);
+    if (n)
+        memcpy(t->msg + 8, ids, n * sizeof(int64_t));
+    if ((rc = dpt_comm_send(t->comm, 0, SRT_TAG_FETCH, t->msg, 8 + n * sizeof(int64_t))) != 0)
+        return rc;
+    void *buf = NULL;
+    size_t got = 0, E = t->edim;
+    if ((rc = srt_recv(t, 0, SRT_TAG_PARAMS, &buf, &got, (t->dense_count + n * E) * sizeof(float),
+                       "reply with the variables")) != 0)
+        return rc;
+    memcpy(t->pack, buf, got);
+    free(buf);
+    srt_unpack(t, t->pack, w->params.data);
+    if (n)
+        memcpy(w->rows, t->pack + t->dense_count, n * E * sizeof(float));
+    return DPT_OK;
+}
+
 /* Worker w's gradient on chunk `chunk` of the epoch's order, at the
  * variables it fetched. Fills w->grads (dense) and w->grad_rows (bags). */
 static int srt_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
@@ -507,10 +692,10 @@ static int srt_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct
     srt_t *t = w->t;
     size_t b = t->b;
     const size_t *rows = t->perm + chunk * b;
-    int rc = dpt_sr_fetch(t->sr, w->params.data);
-    if (rc)
-        return rc;
+    int rc;
     if (!t->bags) {
+        if ((rc = srt_fetch(w, NULL, 0)) != 0)
+            return rc;
         size_t dim = t->dim, yd = t->ydim;
         for (size_t i = 0; i < b; i++) {
             size_t r = rows[i];
@@ -549,7 +734,7 @@ static int srt_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct
         w->ids[k] = hit - w->uniq;
     }
     w->rows_touched += u;
-    if ((rc = dpt_sr_fetch_rows(t->sr, 0, w->uniq, u, w->rows)) != 0 ||
+    if ((rc = srt_fetch(w, w->uniq, u)) != 0 ||
         (rc = dpt_embedding_bag_forward(w->rows, u, E, w->ids, w->offsets, b, DPT_EMBED_MEAN,
                                         w->x)) != 0)
         return rc;
@@ -673,30 +858,264 @@ static int srt_run_workers(srt_t *t)
     return rc;
 }
 
+/* The epoch's order: the rows shuffled from shuffle position pos. */
+static void srt_perm(srt_t *t, uint64_t pos)
+{
+    for (size_t i = 0; i < t->rows; i++)
+        t->perm[i] = i;
+    dpt_rng_seek(&t->shuffle_rng, pos);
+    if (t->shuffle)
+        dpt_rng_shuffle(&t->shuffle_rng, t->perm, t->rows);
+}
+
+/* ---- the service of worker ranks (mpirun) ----------------------------------------- */
+
+/* Tells worker w to compute its next gradient at `step` (or to finish). */
+static int srt_go(srt_t *t, int w, uint64_t step, int finish)
+{
+    uint64_t *go = malloc(SRT_GO_WORDS * sizeof *go);
+    if (!go)
+        return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer worker %d", w);
+    go[0] = step;
+    go[1] = 0;
+    go[2] = t->shuffle_pos;
+    go[3] = (uint64_t)finish;
+    if (!finish) {
+        go[1] = (t->assigned[w] * (uint64_t)t->N + (uint64_t)w) % t->nchunks;
+        t->assigned[w]++;
+    }
+    /* Replies never wait for the worker: one stopped (SIGSTOP) must not
+     * stop the service. */
+    return dpt_comm_send_async(t->comm, w + 1, SRT_TAG_GO, go, SRT_GO_WORDS * sizeof *go);
+}
+
+/* One message of worker w (rank w + 1). */
+static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
+{
+    size_t E = t->edim;
+    int rc;
+    switch (tag) {
+    case SRT_TAG_TOKEN:
+        if (t->need_start[w]) {
+            /* Its first step of the session: the global step (the chief's
+             * init), no token. */
+            t->need_start[w] = 0;
+            return srt_go(t, w, dpt_sr_global_step(t->sr), 0);
+        }
+        t->pending[w] = 1;
+        return DPT_OK;
+    case SRT_TAG_FETCH: {
+        uint64_t k;
+        if (n < 8 || (memcpy(&k, m, 8), n != 8 + k * sizeof(int64_t)) || k > t->b * t->nids)
+            return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed fetch from rank %d", w + 1);
+        if ((rc = dpt_sr_fetch(t->sr, t->in_grads.data)) != 0)
+            return rc;
+        srt_pack(t, t->in_grads.data, t->pack);
+        if (k) {
+            int64_t *ids = malloc(k * sizeof *ids);
+            if (!ids)
+                return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
+            memcpy(ids, m + 8, k * sizeof *ids);
+            rc = dpt_sr_fetch_rows(t->sr, 0, ids, k, t->pack + t->dense_count);
+            free(ids);
+            if (rc)
+                return rc;
+        }
+        size_t bytes = (t->dense_count + k * E) * sizeof(float);
+        void *reply = malloc(bytes ? bytes : 1);
+        if (!reply)
+            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
+        memcpy(reply, t->pack, bytes);
+        return dpt_comm_send_async(t->comm, w + 1, SRT_TAG_PARAMS, reply, bytes);
+    }
+    case SRT_TAG_PUSH: {
+        uint64_t local, k;
+        double loss, correct;
+        if (n < 32)
+            return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed push from rank %d", w + 1);
+        memcpy(&local, m, 8);
+        memcpy(&k, m + 8, 8);
+        memcpy(&loss, m + 16, 8);
+        memcpy(&correct, m + 24, 8);
+        size_t want = 32 + t->dense_count * sizeof(float) + k * (sizeof(int64_t) + E * 4);
+        if (n != want || (!t->bags && k) || k > t->b * t->nids)
+            return dpt_error(DPT_EFORMAT, "sync_replicas: a push of %zu bytes from rank %d", n,
+                             w + 1);
+        const unsigned char *p = m + 32;
+        memcpy(t->pack, p, t->dense_count * sizeof(float));
+        srt_unpack(t, t->pack, t->in_grads.data);
+        p += t->dense_count * sizeof(float);
+        const dpt_sparse_rows_t *list[1] = {&t->in_rows};
+        if (t->bags) {
+            dpt_sparse_rows_clear(&t->in_rows);
+            for (uint64_t j = 0; j < k; j++) {
+                int64_t id;
+                float *row;
+                memcpy(&id, p + j * sizeof(int64_t), sizeof id);
+                if ((rc = dpt_sparse_rows_add(&t->in_rows, id, NULL, &row)) != 0)
+                    return rc;
+                memcpy(row, p + k * sizeof(int64_t) + j * E * sizeof(float), E * sizeof(float));
+            }
+        }
+        int accepted = 0;
+        rc = dpt_sr_push(t->sr, w, local, t->in_grads.data, t->bags ? list : NULL, &accepted);
+        if (rc == DPT_EINVAL || rc == DPT_ENUMERIC) {
+            /* That worker's gradient is bad: it is lost, the others go on. */
+            snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %s", w, w + 1,
+                     dpt_last_error());
+            t->rlost[w] = 1;
+            return dpt_sr_worker_lost(t->sr, w);
+        }
+        if (rc)
+            return rc;
+        t->rpushes[w]++;
+        if (accepted) {
+            t->rloss[w] += loss * (double)t->b;
+            t->rcorrect[w] += correct;
+            t->rrows[w] += t->b;
+        }
+        return DPT_OK;
+    }
+    case SRT_TAG_FAIL:
+        snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %.*s", w, w + 1,
+                 (int)(n < 280 ? n : 280), (const char *)m);
+        t->rlost[w] = 1;
+        return dpt_sr_worker_lost(t->sr, w);
+    default: return DPT_OK; /* BYE, or a late message of a finished exchange */
+    }
+}
+
+/* One session of the service for its worker ranks: until the global step
+ * reaches `until`, answer every message; tokens go to workers that wait
+ * for one as soon as the service has one for them. */
+static int srt_remote_session(srt_t *t, uint64_t until)
+{
+    int rc = dpt_sr_begin(t->sr, -1, until);
+    for (int w = 0; !rc && w < t->N; w++) {
+        t->assigned[w] = 0;
+        t->rloss[w] = t->rcorrect[w] = 0.0;
+        t->rrows[w] = t->rpushes[w] = 0;
+        t->need_start[w] = !t->rlost[w];
+        if (t->pending[w] && !t->rlost[w]) {
+            t->pending[w] = 0;
+            t->need_start[w] = 0;
+            rc = srt_go(t, w, dpt_sr_global_step(t->sr), 0);
+        }
+    }
+    while (!rc && dpt_sr_global_step(t->sr) < until) {
+        void *m = NULL;
+        size_t n = 0;
+        int src = -1, tag = -1;
+        rc = dpt_comm_recv(t->comm, DPT_COMM_ANY_SOURCE, DPT_COMM_ANY_TAG, t->timeout_s, &m, &n,
+                           &src, &tag);
+        if (rc == DPT_ETIMEDOUT)
+            rc = dpt_error(rc,
+                           "sync_replicas: no worker rank sent anything for comm_timeout_s = %g s "
+                           "(global step %" PRIu64 ", session until %" PRIu64 ")",
+                           t->timeout_s, dpt_sr_global_step(t->sr), until);
+        if (!rc && src >= 1 && src <= t->N && !t->rlost[src - 1])
+            rc = srt_serve(t, src - 1, tag, m, n);
+        free(m);
+        for (int w = 0; !rc && w < t->N; w++) {
+            uint64_t step;
+            if (!t->pending[w] || t->rlost[w])
+                continue;
+            int got = dpt_sr_poll_token(t->sr, w, &step);
+            if (got < 0)
+                rc = got;
+            else if (got) {
+                t->pending[w] = 0;
+                rc = srt_go(t, w, step, 0);
+            }
+        }
+    }
+    return rc;
+}
+
+/* The end of the run: every worker rank is told to finish; the service
+ * answers fetches until each has said BYE (a worker stopped or gone is
+ * waited for at most comm_timeout_s in all). Best effort: nothing to
+ * report to. */
+static void srt_remote_finish(srt_t *t)
+{
+    int left = 0;
+    unsigned char *bye = calloc((size_t)t->N, 1);
+    if (!bye || !t->comm)
+        goto done;
+    for (int w = 0; w < t->N; w++) {
+        if (t->rlost[w])
+            bye[w] = 1;
+        else if (srt_go(t, w, 0, 1) == DPT_OK)
+            left++;
+        else
+            bye[w] = 1;
+    }
+    double until = dpt_now() + t->timeout_s;
+    while (left > 0 && dpt_now() < until) {
+        void *m = NULL;
+        size_t n = 0;
+        int src = -1, tag = -1;
+        if (dpt_comm_recv(t->comm, DPT_COMM_ANY_SOURCE, DPT_COMM_ANY_TAG, until - dpt_now(), &m, &n,
+                          &src, &tag) != DPT_OK)
+            break;
+        if (src >= 1 && src <= t->N && !bye[src - 1]) {
+            if (tag == SRT_TAG_BYE) {
+                bye[src - 1] = 1;
+                left--;
+            } else if (tag == SRT_TAG_FETCH && srt_serve(t, src - 1, tag, m, n) != DPT_OK) {
+                bye[src - 1] = 1;
+                left--;
+            }
+        }
+        free(m);
+    }
+done:
+    free(bye);
+}
+
 static int srt_iterate(void *self, dpt_train_result_t *r)
 {
     srt_t *t = self;
     if (t->epoch >= t->epochs)
         return dpt_error(DPT_ESTATE, "sync_replicas: all %" PRIu64 " epochs are done", t->epochs);
     double t0 = dpt_now();
-    for (size_t i = 0; i < t->rows; i++)
-        t->perm[i] = i;
-    if (t->shuffle)
-        dpt_rng_shuffle(&t->shuffle_rng, t->perm, t->rows);
+    /* Worker ranks rebuild the epoch's order from this position. */
+    t->shuffle_pos = dpt_rng_tell(&t->shuffle_rng);
+    srt_perm(t, t->shuffle_pos);
     dpt_sr_stats_t s0, s1;
     dpt_sr_get_stats(t->sr, &s0);
     uint64_t until = s0.global_step + t->steps_per_epoch;
-    int rc = dpt_sr_begin(t->sr, -1, until);
-    if (rc)
+    int rc, lost_before = 0;
+    for (int i = 0; i < t->N && t->rlost; i++)
+        lost_before += t->rlost[i];
+    if (t->role == SRT_SERVICE) {
+        rc = srt_remote_session(t, until);
+        if (rc && t->remote_err[0])
+            return dpt_error(rc, "%s (%s)", dpt_last_error(), t->remote_err);
+        if (rc)
+            return rc;
+    } else if ((rc = dpt_sr_begin(t->sr, -1, until)) != 0 || (rc = srt_run_workers(t)) != 0) {
         return rc;
-    if ((rc = srt_run_workers(t)) != 0)
-        return rc;
+    }
     double train_time = dpt_now() - t0;
     dpt_sr_get_stats(t->sr, &s1);
     /* Workers that failed this epoch are lost for good; the epoch stands
      * when the service still made every step. */
     int first_failed = -1, newly_lost = 0;
-    for (int i = 0; i < t->N; i++) {
+    if (t->role == SRT_SERVICE) {
+        int lost_now = 0;
+        for (int i = 0; i < t->N; i++)
+            lost_now += t->rlost[i];
+        newly_lost = lost_now - lost_before;
+        t->lost += newly_lost;
+        for (int i = 0; i < t->N; i++) {
+            t->w[i].loss = t->rloss[i];
+            t->w[i].correct = t->rcorrect[i];
+            t->w[i].rows_used = t->rrows[i];
+            t->w[i].pushes = t->rpushes[i];
+        }
+    }
+    for (int i = 0; i < t->nw; i++) {
         srt_worker_t *w = &t->w[i];
         if (w->lost || w->rc == 0)
             continue;
@@ -716,7 +1135,10 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
                          s1.global_step, until);
     }
     r->note[0] = '\0';
-    if (newly_lost)
+    if (newly_lost && t->role == SRT_SERVICE)
+        snprintf(r->note, sizeof r->note, "a worker failed, left out (%d of %d lost): %.120s",
+                 t->lost, t->N, t->remote_err);
+    else if (newly_lost)
         snprintf(r->note, sizeof r->note,
                  "worker %d failed, left out (%d of %d lost, R = %d go on): %.60s", first_failed,
                  t->lost, t->N, t->R, t->w[first_failed].err);
@@ -1018,6 +1440,107 @@ static int srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
         out->stochastic = 0;
     }
     dpt_arena_deinit(&p);
+    srt_destroy(t);
+    return rc;
+}
+
+/* ---- a worker rank (mpirun) ------------------------------------------------------- */
+
+int dpt__sr_mpi_check(const dpt_config_t *c, int world)
+{
+    if (DPT_CI(c, num_ps) != 1)
+        return dpt_error(DPT_EINVAL,
+                         "num_ps = %lld: under mpirun the sync_replicas job has one service, "
+                         "rank 0 (several services run in one process only)",
+                         (long long)DPT_CI(c, num_ps));
+    if (DPT_CI(c, total_num_replicas) != world - 1)
+        return dpt_error(DPT_EINVAL,
+                         "total_num_replicas = %lld: under mpirun every rank but rank 0 (the "
+                         "service) is one worker, so it must be %d for %d ranks",
+                         (long long)DPT_CI(c, total_num_replicas), world - 1, world);
+    return DPT_OK;
+}
+
+/* Waits for the service's word to finish, answering nothing (a worker that
+ * failed, or one whose gradients are no longer wanted). */
+static int srt_wait_finish(srt_t *t)
+{
+    for (;;) {
+        void *m = NULL;
+        size_t n = 0;
+        int rc = srt_recv(t, 0, SRT_TAG_GO, &m, &n, SRT_GO_WORDS * 8, "word from the service");
+        uint64_t go[SRT_GO_WORDS];
+        if (!rc)
+            memcpy(go, m, sizeof go);
+        free(m);
+        if (rc)
+            return rc;
+        if (go[3])
+            return dpt_comm_send(t->comm, 0, SRT_TAG_BYE, NULL, 0);
+    }
+}
+
+static int srt_worker_loop(srt_t *t)
+{
+    srt_worker_t *w = &t->w[0];
+    uint64_t pos = UINT64_MAX;
+    size_t E = t->edim;
+    int rc = dpt_comm_send(t->comm, 0, SRT_TAG_TOKEN, NULL, 0);
+    while (!rc) {
+        void *m = NULL;
+        size_t n = 0;
+        uint64_t go[SRT_GO_WORDS];
+        if ((rc = srt_recv(t, 0, SRT_TAG_GO, &m, &n, sizeof go, "word from the service")) != 0)
+            break;
+        memcpy(go, m, sizeof go);
+        free(m);
+        if (go[3])
+            return dpt_comm_send(t->comm, 0, SRT_TAG_BYE, NULL, 0);
+        if (go[2] != pos) {
+            pos = go[2];
+            srt_perm(t, pos);
+        }
+        double loss = 0.0, correct = 0.0;
+        if ((rc = srt_grad(w, (size_t)go[1], &loss, &correct)) != 0) {
+            /* This worker is out; the service decides whether the others
+             * go on. */
+            const char *e = dpt_last_error();
+            rc = dpt_comm_send(t->comm, 0, SRT_TAG_FAIL, e, strlen(e) + 1);
+            return rc ? rc : srt_wait_finish(t);
+        }
+        uint64_t k = t->bags ? w->grad_rows.n : 0;
+        unsigned char *p = t->msg;
+        memcpy(p, &go[0], 8);
+        memcpy(p + 8, &k, 8);
+        memcpy(p + 16, &loss, 8);
+        memcpy(p + 24, &correct, 8);
+        p += 32;
+        srt_pack(t, w->grads.data, t->pack);
+        memcpy(p, t->pack, t->dense_count * sizeof(float));
+        p += t->dense_count * sizeof(float);
+        if (k) {
+            memcpy(p, w->grad_rows.indices, k * sizeof(int64_t));
+            p += k * sizeof(int64_t);
+            memcpy(p, w->grad_rows.values, k * E * sizeof(float));
+            p += k * E * sizeof(float);
+        }
+        if ((rc = dpt_comm_send(t->comm, 0, SRT_TAG_PUSH, t->msg, (size_t)(p - t->msg))) != 0)
+            break;
+        rc = dpt_comm_send(t->comm, 0, SRT_TAG_TOKEN, NULL, 0);
+    }
+    return rc;
+}
+
+int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
+                       const volatile sig_atomic_t *stop_flag)
+{
+    /* A signal stops the run at rank 0, which then tells every worker. */
+    (void)stop_flag;
+    srt_t *t;
+    int rc = srt_new(&t, c, NULL, SRT_WORKER, comm);
+    if (rc)
+        return rc;
+    rc = srt_worker_loop(t);
     srt_destroy(t);
     return rc;
 }
