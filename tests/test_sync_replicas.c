@@ -617,9 +617,9 @@ static void test_threads_backup_straggler_and_death(void)
     dpt_sr_stats_t st;
     dpt_sr_get_stats(sr, &st);
     CHECK(st.workers_lost == 1);
-    /* The straggler's gradients arrived late and were dropped; 100 steps
-     * at its pace alone would take 2 s. */
-    CHECK(dpt_sr_worker_contributed(sr, 3) < 50);
+    /* The straggler's gradients arrived late and were dropped: it made
+     * fewer steps than a worker that was on time. */
+    CHECK(dpt_sr_worker_contributed(sr, 3) < dpt_sr_worker_contributed(sr, 0));
     CHECK(st.stale_dropped > 0);
     CHECK(took < 60.0);
     CHECK(fabs((double)dpt_sr_params(sr)[7] - 8.0) < 1.0);
