@@ -62,6 +62,15 @@ else
     bad "no test_accuracy_ema"
 fi
 expect 0 "512 test samples" -- eval a
+ema=$(metric a/result.jsonl test_accuracy_ema)
+out=$("$dpt" eval a --json --set eval_ema=true 2>&1)
+if printf '%s' "$out" | grep -q "\"accuracy\":$ema"; then
+    ok "dpt eval --set eval_ema=true scores the EMA ($ema, as the run reported)"
+else
+    bad "dpt eval with eval_ema: $out (run: $ema)"
+fi
+expect 2 "eval_ema = true needs ema_decay > 0" -- train sp.conf --set eval_ema=true \
+    --set ema_decay=0 --set output_dir=e7
 
 # ---- backups ---------------------------------------------------------------------------
 expect 0 "" -- train sp.conf --quiet --set output_dir=bk \
@@ -114,7 +123,7 @@ expect 2 "key model does not apply to job sync_replicas" -- train sp.conf --set 
     --set output_dir=e4
 expect 2 "loss = mse" -- train bags.conf --set loss=softmax_xent --set output_dir=e5
 expect 2 "fewer than batch_size" -- train sp.conf --set spirals_points=64 --set output_dir=e6
-if [ -e e1 ] || [ -e e2 ] || [ -e e3 ] || [ -e e4 ] || [ -e e5 ] || [ -e e6 ]; then
+if [ -e e1 ] || [ -e e2 ] || [ -e e3 ] || [ -e e4 ] || [ -e e5 ] || [ -e e6 ] || [ -e e7 ]; then
     bad "a refused config left a run directory"
 else
     ok "refused configs leave nothing behind"

@@ -227,6 +227,9 @@ typedef enum dpt_adv_norm {
     X(ema_decay, FLOAT, DPT_JOBS_SR, 0, "0", 0, 0.999999, "",                                      \
       "exponential moving average of the variables after each step (0 = off); evaluated and "      \
       "saved beside them")                                                                         \
+    X(eval_ema, BOOL, DPT_JOBS_SR, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "false", 0, 0, "",     \
+      "dpt eval (and dpt_trainer_evaluate) score the moving average of the variables (needs "      \
+      "ema_decay > 0) instead of the variables")                                                   \
     X(embedding_dim, INT, DPT_JOBS_SR, 0, "64", 1, 4096, "", "bags: width of the embedding table") \
     X(bags_vocab, INT, DPT_JOBS_SR, 0, "100000", 2, 1e8, "",                                       \
       "bags: ids in the vocabulary (rows of the embedding table)")                                 \

@@ -670,6 +670,9 @@ static int dpt__cross_checks(const dpt_config_t *c)
                              "dataset = bags is a regression with loss = mse "
                              "(loss = %s)",
                              c->v[DPT_CFG_loss].s);
+        if (sr && c->v[DPT_CFG_eval_ema].i && c->v[DPT_CFG_ema_decay].f <= 0.0)
+            return dpt_error(DPT_EINVAL, "eval_ema = true needs ema_decay > 0 (there is no "
+                                         "moving average to evaluate)");
         int regress = !bags && c->v[DPT_CFG_loss].i != DPT_LOSS_SOFTMAX_XENT;
         if (regress && (c->v[DPT_CFG_dataset].i != 1 || !c->v[DPT_CFG_target_columns].s[0]))
             return dpt_error(DPT_EINVAL,

@@ -815,6 +815,13 @@ static int sup_ckpt_classes(const dpt_safetensors_t *st, const sup_spec_t *m, si
     return DPT_OK;
 }
 
+/* The weights a checkpoint's evaluation reads: "params.", or the moving
+ * average "ema." of a sync_replicas run with eval_ema. */
+static const char *sup_weights_prefix(const dpt_config_t *c)
+{
+    return dpt_config_applies(c, DPT_CFG_eval_ema) && DPT_CI(c, eval_ema) ? "ema." : "params.";
+}
+
 static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
                                uint64_t seed, dpt_eval_result_t *out)
 {
@@ -880,7 +887,7 @@ static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
         vars = dpt_mlp_vars(mlp);
     }
     if ((rc = dpt_arena_init(&p, vars->total)) != 0 ||
-        (rc = dpt_safetensors_load_arena(st, "params.", vars, p.data, p.count)) != 0)
+        (rc = dpt_safetensors_load_arena(st, sup_weights_prefix(c), vars, p.data, p.count)) != 0)
         goto done;
     dpt_batch_t b = sup_data_batch(&test);
     dpt_loss_out_t o;

@@ -173,6 +173,7 @@ struct srt {
     int straggler;
     double straggler_s;
     float ema_decay;
+    int eval_ema; /* evaluate() scores the EMA */
     char notes[192];
 };
 
@@ -458,6 +459,7 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
     if (t->num_ps > SRT_MAX_PS)
         return dpt_error(DPT_EINVAL, "num_ps = %d: at most %d services", t->num_ps, SRT_MAX_PS);
     t->ema_decay = (float)DPT_CF(c, ema_decay);
+    t->eval_ema = (int)DPT_CI(c, eval_ema);
     t->batch = (size_t)DPT_CI(c, batch_size);
     t->b = t->batch / (size_t)t->R;
     t->epochs = (uint64_t)DPT_CI(c, epochs);
@@ -1369,7 +1371,7 @@ static int srt_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_res
 {
     (void)episodes, (void)seed; /* the test set is fixed */
     srt_t *t = self;
-    return srt_eval_params(t, dpt_sr_params(t->sr), out);
+    return srt_eval_params(t, t->eval_ema ? dpt_sr_ema(t->sr) : dpt_sr_params(t->sr), out);
 }
 
 static int srt_describe(void *self, dpt_safetensors_writer_t *w)
@@ -1431,7 +1433,8 @@ static int srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
     if (!rc)
         rc = dpt_arena_init(&p, t->table.total);
     if (!rc)
-        rc = dpt_safetensors_load_arena(st, "params.", &t->table, p.data, p.count);
+        rc = dpt_safetensors_load_arena(st, DPT_CI(c, eval_ema) ? "ema." : "params.", &t->table,
+                                        p.data, p.count);
     if (!rc)
         rc = srt_bags_eval(t->eval_seq, t->eval_pooled, NULL, p.data, &t->table, t->test_ids,
                            t->test_y, t->test_rows, t->nids, out);
