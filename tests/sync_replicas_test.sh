@@ -146,18 +146,34 @@ if [ -n "$mpiexec" ] && [ -x "$mpiexec" ] && "$dpt" info | grep -q "^  mpi    ye
         mp_threads/checkpoints/checkpoint-00000010.safetensors \
         mp_ranks/checkpoints/checkpoint-00000010.safetensors
     out=$(mpirun_ -np 2 "$dpt" train mp.conf --set output_dir=mp_bad 2>&1); rc=$?
-    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "total_num_replicas = 2: under mpirun" &&
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "must add up to the 2 ranks" &&
        [ ! -e mp_bad ]; then
-        ok "mpirun -np 2 with total_num_replicas = 2: refused (exit 2), nothing written"
+        ok "mpirun -np 2 with 1 service and 2 workers: refused (exit 2), nothing written"
     else
         bad "mpirun -np 2, 2 workers: exit $rc"; printf '%s\n' "$out" | tail -3
     fi
-    out=$(mpirun_ -np 3 "$dpt" train mp.conf --set num_ps=2 --set output_dir=mp_bad 2>&1); rc=$?
-    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "num_ps = 2: under mpirun" && [ ! -e mp_bad ]; then
-        ok "num_ps = 2 under mpirun: refused (exit 2)"
+    out=$(mpirun_ -np 4 "$dpt" train mp.conf --set num_ps=2 --set grad_clip=1 \
+          --set output_dir=mp_bad 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "each service would clip only its part" &&
+       [ ! -e mp_bad ]; then
+        ok "grad_clip with num_ps = 2 under mpirun: refused (exit 2)"
     else
-        bad "num_ps = 2 under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
+        bad "grad_clip, num_ps = 2 under mpirun: exit $rc"; printf '%s\n' "$out" | tail -3
     fi
+    # Two services (ranks 0 and 1) and two workers: the same bits as threads,
+    # and a resumed run too (rank 0 hands rank 1 its part of the checkpoint).
+    expect 0 "" -- train mp.conf --quiet --set output_dir=ps2_threads --set num_ps=2 --set epochs=4
+    mpirun_ -np 4 "$dpt" train mp.conf --quiet --set output_dir=ps2_ranks --set num_ps=2 \
+        --set epochs=4 > ps2.log 2>&1
+    check "num_ps = 2 under mpirun -np 4 (2 services + 2 workers) ends bitwise as threads" "$cmp" \
+        ps2_threads/checkpoints/checkpoint-00000004.safetensors \
+        ps2_ranks/checkpoints/checkpoint-00000004.safetensors
+    mpirun_ -np 4 "$dpt" train mp.conf --quiet --set output_dir=ps2_half --set num_ps=2 \
+        --set epochs=4 --set stop_iters=2 > ps2.log 2>&1
+    mpirun_ -np 4 "$dpt" train --resume ps2_half --quiet --set stop_iters=0 >> ps2.log 2>&1
+    check "num_ps = 2 under mpirun: 2 epochs + --resume equal 4 epochs bitwise" "$cmp" \
+        ps2_threads/checkpoints/checkpoint-00000004.safetensors \
+        ps2_half/checkpoints/checkpoint-00000004.safetensors
     # A backup rank stopped (SIGSTOP) for 2.2 s (8 s under a sanitizer): the steps go on without it, its
     # gradients count again once it continues, and the run ends with exit 0.
     (mpirun_ -np 4 "$dpt" train mp.conf --quiet --set output_dir=mp_stop --set total_num_replicas=3 \

@@ -92,6 +92,11 @@ typedef struct dpt_sr_config {
     int num_ps;                  /* services the variables are placed on (>= 1) */
     float ema_decay;             /* 0 = off, else in (0, 1): ema = d ema + (1 - d) p */
     double timeout_s;            /* how long dpt_sr_take_token waits (<= 0: no limit) */
+    /* One shard of several services in separate processes: */
+    const unsigned char *owned; /* NULL (all), or one flag per variable: 1 = kept here; the
+                                 * others are not accumulated, applied, averaged or fetched
+                                 * (their gradients and values are ignored) */
+    int no_tokens;              /* 1: this service hands out no tokens (another is the chief) */
 } dpt_sr_config_t;
 
 /* A config with N = R = 1, one service, SGD, no EMA, no timeout. */

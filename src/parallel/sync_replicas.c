@@ -49,6 +49,7 @@ struct dpt_sr {
     dpt_sr_config_t cfg;
     dpt_vartable_t vars;
     unsigned char *is_sparse; /* [nvars] */
+    unsigned char *owned;     /* [nvars] 1: this service keeps the variable (cfg.owned) */
     size_t *packed;           /* [nvars] dense: offset in a packed slot; sparse: ordinal */
     size_t dense_count;       /* floats of the dense variables */
     size_t nsparse;
@@ -145,6 +146,7 @@ void dpt_sr_destroy(dpt_sr_t *sr)
     free(sr->lost);
     free(sr->runs);
     free(sr->is_sparse);
+    free(sr->owned);
     free(sr->packed);
     free(sr->placement);
     free(sr->ps_bytes);
@@ -186,12 +188,13 @@ static int sr_check_config(const dpt_sr_config_t *c)
     return DPT_OK;
 }
 
-static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse)
+static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned char *owned)
 {
     const dpt_sr_config_t *c = &sr->cfg;
     size_t nv = sr->vars.nvars, R = (size_t)c->replicas_to_aggregate;
     size_t N = (size_t)c->total_num_replicas, P = (size_t)c->num_ps;
     sr->is_sparse = calloc(nv, 1);
+    sr->owned = calloc(nv, 1);
     sr->packed = calloc(nv, sizeof(size_t));
     sr->placement = calloc(nv, sizeof(int));
     sr->ps_bytes = calloc(P, sizeof(uint64_t));
@@ -204,19 +207,20 @@ static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse)
     sr->lost = calloc(N, 1);
     sr->cap = 16;
     sr->runs = calloc(sr->cap, sizeof(sr_run_t));
-    if (!sr->is_sparse || !sr->packed || !sr->placement || !sr->ps_bytes || !vb || !sr->slots ||
-        !sr->order || !sr->worker_seq || !sr->last_pushed || !sr->contributed || !sr->lost ||
-        !sr->runs) {
+    if (!sr->is_sparse || !sr->owned || !sr->packed || !sr->placement || !sr->ps_bytes || !vb ||
+        !sr->slots || !sr->order || !sr->worker_seq || !sr->last_pushed || !sr->contributed ||
+        !sr->lost || !sr->runs) {
         free(vb);
         return dpt_error(DPT_ENOMEM, "sync replicas: cannot allocate the service");
     }
     for (size_t i = 0; i < nv; i++) {
         const dpt_var_t *v = &sr->vars.vars[i];
         vb[i] = (uint64_t)v->count * sizeof(float);
+        sr->owned[i] = owned ? owned[i] != 0 : 1;
         if (sparse && sparse[i]) {
             sr->is_sparse[i] = 1;
             sr->packed[i] = sr->nsparse++;
-        } else {
+        } else if (sr->owned[i]) {
             sr->packed[i] = sr->dense_count;
             sr->dense_count += v->count;
         }
@@ -286,7 +290,8 @@ int dpt_sr_create(dpt_sr_t **out, const dpt_sr_config_t *cfg)
     if ((rc = dpt_vartable_copy(&sr->vars, cfg->vars)) != 0)
         goto fail;
     sr->cfg.vars = &sr->vars;
-    if ((rc = sr_alloc(sr, cfg->sparse)) != 0)
+    sr->cfg.owned = NULL;
+    if ((rc = sr_alloc(sr, cfg->sparse, cfg->owned)) != 0)
         goto fail;
     *out = sr;
     return DPT_OK;
@@ -452,6 +457,8 @@ static int sr_apply(dpt_sr_t *sr)
     int rc;
     for (size_t i = 0; i < t->nvars; i++) {
         const dpt_var_t *v = &t->vars[i];
+        if (!sr->owned[i])
+            continue;
         if (sr->is_sparse[i]) {
             dpt_sparse_rows_t *acc = &sr->avg_rows[sr->packed[i]];
             dpt_sparse_rows_clear(acc);
@@ -490,6 +497,8 @@ static int sr_apply(dpt_sr_t *sr)
     float lr = dpt_schedule_lr(&sr->cfg.schedule, sr->global_step);
     for (size_t i = 0; i < t->nvars; i++) {
         const dpt_var_t *v = &t->vars[i];
+        if (!sr->owned[i])
+            continue;
         if (sr->is_sparse[i]) {
             dpt_sparse_rows_t *acc = &sr->avg_rows[sr->packed[i]];
             if (f != 1.0f)
@@ -509,6 +518,8 @@ static int sr_apply(dpt_sr_t *sr)
         float d = sr->cfg.ema_decay, e = 1.0f - d;
         for (size_t i = 0; i < t->nvars; i++) {
             const dpt_var_t *v = &t->vars[i];
+            if (!sr->owned[i])
+                continue;
             float *m = sr->ema.data + v->offset;
             const float *p = sr->params.data + v->offset;
             for (size_t j = 0; j < v->count; j++)
@@ -521,7 +532,8 @@ static int sr_apply(dpt_sr_t *sr)
     sr->st.global_step = sr->global_step;
     sr->st.bytes_last_step = bytes;
     sr->reserved = sr->filled = 0;
-    if ((rc = sr_enqueue(sr, sr->global_step, (uint64_t)(N > R ? N : R))) != 0)
+    if (!sr->cfg.no_tokens &&
+        (rc = sr_enqueue(sr, sr->global_step, (uint64_t)(N > R ? N : R))) != 0)
         return sr_fail(sr, rc, dpt_last_error());
     pthread_cond_broadcast(&sr->cv);
     return DPT_OK;
@@ -548,6 +560,8 @@ static int sr_check_grad(const dpt_sr_t *sr, int worker, const float *grads,
     uint64_t b = 0, sb = 0, rows = 0;
     for (size_t i = 0; i < t->nvars; i++) {
         const dpt_var_t *v = &t->vars[i];
+        if (!sr->owned[i])
+            continue;
         if (!sr->is_sparse[i]) {
             size_t k = dpt_vec_first_nonfinite(grads + v->offset, v->count);
             if (k < v->count)
@@ -628,6 +642,8 @@ int dpt_sr_push(dpt_sr_t *sr, int worker, uint64_t local_step, const float *grad
     const dpt_vartable_t *t = &sr->vars;
     for (size_t i = 0; i < t->nvars && !rc; i++) {
         const dpt_var_t *v = &t->vars[i];
+        if (!sr->owned[i])
+            continue;
         if (!sr->is_sparse[i]) {
             dpt_vec_copy(s->dense + sr->packed[i], grads + v->offset, v->count);
         } else {
@@ -750,6 +766,8 @@ int dpt_sr_fetch(dpt_sr_t *sr, float *out)
                             : DPT_OK;
     for (size_t i = 0; !rc && i < sr->vars.nvars; i++) {
         const dpt_var_t *v = &sr->vars.vars[i];
+        if (!sr->owned[i])
+            continue;
         if (!sr->is_sparse[i])
             memcpy(out + v->offset, sr->params.data + v->offset, v->count * sizeof(float));
     }
@@ -759,7 +777,7 @@ int dpt_sr_fetch(dpt_sr_t *sr, float *out)
 
 int dpt_sr_fetch_rows(dpt_sr_t *sr, size_t var, const int64_t *idx, size_t n, float *out)
 {
-    if (var >= sr->vars.nvars || !sr->is_sparse[var])
+    if (var >= sr->vars.nvars || !sr->is_sparse[var] || !sr->owned[var])
         return dpt_error(DPT_EINVAL, "sync replicas: variable %zu is not a sparse variable", var);
     const dpt_var_t *v = &sr->vars.vars[var];
     size_t dim = v->shape[1];

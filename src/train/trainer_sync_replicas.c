@@ -75,8 +75,9 @@ static const char *const srt_ps_metric[SRT_MAX_PS] = {
 /* Where this process's part of the job runs. */
 typedef enum srt_role {
     SRT_LOCAL,   /* service and worker threads in one process */
-    SRT_SERVICE, /* under mpirun, rank 0: the service, answering worker ranks */
-    SRT_WORKER   /* under mpirun, rank 1..: one worker */
+    SRT_SERVICE, /* under mpirun, rank 0: the chief service (tokens, the run's loop and files) */
+    SRT_SHARD,   /* under mpirun, ranks 1 .. num_ps - 1: the other services */
+    SRT_WORKER   /* under mpirun, ranks num_ps ..: one worker each */
 } srt_role_t;
 
 /* Messages between the service (rank 0) and its worker ranks. A worker
@@ -94,6 +95,15 @@ typedef enum srt_role {
 #define SRT_TAG_PUSH 105
 #define SRT_TAG_FAIL 106
 #define SRT_TAG_BYE 107
+/* rank 0 to the other services (num_ps > 1): GATHER {min step} asks for
+ * the variables it keeps, with their optimizer slots and EMA, once its
+ * global step reached min step (the answer: GATHERED {optimizer step, then
+ * the floats}); SCATTER {global step, optimizer step, floats} sets them (a
+ * resumed run); FINISH ends it. */
+#define SRT_TAG_GATHER 108
+#define SRT_TAG_GATHERED 109
+#define SRT_TAG_SCATTER 110
+#define SRT_TAG_FINISH 111
 #define SRT_GO_WORDS 4
 
 typedef struct srt srt_t;
@@ -153,6 +163,14 @@ struct srt {
     srt_role_t role;
     dpt_comm_t *comm;   /* under mpirun: rank 0 and the workers */
     size_t dense_count; /* floats of the dense variables (packed, in table order) */
+    int P;              /* services (num_ps); under mpirun ranks 0 .. P - 1 */
+    int svc;            /* this rank's service, or -1 (a worker, or local) */
+    int *place;         /* [nvars] the service of each variable */
+    size_t *svc_dense;  /* [P] floats of the dense variables of each service */
+    size_t *svc_all;    /* [P] floats of all the variables of each service */
+    void **fmsg;        /* [N] a worker's fetch waiting for this service's step */
+    size_t *fmsg_n;
+    uint64_t cur_step; /* a worker: the step of the gradient under way */
     double timeout_s;
     /* The service's view of its worker ranks (SRT_SERVICE). */
     unsigned char *pending, *need_start, *rlost;
@@ -207,6 +225,14 @@ static void srt_destroy(void *self)
     if (t->w)
         for (int i = 0; i < t->nw; i++)
             srt_worker_free(&t->w[i]);
+    free(t->place);
+    free(t->svc_dense);
+    free(t->svc_all);
+    if (t->fmsg)
+        for (int i = 0; i < t->N; i++)
+            free(t->fmsg[i]);
+    free(t->fmsg);
+    free(t->fmsg_n);
     free(t->pending);
     free(t->need_start);
     free(t->rlost);
@@ -431,7 +457,21 @@ static int srt_service(srt_t *t, const dpt_config_t *c)
         sparse[0] = 1;
         sc.sparse = sparse;
     }
-    if ((rc = dpt_sr_create(&t->sr, &sc)) != 0)
+    unsigned char *owned = NULL;
+    if (t->svc >= 0 && t->P > 1) {
+        /* One of several services in separate processes: it keeps the
+         * variables placed on it; rank 0's hands out the tokens. */
+        owned = calloc(t->vars->nvars, 1);
+        if (!owned)
+            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the service");
+        for (size_t i = 0; i < t->vars->nvars; i++)
+            owned[i] = t->place[i] == t->svc;
+        sc.owned = owned;
+        sc.no_tokens = t->svc > 0;
+    }
+    rc = dpt_sr_create(&t->sr, &sc);
+    free(owned);
+    if (rc)
         return rc;
     dpt_rng_t init;
     dpt_rng_init(&init, (uint64_t)DPT_CI(c, seed), 0, 0, DPT_RNG_INIT);
@@ -495,6 +535,29 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
     for (size_t i = 0; i < t->vars->nvars; i++)
         if (!(t->bags && i == 0))
             t->dense_count += t->vars->vars[i].count;
+    /* Where each variable lives: every rank computes the same placement. */
+    size_t nv = t->vars->nvars;
+    t->P = t->role == SRT_LOCAL ? 1 : t->num_ps;
+    t->place = calloc(nv, sizeof(int));
+    t->svc_dense = calloc((size_t)t->P, sizeof(size_t));
+    t->svc_all = calloc((size_t)t->P, sizeof(size_t));
+    uint64_t *vb = calloc(nv, sizeof(uint64_t));
+    if (!t->place || !t->svc_dense || !t->svc_all || !vb) {
+        free(vb);
+        return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the placement");
+    }
+    for (size_t i = 0; i < nv; i++)
+        vb[i] = (uint64_t)t->vars->vars[i].count * sizeof(float);
+    rc = dpt_sr_place(vb, nv, t->P, t->place, NULL);
+    free(vb);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < nv; i++) {
+        size_t n = t->vars->vars[i].count;
+        t->svc_all[t->place[i]] += n;
+        if (!(t->bags && i == 0))
+            t->svc_dense[t->place[i]] += n;
+    }
     t->timeout_s = DPT_CF(c, comm_timeout_s);
     if (t->role != SRT_WORKER && (rc = srt_service(t, c)) != 0)
         return rc;
@@ -508,7 +571,7 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate %d workers", t->N);
     for (int i = 0; i < t->nw; i++) {
         t->w[i].t = t;
-        t->w[i].id = t->role == SRT_WORKER ? dpt_comm_rank(t->comm) - 1 : i;
+        t->w[i].id = t->role == SRT_WORKER ? dpt_comm_rank(t->comm) - t->P : i;
         if ((rc = srt_worker_build(t, &t->w[i])) != 0)
             return rc;
     }
@@ -526,10 +589,12 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
         t->rcorrect = calloc(N, sizeof(double));
         t->rrows = calloc(N, sizeof(uint64_t));
         t->rpushes = calloc(N, sizeof(uint64_t));
+        t->fmsg = calloc(N, sizeof(void *));
+        t->fmsg_n = calloc(N, sizeof(size_t));
         if (!t->pack || !t->msg || !t->pending || !t->need_start || !t->rlost || !t->assigned ||
-            !t->rloss || !t->rcorrect || !t->rrows || !t->rpushes)
+            !t->rloss || !t->rcorrect || !t->rrows || !t->rpushes || !t->fmsg || !t->fmsg_n)
             return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the message buffers");
-        if (t->role == SRT_SERVICE &&
+        if (t->role != SRT_WORKER &&
             ((rc = dpt_arena_init(&t->in_grads, t->vars->total)) != 0 ||
              (t->bags && (rc = dpt_sparse_rows_init(&t->in_rows, t->edim, maxrows)) != 0)))
             return rc;
@@ -549,6 +614,7 @@ static int srt_new(srt_t **out, const dpt_config_t *c, const dpt_trainer_env_t *
     int rc;
     t->role = role;
     t->comm = comm;
+    t->svc = role == SRT_SERVICE ? 0 : role == SRT_SHARD ? dpt_comm_rank(comm) : -1;
     t->straggler = env && env->straggler_delay_s > 0 ? env->straggler_worker : -1;
     t->straggler_s = env ? env->straggler_delay_s : 0.0;
     t->bags = strcmp(DPT_CS(c, dataset), "bags") == 0;
@@ -611,28 +677,38 @@ static int srt_cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The dense variables into w->params (table layout) from a packed copy,
- * and back. */
-static void srt_unpack(const srt_t *t, const float *packed, float *full)
+/* Packing of the variables of service k (all services when k < 0), in
+ * table order: the dense ones only, or all (with the table). */
+static size_t srt_pack(const srt_t *t, int k, int dense_only, const float *full, float *packed)
 {
+    size_t n = 0;
     for (size_t i = 0; i < t->vars->nvars; i++) {
         const dpt_var_t *v = &t->vars->vars[i];
-        if (t->bags && i == 0)
+        if ((k >= 0 && t->place[i] != k) || (dense_only && t->bags && i == 0))
             continue;
-        memcpy(full + v->offset, packed, v->count * sizeof(float));
-        packed += v->count;
+        memcpy(packed + n, full + v->offset, v->count * sizeof(float));
+        n += v->count;
     }
+    return n;
 }
 
-static void srt_pack(const srt_t *t, const float *full, float *packed)
+static size_t srt_unpack(const srt_t *t, int k, int dense_only, const float *packed, float *full)
 {
+    size_t n = 0;
     for (size_t i = 0; i < t->vars->nvars; i++) {
         const dpt_var_t *v = &t->vars->vars[i];
-        if (t->bags && i == 0)
+        if ((k >= 0 && t->place[i] != k) || (dense_only && t->bags && i == 0))
             continue;
-        memcpy(packed, full + v->offset, v->count * sizeof(float));
-        packed += v->count;
+        memcpy(full + v->offset, packed + n, v->count * sizeof(float));
+        n += v->count;
     }
+    return n;
+}
+
+/* 1 when service k keeps the embedding table (bags). */
+static int srt_has_table(const srt_t *t, int k)
+{
+    return t->bags && t->place[0] == k;
 }
 
 /* Receives one message of `tag` from `src` into *buf (malloc'd, the
@@ -668,22 +744,33 @@ static int srt_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
             rc = dpt_sr_fetch_rows(t->sr, 0, ids, n, w->rows);
         return rc;
     }
-    uint64_t nn = n;
-    memcpy(t->msg, &nn, 8);
-    if (n)
-        memcpy(t->msg + 8, ids, n * sizeof(int64_t));
-    if ((rc = dpt_comm_send(t->comm, 0, SRT_TAG_FETCH, t->msg, 8 + n * sizeof(int64_t))) != 0)
-        return rc;
-    void *buf = NULL;
-    size_t got = 0, E = t->edim;
-    if ((rc = srt_recv(t, 0, SRT_TAG_PARAMS, &buf, &got, (t->dense_count + n * E) * sizeof(float),
-                       "reply with the variables")) != 0)
-        return rc;
-    memcpy(t->pack, buf, got);
-    free(buf);
-    srt_unpack(t, t->pack, w->params.data);
-    if (n)
-        memcpy(w->rows, t->pack + t->dense_count, n * E * sizeof(float));
+    /* FETCH {min step, n, ids} to every service (the ids to the one with
+     * the table), then their PARAMS; a service answers once its global step
+     * reached the step this gradient is for. */
+    size_t E = t->edim;
+    for (int k = 0; k < t->P; k++) {
+        uint64_t head[2] = {t->cur_step, srt_has_table(t, k) ? (uint64_t)n : 0};
+        memcpy(t->msg, head, sizeof head);
+        if (head[1])
+            memcpy(t->msg + sizeof head, ids, n * sizeof(int64_t));
+        if ((rc = dpt_comm_send(t->comm, k, SRT_TAG_FETCH, t->msg,
+                                sizeof head + head[1] * sizeof(int64_t))) != 0)
+            return rc;
+    }
+    for (int k = 0; k < t->P; k++) {
+        size_t rows = srt_has_table(t, k) ? n : 0;
+        void *buf = NULL;
+        size_t got = 0;
+        if ((rc = srt_recv(t, k, SRT_TAG_PARAMS, &buf, &got,
+                           (t->svc_dense[k] + rows * E) * sizeof(float),
+                           "reply with the variables")) != 0)
+            return rc;
+        memcpy(t->pack, buf, got);
+        free(buf);
+        srt_unpack(t, k, 1, t->pack, w->params.data);
+        if (rows)
+            memcpy(w->rows, t->pack + t->svc_dense[k], rows * E * sizeof(float));
+    }
     return DPT_OK;
 }
 
@@ -888,10 +975,63 @@ static int srt_go(srt_t *t, int w, uint64_t step, int finish)
     }
     /* Replies never wait for the worker: one stopped (SIGSTOP) must not
      * stop the service. */
-    return dpt_comm_send_async(t->comm, w + 1, SRT_TAG_GO, go, SRT_GO_WORDS * sizeof *go);
+    return dpt_comm_send_async(t->comm, w + t->P, SRT_TAG_GO, go, SRT_GO_WORDS * sizeof *go);
 }
 
-/* One message of worker w (rank w + 1). */
+/* Answers worker w's fetch {min step, n, ids} with this service's dense
+ * variables and the rows asked for. Returns 1 when the service's global
+ * step has not reached min step yet (the fetch waits), else 0 or an
+ * error. */
+static int srt_answer_fetch(srt_t *t, int w, const unsigned char *m, size_t n)
+{
+    uint64_t head[2];
+    size_t E = t->edim;
+    if (n < sizeof head || (memcpy(head, m, sizeof head), n != sizeof head + head[1] * 8) ||
+        head[1] > t->b * t->nids || (head[1] && !srt_has_table(t, t->svc)))
+        return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed fetch from rank %d", w + t->P);
+    if (dpt_sr_global_step(t->sr) < head[0])
+        return 1;
+    uint64_t k = head[1];
+    int rc = dpt_sr_fetch(t->sr, t->in_grads.data);
+    if (rc)
+        return rc;
+    size_t dense = srt_pack(t, t->svc, 1, t->in_grads.data, t->pack);
+    if (k) {
+        int64_t *ids = malloc(k * sizeof *ids);
+        if (!ids)
+            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
+        memcpy(ids, m + sizeof head, k * sizeof *ids);
+        rc = dpt_sr_fetch_rows(t->sr, 0, ids, k, t->pack + dense);
+        free(ids);
+        if (rc)
+            return rc;
+    }
+    size_t bytes = (dense + k * E) * sizeof(float);
+    void *reply = malloc(bytes ? bytes : 1);
+    if (!reply)
+        return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
+    memcpy(reply, t->pack, bytes);
+    return dpt_comm_send_async(t->comm, w + t->P, SRT_TAG_PARAMS, reply, bytes);
+}
+
+/* Answers the fetches that waited for the global step. */
+static int srt_answer_waiting(srt_t *t)
+{
+    for (int w = 0; w < t->N; w++) {
+        if (!t->fmsg[w])
+            continue;
+        int rc = srt_answer_fetch(t, w, t->fmsg[w], t->fmsg_n[w]);
+        if (rc == 1)
+            continue;
+        free(t->fmsg[w]);
+        t->fmsg[w] = NULL;
+        if (rc)
+            return rc;
+    }
+    return DPT_OK;
+}
+
+/* One message of worker w (rank w + P) to this service. */
 static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
 {
     size_t E = t->edim;
@@ -907,28 +1047,18 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
         t->pending[w] = 1;
         return DPT_OK;
     case SRT_TAG_FETCH: {
-        uint64_t k;
-        if (n < 8 || (memcpy(&k, m, 8), n != 8 + k * sizeof(int64_t)) || k > t->b * t->nids)
-            return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed fetch from rank %d", w + 1);
-        if ((rc = dpt_sr_fetch(t->sr, t->in_grads.data)) != 0)
+        rc = srt_answer_fetch(t, w, m, n);
+        if (rc != 1)
             return rc;
-        srt_pack(t, t->in_grads.data, t->pack);
-        if (k) {
-            int64_t *ids = malloc(k * sizeof *ids);
-            if (!ids)
-                return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
-            memcpy(ids, m + 8, k * sizeof *ids);
-            rc = dpt_sr_fetch_rows(t->sr, 0, ids, k, t->pack + t->dense_count);
-            free(ids);
-            if (rc)
-                return rc;
-        }
-        size_t bytes = (t->dense_count + k * E) * sizeof(float);
-        void *reply = malloc(bytes ? bytes : 1);
-        if (!reply)
-            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
-        memcpy(reply, t->pack, bytes);
-        return dpt_comm_send_async(t->comm, w + 1, SRT_TAG_PARAMS, reply, bytes);
+        /* Not at that step yet: kept until it is (one fetch per worker). */
+        void *copy = malloc(n);
+        if (!copy)
+            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot keep a fetch");
+        memcpy(copy, m, n);
+        free(t->fmsg[w]);
+        t->fmsg[w] = copy;
+        t->fmsg_n[w] = n;
+        return DPT_OK;
     }
     case SRT_TAG_PUSH: {
         uint64_t local, k;
@@ -939,16 +1069,18 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
         memcpy(&k, m + 8, 8);
         memcpy(&loss, m + 16, 8);
         memcpy(&correct, m + 24, 8);
-        size_t want = 32 + t->dense_count * sizeof(float) + k * (sizeof(int64_t) + E * 4);
-        if (n != want || (!t->bags && k) || k > t->b * t->nids)
+        size_t dense = t->svc_dense[t->svc];
+        size_t want = 32 + dense * sizeof(float) + k * (sizeof(int64_t) + E * 4);
+        if (n != want || (!srt_has_table(t, t->svc) && k) || k > t->b * t->nids)
             return dpt_error(DPT_EFORMAT, "sync_replicas: a push of %zu bytes from rank %d", n,
-                             w + 1);
+                             w + t->P);
         const unsigned char *p = m + 32;
-        memcpy(t->pack, p, t->dense_count * sizeof(float));
-        srt_unpack(t, t->pack, t->in_grads.data);
-        p += t->dense_count * sizeof(float);
+        memcpy(t->pack, p, dense * sizeof(float));
+        srt_unpack(t, t->svc, 1, t->pack, t->in_grads.data);
+        p += dense * sizeof(float);
         const dpt_sparse_rows_t *list[1] = {&t->in_rows};
         if (t->bags) {
+            /* (empty on a service without the table, which ignores it) */
             dpt_sparse_rows_clear(&t->in_rows);
             for (uint64_t j = 0; j < k; j++) {
                 int64_t id;
@@ -963,7 +1095,7 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
         rc = dpt_sr_push(t->sr, w, local, t->in_grads.data, t->bags ? list : NULL, &accepted);
         if (rc == DPT_EINVAL || rc == DPT_ENUMERIC) {
             /* That worker's gradient is bad: it is lost, the others go on. */
-            snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %s", w, w + 1,
+            snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %s", w, w + t->P,
                      dpt_last_error());
             t->rlost[w] = 1;
             return dpt_sr_worker_lost(t->sr, w);
@@ -979,7 +1111,7 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
         return DPT_OK;
     }
     case SRT_TAG_FAIL:
-        snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %.*s", w, w + 1,
+        snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %.*s", w, w + t->P,
                  (int)(n < 280 ? n : 280), (const char *)m);
         t->rlost[w] = 1;
         return dpt_sr_worker_lost(t->sr, w);
@@ -1015,9 +1147,11 @@ static int srt_remote_session(srt_t *t, uint64_t until)
                            "sync_replicas: no worker rank sent anything for comm_timeout_s = %g s "
                            "(global step %" PRIu64 ", session until %" PRIu64 ")",
                            t->timeout_s, dpt_sr_global_step(t->sr), until);
-        if (!rc && src >= 1 && src <= t->N && !t->rlost[src - 1])
-            rc = srt_serve(t, src - 1, tag, m, n);
+        if (!rc && src >= t->P && src < t->P + t->N && !t->rlost[src - t->P])
+            rc = srt_serve(t, src - t->P, tag, m, n);
         free(m);
+        if (!rc)
+            rc = srt_answer_waiting(t);
         for (int w = 0; !rc && w < t->N; w++) {
             uint64_t step;
             if (!t->pending[w] || t->rlost[w])
@@ -1060,19 +1194,152 @@ static void srt_remote_finish(srt_t *t)
         if (dpt_comm_recv(t->comm, DPT_COMM_ANY_SOURCE, DPT_COMM_ANY_TAG, until - dpt_now(), &m, &n,
                           &src, &tag) != DPT_OK)
             break;
-        if (src >= 1 && src <= t->N && !bye[src - 1]) {
+        int w = src - t->P;
+        if (w >= 0 && w < t->N && !bye[w]) {
             if (tag == SRT_TAG_BYE) {
-                bye[src - 1] = 1;
+                bye[w] = 1;
                 left--;
-            } else if (tag == SRT_TAG_FETCH && srt_serve(t, src - 1, tag, m, n) != DPT_OK) {
-                bye[src - 1] = 1;
+            } else if (tag == SRT_TAG_FETCH && srt_serve(t, w, tag, m, n) != DPT_OK) {
+                bye[w] = 1;
                 left--;
             }
         }
         free(m);
     }
+    /* The other services answered the workers' last fetches meanwhile. */
+    for (int k = 1; k < t->P; k++)
+        dpt_comm_send_async(t->comm, k, SRT_TAG_FINISH, NULL, 0);
 done:
     free(bye);
+}
+
+/* ---- several services (num_ps > 1 under mpirun) -------------------------------------- */
+
+/* The floats a service exchanges with rank 0 in GATHERED and SCATTER: its
+ * variables, then their EMA (with ema_decay), then each optimizer slot. */
+static size_t srt_state_floats(const srt_t *t, int k)
+{
+    int slots = dpt_optim_num_slots(dpt_sr_optimizer(t->sr));
+    return t->svc_all[k] * (size_t)(1 + (t->ema_decay > 0.0f) + slots);
+}
+
+static void srt_state_pack(srt_t *t, int k, float *out)
+{
+    dpt_optim_t *o = dpt_sr_optimizer(t->sr);
+    size_t n = srt_pack(t, k, 0, dpt_sr_params(t->sr), out);
+    if (t->ema_decay > 0.0f)
+        n += srt_pack(t, k, 0, dpt_sr_ema(t->sr), out + n);
+    for (int j = 0; j < dpt_optim_num_slots(o); j++)
+        n += srt_pack(t, k, 0, dpt_optim_slot(o, j), out + n);
+}
+
+static void srt_state_unpack(srt_t *t, int k, const float *in)
+{
+    dpt_optim_t *o = dpt_sr_optimizer(t->sr);
+    size_t n = srt_unpack(t, k, 0, in, dpt_sr_params(t->sr));
+    if (t->ema_decay > 0.0f)
+        n += srt_unpack(t, k, 0, in + n, dpt_sr_ema(t->sr));
+    for (int j = 0; j < dpt_optim_num_slots(o); j++)
+        n += srt_unpack(t, k, 0, in + n, dpt_optim_slot(o, j));
+}
+
+/* Rank 0: the other services' variables (and EMA and slots) once each
+ * reached global step `min`, into rank 0's copy of the whole table. */
+static int srt_gather(srt_t *t, uint64_t min)
+{
+    int rc = DPT_OK;
+    for (int k = 1; !rc && k < t->P; k++)
+        rc = dpt_comm_send(t->comm, k, SRT_TAG_GATHER, &min, sizeof min);
+    for (int k = 1; !rc && k < t->P; k++) {
+        void *m = NULL;
+        size_t n = 0;
+        rc = srt_recv(t, k, SRT_TAG_GATHERED, &m, &n, 8 + srt_state_floats(t, k) * sizeof(float),
+                      "variables of a service");
+        if (!rc)
+            srt_state_unpack(t, k, (const float *)((const unsigned char *)m + 8));
+        free(m);
+    }
+    return rc;
+}
+
+/* Rank 0 after a restore: every other service gets its part and the step. */
+static int srt_scatter(srt_t *t)
+{
+    for (int k = 1; k < t->P; k++) {
+        size_t bytes = 16 + srt_state_floats(t, k) * sizeof(float);
+        unsigned char *m = malloc(bytes);
+        if (!m)
+            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot send a service its state");
+        uint64_t head[2] = {dpt_sr_global_step(t->sr), dpt_optim_get_t(dpt_sr_optimizer(t->sr))};
+        memcpy(m, head, sizeof head);
+        srt_state_pack(t, k, (float *)(m + 16));
+        int rc = dpt_comm_send(t->comm, k, SRT_TAG_SCATTER, m, bytes);
+        free(m);
+        if (rc)
+            return rc;
+    }
+    return DPT_OK;
+}
+
+/* Ranks 1 .. num_ps - 1: a service of the variables placed on it, for the
+ * whole run: the workers' pushes and fetches, rank 0's gathers and
+ * scatters, until rank 0 says FINISH. */
+static int srt_shard_loop(srt_t *t)
+{
+    int rc = dpt_sr_begin(t->sr, -1, UINT64_MAX);
+    int gather = 0;
+    uint64_t gather_min = 0;
+    size_t state = srt_state_floats(t, t->svc);
+    while (!rc) {
+        void *m = NULL;
+        size_t n = 0;
+        int src = -1, tag = -1;
+        rc = dpt_comm_recv(t->comm, DPT_COMM_ANY_SOURCE, DPT_COMM_ANY_TAG, t->timeout_s, &m, &n,
+                           &src, &tag);
+        if (rc == DPT_ETIMEDOUT)
+            rc = dpt_error(rc,
+                           "sync_replicas: service %d (rank %d) heard nothing for comm_timeout_s = "
+                           "%g s",
+                           t->svc, t->svc, t->timeout_s);
+        if (rc)
+            break;
+        if (src == 0 && tag == SRT_TAG_FINISH) {
+            free(m);
+            return DPT_OK;
+        } else if (src == 0 && tag == SRT_TAG_GATHER && n == 8) {
+            memcpy(&gather_min, m, 8);
+            gather = 1;
+        } else if (src == 0 && tag == SRT_TAG_SCATTER && n == 16 + state * sizeof(float)) {
+            uint64_t head[2];
+            memcpy(head, m, sizeof head);
+            srt_state_unpack(t, t->svc, (const float *)((const unsigned char *)m + 16));
+            dpt_optim_set_t(dpt_sr_optimizer(t->sr), head[1]);
+            dpt_sr_set_global_step(t->sr, head[0]);
+            rc = dpt_sr_begin(t->sr, -1, UINT64_MAX);
+        } else if (src == 0) {
+            rc = dpt_error(DPT_EFORMAT,
+                           "sync_replicas: service %d: a malformed message (tag %d) "
+                           "from rank 0",
+                           t->svc, tag);
+        } else if (src >= t->P && src < t->P + t->N && !t->rlost[src - t->P]) {
+            rc = srt_serve(t, src - t->P, tag, m, n);
+        }
+        free(m);
+        if (!rc)
+            rc = srt_answer_waiting(t);
+        if (!rc && gather && dpt_sr_global_step(t->sr) >= gather_min) {
+            size_t bytes = 8 + state * sizeof(float);
+            unsigned char *out = malloc(bytes);
+            if (!out)
+                return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a gather");
+            uint64_t ot = dpt_optim_get_t(dpt_sr_optimizer(t->sr));
+            memcpy(out, &ot, 8);
+            srt_state_pack(t, t->svc, (float *)(out + 8));
+            rc = dpt_comm_send_async(t->comm, 0, SRT_TAG_GATHERED, out, bytes);
+            gather = 0;
+        }
+    }
+    return rc;
 }
 
 static int srt_iterate(void *self, dpt_train_result_t *r)
@@ -1092,6 +1359,9 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
         lost_before += t->rlost[i];
     if (t->role == SRT_SERVICE) {
         rc = srt_remote_session(t, until);
+        /* The other services' variables, for evaluation and checkpoints. */
+        if (!rc && t->P > 1)
+            rc = srt_gather(t, until);
         if (rc && t->remote_err[0])
             return dpt_error(rc, "%s (%s)", dpt_last_error(), t->remote_err);
         if (rc)
@@ -1348,6 +1618,8 @@ static int srt_restore(void *self, const dpt_safetensors_t *st)
     t->epoch = epoch;
     /* Lost workers are history: this process starts all of its threads. */
     t->lost = (int)lost;
+    if (t->role == SRT_SERVICE && t->P > 1)
+        return srt_scatter(t);
     return DPT_OK;
 }
 
@@ -1451,16 +1723,20 @@ static int srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
 
 int dpt__sr_mpi_check(const dpt_config_t *c, int world)
 {
-    if (DPT_CI(c, num_ps) != 1)
+    long long P = (long long)DPT_CI(c, num_ps), N = (long long)DPT_CI(c, total_num_replicas);
+    if (P > SRT_MAX_PS)
+        return dpt_error(DPT_EINVAL, "num_ps = %lld: at most %d services", P, SRT_MAX_PS);
+    if (P + N != world)
         return dpt_error(DPT_EINVAL,
-                         "num_ps = %lld: under mpirun the sync_replicas job has one service, "
-                         "rank 0 (several services run in one process only)",
-                         (long long)DPT_CI(c, num_ps));
-    if (DPT_CI(c, total_num_replicas) != world - 1)
+                         "num_ps = %lld and total_num_replicas = %lld: under mpirun the first "
+                         "num_ps ranks are the services and every other rank one worker, so "
+                         "they must add up to the %d ranks",
+                         P, N, world);
+    if (P > 1 && DPT_CF(c, grad_clip) > 0.0)
         return dpt_error(DPT_EINVAL,
-                         "total_num_replicas = %lld: under mpirun every rank but rank 0 (the "
-                         "service) is one worker, so it must be %d for %d ranks",
-                         (long long)DPT_CI(c, total_num_replicas), world - 1, world);
+                         "grad_clip = %g with num_ps = %lld under mpirun: each service would "
+                         "clip only its part of the gradient; use grad_clip = 0 or one service",
+                         DPT_CF(c, grad_clip), P);
     return DPT_OK;
 }
 
@@ -1504,6 +1780,7 @@ static int srt_worker_loop(srt_t *t)
             srt_perm(t, pos);
         }
         double loss = 0.0, correct = 0.0;
+        t->cur_step = go[0];
         if ((rc = srt_grad(w, (size_t)go[1], &loss, &correct)) != 0) {
             /* This worker is out; the service decides whether the others
              * go on. */
@@ -1511,23 +1788,28 @@ static int srt_worker_loop(srt_t *t)
             rc = dpt_comm_send(t->comm, 0, SRT_TAG_FAIL, e, strlen(e) + 1);
             return rc ? rc : srt_wait_finish(t);
         }
-        uint64_t k = t->bags ? w->grad_rows.n : 0;
-        unsigned char *p = t->msg;
-        memcpy(p, &go[0], 8);
-        memcpy(p + 8, &k, 8);
-        memcpy(p + 16, &loss, 8);
-        memcpy(p + 24, &correct, 8);
-        p += 32;
-        srt_pack(t, w->grads.data, t->pack);
-        memcpy(p, t->pack, t->dense_count * sizeof(float));
-        p += t->dense_count * sizeof(float);
-        if (k) {
-            memcpy(p, w->grad_rows.indices, k * sizeof(int64_t));
-            p += k * sizeof(int64_t);
-            memcpy(p, w->grad_rows.values, k * E * sizeof(float));
-            p += k * E * sizeof(float);
+        /* PUSH to every service: its dense part, and the sparse rows to
+         * the one with the table. */
+        for (int ks = 0; !rc && ks < t->P; ks++) {
+            uint64_t k = srt_has_table(t, ks) ? w->grad_rows.n : 0;
+            unsigned char *p = t->msg;
+            memcpy(p, &go[0], 8);
+            memcpy(p + 8, &k, 8);
+            memcpy(p + 16, &loss, 8);
+            memcpy(p + 24, &correct, 8);
+            p += 32;
+            size_t dense = srt_pack(t, ks, 1, w->grads.data, t->pack);
+            memcpy(p, t->pack, dense * sizeof(float));
+            p += dense * sizeof(float);
+            if (k) {
+                memcpy(p, w->grad_rows.indices, k * sizeof(int64_t));
+                p += k * sizeof(int64_t);
+                memcpy(p, w->grad_rows.values, k * E * sizeof(float));
+                p += k * E * sizeof(float);
+            }
+            rc = dpt_comm_send(t->comm, ks, SRT_TAG_PUSH, t->msg, (size_t)(p - t->msg));
         }
-        if ((rc = dpt_comm_send(t->comm, 0, SRT_TAG_PUSH, t->msg, (size_t)(p - t->msg))) != 0)
+        if (rc)
             break;
         rc = dpt_comm_send(t->comm, 0, SRT_TAG_TOKEN, NULL, 0);
     }
@@ -1540,10 +1822,11 @@ int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
     /* A signal stops the run at rank 0, which then tells every worker. */
     (void)stop_flag;
     srt_t *t;
-    int rc = srt_new(&t, c, NULL, SRT_WORKER, comm);
+    int shard = dpt_comm_rank(comm) < (int)DPT_CI(c, num_ps);
+    int rc = srt_new(&t, c, NULL, shard ? SRT_SHARD : SRT_WORKER, comm);
     if (rc)
         return rc;
-    rc = srt_worker_loop(t);
+    rc = shard ? srt_shard_loop(t) : srt_worker_loop(t);
     srt_destroy(t);
     return rc;
 }
