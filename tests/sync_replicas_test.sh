@@ -82,6 +82,20 @@ else
     bad "backups: global_step $gs"
 fi
 
+# ---- a CSV regression (examples/data/friedman1_*.csv) --------------------------------
+printf 'job = sync_replicas\ndataset = csv\ntrain_csv = %s/data/friedman1_train.csv\n' "$examples" > csv.conf
+printf 'test_csv = %s/data/friedman1_test.csv\nloss = mse\ntarget_columns = y\n' "$examples" >> csv.conf
+printf 'hidden = 64,64\nbatch_size = 64\nepochs = 20\ntotal_num_replicas = 3\n' >> csv.conf
+printf 'replicas_to_aggregate = 2\nlr = 0.003\n' >> csv.conf
+expect 0 "" -- train csv.conf --quiet --set output_dir=csv
+r2=$(metric csv/result.jsonl test_r2)
+if awk -v r="$r2" 'BEGIN { exit !(r >= 0.7) }'; then
+    ok "CSV regression (Friedman #1) with a backup worker: test R^2 $r2 >= 0.7"
+else
+    bad "CSV regression: test R^2 $r2"
+fi
+expect 0 "rmse" -- eval csv
+
 # ---- bags: an embedding table trained with sparse gradients --------------------------
 printf 'job = sync_replicas\ndataset = bags\nhidden = 64\nbatch_size = 256\nepochs = 3\n' > bags.conf
 printf 'optimizer = adam\nlr = 0.01\ntotal_num_replicas = 3\nreplicas_to_aggregate = 2\n' >> bags.conf
