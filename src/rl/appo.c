@@ -19,6 +19,7 @@
  * not bitwise reproducible, and a resumed one starts its samplers afresh).
  */
 #include "dpt/arena.h"
+#include "dpt/comm.h"
 #include "dpt/learner.h"
 #include "dpt/queue.h"
 #include "dpt/stats.h"
@@ -101,6 +102,12 @@ struct dpt_appo {
         double t, load_s;
         uint64_t timesteps, updates;
     } rep;
+    /* under mpirun (dpt_appo_create_mpi): rank 0 learns, the others sample */
+    dpt_comm_t *comm;
+    int rank, nranks;
+    uint64_t sent_version; /* the weights last sent to the sampler ranks */
+    dpt__tb_t *held;       /* a received batch waiting for room in the inqueue */
+    int finished;          /* rank 0 told the samplers to stop */
     /* checkpoints */
     dpt_arena_t ck_params;
     dpt_optim_t *ck_opt;
@@ -183,6 +190,215 @@ static void dpt__appo_sleep(double s)
     nanosleep(&ts, NULL);
 }
 
+/* ---- sample batches between ranks (mpirun) ---------------------------------------- */
+
+/* Messages: a sampler rank sends BATCH (a train batch) and, on an env
+ * error, FAIL {code, message}; rank 0 sends WEIGHTS {version, floats} and
+ * STOP, answered by BYE. */
+#define DPT__APPO_TAG_BATCH 201
+#define DPT__APPO_TAG_WEIGHTS 202
+#define DPT__APPO_TAG_STOP 203
+#define DPT__APPO_TAG_BYE 204
+#define DPT__APPO_TAG_FAIL 205
+
+/* The bytes of a full batch: {seqs, episodes, version_sum}, obs, actions,
+ * logp, rewards, discounts, then the episodes' returns and lengths. */
+static size_t dpt__tb_bytes(const struct dpt_appo *a, size_t episodes)
+{
+    size_t rows = a->seqs * (a->T + 1);
+    return 24 + rows * (a->od + a->aw + 3) * 4 + episodes * (sizeof(double) + sizeof(uint32_t));
+}
+
+static void dpt__tb_pack(const struct dpt_appo *a, const dpt__tb_t *b, unsigned char *p)
+{
+    size_t rows = a->seqs * (a->T + 1);
+    uint64_t head[2] = {b->seqs, b->episodes};
+    memcpy(p, head, 16);
+    memcpy(p + 16, &b->version_sum, 8);
+    p += 24;
+    memcpy(p, b->obs, rows * a->od * 4);
+    p += rows * a->od * 4;
+    memcpy(p, b->act, rows * a->aw * 4);
+    p += rows * a->aw * 4;
+    memcpy(p, b->logp, rows * 4);
+    memcpy(p + rows * 4, b->rew, rows * 4);
+    memcpy(p + 2 * rows * 4, b->disc, rows * 4);
+    p += 3 * rows * 4;
+    memcpy(p, b->ret, b->episodes * sizeof(double));
+    memcpy(p + b->episodes * sizeof(double), b->len, b->episodes * sizeof(uint32_t));
+}
+
+/* A batch from its bytes; DPT_EFORMAT when they are not one. */
+static int dpt__tb_unpack(const struct dpt_appo *a, const unsigned char *p, size_t n, int src,
+                          dpt__tb_t **out)
+{
+    uint64_t head[2];
+    *out = NULL;
+    if (n < 24 || (memcpy(head, p, 16), head[0] != a->seqs) || head[1] > DPT__EPISODE_WINDOW ||
+        n != dpt__tb_bytes(a, (size_t)head[1]))
+        return dpt_error(DPT_EFORMAT,
+                         "appo: a sample batch of %zu bytes from rank %d does not "
+                         "match this run's sizes",
+                         n, src);
+    dpt__tb_t *b = dpt__tb_new(a);
+    if (!b)
+        return dpt_error(DPT_ENOMEM, "appo: cannot allocate a train batch");
+    size_t rows = a->seqs * (a->T + 1);
+    b->seqs = (size_t)head[0];
+    b->episodes = (size_t)head[1];
+    memcpy(&b->version_sum, p + 16, 8);
+    p += 24;
+    memcpy(b->obs, p, rows * a->od * 4);
+    p += rows * a->od * 4;
+    memcpy(b->act, p, rows * a->aw * 4);
+    p += rows * a->aw * 4;
+    memcpy(b->logp, p, rows * 4);
+    memcpy(b->rew, p + rows * 4, rows * 4);
+    memcpy(b->disc, p + 2 * rows * 4, rows * 4);
+    p += 3 * rows * 4;
+    memcpy(b->ret, p, b->episodes * sizeof(double));
+    memcpy(b->len, p + b->episodes * sizeof(double), b->episodes * sizeof(uint32_t));
+    *out = b;
+    return DPT_OK;
+}
+
+/* A sampler rank: its full batch to rank 0 (the send waits while rank 0,
+ * its inqueue full, does not take it). */
+static int dpt__sampler_send(dpt__sampler_t *s)
+{
+    struct dpt_appo *a = s->a;
+    size_t n = dpt__tb_bytes(a, s->tb->episodes);
+    unsigned char *m = malloc(n);
+    if (!m)
+        return dpt_error(DPT_ENOMEM, "appo sampler: cannot allocate a message");
+    dpt__tb_pack(a, s->tb, m);
+    int rc = dpt_comm_send(a->comm, 0, DPT__APPO_TAG_BATCH, m, n);
+    free(m);
+    dpt__tb_free(s->tb);
+    s->tb = NULL;
+    return rc;
+}
+
+/* A sampler rank, between fragments: takes rank 0's newest weights and
+ * notices STOP (DPT_ECLOSED). With wait set, waits for a message first
+ * (no weights yet). */
+static int dpt__sampler_poll(dpt__sampler_t *s, int wait)
+{
+    struct dpt_appo *a = s->a;
+    for (;;) {
+        int flag = 0, tag = -1, rc;
+        if (wait) {
+            flag = 1;
+        } else if ((rc = dpt_comm_probe(a->comm, 0, DPT_COMM_ANY_TAG, &flag, NULL, &tag, NULL)) !=
+                   0) {
+            return rc;
+        }
+        if (!flag)
+            return DPT_OK;
+        void *m = NULL;
+        size_t n = 0;
+        rc = dpt_comm_recv(a->comm, 0, DPT_COMM_ANY_TAG, a->cfg.comm_timeout_s, &m, &n, NULL, &tag);
+        if (rc == DPT_ETIMEDOUT)
+            return dpt_error(rc,
+                             "appo sampler (rank %d): no word from the learner (rank 0) for "
+                             "comm_timeout_s = %g s",
+                             a->rank, a->cfg.comm_timeout_s);
+        if (rc)
+            return rc;
+        wait = 0;
+        if (tag == DPT__APPO_TAG_STOP) {
+            free(m);
+            return DPT_ECLOSED;
+        }
+        if (tag == DPT__APPO_TAG_WEIGHTS && n == 8 + s->params.count * sizeof(float)) {
+            memcpy(&s->version, m, 8);
+            memcpy(s->params.data, (unsigned char *)m + 8, s->params.count * sizeof(float));
+        }
+        free(m);
+    }
+}
+
+/* Rank 0: the newest weights to every sampler rank (without waiting for
+ * them), then the next sample batch into the learner's inqueue: one held
+ * since the inqueue was full, or one received within wait_s. */
+static int dpt__appo_pump(struct dpt_appo *a, double wait_s)
+{
+    int rc = DPT_OK;
+    pthread_mutex_lock(&a->wmu);
+    if (a->pub_version != a->sent_version) {
+        size_t n = 8 + a->pub.count * sizeof(float);
+        for (int r = 1; !rc && r < a->nranks; r++) {
+            unsigned char *m = malloc(n);
+            if (!m) {
+                rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate the weights message");
+                break;
+            }
+            memcpy(m, &a->pub_version, 8);
+            memcpy(m + 8, a->pub.data, a->pub.count * sizeof(float));
+            rc = dpt_comm_send_async(a->comm, r, DPT__APPO_TAG_WEIGHTS, m, n);
+        }
+        a->sent_version = a->pub_version;
+    }
+    pthread_mutex_unlock(&a->wmu);
+    if (rc)
+        return rc;
+    if (!a->held) {
+        void *m = NULL;
+        size_t n = 0;
+        int src = -1, tag = -1;
+        rc = dpt_comm_recv(a->comm, DPT_COMM_ANY_SOURCE, DPT_COMM_ANY_TAG, wait_s, &m, &n, &src,
+                           &tag);
+        if (rc == DPT_ETIMEDOUT)
+            return DPT_OK; /* the learner's queue timeout decides when that is too long */
+        if (rc)
+            return rc;
+        if (tag == DPT__APPO_TAG_BATCH) {
+            rc = dpt__tb_unpack(a, m, n, src, &a->held);
+        } else if (tag == DPT__APPO_TAG_FAIL) {
+            int code = DPT_EIO, off = 0;
+            if (n > 0)
+                ((char *)m)[n - 1] = '\0';
+            if (!m || sscanf(m, "%d %n", &code, &off) < 1 || code >= 0)
+                code = DPT_EIO;
+            rc = dpt_error(code, "appo sampler (rank %d): %s", src, m ? (char *)m + off : "");
+        }
+        free(m);
+        if (rc || !a->held)
+            return rc;
+        wait_s = 0.0;
+    }
+    rc = dpt_learner_push(a->learner_thread, a->held, wait_s);
+    if (rc == DPT_OK)
+        a->held = NULL;
+    return rc == DPT_ETIMEDOUT ? DPT_OK : rc;
+}
+
+/* Rank 0 at the end: every sampler rank is told to stop; with wait set,
+ * their last batches are taken (and dropped) until each said goodbye, for
+ * at most comm_timeout_s. */
+static void dpt__appo_finish(struct dpt_appo *a, int wait)
+{
+    if (!a->comm || a->rank != 0 || a->finished)
+        return;
+    a->finished = 1;
+    int left = 0;
+    for (int r = 1; r < a->nranks; r++)
+        if (dpt_comm_send_async(a->comm, r, DPT__APPO_TAG_STOP, NULL, 0) == DPT_OK)
+            left++;
+    double until = dpt_now() + a->cfg.comm_timeout_s;
+    while (wait && left > 0 && dpt_now() < until) {
+        void *m = NULL;
+        size_t n = 0;
+        int tag = -1;
+        if (dpt_comm_recv(a->comm, DPT_COMM_ANY_SOURCE, DPT_COMM_ANY_TAG, until - dpt_now(), &m, &n,
+                          NULL, &tag) != DPT_OK)
+            break;
+        free(m);
+        if (tag == DPT__APPO_TAG_BYE || tag == DPT__APPO_TAG_FAIL)
+            left--;
+    }
+}
+
 /* ---- samplers ------------------------------------------------------------------ */
 
 /* Pushes a full batch into the learner's inqueue, waiting while it is full
@@ -208,12 +424,17 @@ static void *dpt__sampler_main(void *arg)
     const dpt_rl_config_t *c = &a->cfg;
     int rc = DPT_OK;
     while (!atomic_load(&a->stop)) {
-        pthread_mutex_lock(&a->wmu);
-        if (a->pub_version != s->version || s->version == UINT64_MAX) {
-            memcpy(s->params.data, a->pub.data, a->pub.count * sizeof(float));
-            s->version = a->pub_version;
+        if (a->comm) {
+            if ((rc = dpt__sampler_poll(s, s->version == UINT64_MAX)) != 0)
+                break;
+        } else {
+            pthread_mutex_lock(&a->wmu);
+            if (a->pub_version != s->version || s->version == UINT64_MAX) {
+                memcpy(s->params.data, a->pub.data, a->pub.count * sizeof(float));
+                s->version = a->pub_version;
+            }
+            pthread_mutex_unlock(&a->wmu);
         }
-        pthread_mutex_unlock(&a->wmu);
         if ((rc = dpt__rollout_collect(&s->ro, s->actor, s->params.data, c->gamma, 1.0,
                                        c->reward_scale, a->T, NULL, NULL)) != 0)
             break;
@@ -227,7 +448,7 @@ static void *dpt__sampler_main(void *arg)
                 dpt__tb_episodes(s->tb, &s->ro);
             dpt__tb_add(s->tb, &s->ro, i, c->gamma, s->version);
             if (s->tb->seqs == a->seqs)
-                rc = dpt__sampler_push(s);
+                rc = a->comm ? dpt__sampler_send(s) : dpt__sampler_push(s);
         }
         if (rc)
             break;
@@ -351,6 +572,7 @@ static int dpt__learner_step(void *ctx, void *item, dpt_learner_result_t *res)
 static void dpt__appo_stop(dpt_appo_t *a)
 {
     atomic_store(&a->stop, 1);
+    dpt__appo_finish(a, 0);
     if (a->learner_thread) {
         dpt_learner_stop(a->learner_thread);
         if (a->lstarted)
@@ -377,6 +599,9 @@ int dpt_appo_stop(dpt_appo_t *a)
 {
     if (!a)
         return 0;
+    /* A run that ended well lets its sampler ranks finish their last send
+     * (after a failure the samplers were told at once, without waiting). */
+    dpt__appo_finish(a, 1);
     dpt__appo_stop(a);
     return a->stuck;
 }
@@ -385,10 +610,11 @@ void dpt_appo_destroy(dpt_appo_t *a)
 {
     if (!a)
         return;
-    dpt__appo_stop(a);
+    dpt_appo_stop(a);
     if (a->stuck)
         return;                             /* a detached sampler may still use it */
     dpt_learner_destroy(a->learner_thread); /* releases the batches it holds */
+    dpt__tb_free(a->held);
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__rollout_deinit(&a->samplers[k].ro);
         dpt_policy_destroy(a->samplers[k].actor);
@@ -407,7 +633,10 @@ void dpt_appo_destroy(dpt_appo_t *a)
     free(a);
 }
 
-int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg)
+/* The engine with `nsamplers` samplers numbered from `first` (their env
+ * seeds' stream index). */
+static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+                         int nsamplers, int first)
 {
     *out = NULL;
     size_t T = cfg->rollout_fragment_length;
@@ -437,14 +666,15 @@ int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_c
     pthread_cond_init(&a->cv, NULL);
     a->cfg = *cfg;
     a->cls = cls;
+    a->sent_version = UINT64_MAX;
     a->T = T;
     a->seqs = seqs;
     a->od = cls->obs_dim;
     a->aw = cls->action_kind == DPT_ACTION_DISCRETE ? 1 : cls->action_dim;
-    a->nsamplers = cfg->num_workers;
+    a->nsamplers = nsamplers;
     size_t rows = seqs * (T + 1);
     int rc;
-    a->samplers = calloc((size_t)a->nsamplers, sizeof *a->samplers);
+    a->samplers = calloc(nsamplers > 0 ? (size_t)nsamplers : 1, sizeof *a->samplers);
     if (!a->samplers) {
         rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d samplers", a->nsamplers);
         goto fail;
@@ -471,10 +701,10 @@ int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_c
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__sampler_t *s = &a->samplers[k];
         s->a = a;
-        s->index = k;
+        s->index = first + k;
         s->version = UINT64_MAX;
-        if ((rc = dpt__rollout_init(&s->ro, cls, cfg->num_envs, T, cfg->seed, (uint32_t)k, 0)) !=
-                0 ||
+        if ((rc = dpt__rollout_init(&s->ro, cls, cfg->num_envs, T, cfg->seed, (uint32_t)s->index,
+                                    0)) != 0 ||
             (rc = dpt_policy_create_ex(&s->actor, cls, &cfg->policy, cfg->num_envs)) != 0 ||
             (rc = dpt_arena_init(&s->params, n)) != 0)
             goto fail;
@@ -500,6 +730,60 @@ int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_c
 fail:
     dpt_appo_destroy(a);
     return rc;
+}
+
+int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg)
+{
+    return dpt__appo_new(out, cls, cfg, cfg->num_workers, 0);
+}
+
+int dpt_appo_create_mpi(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+                        dpt_comm_t *comm)
+{
+    *out = NULL;
+    int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm);
+    if (size < 2)
+        return dpt_error(DPT_EINVAL, "appo: a world of %d rank has no sampler rank", size);
+    if (cfg->num_workers != 1)
+        return dpt_error(DPT_EINVAL,
+                         "num_workers = %d: under mpirun every rank but rank 0 (the learner) "
+                         "is one sampler; set num_workers = 1",
+                         cfg->num_workers);
+    int rc = dpt__appo_new(out, cls, cfg, rank == 0 ? 0 : 1, rank - 1);
+    if (rc)
+        return rc;
+    (*out)->comm = comm;
+    (*out)->rank = rank;
+    (*out)->nranks = size;
+    return DPT_OK;
+}
+
+int dpt_appo_run_sampler(dpt_appo_t *a)
+{
+    if (!a->comm || a->rank == 0 || a->nsamplers != 1)
+        return dpt_error(DPT_ESTATE, "appo: dpt_appo_run_sampler is for a sampler rank");
+    dpt__sampler_t *s = &a->samplers[0];
+    atomic_store(&s->running, 1);
+    dpt__sampler_main(s);
+    if (!atomic_load(&s->failed))
+        return dpt_comm_send(a->comm, 0, DPT__APPO_TAG_BYE, NULL, 0);
+    /* Rank 0 ends the run with this error; wait for its word (or the end of
+     * the job) so that the error is reported once, by rank 0. */
+    char msg[300];
+    int n = snprintf(msg, sizeof msg, "%d %s", s->rc, s->err);
+    if (dpt_comm_send(a->comm, 0, DPT__APPO_TAG_FAIL, msg, (size_t)n + 1) == DPT_OK) {
+        void *m = NULL;
+        size_t got = 0;
+        int tag = -1;
+        while (dpt_comm_recv(a->comm, 0, DPT_COMM_ANY_TAG, a->cfg.comm_timeout_s, &m, &got, NULL,
+                             &tag) == DPT_OK) {
+            free(m);
+            m = NULL;
+            if (tag == DPT__APPO_TAG_STOP)
+                break;
+        }
+    }
+    return dpt_error(s->rc, "%s", s->err);
 }
 
 dpt_policy_t *dpt_appo_policy(dpt_appo_t *a)
@@ -592,6 +876,16 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         pthread_mutex_lock(&a->mu);
         if (a->timesteps >= target)
             break;
+        if (a->comm) {
+            /* Rank 0 under mpirun: the sampler ranks' batches come in here. */
+            pthread_mutex_unlock(&a->mu);
+            if ((rc = dpt__appo_pump(a, 0.05)) != 0) {
+                dpt__appo_stop(a);
+                return rc;
+            }
+            pthread_mutex_lock(&a->mu);
+            continue;
+        }
         /* Woken when the learner reaches the target; the time limit bounds
          * the health checks. */
         a->wake_at = target;

@@ -184,6 +184,19 @@ typedef struct dpt_appo_stats {
  * on the towers engine. No thread runs until the first dpt_appo_train.
  * Errors: DPT_EINVAL naming the setting, DPT_ENOMEM, those of the towers. */
 int dpt_appo_create(dpt_appo_t **a, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg);
+/* The same under mpirun: comm's rank 0 is the learner (no local samplers;
+ * sample batches come from the other ranks); every other rank is one
+ * sampler (num_workers must be 1) whose only call is
+ * dpt_appo_run_sampler. comm is borrowed until destroy. Errors as
+ * dpt_appo_create's, DPT_EINVAL (num_workers != 1, a world of one). */
+int dpt_appo_create_mpi(dpt_appo_t **a, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+                        dpt_comm_t *comm);
+/* A sampler rank's whole part of the run: collects fragments with the
+ * newest weights rank 0 sent, sends each full train batch to rank 0 (waiting
+ * while rank 0's queue is full), until rank 0 says stop (DPT_OK). An env
+ * error is sent to rank 0 (which ends the run with it) and returned.
+ * Silence from rank 0 for comm_timeout_s is DPT_ETIMEDOUT. */
+int dpt_appo_run_sampler(dpt_appo_t *a);
 /* Stops every thread. A sampler still inside an env step 5 s later (a
  * hung env) is left running, detached: then this returns 1, the engine is
  * never freed, and the caller must keep the env class (and its plug-in)

@@ -895,6 +895,15 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
             }
             r.solo = 1;
         }
+        /* appo, impala: rank 0 learns and runs the loop alone; every other
+         * rank is a sampler until rank 0 says stop. */
+        if (job == DPT_JOB_APPO || job == DPT_JOB_IMPALA) {
+            if (r.rank > 0) {
+                rc = dpt__appo_mpi_sampler(r.cfg, r.mpi);
+                goto out;
+            }
+            r.solo = 1;
+        }
     }
 
     /* 3. The trainer (datasets, envs, threads) before the directory. */

@@ -259,6 +259,10 @@ int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st,
 int dpt__sr_mpi_check(const dpt_config_t *c, int world);
 int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
                        const volatile sig_atomic_t *stop_flag);
+/* appo and impala under mpirun (src/train/trainer_appo.c): a sampler
+ * rank's whole part of the run (rank 0 learns): DPT_OK once rank 0 said
+ * stop, or the error (an env's, sent to rank 0 first; rank 0's silence). */
+int dpt__appo_mpi_sampler(const dpt_config_t *cfg, dpt_comm_t *comm);
 /* The most hidden layers of the supervised MLP (sizes in key hidden). */
 #define DPT__SUP_MAX_LAYERS (2 * DPT__MAX_HIDDEN + 1)
 

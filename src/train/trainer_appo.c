@@ -4,6 +4,7 @@
  * interface of dpt/train.h.
  */
 #include "dpt/arena.h"
+#include "dpt/comm.h"
 #include "dpt/status.h"
 #include "rl_internal.h"
 #include "train_internal.h"
@@ -36,11 +37,17 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
 {
     *self = NULL;
     const char *job = dpt_job_name(dpt_config_job(cfg));
-    if (env && env->use_mpi && dpt__mpi_world_size() > 1)
-        return dpt_error(DPT_EINVAL,
-                         "%s does not run under mpirun yet (its samplers are threads of one "
-                         "process); use job = ddppo to train across processes",
-                         job);
+    /* Under mpirun dpt_train_run hands rank 0 (the learner) the ranks'
+     * communicator; the other ranks run dpt__appo_mpi_sampler. */
+    dpt_comm_t *comm = NULL;
+    if (env && env->use_mpi && dpt__mpi_world_size() > 1) {
+        if (!env->comm || dpt_comm_rank(env->comm) != 0)
+            return dpt_error(DPT_EINVAL,
+                             "%s under mpirun runs through dpt_train_run (rank 0 learns, the "
+                             "other ranks sample)",
+                             job);
+        comm = env->comm;
+    }
     dpt__appo_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return dpt_error(DPT_ENOMEM, "%s: cannot allocate the trainer", job);
@@ -49,7 +56,8 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
     if (!rc)
         rc = dpt__rl_make_env(cfg, &t->env);
     if (!rc)
-        rc = dpt_appo_create(&t->appo, t->env, &t->rc);
+        rc = comm ? dpt_appo_create_mpi(&t->appo, t->env, &t->rc, comm)
+                  : dpt_appo_create(&t->appo, t->env, &t->rc);
     if (!rc)
         rc = dpt_arena_init(&t->eval_params, dpt_policy_vars(dpt_appo_policy(t->appo))->total);
     if (rc) {
@@ -58,6 +66,25 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
     }
     *self = t;
     return DPT_OK;
+}
+
+int dpt__appo_mpi_sampler(const dpt_config_t *cfg, dpt_comm_t *comm)
+{
+    dpt_rl_config_t rc_cfg;
+    dpt_env_class_t *env = NULL;
+    dpt_appo_t *a = NULL;
+    int rc = dpt__rl_config_from(cfg, &rc_cfg);
+    if (!rc)
+        rc = dpt__rl_make_env(cfg, &env);
+    if (!rc)
+        rc = dpt_appo_create_mpi(&a, env, &rc_cfg, comm);
+    if (!rc)
+        rc = dpt_appo_run_sampler(a);
+    int stuck = dpt_appo_stop(a);
+    dpt_appo_destroy(a);
+    if (!stuck)
+        dpt_env_class_destroy(env);
+    return rc;
 }
 
 static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
