@@ -382,8 +382,8 @@ static void test_buckets_bitwise(void)
 static void test_buckets_failure_refused_everywhere(void)
 {
     static part_t p[MAXP];
-    p[0] = (part_t){.mode = DPT_TOWERS_PS, .devices = 1, .bucket_bytes = SMALL_BUCKETS,
-                    .bad_step = 3};
+    p[0] =
+        (part_t){.mode = DPT_TOWERS_PS, .devices = 1, .bucket_bytes = SMALL_BUCKETS, .bad_step = 3};
     REQUIRE(run_parts(p, MAXP) == 0);
     for (int i = 0; i < MAXP; i++) {
         CHECK(p[i].rc == 0 && p[i].nbuckets == NBUCKETS && !p[i].moved);

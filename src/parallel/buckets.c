@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dpt__bucket_plan_init(dpt__bucket_plan_t *plan, const dpt_vartable_t *vars,
-                          size_t bucket_bytes)
+int dpt__bucket_plan_init(dpt__bucket_plan_t *plan, const dpt_vartable_t *vars, size_t bucket_bytes)
 {
     memset(plan, 0, sizeof *plan);
     size_t nv = vars->nvars, cap = nv ? nv : 1;
