@@ -155,8 +155,8 @@ static void test_buckets_like_one_allreduce(void)
                 else
                     CHECK(d <= 1e-4);
                 CHECK(memcmp(bk.w, again.w, sizeof bk.w) == 0 && bk.norm == again.norm);
-                CHECK(dpt_test_same_on_all_ranks(
-                    c, dpt_fnv1a64(DPT_FNV1A64_INIT, bk.w, sizeof bk.w)));
+                CHECK(dpt_test_same_on_all_ranks(c,
+                                                 dpt_fnv1a64(DPT_FNV1A64_INIT, bk.w, sizeof bk.w)));
                 if (rank == 0)
                     printf("%d ranks, %s, %s, %s: %d buckets vs one all-reduce: %s (max "
                            "relative difference %.3g); repeat bitwise\n",

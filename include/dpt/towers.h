@@ -302,6 +302,11 @@ int dpt_towers_set_optimizer_state(dpt_towers_t *towers, dpt_optim_t *src);
 const dpt_towers_config_t *dpt_towers_get_config(const dpt_towers_t *towers);
 uint64_t dpt_towers_steps(const dpt_towers_t *towers);
 
+/* The number of gradient buckets a step all-reduces while the backward pass
+ * runs (see "Gradient buckets"); 0 when the overlap does not apply and the
+ * step makes one all-reduce after the backward pass. */
+size_t dpt_towers_buckets(const dpt_towers_t *towers);
+
 #ifdef __cplusplus
 }
 #endif

@@ -666,3 +666,8 @@ uint64_t dpt_towers_steps(const dpt_towers_t *t)
 {
     return t->steps;
 }
+
+size_t dpt_towers_buckets(const dpt_towers_t *t)
+{
+    return t->bk ? t->bk->plan.n : 0;
+}
