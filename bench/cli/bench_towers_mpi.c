@@ -145,10 +145,11 @@ int dpt__bench_towers_mpi(int argc, char **argv)
         }
         i++;
     }
-    if (a.layers < 1 || a.layers > BM_MAX_LAYERS || a.width < 2 || a.width > 65536 ||
-        a.batch < 1 || a.rounds < 1 || a.rounds > 1000 || a.steps < 1 || a.steps > 1000) {
-        fprintf(stderr, "dpt bench towers --backend mpi: need layers 1..%d, width 2..65536, "
-                        "batch >= 1, rounds and steps 1..1000\n",
+    if (a.layers < 1 || a.layers > BM_MAX_LAYERS || a.width < 2 || a.width > 65536 || a.batch < 1 ||
+        a.rounds < 1 || a.rounds > 1000 || a.steps < 1 || a.steps > 1000) {
+        fprintf(stderr,
+                "dpt bench towers --backend mpi: need layers 1..%d, width 2..65536, "
+                "batch >= 1, rounds and steps 1..1000\n",
                 BM_MAX_LAYERS);
         return DPT_EXIT_USAGE;
     }
