@@ -318,9 +318,9 @@ static int run_parts(part_t *parts, int n)
         return -1;
     pthread_t th[MAXP];
     int started = 0;
+    for (int i = 1; i < n; i++)
+        parts[i] = parts[0]; /* before any participant runs */
     for (int i = 0; i < n; i++) {
-        if (i > 0)
-            parts[i] = parts[0];
         parts[i].group = g;
         parts[i].rank = i;
         parts[i].nparts = n;
