@@ -12,7 +12,7 @@
  * bitwise; a step that fails on one participant is refused by all; a failed
  * communicator's error comes back from the communication thread; the
  * fallbacks (several devices, no hook, weight_rows, one bucket) keep one
- * all-reduce.
+ * all-reduce; a model whose set_grad_hook fails fails create.
  */
 #include "dpt_test.h"
 
@@ -465,6 +465,43 @@ static void test_fallbacks(void)
     }
 }
 
+/* A model whose set_grad_hook fails: create returns its error (the
+ * communication thread already started is joined on the way out). */
+static int failing_set_hook(void *ctx, dpt_grad_hook_t hook, void *user)
+{
+    (void)ctx, (void)user;
+    return hook ? dpt_error(DPT_ENOTSUP, "this model cannot report its gradients") : DPT_OK;
+}
+
+static void test_hook_error(void)
+{
+    dpt_comm_threads_group_t *g;
+    dpt_comm_t *c0;
+    REQUIRE_OK(dpt_comm_threads_group_create(&g, 1, NULL));
+    REQUIRE_OK(dpt_comm_threads_join(g, 0, &c0));
+    dpt_mlp_t *mlp;
+    REQUIRE_OK(dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, 8));
+    dpt_model_t model = dpt_mlp_model(mlp);
+    model.set_grad_hook = failing_set_hook;
+    dpt_batch_t lay = xy(0, NULL, NULL);
+    dpt_towers_t *t = NULL;
+    dpt_towers_config_t c = dpt_towers_defaults();
+    c.max_per_device_batch_size = 4;
+    c.max_load_rows = 8;
+    c.bucket_bytes = SMALL_BUCKETS;
+    c.comm = c0;
+    CHECK_ERR(dpt_towers_create(&t, &model, &lay, &c), DPT_ENOTSUP, "cannot report its gradients");
+    CHECK(t == NULL);
+    /* Without buckets the hook is never asked for. */
+    c.bucket_bytes = 0;
+    REQUIRE_OK(dpt_towers_create(&t, &model, &lay, &c));
+    CHECK(dpt_towers_buckets(t) == 0);
+    dpt_towers_destroy(t);
+    dpt_mlp_destroy(mlp);
+    dpt_comm_destroy(c0);
+    dpt_comm_threads_group_destroy(g);
+}
+
 int main(void)
 {
     dpt_rng_t r;
@@ -480,6 +517,7 @@ int main(void)
         DPT_TEST(test_buckets_failure_refused_everywhere),
         DPT_TEST(test_buckets_failed_communicator),
         DPT_TEST(test_fallbacks),
+        DPT_TEST(test_hook_error),
     };
     return DPT_TEST_RUN(cases);
 }

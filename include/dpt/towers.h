@@ -229,7 +229,8 @@ typedef struct dpt_towers dpt_towers_t;
  * sequences) is taken from it. Parameters start at zero: set them with
  * dpt_towers_set_weights(). Errors: DPT_EINVAL (bad config, naming the
  * key; with comm: async mode, weight_rows with reduce_sum; weight_rows
- * without comm), DPT_ENOMEM, DPT_ETHREAD. */
+ * without comm), DPT_ENOMEM, DPT_ETHREAD (also: the communication thread
+ * of the gradient buckets), or the error of the model's set_grad_hook. */
 int dpt_towers_create(dpt_towers_t **towers, const dpt_model_t *model, const dpt_batch_t *layout,
                       const dpt_towers_config_t *cfg);
 void dpt_towers_destroy(dpt_towers_t *towers);
