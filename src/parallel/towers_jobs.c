@@ -250,7 +250,9 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
  * dpt_towers_optimize(), uses the communicator. With one device every
  * barrier returns at once, the 1/N scale is 1 and the one slice is the
  * whole arena: the step is that of one device all-reducing its own
- * gradient. */
+ * gradient; with gradient buckets (t->bk, one device only) that all-reduce
+ * is the buckets', started by the model's hook during the backward pass
+ * and waited for where the one all-reduce would run (towers_buckets.c). */
 static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
 {
     int n = t->cfg.num_devices, d = w->index;
