@@ -417,7 +417,7 @@ static void test_buckets_failed_communicator(void)
     c.comm = c0;
     REQUIRE_OK(dpt_towers_create(&t, &model, &lay, &c));
     REQUIRE(t->bk && t->bk->plan.n == NBUCKETS);
-    float before[1024], after[1024];
+    float before[1024] = {0}, after[1024]; /* the padding stays 0 */
     size_t count = model.vars->total;
     dpt_rng_t r;
     dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
