@@ -105,7 +105,7 @@ static void test_refused(void)
               "model plug-in /nonexistent/libnone.so");
     CHECK(p == NULL);
     CHECK_ERR(dpt_model_plugin_load(broken, &p), DPT_EINVAL,
-              "was built for model ABI 2, this dpt has 1");
+              "was built for model ABI 3, this dpt has 2");
     CHECK_ERR(dpt_model_plugin_load(other, &p), DPT_EINVAL,
               "does not export dpt_model_plugin_abi()");
     CHECK_ERR(dpt_model_plugin_load("", &p), DPT_EINVAL, "no path");

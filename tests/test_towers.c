@@ -1251,7 +1251,7 @@ static void test_comm_failed_communicator(void)
         dpt_towers_config_t c = config(D == 1 ? DPT_TOWERS_PS : DPT_TOWERS_REPLICATED, D, 4);
         c.comm = c0;
         REQUIRE_OK(dpt_towers_create(&t, &model, &lay, &c));
-        float before[1024], after[1024];
+        float before[1024] = {0}, after[1024]; /* the padding stays 0 */
         dpt_rng_t r;
         dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
         dpt_mlp_init_params(mlp, before, &r);

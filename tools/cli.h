@@ -27,6 +27,8 @@ int dpt_cmd_plot(int argc, char **argv);
 /* Benchmarks reachable as `dpt bench NAME` (bench/cli/). */
 int dpt_bench_allreduce(int argc, char **argv);
 int dpt_bench_towers(int argc, char **argv);
+/* dpt bench towers --backend mpi (bench/cli/bench_towers_mpi.c). */
+int dpt__bench_towers_mpi(int argc, char **argv);
 int dpt_bench_env(int argc, char **argv);
 int dpt_bench_ppo(int argc, char **argv);
 int dpt_bench_ddppo(int argc, char **argv);

@@ -156,7 +156,9 @@ static int bt_usage(FILE *f, int code)
             "rounds (default %d, at most %d) of S/R seconds each; figures are medians\n"
             "over the rounds; --per-round also prints every round's samples/s.\n"
             "--hidden sets the hidden layers (comma-separated widths, 1 to %d layers;\n"
-            "e.g. 256,128 is the Fashion-MNIST example's MLP).\n",
+            "e.g. 256,128 is the Fashion-MNIST example's MLP).\n"
+            "Under mpirun, --backend mpi measures instead how much of the gradients'\n"
+            "all-reduce the buckets hide behind the backward pass (--backend mpi --help).\n",
             BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT, BT_ROUNDS_DEFAULT, BT_ROUNDS_MAX, BT_MAX_HIDDEN);
     return code;
 }
@@ -165,6 +167,15 @@ int dpt_bench_towers(int argc, char **argv)
 {
     bt_args_t a = {256, 2, 5.0, BT_ROUNDS_DEFAULT, 0, 0, {0}, {BT_HIDDEN, BT_HIDDEN}, 2, 0, 0};
     int any_mode = 0;
+    /* Across MPI ranks: the overlap of the gradient buckets' all-reduce
+     * with the backward pass (bench_towers_mpi.c), its own options. */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--backend")) {
+            if (!strcmp(argv[i + 1], "mpi"))
+                return dpt__bench_towers_mpi(argc, argv);
+            fprintf(stderr, "dpt bench towers: --backend %s: only mpi is known\n", argv[i + 1]);
+            return DPT_EXIT_USAGE;
+        }
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h"))

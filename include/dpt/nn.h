@@ -86,6 +86,19 @@ const char *dpt_init_name(dpt_init_t init);
 int dpt_layer_kind_parse(const char *name, dpt_layer_kind_t *kind);
 int dpt_init_parse(const char *name, dpt_init_t *init);
 
+/* Gradient-ready hook. A model that offers set_grad_hook (below) calls
+ * hook(user, var_lo, var_hi) from inside loss_grad, on the thread running
+ * it, each time the gradients of variables [var_lo, var_hi) of its table
+ * (indices into vars->vars) are final for this call: loss_grad writes
+ * nothing in their part of `grads` again before it returns. Ranges come in
+ * the order the backward pass finishes them (the built-in MLP: the last
+ * linear layer's weight and bias first, then the one before, ...) and do
+ * not overlap; a variable never reported is final when loss_grad returns.
+ * The hook must be quick and must not call the model. The towers engine
+ * uses it to start all-reducing a bucket of gradients while the backward
+ * pass goes on (dpt/towers.h, "Gradient buckets"). */
+typedef void (*dpt_grad_hook_t)(void *user, size_t var_lo, size_t var_hi);
+
 /* ------------------------------------------------------------------------ */
 /* Sequential stacks                                                         */
 
@@ -127,6 +140,12 @@ int dpt_seq_backward(dpt_seq_t *seq, const float *params, float *grads, const fl
  * written) instead of added: the caller need not zero them first. */
 int dpt_seq_backward_ex(dpt_seq_t *seq, const float *params, float *grads, const float *dy,
                         float *dx, int store_grads);
+/* Installs (hook NULL: removes) the gradient-ready hook of this stack:
+ * during each backward, right after a layer with parameters (linear) has
+ * written its weight and bias gradients, hook(user, v, v + 2) is called
+ * with v the table index of that layer's weight (its bias is v + 1), last
+ * layer first. The MLP's set_grad_hook installs it on its stack. */
+void dpt_seq_set_grad_hook(dpt_seq_t *seq, dpt_grad_hook_t hook, void *user);
 
 /* ------------------------------------------------------------------------ */
 /* Embedding bags                                                            */
@@ -283,6 +302,11 @@ typedef struct dpt_loss_out {
  *   contract above.
  */
 #define DPT_MODEL_STORES_GRADS 1u
+
+/* set_grad_hook(ctx, hook, user) (optional, NULL when the model has none;
+ * see dpt_grad_hook_t above):
+ * installs `hook` on that context (a replicate()d copy has its own, none
+ * at first); hook NULL removes it. Returns 0 or a DPT_E... code. */
 typedef struct dpt_model {
     const dpt_vartable_t *vars; /* parameter layout (borrowed) */
     void *ctx;                  /* user data (borrowed) */
@@ -292,6 +316,7 @@ typedef struct dpt_model {
     int (*replicate)(void *ctx, void **copy);
     void (*release)(void *copy);
     unsigned flags; /* DPT_MODEL_STORES_GRADS or 0 */
+    int (*set_grad_hook)(void *ctx, dpt_grad_hook_t hook, void *user);
 } dpt_model_t;
 
 /* Loss heads of the built-in MLP: symbol, config name. */
@@ -343,7 +368,9 @@ int dpt_mlp_predict(dpt_mlp_t *mlp, const float *params, const float *x, size_t 
                     const float **y);
 /* The MLP as a dpt_model_t (replicate creates a second MLP of the same
  * shape). Its loss_grad is dpt_mlp_loss_grad except that it STORES the
- * gradient (flags = DPT_MODEL_STORES_GRADS). */
+ * gradient (flags = DPT_MODEL_STORES_GRADS). Its set_grad_hook reports
+ * each linear layer's (weight, bias) pair, last layer first (see
+ * dpt_seq_set_grad_hook); the hook also fires in dpt_mlp_loss_grad. */
 dpt_model_t dpt_mlp_model(dpt_mlp_t *mlp);
 
 /* ------------------------------------------------------------------------ */
@@ -383,8 +410,8 @@ typedef struct dpt_model_plugin {
 } dpt_model_plugin_t;
 
 /* Changes whenever dpt_model_plugin_t, dpt_model_spec_t, dpt_model_t or
- * this contract change. 1: the first. */
-#define DPT_MODEL_ABI_VERSION 1
+ * this contract change. 1: the first; 2: dpt_model_t.set_grad_hook. */
+#define DPT_MODEL_ABI_VERSION 2
 #define DPT_MODEL_PLUGIN_SYMBOL "dpt_model_plugin"
 #define DPT_MODEL_PLUGIN_ABI_SYMBOL "dpt_model_plugin_abi"
 

@@ -99,6 +99,43 @@
  * replicas (replicated) and every participant's parameters and optimizer
  * state (a collective), and with check_every > 0 runs every check_every
  * steps in either mode.
+ *
+ * Gradient buckets (external communicator, cfg.bucket_bytes > 0): as in
+ * PyTorch DDP and Horovod, the all-reduce above is cut into buckets that
+ * start while the backward pass is still running. The plan, made once at
+ * create: walking the model's variables from the LAST to the first (the
+ * order in which a backward pass finishes them), a variable joins the
+ * current bucket unless that bucket is not empty and would then exceed
+ * bucket_bytes; a variable larger than bucket_bytes is a bucket of its own
+ * (variables are never split). A bucket is a contiguous float range of the
+ * arena, from its first variable's offset to the next bucket's (alignment
+ * padding included). During a step, the model's gradient hook (set_grad_hook
+ * in dpt/nn.h; the built-in MLP reports each linear layer, last first) tells
+ * the engine which variables are final; each bucket whose variables are all
+ * final is handed to the engine's communication thread, which all-reduces
+ * the buckets one after the other, in plan order, with dpt_comm_allreduce,
+ * then the extra float s_p alone (after loss_grad returned, so a failure is
+ * still known to all). The devices wait for every bucket before the norm,
+ * the clip and the update, which are unchanged: the update is applied once
+ * all buckets are reduced, with grad_clip = 0 too (applying a bucket's
+ * update as soon as it arrives would overlap only the optimizer, which is
+ * cheap next to the backward pass). Every element is summed by the same
+ * collective whatever bucket holds it, so the bits are those of
+ * bucket_bytes = 0 whenever the all-reduce's order does not depend on the
+ * message size: always with 2 participants (a + b = b + a), the threads
+ * backend, tree; with 3 or more MPI ranks, native (Open MPI chooses its
+ * algorithm by size), ring (blocks follow the count) or auto may round
+ * differently, within the bound of dpt/comm.h. For a given bucket_bytes a
+ * run repeats bitwise: the collectives are the same calls in the same order
+ * whenever the hook fires. The overlap applies only with num_devices = 1, a
+ * model that has set_grad_hook, weight_rows off (it scales the gradient
+ * after the backward pass) and a plan of at least two buckets; otherwise
+ * the step keeps its one all-reduce after the backward pass (with N > 1
+ * devices, after the devices' combine). While it applies, the engine's
+ * communication thread uses comm during steps and the thread that calls
+ * optimize() between them (replica checks): an MPI communicator needs
+ * MPI_THREAD_SERIALIZED. The engine installs its hook on the model's
+ * context (model->ctx) at create and removes it at destroy.
  */
 #ifndef DPT_TOWERS_H
 #define DPT_TOWERS_H
@@ -152,10 +189,13 @@ typedef struct dpt_towers_config {
                                        * engine); NULL = the devices of this engine only */
     int weight_rows;                     /* with comm: weight each device's gradient by
                                        * its rows (excludes reduce_sum) */
+    size_t bucket_bytes;                 /* with comm: gradient bucket size in bytes (see
+                                          * "Gradient buckets"); 0 = one all-reduce */
 } dpt_towers_config_t;
 
 /* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam, no
- * external communicator; check_every 50 in debug builds (NDEBUG
+ * external communicator, bucket_bytes 0 (the supervised job's key
+ * bucket_bytes defaults to 25 MB, DDP's); check_every 50 in debug builds (NDEBUG
  * undefined), 0 otherwise. */
 dpt_towers_config_t dpt_towers_defaults(void);
 
@@ -189,7 +229,8 @@ typedef struct dpt_towers dpt_towers_t;
  * sequences) is taken from it. Parameters start at zero: set them with
  * dpt_towers_set_weights(). Errors: DPT_EINVAL (bad config, naming the
  * key; with comm: async mode, weight_rows with reduce_sum; weight_rows
- * without comm), DPT_ENOMEM, DPT_ETHREAD. */
+ * without comm), DPT_ENOMEM, DPT_ETHREAD (also: the communication thread
+ * of the gradient buckets), or the error of the model's set_grad_hook. */
 int dpt_towers_create(dpt_towers_t **towers, const dpt_model_t *model, const dpt_batch_t *layout,
                       const dpt_towers_config_t *cfg);
 void dpt_towers_destroy(dpt_towers_t *towers);
@@ -261,6 +302,11 @@ int dpt_towers_set_optimizer_state(dpt_towers_t *towers, dpt_optim_t *src);
 /* The configuration in use and the number of optimize() calls made. */
 const dpt_towers_config_t *dpt_towers_get_config(const dpt_towers_t *towers);
 uint64_t dpt_towers_steps(const dpt_towers_t *towers);
+
+/* The number of gradient buckets a step all-reduces while the backward pass
+ * runs (see "Gradient buckets"); 0 when the overlap does not apply and the
+ * step makes one all-reduce after the backward pass. */
+size_t dpt_towers_buckets(const dpt_towers_t *towers);
 
 #ifdef __cplusplus
 }

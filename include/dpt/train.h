@@ -258,6 +258,11 @@ typedef enum dpt_adv_norm {
       DPT_CHOICES_ALLREDUCE,                                                                       \
       "allreduce algorithm of the gradients (replicated towers, ranks, DD-PPO workers); auto "     \
       "chooses by message size and layout (docs/COLLECTIVES.md)")                                  \
+    X(bucket_bytes, INT, DPT_JOBS_SUP, 0, "26214400", 0, 1e12, "",                                 \
+      "under mpirun with num_devices = 1: gradients are all-reduced in buckets of about this "     \
+      "many "                                                                                      \
+      "bytes, last layer first, each as soon as the backward pass has finished it (0 = one "       \
+      "all-reduce after the backward pass)")                                                       \
     /* reinforcement learning */                                                                   \
     X(env, STR, DPT_JOBS_RL, 0, "CartPole-v1", 0, 0, "",                                           \
       "environment: a built-in name, or the path of a plug-in .so (relative to the config file)")  \

@@ -202,6 +202,13 @@ static void dpt__mlp_model_release(void *copy)
     dpt_mlp_destroy(copy);
 }
 
+static int dpt__mlp_model_set_grad_hook(void *ctx, dpt_grad_hook_t hook, void *user)
+{
+    dpt_mlp_t *m = ctx;
+    dpt_seq_set_grad_hook(m->seq, hook, user);
+    return DPT_OK;
+}
+
 dpt_model_t dpt_mlp_model(dpt_mlp_t *m)
 {
     dpt_model_t model = {
@@ -212,6 +219,7 @@ dpt_model_t dpt_mlp_model(dpt_mlp_t *m)
         .replicate = dpt__mlp_model_replicate,
         .release = dpt__mlp_model_release,
         .flags = DPT_MODEL_STORES_GRADS,
+        .set_grad_hook = dpt__mlp_model_set_grad_hook,
     };
     return model;
 }

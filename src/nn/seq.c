@@ -22,6 +22,7 @@ typedef struct dpt__layer {
     size_t in, out; /* features in and out */
     size_t w_off;   /* linear: offset of W [out, in] in the arena */
     size_t b_off;   /* linear: offset of b [out] */
+    size_t var;     /* linear: table index of W (b is var + 1) */
 } dpt__layer_t;
 
 /* Backward modes: what a layer stores rather than adds to. */
@@ -229,10 +230,12 @@ struct dpt_seq {
     dpt__layer_t *layers;
     size_t nlayers;
     size_t in_dim, out_dim, max_batch, max_width;
-    float **act;    /* act[i] = output of layer i, [max_batch, layers[i].out] */
-    float *dbuf[2]; /* ping-pong input-gradient buffers [max_batch, max_width] */
-    const float *x; /* input of the last forward (borrowed) */
-    size_t batch;   /* rows of the last forward, 0 = none */
+    float **act;          /* act[i] = output of layer i, [max_batch, layers[i].out] */
+    float *dbuf[2];       /* ping-pong input-gradient buffers [max_batch, max_width] */
+    const float *x;       /* input of the last forward (borrowed) */
+    size_t batch;         /* rows of the last forward, 0 = none */
+    dpt_grad_hook_t hook; /* called after each linear layer's backward, or NULL */
+    void *hook_user;
 };
 
 void dpt_seq_destroy(dpt_seq_t *s)
@@ -306,6 +309,7 @@ int dpt_seq_create(dpt_seq_t **out, size_t in_dim, const dpt_layer_spec_t *layer
             l->out = l->spec.out;
             char name[DPT_VAR_NAME_MAX + 32];
             size_t wshape[2] = {l->out, l->in}, bshape[1] = {l->out};
+            l->var = table->nvars;
             snprintf(name, sizeof name, "%s%zu.weight", prefix, i);
             if ((rc = dpt_vartable_add(table, name, 2, wshape, &l->w_off)) != 0)
                 goto fail;
@@ -481,9 +485,19 @@ int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const f
         float *ldx = i ? s->dbuf[i & 1] : dx;
         unsigned mode = gmode | (i ? DPT__STORE_DX : 0u);
         dpt__layer_ops[l->spec.kind].backward(l, params, grads, lx, s->act[i], g, ldx, batch, mode);
+        /* The layer's parameter gradients are final: the layers below
+         * write only their own. */
+        if (s->hook && dpt__layer_ops[l->spec.kind].has_params)
+            s->hook(s->hook_user, l->var, l->var + 2);
         g = ldx;
     }
     return DPT_OK;
+}
+
+void dpt_seq_set_grad_hook(dpt_seq_t *s, dpt_grad_hook_t hook, void *user)
+{
+    s->hook = hook;
+    s->hook_user = hook ? user : NULL;
 }
 
 int dpt_seq_backward(dpt_seq_t *s, const float *params, float *grads, const float *dy, float *dx)

@@ -60,6 +60,7 @@ void dpt_towers_destroy(dpt_towers_t *t)
 {
     if (!t)
         return;
+    dpt__buckets_destroy(t);
     dpt_device_pool_destroy(t->pool);
     if (t->towers) {
         for (int i = 0; i < t->cfg.num_devices; i++) {
@@ -247,7 +248,8 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
                 }
             }
     }
-    if ((rc = dpt_device_pool_create(&t->pool, n, cfg->pin_devices)) != 0)
+    if ((rc = dpt_device_pool_create(&t->pool, n, cfg->pin_devices)) != 0 ||
+        (rc = dpt__buckets_create(t)) != 0)
         goto fail;
     *out = t;
     return DPT_OK;
@@ -663,4 +665,9 @@ const dpt_towers_config_t *dpt_towers_get_config(const dpt_towers_t *t)
 uint64_t dpt_towers_steps(const dpt_towers_t *t)
 {
     return t->steps;
+}
+
+size_t dpt_towers_buckets(const dpt_towers_t *t)
+{
+    return t->bk ? t->bk->plan.n : 0;
 }

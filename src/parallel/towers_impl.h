@@ -9,6 +9,7 @@
 #include "dpt/batch.h"
 #include "dpt/comm.h"
 #include "dpt/device.h"
+#include "buckets.h"
 #include "dpt/towers.h"
 #include "sync.h"
 
@@ -48,6 +49,30 @@ typedef struct dpt__tower {
 
 typedef enum { DPT__JOB_LOAD, DPT__JOB_STEP, DPT__JOB_GRADSET } dpt__job_kind_t;
 
+/* Gradient buckets all-reduced while the backward pass goes on (external
+ * communicator, one device, a model with a gradient hook, more than one
+ * bucket): the communication thread reduces "items" in order, items
+ * [0, plan.n) the buckets and item plan.n the extra float at
+ * buf[nparams]. Device 0's thread releases them (the hook, as buckets
+ * become ready; the rest after loss_grad returns) and waits for all of
+ * them before it reads the reduced gradient. Lock order: mu only. */
+typedef struct dpt__bucketer {
+    dpt__bucket_plan_t plan;
+    dpt__bucket_track_t track; /* device 0's thread only */
+    int active;                /* device 0's thread only: inside a step's loss_grad */
+    size_t released_seen;      /* device 0's thread only: the last count released */
+    pthread_t thread;
+    int thread_started, sync_ready;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* under mu */
+    float *buf;
+    dpt_reduce_op_t op;
+    size_t released, reduced;
+    int rc, quit;
+    char msg[512];
+} dpt__bucketer_t;
+
 struct dpt_towers {
     dpt_towers_config_t cfg;
     dpt_model_t model;
@@ -82,6 +107,7 @@ struct dpt_towers {
     atomic_int job_failed; /* set between barriers in ps/replicated */
     int job_comm_rc;       /* with an external communicator: device 0's all-reduce result,
                             * read by every device after the barrier that follows it */
+    dpt__bucketer_t *bk;   /* gradient buckets with overlap, or NULL (one all-reduce) */
 };
 
 /* Bytes of one row (or one sequence) of a column. */
@@ -94,5 +120,18 @@ static inline size_t dpt__col_row_bytes(const dpt_column_t *c)
  * dpt_towers_t): load, gradient-set check or step. Run by
  * dpt_device_pool_run(); returns 0 or a DPT_E... code with its message. */
 int dpt__towers_job(void *arg, int device);
+
+/* Gradient buckets (towers_buckets.c). create: sets up t->bk when the
+ * overlap applies (see dpt__bucketer_t), else leaves it NULL; 0 or a
+ * DPT_E... code. destroy: stops the thread and removes the model's hook;
+ * safe on a half-built one. begin: before device 0's loss_grad, the
+ * step's buffer (nparams + 1 floats) and op. finish: after it (whatever it
+ * returned) and after buf[nparams] is set: releases every item left and
+ * waits for all of them; returns the first all-reduce failure with its
+ * message. */
+int dpt__buckets_create(dpt_towers_t *t);
+void dpt__buckets_destroy(dpt_towers_t *t);
+void dpt__buckets_begin(dpt_towers_t *t, float *buf, dpt_reduce_op_t op);
+int dpt__buckets_finish(dpt_towers_t *t);
 
 #endif /* DPT_TOWERS_IMPL_H */

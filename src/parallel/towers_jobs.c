@@ -250,7 +250,9 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
  * dpt_towers_optimize(), uses the communicator. With one device every
  * barrier returns at once, the 1/N scale is 1 and the one slice is the
  * whole arena: the step is that of one device all-reducing its own
- * gradient. */
+ * gradient; with gradient buckets (t->bk, one device only) that all-reduce
+ * is the buckets', started by the model's hook during the backward pass
+ * and waited for where the one all-reduce would run (towers_buckets.c). */
 static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
 {
     int n = t->cfg.num_devices, d = w->index;
@@ -258,6 +260,11 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     size_t count = t->nparams;
     float *gs = t->towers[0].grads.data; /* the participant's gradient, then the reduced one */
     char msg[512] = "";
+    dpt_reduce_op_t op = t->cfg.weight_rows || t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG;
+    /* Buckets (one device here): all-reduced from the hook on while the
+     * backward pass runs, so gs is not written again below until finish. */
+    if (t->bk)
+        dpt__buckets_begin(t, gs, op);
     w->norm = 0.0;
     w->rc = dpt__tower_compute(t, w, repl ? w->params : t->params.data);
     if (w->rc) {
@@ -271,7 +278,10 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     size_t lo, hi;
     dpt__slice(count, n, d, &lo, &hi);
     if (failed) {
-        dpt_vec_zero(gs + lo, hi - lo);
+        /* (With buckets some are in flight: their contents do not matter,
+         * the step is refused everywhere.) */
+        if (!t->bk)
+            dpt_vec_zero(gs + lo, hi - lo);
     } else {
         /* Fixed tower order ((g0 + g1) + g2) ..., then the scale: the sum
          * does not depend on thread timing. */
@@ -290,11 +300,9 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
         gs[count] = extra;
     }
     dpt__barrier(t);
-    if (d == 0) {
-        dpt_reduce_op_t op =
-            t->cfg.weight_rows || t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG;
-        t->job_comm_rc = dpt_comm_allreduce(t->cfg.comm, gs, count + 1, op);
-    }
+    if (d == 0)
+        t->job_comm_rc =
+            t->bk ? dpt__buckets_finish(t) : dpt_comm_allreduce(t->cfg.comm, gs, count + 1, op);
     dpt__barrier(t);
     if (w->rc)
         return dpt_error(w->rc, "%s", msg);

@@ -857,9 +857,13 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
             goto out;
         }
         /* Only DD-PPO with several worker threads calls MPI from threads
-         * other than this one (hier); the supervised job's towers call it
-         * from their device 0, this thread. */
+         * other than this one (hier), and the supervised job's towers when
+         * they all-reduce gradient buckets (from their communication
+         * thread, one thread at a time); otherwise the towers call it from
+         * their device 0, this thread. */
         int threads = job == DPT_JOB_DDPPO ? (int)dpt_config_int(r.cfg, DPT_CFG_num_workers) : 1;
+        if (job == DPT_JOB_SUPERVISED && dpt_config_int(r.cfg, DPT_CFG_bucket_bytes) > 0)
+            threads = 2;
         dpt__watchdog_t watch;
         dpt__watchdog_start(&watch, &r, dpt_config_float(r.cfg, DPT_CFG_comm_timeout_s));
         rc = dpt_comm_mpi_init(NULL, NULL,

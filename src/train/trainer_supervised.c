@@ -421,6 +421,7 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     tc.reduce_sum = (dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM;
     tc.async_scale = (float)DPT_CF(c, async_scale);
     tc.comm = s->comm;
+    tc.bucket_bytes = (size_t)DPT_CI(c, bucket_bytes);
     tc.optim = dpt_optim_defaults(kind);
     tc.optim.momentum = (float)DPT_CF(c, momentum);
     tc.optim.nesterov = (int)DPT_CI(c, nesterov);
