@@ -41,6 +41,7 @@
  *   The kernels are in comm_kernels.c.
  */
 #include "comm/comm_internal.h"
+#include "core/clock.h"
 #include "core/spin.h"
 
 #include <errno.h>
@@ -162,14 +163,7 @@ int dpt__tgroup_create(dpt__tgroup_t **out, int size, const dpt_comm_threads_opt
     if (pthread_mutex_init(&g->mu, NULL) != 0)
         goto fail;
     g->mu_ok = 1;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
-        goto fail;
-    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (crc == 0)
-        crc = pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (crc != 0)
+    if (dpt__cond_init_monotonic(&g->cv) != 0)
         goto fail;
     g->cv_ok = 1;
     if ((rc = dpt__tmail_create(&g->mail, size)) < 0) {

@@ -30,6 +30,7 @@
  * not come is an ordinary outcome for a poller.
  */
 #include "comm/comm_internal.h"
+#include "core/clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -72,23 +73,17 @@ int dpt__tmail_create(dpt__tmail_t **out, int size)
         return dpt_error(DPT_ENOMEM, "comm threads: out of memory for %d mailboxes", size);
     }
     memset(mail->box, 0, bytes);
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) {
-        dpt__tmail_destroy(mail);
-        return dpt_error(DPT_ETHREAD, "comm threads: pthread_condattr_init failed");
-    }
-    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = 0;
     for (int r = 0; r < size && rc == 0; r++) {
         tbox_t *b = &mail->box[r];
         if ((rc = pthread_mutex_init(&b->mu, NULL)) != 0)
             break;
-        if ((rc = pthread_cond_init(&b->cv, &ca)) != 0) {
+        if ((rc = dpt__cond_init_monotonic(&b->cv)) != 0) {
             pthread_mutex_destroy(&b->mu);
             break;
         }
         mail->ready++;
     }
-    pthread_condattr_destroy(&ca);
     if (rc != 0) {
         dpt__tmail_destroy(mail);
         return dpt_error(DPT_ETHREAD, "comm threads: cannot create the mailboxes' mutexes (%d)",

@@ -3,6 +3,7 @@
  * variables (not_full for producers, not_empty for consumers). Timed waits
  * use CLOCK_MONOTONIC so wall-clock jumps do not stretch timeouts.
  */
+#include "core/clock.h"
 #include "dpt/queue.h"
 #include "dpt/status.h"
 
@@ -22,18 +23,6 @@ struct dpt_queue {
     size_t count;
     int closed;
 };
-
-static int dpt__cond_init_monotonic(pthread_cond_t *c)
-{
-    pthread_condattr_t attr;
-    if (pthread_condattr_init(&attr) != 0)
-        return -1;
-    int rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    if (rc == 0)
-        rc = pthread_cond_init(c, &attr);
-    pthread_condattr_destroy(&attr);
-    return rc;
-}
 
 int dpt_queue_create(dpt_queue_t **out, size_t capacity)
 {
@@ -80,17 +69,6 @@ void dpt_queue_destroy(dpt_queue_t *q)
     pthread_mutex_destroy(&q->mu);
     free(q->items);
     free(q);
-}
-
-static struct timespec dpt__deadline(double timeout_s)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double whole = floor(timeout_s);
-    long nsec = ts.tv_nsec + (long)((timeout_s - whole) * 1e9);
-    ts.tv_sec += (time_t)whole + nsec / 1000000000L;
-    ts.tv_nsec = nsec % 1000000000L;
-    return ts;
 }
 
 /* Waits on `c` until `ready(q)` holds, the queue closes or the deadline

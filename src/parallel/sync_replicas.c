@@ -19,6 +19,8 @@
  */
 #include "dpt/sync_replicas.h"
 
+#include "core/clock.h"
+
 #include "dpt/stats.h"
 #include "dpt/status.h"
 
@@ -269,19 +271,11 @@ int dpt_sr_create(dpt_sr_t **out, const dpt_sr_config_t *cfg)
     sr->cfg = *cfg;
     sr->cfg.sparse = NULL;
     sr->begun = -1; /* the mutex is not made yet */
-    pthread_condattr_t ca;
     if (pthread_mutex_init(&sr->mu, NULL) != 0) {
         free(sr);
         return dpt_error(DPT_ETHREAD, "sync replicas: pthread_mutex_init failed");
     }
-    int crc = pthread_condattr_init(&ca);
-    if (!crc) {
-        crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        if (!crc)
-            crc = pthread_cond_init(&sr->cv, &ca);
-        pthread_condattr_destroy(&ca);
-    }
-    if (crc) {
+    if (dpt__cond_init_monotonic(&sr->cv) != 0) {
         pthread_mutex_destroy(&sr->mu);
         free(sr);
         return dpt_error(DPT_ETHREAD, "sync replicas: pthread_cond_init failed");
@@ -693,22 +687,11 @@ static int sr_take(dpt_sr_t *sr, int worker, uint64_t *step)
     return 0;
 }
 
-static struct timespec sr_deadline(double timeout_s)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double whole = floor(timeout_s);
-    long nsec = ts.tv_nsec + (long)((timeout_s - whole) * 1e9);
-    ts.tv_sec += (time_t)whole + nsec / 1000000000L;
-    ts.tv_nsec = nsec % 1000000000L;
-    return ts;
-}
-
 int dpt_sr_take_token(dpt_sr_t *sr, int worker, uint64_t *step)
 {
     double t0 = dpt_now();
     double limit = sr->cfg.timeout_s;
-    struct timespec until = sr_deadline(limit > 0 ? limit : 0);
+    struct timespec until = dpt__deadline(limit > 0 ? limit : 0);
     pthread_mutex_lock(&sr->mu);
     int rc = sr_worker_check(sr, worker, "a token request");
     if (!rc && sr->begun <= 0)
