@@ -122,7 +122,6 @@ typedef struct srt_worker {
     int64_t *ids, *uniq;   /* [b * L] the batch's ids (local numbers), its distinct ids */
     size_t *offsets;       /* [b + 1] */
     float *rows, *dpooled; /* [b * L, E] fetched rows; [b, E] */
-    float dy_one[1];
     float *dy;
     dpt_sparse_rows_t grad_rows;
     /* this epoch */
@@ -150,7 +149,7 @@ struct srt {
     const dpt_vartable_t *vars;
     dpt_mlp_t *eval_mlp;
     dpt_seq_t *eval_seq;
-    float *eval_pooled, *eval_dy;
+    float *eval_pooled;
     dpt_sr_t *sr;
     int N, R, num_ps, lost;
     size_t batch, b, nchunks;
@@ -192,7 +191,6 @@ struct srt {
     double straggler_s;
     float ema_decay;
     int eval_ema; /* evaluate() scores the EMA */
-    char notes[192];
 };
 
 static void srt_worker_free(srt_worker_t *w)
@@ -251,7 +249,6 @@ static void srt_destroy(void *self)
     dpt_mlp_destroy(t->eval_mlp);
     dpt_seq_destroy(t->eval_seq);
     free(t->eval_pooled);
-    free(t->eval_dy);
     dpt_dataset_deinit(&t->train);
     dpt_dataset_deinit(&t->test);
     free(t->train_ids);
@@ -337,7 +334,7 @@ static int srt_bags_model(const dpt_config_t *c, size_t vocab, size_t edim, size
 
 /* Mean squared error (and absolute error, R^2) of the bags model on the
  * test bags, with the table and MLP in `params`. */
-static int srt_bags_eval(dpt_seq_t *seq, float *pooled, float *dy, const float *params,
+static int srt_bags_eval(dpt_seq_t *seq, float *pooled, const float *params,
                          const dpt_vartable_t *table, const int64_t *ids, const float *y,
                          size_t rows, size_t L, dpt_eval_result_t *out)
 {
@@ -350,7 +347,6 @@ static int srt_bags_eval(dpt_seq_t *seq, float *pooled, float *dy, const float *
     mean /= (double)rows;
     for (size_t r = 0; r < rows; r++)
         tot += ((double)y[r] - mean) * ((double)y[r] - mean);
-    (void)dy;
     for (size_t r0 = 0; r0 < rows; r0 += SRT_EVAL_BATCH) {
         size_t n = rows - r0 < SRT_EVAL_BATCH ? rows - r0 : SRT_EVAL_BATCH;
         for (size_t j = 0; j <= n; j++)
@@ -905,8 +901,8 @@ static int srt_eval_params(srt_t *t, const float *params, dpt_eval_result_t *out
     out->rmse = out->mae = out->r2 = NAN;
     out->stochastic = 0;
     if (t->bags)
-        return srt_bags_eval(t->eval_seq, t->eval_pooled, NULL, params, t->vars, t->test_ids,
-                             t->test_y, t->test_rows, t->nids, out);
+        return srt_bags_eval(t->eval_seq, t->eval_pooled, params, t->vars, t->test_ids, t->test_y,
+                             t->test_rows, t->nids, out);
     dpt_batch_t tb = dpt__sup_batch(t->test.rows, t->test.dim, t->test.x, t->test.labels,
                                     t->test.targets, t->test.target_dim);
     dpt_loss_out_t o;
@@ -1708,8 +1704,8 @@ static int srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
         rc = dpt_safetensors_load_arena(st, DPT_CI(c, eval_ema) ? "ema." : "params.", &t->table,
                                         p.data, p.count);
     if (!rc)
-        rc = srt_bags_eval(t->eval_seq, t->eval_pooled, NULL, p.data, &t->table, t->test_ids,
-                           t->test_y, t->test_rows, t->nids, out);
+        rc = srt_bags_eval(t->eval_seq, t->eval_pooled, p.data, &t->table, t->test_ids, t->test_y,
+                           t->test_rows, t->nids, out);
     if (!rc) {
         out->mean_return = out->mean_length = out->accuracy = NAN;
         out->stochastic = 0;
