@@ -363,7 +363,8 @@ int dpt_comm_send(dpt_comm_t *comm, int dest, int tag, const void *data, size_t 
 /* Sends like dpt_comm_send, but without waiting for the destination to
  * take the message: `data` (nbytes bytes from malloc; NULL when nbytes is
  * 0) becomes the communicator's, which frees it once the message is
- * delivered (threads: at once, after the copy into the mailbox). Such a
+ * delivered (threads: at once, after the copy into the mailbox; MPI: at the
+ * next dpt_comm_send_async or destroy after delivery). Such a
  * message has no timeout: one that a destination never receives (a stopped
  * process) holds its buffer until the communicator is destroyed, which then
  * lets it go without freeing the buffer (MPI may still read it). For a

@@ -146,7 +146,8 @@ int dpt_sr_begin(dpt_sr_t *sr, int64_t num_tokens, uint64_t until);
  * the call; coalesced or not). *accepted (may be NULL) is 1 when the
  * gradient counted toward the step, 0 when it was stale and dropped. The
  * push that completes a step runs the update. Errors: DPT_ESTATE (before
- * dpt_sr_begin, or after the service failed), DPT_EINVAL (worker out of
+ * dpt_sr_begin), the failure's own code and message once the service
+ * failed (dpt_sr_stats_t.failed tells the two apart), DPT_EINVAL (worker out of
  * range or lost, a sparse gradient of the wrong width or with an index
  * outside its variable), DPT_ENUMERIC (a non-finite gradient: nothing is
  * accumulated; or a non-finite averaged norm: the step is refused and the
@@ -203,6 +204,7 @@ typedef struct dpt_sr_stats {
     uint64_t sparse_rows_applied; /* distinct rows the steps updated, summed over steps */
     double token_wait_s;          /* total time workers waited for tokens */
     int workers_lost;
+    int failed;            /* the service failed (every later call returns its error) */
     double last_grad_norm; /* global norm of the last averaged gradient */
 } dpt_sr_stats_t;
 void dpt_sr_get_stats(dpt_sr_t *sr, dpt_sr_stats_t *out);

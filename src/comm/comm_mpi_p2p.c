@@ -146,8 +146,14 @@ static int reap_async(mcomm_t *m)
     for (size_t i = 0; i < m->nasync; i++) {
         int done = 0;
         int mrc = MPI_Test(&m->async_reqs[i], &done, MPI_STATUS_IGNORE);
-        if (mrc != MPI_SUCCESS)
+        if (mrc != MPI_SUCCESS) {
+            /* Keep this send and those after it (the list stays whole). */
+            size_t rest = m->nasync - i;
+            memmove(m->async_reqs + keep, m->async_reqs + i, rest * sizeof *m->async_reqs);
+            memmove(m->async_bufs + keep, m->async_bufs + i, rest * sizeof *m->async_bufs);
+            m->nasync = keep + rest;
             return dpt__mpi_fail(m, mrc, "MPI_Test");
+        }
         if (done) {
             free(m->async_bufs[i]);
             continue;

@@ -459,9 +459,9 @@ static int sr_apply(dpt_sr_t *sr)
             for (int r = 0; r < R; r++)
                 if ((rc = dpt_sparse_rows_append(acc, &sr->slots[sr->order[r]].rows[sr->packed[i]],
                                                  1.0f)) != 0)
-                    return rc;
+                    return sr_fail(sr, rc, dpt_last_error());
             if ((rc = dpt_sparse_rows_coalesce(acc)) != 0)
-                return rc;
+                return sr_fail(sr, rc, dpt_last_error());
             dpt_vec_scale(acc->values, acc->n * acc->dim, inv);
             sr->st.sparse_rows_applied += acc->n;
             sumsq += sr_sumsq(acc->values, acc->n * acc->dim);
@@ -697,6 +697,7 @@ int dpt_sr_take_token(dpt_sr_t *sr, int worker, uint64_t *step)
     if (!rc && sr->begun <= 0)
         rc = dpt_error(DPT_ESTATE, "sync replicas: tokens requested before the update exists "
                                    "(dpt_sr_begin)");
+    int expired = 0;
     while (!rc) {
         if (sr->failed) {
             rc = dpt_error(sr->fail_code, "%s", sr->fail_msg);
@@ -707,14 +708,17 @@ int dpt_sr_take_token(dpt_sr_t *sr, int worker, uint64_t *step)
         } else if (sr_take(sr, worker, step)) {
             break;
         } else if (limit > 0) {
-            int w = pthread_cond_timedwait(&sr->cv, &sr->mu, &until);
-            if (w == ETIMEDOUT && !sr->failed && !sr->closed && sr->global_step < sr->until)
+            /* A token that came with the deadline is still taken (the
+             * checks above ran once more after the wait). */
+            if (expired)
                 rc = dpt_error(DPT_ETIMEDOUT,
                                "sync replicas: worker %d waited %.3g s for a token: the token "
                                "queue stayed empty at global step %" PRIu64
                                " (%d of %d gradients of the step arrived)",
                                worker, limit, sr->global_step, sr->filled,
                                sr->cfg.replicas_to_aggregate);
+            else
+                expired = pthread_cond_timedwait(&sr->cv, &sr->mu, &until) == ETIMEDOUT;
         } else {
             pthread_cond_wait(&sr->cv, &sr->mu);
         }
@@ -815,6 +819,7 @@ void dpt_sr_get_stats(dpt_sr_t *sr, dpt_sr_stats_t *out)
     pthread_mutex_lock(&sr->mu);
     *out = sr->st;
     out->tokens_available = sr->tokens_avail;
+    out->failed = sr->failed;
     pthread_mutex_unlock(&sr->mu);
 }
 

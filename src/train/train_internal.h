@@ -250,12 +250,13 @@ int dpt__sup_regress(dpt_mlp_t *mlp, const float *params, const dpt_dataset_t *t
 int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
                              uint64_t seed, dpt_eval_result_t *out);
 /* sync_replicas under mpirun (src/train/trainer_sync_replicas.c): the
- * config's rules for a world of `world` ranks (one service, rank 0; every
- * other rank a worker: total_num_replicas = world - 1), DPT_EINVAL
- * otherwise; and a worker rank's whole part of the run: it builds its model
- * and data, then computes gradients for the service until the service says
- * the run is over (DPT_OK) or fails (the service's silence past
- * comm_timeout_s, a failed gradient step: the error). */
+ * config's rules for a world of `world` ranks (the first num_ps ranks the
+ * services, every other rank one worker: num_ps + total_num_replicas =
+ * world; grad_clip 0 with several services), DPT_EINVAL otherwise; and the
+ * whole part of a rank other than 0: a service of the variables placed on
+ * it, or a worker computing gradients, until rank 0 says the run is over
+ * (DPT_OK; also for a worker whose own gradient step failed: it told rank
+ * 0, which goes on without it) or fails (silence past comm_timeout_s). */
 int dpt__sr_mpi_check(const dpt_config_t *c, int world);
 int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
                        const volatile sig_atomic_t *stop_flag);

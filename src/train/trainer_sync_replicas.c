@@ -173,7 +173,8 @@ struct srt {
     double timeout_s;
     /* The service's view of its worker ranks (SRT_SERVICE). */
     unsigned char *pending, *need_start, *rlost;
-    uint64_t *assigned; /* gradients assigned to each this session */
+    unsigned char *told, *byed; /* rank 0: told to finish; said BYE */
+    uint64_t *assigned;         /* gradients assigned to each this session */
     double *rloss, *rcorrect;
     uint64_t *rrows, *rpushes;
     float *pack;        /* [dense_count + max rows * E] a message's floats */
@@ -232,6 +233,8 @@ static void srt_destroy(void *self)
     free(t->fmsg);
     free(t->fmsg_n);
     free(t->pending);
+    free(t->told);
+    free(t->byed);
     free(t->need_start);
     free(t->rlost);
     free(t->assigned);
@@ -266,11 +269,11 @@ static void srt_destroy(void *self)
 static int srt_bags_make(srt_t *t, uint64_t seed)
 {
     size_t V = t->vocab, L = t->nids, n = t->rows, m = t->test_rows;
+    size_t cells;
+    if (dpt_mul_size(n + m, L, &cells) != 0 || cells > ((size_t)-1) / sizeof(int64_t))
+        return dpt_error(DPT_EOVERFLOW, "bags: %zu bags of %zu ids overflow", n + m, L);
     double *cdf = malloc(V * sizeof *cdf);
     float *u = malloc(V * sizeof *u);
-    size_t cells;
-    if (dpt_mul_size(n + m, L, &cells) != 0)
-        return dpt_error(DPT_EOVERFLOW, "bags: %zu bags of %zu ids overflow", n + m, L);
     t->train_ids = malloc(n * L * sizeof(int64_t));
     t->test_ids = malloc(m * L * sizeof(int64_t));
     t->train_y = malloc(n * sizeof(float));
@@ -578,6 +581,8 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
         t->pack = malloc(floats * sizeof(float) + 64);
         t->msg = malloc(t->msg_cap);
         t->pending = calloc(N, 1);
+        t->told = calloc(N, 1);
+        t->byed = calloc(N, 1);
         t->need_start = calloc(N, 1);
         t->rlost = calloc(N, 1);
         t->assigned = calloc(N, sizeof(uint64_t));
@@ -587,8 +592,9 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
         t->rpushes = calloc(N, sizeof(uint64_t));
         t->fmsg = calloc(N, sizeof(void *));
         t->fmsg_n = calloc(N, sizeof(size_t));
-        if (!t->pack || !t->msg || !t->pending || !t->need_start || !t->rlost || !t->assigned ||
-            !t->rloss || !t->rcorrect || !t->rrows || !t->rpushes || !t->fmsg || !t->fmsg_n)
+        if (!t->pack || !t->msg || !t->pending || !t->told || !t->byed || !t->need_start ||
+            !t->rlost || !t->assigned || !t->rloss || !t->rcorrect || !t->rrows || !t->rpushes ||
+            !t->fmsg || !t->fmsg_n)
             return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the message buffers");
         if (t->role != SRT_WORKER &&
             ((rc = dpt_arena_init(&t->in_grads, t->vars->total)) != 0 ||
@@ -1027,6 +1033,23 @@ static int srt_answer_waiting(srt_t *t)
     return DPT_OK;
 }
 
+/* Worker w is out (its gradient or its env failed): told to finish at
+ * once (it says BYE and ends with exit 0), left out of the steps; the
+ * service fails when fewer than R workers remain. */
+static int srt_lose(srt_t *t, int w)
+{
+    if (t->rlost[w])
+        return DPT_OK;
+    t->rlost[w] = 1;
+    free(t->fmsg[w]);
+    t->fmsg[w] = NULL;
+    t->pending[w] = 0;
+    int rc = t->svc == 0 && !t->told[w] ? srt_go(t, w, 0, 1) : DPT_OK;
+    t->told[w] = 1;
+    int lost = dpt_sr_worker_lost(t->sr, w);
+    return rc ? rc : lost;
+}
+
 /* One message of worker w (rank w + P) to this service. */
 static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
 {
@@ -1060,7 +1083,7 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
         uint64_t local, k;
         double loss, correct;
         if (n < 32)
-            return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed push from rank %d", w + 1);
+            return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed push from rank %d", w + t->P);
         memcpy(&local, m, 8);
         memcpy(&k, m + 8, 8);
         memcpy(&loss, m + 16, 8);
@@ -1089,16 +1112,19 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
         }
         int accepted = 0;
         rc = dpt_sr_push(t->sr, w, local, t->in_grads.data, t->bags ? list : NULL, &accepted);
-        if (rc == DPT_EINVAL || rc == DPT_ENUMERIC) {
-            /* That worker's gradient is bad: it is lost, the others go on. */
+        dpt_sr_stats_t st;
+        dpt_sr_get_stats(t->sr, &st);
+        if ((rc == DPT_EINVAL || rc == DPT_ENUMERIC) && !st.failed) {
+            /* That worker's gradient is bad (not the service): it is lost,
+             * the others go on. */
             snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %s", w, w + t->P,
                      dpt_last_error());
-            t->rlost[w] = 1;
-            return dpt_sr_worker_lost(t->sr, w);
+            return srt_lose(t, w);
         }
         if (rc)
             return rc;
         t->rpushes[w]++;
+        t->w[w].rows_touched += k;
         if (accepted) {
             t->rloss[w] += loss * (double)t->b;
             t->rcorrect[w] += correct;
@@ -1109,9 +1135,9 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
     case SRT_TAG_FAIL:
         snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %.*s", w, w + t->P,
                  (int)(n < 280 ? n : 280), (const char *)m);
-        t->rlost[w] = 1;
-        return dpt_sr_worker_lost(t->sr, w);
-    default: return DPT_OK; /* BYE, or a late message of a finished exchange */
+        return srt_lose(t, w);
+    case SRT_TAG_BYE: t->byed[w] = 1; return DPT_OK;
+    default: return DPT_OK; /* a late message of a finished exchange */
     }
 }
 
@@ -1125,6 +1151,7 @@ static int srt_remote_session(srt_t *t, uint64_t until)
         t->assigned[w] = 0;
         t->rloss[w] = t->rcorrect[w] = 0.0;
         t->rrows[w] = t->rpushes[w] = 0;
+        t->w[w].rows_touched = 0;
         t->need_start[w] = !t->rlost[w];
         if (t->pending[w] && !t->rlost[w]) {
             t->pending[w] = 0;
@@ -1143,7 +1170,8 @@ static int srt_remote_session(srt_t *t, uint64_t until)
                            "sync_replicas: no worker rank sent anything for comm_timeout_s = %g s "
                            "(global step %" PRIu64 ", session until %" PRIu64 ")",
                            t->timeout_s, dpt_sr_global_step(t->sr), until);
-        if (!rc && src >= t->P && src < t->P + t->N && !t->rlost[src - t->P])
+        if (!rc && src >= t->P && src < t->P + t->N &&
+            (!t->rlost[src - t->P] || tag == SRT_TAG_BYE))
             rc = srt_serve(t, src - t->P, tag, m, n);
         free(m);
         if (!rc)
@@ -1171,16 +1199,13 @@ static int srt_remote_session(srt_t *t, uint64_t until)
 static void srt_remote_finish(srt_t *t)
 {
     int left = 0;
-    unsigned char *bye = calloc((size_t)t->N, 1);
-    if (!bye || !t->comm)
-        goto done;
+    if (!t->comm || !t->told || !t->byed)
+        return;
     for (int w = 0; w < t->N; w++) {
-        if (t->rlost[w])
-            bye[w] = 1;
-        else if (srt_go(t, w, 0, 1) == DPT_OK)
+        if (!t->told[w] && srt_go(t, w, 0, 1) == DPT_OK)
+            t->told[w] = 1;
+        if (t->told[w] && !t->byed[w])
             left++;
-        else
-            bye[w] = 1;
     }
     double until = dpt_now() + t->timeout_s;
     while (left > 0 && dpt_now() < until) {
@@ -1191,13 +1216,12 @@ static void srt_remote_finish(srt_t *t)
                           &src, &tag) != DPT_OK)
             break;
         int w = src - t->P;
-        if (w >= 0 && w < t->N && !bye[w]) {
+        if (w >= 0 && w < t->N && !t->byed[w]) {
             if (tag == SRT_TAG_BYE) {
-                bye[w] = 1;
+                t->byed[w] = 1;
                 left--;
-            } else if (tag == SRT_TAG_FETCH && srt_serve(t, w, tag, m, n) != DPT_OK) {
-                bye[w] = 1;
-                left--;
+            } else if (tag == SRT_TAG_FETCH && !t->rlost[w]) {
+                srt_serve(t, w, tag, m, n);
             }
         }
         free(m);
@@ -1205,8 +1229,6 @@ static void srt_remote_finish(srt_t *t)
     /* The other services answered the workers' last fetches meanwhile. */
     for (int k = 1; k < t->P; k++)
         dpt_comm_send_async(t->comm, k, SRT_TAG_FINISH, NULL, 0);
-done:
-    free(bye);
 }
 
 /* ---- several services (num_ps > 1 under mpirun) -------------------------------------- */
@@ -1390,7 +1412,9 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
         w->lost = 1;
         t->lost++;
         newly_lost++;
-        if (first_failed < 0)
+        /* The worker that failed on its own, not one woken by the
+         * service's failure (DPT_ECOMM "workers were lost"). */
+        if (first_failed < 0 || (t->w[first_failed].rc == DPT_ECOMM && w->rc != DPT_ECOMM))
             first_failed = i;
     }
     if (s1.global_step < until) {
@@ -1489,7 +1513,7 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
     dpt_train_result_add(r, "bytes_pushed_per_step",
                          steps ? (double)(s1.bytes_pushed - s0.bytes_pushed) / (double)steps : 0.0);
     dpt_train_result_add(r, "step_time_ms", steps ? train_time * 1e3 / (double)steps : 0.0);
-    if (t->bags) {
+    if (t->bags && (t->role == SRT_LOCAL || srt_has_table(t, 0))) {
         dpt_train_result_add(r, "info/sync_replicas/rows_touched_per_push",
                              pushes ? (double)touched / (double)pushes : 0.0);
         dpt_train_result_add(r, "info/sync_replicas/rows_touched_per_step",
