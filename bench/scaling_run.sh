@@ -1,0 +1,41 @@
+#!/bin/sh
+# Measure dpt's allreduce at P = 2 for docs/SCALING.md: per backend (threads;
+# MPI over shared memory; MPI with Open MPI's TCP transport forced on the
+# loopback interface), per algorithm (native, ring, tree), sizes 4 B .. 64 MiB
+# (every power of 2). Writes one JSON object per line to OUTDIR/<transport>.jsonl
+# and, with --ranks, P = 3..8 over MPI shared memory (algorithm auto, 4 KiB and
+# 1 MiB) to OUTDIR/mpi-shm-p3-8.jsonl.
+#
+#   bench/scaling_run.sh [DPT] [OUTDIR] [REPS] [--ranks]
+#   python3 bench/scaling_fit.py OUTDIR
+set -eu
+DPT=${1:-build/dpt}
+OUT=${2:-scaling-out}
+REPS=${3:-5}
+RANKS=${4:-}
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+TCP="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo"
+SIZES="--min-bytes 4 --max-bytes 67108864 --reps $REPS --json"
+: >"$OUT/threads.jsonl"
+: >"$OUT/mpi-shm.jsonl"
+: >"$OUT/mpi-tcp.jsonl"
+for alg in native ring tree; do
+    "$DPT" bench allreduce --backend threads --participants 2 --algorithm $alg $SIZES \
+        >>"$OUT/threads.jsonl"
+    mpirun --oversubscribe -np 2 "$DPT" bench allreduce --backend mpi --algorithm $alg \
+        $SIZES >>"$OUT/mpi-shm.jsonl"
+    # shellcheck disable=SC2086
+    mpirun --oversubscribe -np 2 $TCP "$DPT" bench allreduce --backend mpi --algorithm $alg \
+        $SIZES >>"$OUT/mpi-tcp.jsonl"
+done
+if [ "$RANKS" = "--ranks" ]; then
+    : >"$OUT/mpi-shm-p3-8.jsonl"
+    for p in 3 4 5 6 7 8; do
+        for b in 4096 1048576; do
+            mpirun --oversubscribe -np $p "$DPT" bench allreduce --backend mpi \
+                --min-bytes $b --max-bytes $b --iters 20 --reps 3 --json \
+                >>"$OUT/mpi-shm-p3-8.jsonl"
+        done
+    done
+fi
