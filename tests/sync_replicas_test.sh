@@ -26,6 +26,7 @@ expect() { # expect CODE PATTERN -- ARGS...: dpt exits CODE and prints PATTERN
         bad "dpt $*: exit $rc, wanted $code with \"$pat\""; printf '%s\n' "$out" | tail -3
     fi
 }
+rows() { wc -l < "$1" | tr -d ' '; }
 untimed() { sed -E 's/"(time_[a-z_]*|samples_per_s|step_time_ms|token_wait_ms|timing_breakdown)":(\{[^}]*\}|[^,}]*),?//g' "$1"; }
 metric() { # metric FILE NAME: the value of NAME in the last row of FILE
     tail -1 "$1" | tr ',{}' '\n\n\n' | sed -n "s/^\"$2\"://p" | head -1
@@ -188,7 +189,7 @@ if [ -n "$mpiexec" ] && [ -x "$mpiexec" ] && "$dpt" info | grep -q "^  mpi    ye
     check "num_ps = 2 under mpirun: 2 epochs + --resume equal 4 epochs bitwise" "$cmp" \
         ps2_threads/checkpoints/checkpoint-00000004.safetensors \
         ps2_half/checkpoints/checkpoint-00000004.safetensors
-    # A backup rank stopped (SIGSTOP) for 2.2 s (8 s under a sanitizer): the steps go on without it, its
+    # A backup rank stopped (SIGSTOP) for two whole epochs: the steps go on without it, its
     # gradients count again once it continues, and the run ends with exit 0.
     (mpirun_ -np 4 "$dpt" train mp.conf --quiet --set output_dir=mp_stop --set total_num_replicas=3 \
         --set spirals_points=65536 --set batch_size=128 --set epochs=8 > mp_stop.log 2>&1
@@ -209,13 +210,15 @@ if [ -n "$mpiexec" ] && [ -x "$mpiexec" ] && "$dpt" info | grep -q "^  mpi    ye
     done
     if [ -n "$pid" ]; then
         kill -STOP "$pid"
-        # (the epoch under way when it stopped may still report its last
-        # gradients; epochs are several times slower under a sanitizer)
-        if [ -n "$sanitize" ]; then pre=4; during_s=4; else pre=0.7; during_s=1.5; fi
-        sleep $pre
+        # The epoch under way when it stopped may still count its last
+        # gradients; the two epochs after that have none of them.
+        n0=$(rows mp_stop/result.jsonl)
+        wait_rows() { j=0; while [ $j -lt 600 ] && [ "$(rows mp_stop/result.jsonl)" -lt "$1" ]; do
+                          j=$((j + 1)); sleep 0.1; done; }
+        wait_rows $((n0 + 1))
         before=$(metric mp_stop/result.jsonl w2)
         s0=$(metric mp_stop/result.jsonl global_step)
-        sleep $during_s
+        wait_rows $((n0 + 3))
         during=$(metric mp_stop/result.jsonl w2)
         s1=$(metric mp_stop/result.jsonl global_step)
         kill -CONT "$pid"
