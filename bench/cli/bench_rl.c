@@ -6,6 +6,12 @@
  *                    worker threads (each with the same envs per worker), and
  *                    the scaling over one worker.
  * Figures are medians of repeated runs, printed with the command line.
+ *
+ * dpt bench ppo --profile also prints where the time went (dpt/profile.h):
+ * per optimizer step and device, each phase of the learn step; per
+ * iteration, env stepping against the policy's forward pass while
+ * sampling; with the analytic FLOPs of each phase and their share of the
+ * peak measured in the same run by a one-thread GEMM.
  */
 #include "../../tools/cli.h"
 #include "dpt/dpt.h"
@@ -14,6 +20,136 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* FLOPs of CartPole's 64-64 tanh actor (2 logits) and critic (1 value)
+ * per row: forward, and backward without the gradient of the input. */
+typedef struct br_flops {
+    double fwd, bwd;
+} br_flops_t;
+
+static br_flops_t br_mlp_flops(size_t in, const size_t *hidden, size_t nh, size_t out)
+{
+    br_flops_t f = {0.0, 0.0};
+    size_t a = in;
+    for (size_t i = 0; i <= nh; i++) {
+        size_t b = i < nh ? hidden[i] : out;
+        double mm = 2.0 * (double)a * (double)b;
+        f.fwd += mm;
+        f.bwd += i == 0 ? mm : 2.0 * mm; /* dW, and dX past the first layer */
+        a = b;
+    }
+    return f;
+}
+
+/* GFLOP/s of one thread's GEMM at 512^3 with the current backend: the
+ * median of 9 timed calls after a warm-up. */
+static double br_gemm_peak(void)
+{
+    const size_t n = 512;
+    float *a = malloc(n * n * sizeof *a), *b = malloc(n * n * sizeof *b),
+          *c = malloc(n * n * sizeof *c);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return 0.0;
+    }
+    for (size_t i = 0; i < n * n; i++) {
+        a[i] = (float)(i % 7) * 0.125f;
+        b[i] = (float)(i % 5) * 0.25f;
+    }
+    double t[9];
+    dpt_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    for (int r = 0; r < 9; r++) {
+        double t0 = dpt_now();
+        dpt_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        t[r] = dpt_now() - t0;
+    }
+    free(a), free(b), free(c);
+    double med = dpt_median(t, 9);
+    return med > 0.0 ? 2.0 * (double)n * n * n / med * 1e-9 : 0.0;
+}
+
+/* The phases of one optimizer step, in the order they run. */
+static const dpt_profile_phase_t br_learn_phases[] = {
+    DPT_PROF_DISPATCH,   DPT_PROF_FORWARD, DPT_PROF_LOSS,        DPT_PROF_BACKWARD,
+    DPT_PROF_WAIT_GRADS, DPT_PROF_REDUCE,  DPT_PROF_WAIT_REDUCE, DPT_PROF_NORM,
+    DPT_PROF_CLIP,       DPT_PROF_APPLY,   DPT_PROF_JOIN,        DPT_PROF_LEARN_OTHER};
+static const dpt_profile_phase_t br_iter_phases[] = {
+    DPT_PROF_ENV_STEP, DPT_PROF_ACT, DPT_PROF_SAMPLE_OTHER, DPT_PROF_BATCH, DPT_PROF_OUTSIDE};
+
+/* Prints the profile of `devices` slots, summed over the runs since the
+ * last reset: `steps` optimizer steps and `iters` iterations of `rows`
+ * env steps in all, minibatches of `mb` rows. */
+static void br_print_profile(int devices, double steps, double iters, double rows, double mb,
+                             double wall)
+{
+    dpt_profile_t p[64];
+    for (int d = 0; d < devices && d < 64; d++)
+        dpt_profile_get(d, &p[d]);
+    static const size_t hid[2] = {64, 64};
+    br_flops_t act = br_mlp_flops(4, hid, 2, 2), val = br_mlp_flops(4, hid, 2, 1);
+    double fwd_row = act.fwd + val.fwd, bwd_row = act.bwd + val.bwd;
+    double peak = br_gemm_peak();
+    printf("\n# profile: %d device(s); %.0f optimizer steps of %.0f rows, %.0f iterations of "
+           "%.0f env steps; wall %.2f s\n",
+           devices, steps, mb, iters, rows / (iters > 0 ? iters : 1), wall);
+    printf("# peak: one-thread GEMM 512^3 with %s: %.1f GFLOP/s per core\n",
+           dpt_gemm_describe(dpt_gemm_get_backend()), peak);
+    char hd[32];
+    printf("%-13s", "per step");
+    for (int d = 0; d < devices; d++)
+        printf("  %8s", (snprintf(hd, sizeof hd, "dev%d_us", d), hd));
+    printf("  %9s  %8s  %7s\n", "MFLOP", "GFLOP/s", "%peak");
+    double learn_us = 0.0, flop_step = (fwd_row + bwd_row) * mb;
+    for (size_t i = 0; i < sizeof br_learn_phases / sizeof *br_learn_phases; i++) {
+        int ph = br_learn_phases[i];
+        double worst = 0.0;
+        printf("%-13s", dpt_profile_phase_name(ph));
+        for (int d = 0; d < devices; d++) {
+            double us = steps > 0 ? p[d].seconds[ph] / steps * 1e6 : 0.0;
+            worst = us > worst ? us : worst;
+            printf("  %8.2f", us);
+        }
+        learn_us += steps > 0 ? p[0].seconds[ph] / steps * 1e6 : 0.0;
+        double fl = ph == DPT_PROF_FORWARD    ? fwd_row * mb
+                    : ph == DPT_PROF_BACKWARD ? bwd_row * mb
+                                              : 0.0;
+        if (fl > 0.0 && worst > 0.0)
+            printf("  %9.3f  %8.1f  %6.1f%%\n", fl * 1e-6, fl / worst * 1e-3,
+                   100.0 * fl / worst * 1e-3 / devices / peak);
+        else
+            printf("\n");
+    }
+    printf("%-13s  %8.2f", "step (dev0)", learn_us);
+    for (int d = 1; d < devices; d++)
+        printf("  %8s", "");
+    printf("  %9.3f  %8.1f  %6.1f%%\n", flop_step * 1e-6, flop_step / learn_us * 1e-3,
+           100.0 * flop_step / learn_us * 1e-3 / devices / peak);
+    printf("\n%-13s  %10s  %10s  %9s  %8s  %7s\n", "per iteration", "dev0_ms", "total_s", "MFLOP",
+           "GFLOP/s", "%peak");
+    double rows_it = iters > 0 ? rows / iters : 0.0;
+    for (size_t i = 0; i < sizeof br_iter_phases / sizeof *br_iter_phases; i++) {
+        int ph = br_iter_phases[i];
+        double ms = iters > 0 ? p[0].seconds[ph] / iters * 1e3 : 0.0;
+        printf("%-13s  %10.3f  %10.3f", dpt_profile_phase_name(ph), ms, p[0].seconds[ph]);
+        double fl = ph == DPT_PROF_ACT ? fwd_row * rows_it : 0.0;
+        if (fl > 0.0 && ms > 0.0)
+            printf("  %9.3f  %8.1f  %6.1f%%\n", fl * 1e-6, fl / ms * 1e-6,
+                   100.0 * fl / ms * 1e-6 / peak);
+        else
+            printf("\n");
+    }
+    double learn_s = 0.0, sample_s = 0.0;
+    for (size_t i = 0; i < sizeof br_learn_phases / sizeof *br_learn_phases; i++)
+        learn_s += p[0].seconds[br_learn_phases[i]];
+    learn_s += p[0].seconds[DPT_PROF_BATCH];
+    sample_s = p[0].seconds[DPT_PROF_ENV_STEP] + p[0].seconds[DPT_PROF_ACT] +
+               p[0].seconds[DPT_PROF_SAMPLE_OTHER];
+    double learn_flop = flop_step * steps;
+    printf("\nsampling %.3f s, learning %.3f s (batch + steps), outside %.3f s; learn phase "
+           "%.1f GFLOP/s = %.1f%% of %d x %.1f GFLOP/s\n",
+           sample_s, learn_s, p[0].seconds[DPT_PROF_OUTSIDE], learn_flop / learn_s * 1e-9,
+           100.0 * learn_flop / learn_s * 1e-9 / devices / peak, devices, peak);
+}
 
 /* A trainer from "key=value" settings. */
 static int br_trainer(dpt_trainer_t **t, const char *const *sets, size_t n)
@@ -41,12 +177,16 @@ static void br_command(int argc, char **argv)
 int dpt_bench_ppo(int argc, char **argv)
 {
     long steps = 500000, seeds = 3, devices = 1;
-    int json = 0;
+    int json = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: dpt bench ppo [--steps N] [--seeds N] [--devices N] [--json]\n\n"
+            printf("usage: dpt bench ppo [--steps N] [--seeds N] [--devices N] [--profile] "
+                   "[--json]\n\n"
                    "PPO on CartPole-v1 with CleanRL's settings (4 envs x 128 steps, 4\n"
-                   "minibatches, 4 epochs, lr 2.5e-4 annealed, 64-64 tanh): wall time per seed.\n");
+                   "minibatches, 4 epochs, lr 2.5e-4 annealed, 64-64 tanh): wall time per seed.\n"
+                   "--profile: then the time of each phase per optimizer step and device,\n"
+                   "and of sampling per iteration, with FLOPs and the share of one-thread GEMM\n"
+                   "peak (summed over the seeds).\n");
             return DPT_EXIT_OK;
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             steps = atol(argv[++i]);
@@ -56,6 +196,8 @@ int dpt_bench_ppo(int argc, char **argv)
             devices = atol(argv[++i]);
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--profile")) {
+            profile = 1;
         } else {
             fprintf(stderr, "dpt bench ppo: unknown option \"%s\"\n", argv[i]);
             return DPT_EXIT_USAGE;
@@ -66,8 +208,12 @@ int dpt_bench_ppo(int argc, char **argv)
                         "1 <= --devices <= 64\n");
         return DPT_EXIT_USAGE;
     }
-    double times[100];
+    double times[100], prof_steps = 0.0, prof_iters = 0.0, prof_rows = 0.0, prof_wall = 0.0;
     int solved = 0;
+    if (profile) {
+        dpt_profile_reset();
+        dpt_profile_enable(1);
+    }
     if (!json) {
         br_command(argc, argv);
         printf("%-6s %10s %10s %12s %14s\n", "seed", "steps", "wall_s", "steps_per_s",
@@ -86,9 +232,13 @@ int dpt_bench_ppo(int argc, char **argv)
         int rc = br_trainer(&t, sets, sizeof sets / sizeof sets[0]);
         if (!rc)
             t0 = dpt_now();
-        while (!rc && !r.finished)
+        while (!rc && !r.finished) {
             rc = dpt_trainer_iterate(t, &r);
+            prof_iters += 1.0;
+        }
         double dt = dpt_now() - t0;
+        prof_rows += (double)r.timesteps_total;
+        prof_wall += dt;
         dpt_trainer_destroy(t);
         if (rc) {
             fprintf(stderr, "dpt bench ppo: %s\n", dpt_last_error());
@@ -110,6 +260,15 @@ int dpt_bench_ppo(int argc, char **argv)
     if (!json)
         printf("median wall time %.2f s; %d of %ld seeds reached a last-20 return >= 475\n",
                dpt_median(times, (size_t)seeds), solved, seeds);
+    if (profile) {
+        dpt_profile_enable(0);
+        dpt_profile_t p0;
+        dpt_profile_get(0, &p0);
+        /* Every step ends in exactly one dispatch charge on device 0 after
+         * the devices joined, besides the one before its job. */
+        prof_steps = (double)p0.count[DPT_PROF_APPLY];
+        br_print_profile((int)devices, prof_steps, prof_iters, prof_rows, 128.0, prof_wall);
+    }
     return DPT_EXIT_OK;
 }
 

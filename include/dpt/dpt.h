@@ -16,6 +16,7 @@
 #include "dpt/lstm.h"
 #include "dpt/nn.h"
 #include "dpt/optim.h"
+#include "dpt/profile.h"
 #include "dpt/queue.h"
 #include "dpt/rng.h"
 #include "dpt/stats.h"

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
 #include "dpt/device.h"
 #include "dpt/status.h"
+#include "core/prof.h"
 #include "sync.h"
 
 #include <pthread.h>
@@ -48,12 +49,14 @@ static void *dpt__worker_main(void *p)
     dpt__worker_t *w = p;
     dpt_device_pool_t *pool = w->pool;
     unsigned seen = 0;
+    dpt__prof_bind(w->index);
     for (;;) {
         dpt__wait_change(&pool->sync, &pool->job_gen, seen);
         seen = atomic_load(&pool->job_gen);
         if (atomic_load(&pool->stop))
             break;
         dpt_error_clear();
+        dpt__prof_start();
         int rc = pool->fn(pool->arg, w->index);
         w->rc = rc;
         if (rc)
@@ -156,11 +159,13 @@ int dpt_device_pool_run(dpt_device_pool_t *pool, dpt_device_fn fn, void *arg)
      * workers' so the report below can name the device. */
     dpt__worker_t *w0 = &pool->workers[0];
     dpt_error_clear();
+    dpt__prof_lap(DPT_PROF_DISPATCH);
     w0->rc = fn(arg, 0);
     if (w0->rc)
         snprintf(w0->msg, sizeof w0->msg, "%s", dpt_last_error());
     if (pool->n > 1)
         dpt__wait_change(&pool->sync, &pool->done_gen, done);
+    dpt__prof_lap(DPT_PROF_JOIN);
     for (int i = 0; i < pool->n; i++)
         if (pool->workers[i].rc)
             return dpt_error(pool->workers[i].rc, "device %d: %s", i, pool->workers[i].msg);

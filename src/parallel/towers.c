@@ -8,6 +8,7 @@
 #include "dpt/comm.h"
 #include "dpt/device.h"
 #include "dpt/status.h"
+#include "core/prof.h"
 #include "towers_impl.h"
 
 #include <math.h>
@@ -461,6 +462,7 @@ int dpt_towers_check_grad_sets(dpt_towers_t *t, int stack)
 int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
                         dpt_towers_stats_t *stats)
 {
+    dpt__prof_lap(DPT_PROF_LEARN_OTHER);
     int rc = dpt__check_stack(t, stack);
     if (rc)
         return rc;
@@ -533,6 +535,7 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
         stats->grad_norm =
             t->cfg.mode == DPT_TOWERS_ASYNC ? (ok ? norm / ok : 0.0) : t->towers[0].norm;
     }
+    dpt__prof_lap(DPT_PROF_DISPATCH);
     if (rc)
         return rc;
     /* With an external communicator every participant is a replica, in

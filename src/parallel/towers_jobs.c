@@ -15,6 +15,7 @@
  */
 #include "dpt/optim.h"
 #include "dpt/status.h"
+#include "core/prof.h"
 #include "towers_impl.h"
 
 #include <math.h>
@@ -69,6 +70,7 @@ static int dpt__tower_compute(dpt_towers_t *t, dpt__tower_t *w, const float *par
     if (!(t->model.flags & DPT_MODEL_STORES_GRADS))
         dpt_vec_zero(w->grads.data, t->nparams);
     memset(&w->out, 0, sizeof w->out);
+    dpt__prof_lap(DPT_PROF_BACKWARD);
     int rc = t->model.loss_grad(w->ctx, params, w->grads.data, &view, &w->out);
     if (rc)
         return rc;
@@ -97,6 +99,7 @@ static int dpt__job_load(dpt_towers_t *t, dpt__tower_t *w)
         memcpy(w->stack_data[(size_t)t->job_stack * t->layout.ncols + c],
                (const char *)have->data + first * rb, n * rb);
     }
+    dpt__prof_lap(DPT_PROF_BATCH);
     return DPT_OK;
 }
 
@@ -150,6 +153,7 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
     /* One barrier suffices: the flag is reset by dpt_towers_optimize()
      * before the next job, after every device has returned from this one. */
     dpt__barrier(t);
+    dpt__prof_lap(DPT_PROF_WAIT_GRADS);
     if (atomic_load(&t->job_failed))
         return w->rc;
     size_t lo, hi;
@@ -180,11 +184,14 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
                                   t->job_t, t->job_lr);
         }
         t->slice_sumsq[d] = sq;
+        dpt__prof_lap(DPT_PROF_APPLY);
         return DPT_OK;
     }
     t->slice_sumsq[d] =
         dpt__add_scale_sumsq(gs + lo, gs + lo, last ? last + lo : NULL, hi - lo, scale);
+    dpt__prof_lap(DPT_PROF_REDUCE);
     dpt__barrier(t);
+    dpt__prof_lap(DPT_PROF_WAIT_REDUCE);
     double sq = 0.0;
     for (int i = 0; i < n; i++)
         sq += t->slice_sumsq[i];
@@ -192,10 +199,13 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
     w->norm = norm;
     if (!isfinite(norm))
         return d == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
+    dpt__prof_lap(DPT_PROF_NORM);
     float f = dpt_clip_factor(norm, t->cfg.grad_clip);
     if (f != 1.0f)
         dpt_vec_scale(gs + lo, hi - lo, f);
+    dpt__prof_lap(DPT_PROF_CLIP);
     dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->job_t, t->job_lr);
+    dpt__prof_lap(DPT_PROF_APPLY);
     return DPT_OK;
 }
 
@@ -205,10 +215,12 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
     if (w->rc)
         atomic_store(&t->job_failed, 1);
     dpt__barrier(t); /* one barrier: see dpt__job_step_ps() */
+    dpt__prof_lap(DPT_PROF_WAIT_GRADS);
     if (atomic_load(&t->job_failed))
         return w->rc;
     int rc = dpt_comm_allreduce(w->comm, w->grads.data, t->nparams,
                                 t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG);
+    dpt__prof_lap(DPT_PROF_REDUCE);
     if (rc)
         return rc;
     /* Every replica holds the same bits now, so every replica computes the
@@ -218,10 +230,13 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
     if (!isfinite(norm))
         return w->index == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm)
                              : 0;
+    dpt__prof_lap(DPT_PROF_NORM);
     float f = dpt_clip_factor(norm, t->cfg.grad_clip);
     if (f != 1.0f)
         dpt_vec_scale(w->grads.data, t->nparams, f);
+    dpt__prof_lap(DPT_PROF_CLIP);
     dpt_optim_update(w->own_opt, w->params, w->grads.data, 0, t->nparams, t->job_t, t->job_lr);
+    dpt__prof_lap(DPT_PROF_APPLY);
     return DPT_OK;
 }
 

@@ -6,6 +6,7 @@
  * all-reduces treat it as a single vector.
  */
 #include "dpt/rl.h"
+#include "core/prof.h"
 #include "dpt/arena.h"
 #include "dpt/lstm.h"
 #include "dpt/status.h"
@@ -476,6 +477,7 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
     if ((rc = dpt_seq_forward(p->actor, params, feat, B, &z)) != 0 ||
         (rc = dpt_seq_forward(p->critic, params, feat, B, &v)) != 0)
         return rc;
+    dpt__prof_lap(DPT_PROF_FORWARD);
     const float *ls = p->discrete ? NULL : params + p->log_std_off;
     rc = p->discrete ? dpt_categorical_logp(z, B, K, c->actions, p->logp, p->ent)
                      : dpt_gaussian_logp(z, ls, B, K, c->actions, p->logp, p->ent);
@@ -548,9 +550,11 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
     else
         dpt_gaussian_backward(z, ls, B, K, c->actions, p->dlogp, p->dent, p->dz,
                               grads + p->log_std_off);
+    dpt__prof_lap(DPT_PROF_LOSS);
     if ((rc = dpt_seq_backward(p->actor, params, grads, p->dz, dfeat)) != 0 ||
         (rc = dpt_seq_backward(p->critic, params, grads, p->dv, dfeat)) != 0)
         return rc;
+    dpt__prof_lap(DPT_PROF_BACKWARD);
     double loss = pg - (double)hp->ent_coef * ent + (double)hp->vf_coef * vl;
     if (!isfinite(loss))
         return dpt_error(DPT_ENUMERIC, "ppo loss is %g (policy %g, value %g, entropy %g)", loss, pg,

@@ -10,6 +10,7 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "optim/optim_ckpt.h"
+#include "core/prof.h"
 #include "rollout.h"
 
 #include <math.h>
@@ -235,6 +236,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
 {
     const dpt_rl_config_t *c = &p->cfg;
     memset(res, 0, sizeof *res);
+    dpt__prof_lap(DPT_PROF_OUTSIDE);
     double t0 = dpt_now();
     size_t n = p->params.count;
     int rc = dpt_towers_get_weights(p->towers, p->params.data, n);
@@ -264,6 +266,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
         dpt__rl_normalize_minibatches_masked(p->batch.adv, p->L ? p->batch.mask : NULL,
                                              (size_t)c->num_devices, plan.rows_per_device,
                                              plan.per_device_batch);
+    dpt__prof_lap(DPT_PROF_BATCH);
     if ((rc = dpt_towers_load(p->towers, 0, &b, &li)) != 0)
         return rc;
     size_t cap = p->L ? nseq : rows / c->sgd_minibatch_size;
@@ -308,6 +311,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
         res->rows_dropped = li.rows_dropped;
     }
     snprintf(res->note, sizeof res->note, "%s", li.warning);
+    dpt__prof_lap(DPT_PROF_LEARN_OTHER);
     return DPT_OK;
 }
 

@@ -1,5 +1,6 @@
 /* Rollout collection with truncation bootstrapping; see rollout.h. */
 #include "rollout.h"
+#include "core/prof.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
 
@@ -172,12 +173,15 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
             memcpy((char *)r->step_prev_act + k * aw * 4, r->prev_act, N * aw * 4);
             memcpy(r->step_prev_rew + k, r->prev_rew, N * sizeof(float));
         }
+        dpt__prof_lap(DPT_PROF_SAMPLE_OTHER);
         if ((rc = dpt_policy_act_state(policy, params, obs_t, H ? &carry : NULL, N, &r->act_rng,
                                        act_t, r->logp + k, r->values + k)) != 0)
             return rc;
+        dpt__prof_lap(DPT_PROF_ACT);
         if ((rc = dpt_vecenv_step(r->env, act_t, r->cur_obs, r->step_rew, r->term, r->trunc,
                                   r->final_obs)) != 0)
             return rc;
+        dpt__prof_lap(DPT_PROF_ENV_STEP);
         /* Truncated, not terminated: the episode would have gone on, so its
          * last reward is credited with the value of where it stopped (for a
          * recurrent policy, after the state the step left and with this
@@ -241,6 +245,7 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
         r->episodes_this_iter += got;
         r->episodes_total += got;
     }
+    dpt__prof_lap(DPT_PROF_SAMPLE_OTHER);
     return DPT_OK;
 }
 
