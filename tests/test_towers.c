@@ -232,6 +232,64 @@ static void test_ps_fused_update_is_two_pass(void)
     free(a), free(b);
 }
 
+/* ps: the mirrored step (every device updates its own copy) and the
+ * sliced one give bitwise the same weights, with Adam and clipping and
+ * with plain SGD, for 2..4 devices; and a run resumed into a new engine
+ * from the weights and optimizer state continues exactly (the state reaches
+ * every copy). */
+static void test_ps_mirrored_is_sliced(void)
+{
+    size_t count = nparams();
+    REQUIRE(count > 0 && count <= DPT_TOWERS_MIRROR_MAX);
+    float *a = calloc(count, sizeof *a), *b = calloc(count, sizeof *b);
+    REQUIRE(a && b);
+    for (use_sgd = 0; use_sgd <= 1; use_sgd++)
+        for (int n = 2; n <= 4; n++) {
+            REQUIRE_OK(run_towers(DPT_TOWERS_PS, n, 3, a, count));
+            dpt__towers_mirror_max = 0;
+            int rc = run_towers(DPT_TOWERS_PS, n, 3, b, count);
+            dpt__towers_mirror_max = DPT_TOWERS_MIRROR_MAX;
+            REQUIRE_OK(rc);
+            CHECK(memcmp(a, b, count * sizeof(float)) == 0);
+        }
+    use_sgd = 0;
+    /* Resume: 2 passes in one engine against 1 + 1 across two. */
+    dpt_mlp_t *mlp;
+    REQUIRE_OK(dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, MB));
+    dpt_model_t model = dpt_mlp_model(mlp);
+    dpt_towers_config_t c = config(DPT_TOWERS_PS, 2, MB / 2);
+    dpt_batch_t lay = layout(), data = xy(ROWS, data_x, data_y);
+    dpt_towers_t *t[3];
+    for (int k = 0; k < 3; k++)
+        REQUIRE_OK(dpt_towers_create(&t[k], &model, &lay, &c));
+    dpt_rng_t r;
+    dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
+    dpt_mlp_init_params(mlp, a, &r);
+    dpt_towers_load_info_t info;
+    for (int k = 0; k < 3; k++) {
+        REQUIRE_OK(dpt_towers_set_weights(t[k], a, count));
+        REQUIRE_OK(dpt_towers_load(t[k], 0, &data, &info));
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t off = 0; off < info.rows_per_device; off += info.per_device_batch) {
+            dpt_towers_stats_t st;
+            REQUIRE_OK(dpt_towers_optimize(t[0], 0, off, 0.01f, &st));
+            REQUIRE_OK(dpt_towers_optimize(t[pass ? 2 : 1], 0, off, 0.01f, &st));
+            if (pass == 0 && off + info.per_device_batch >= info.rows_per_device) {
+                REQUIRE_OK(dpt_towers_get_weights(t[1], b, count));
+                REQUIRE_OK(dpt_towers_set_weights(t[2], b, count));
+                REQUIRE_OK(dpt_towers_set_optimizer_state(t[2], dpt_towers_optimizer(t[1])));
+            }
+        }
+    REQUIRE_OK(dpt_towers_get_weights(t[0], a, count));
+    REQUIRE_OK(dpt_towers_get_weights(t[2], b, count));
+    CHECK(memcmp(a, b, count * sizeof(float)) == 0);
+    for (int k = 0; k < 3; k++)
+        dpt_towers_destroy(t[k]);
+    dpt_mlp_destroy(mlp);
+    free(a), free(b);
+}
+
 static void test_replicated_matches_single_device(void)
 {
     check_mode_matches_reference(DPT_TOWERS_REPLICATED);
@@ -1324,6 +1382,7 @@ int main(void)
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_ps_matches_single_device),
         DPT_TEST(test_ps_fused_update_is_two_pass),
+        DPT_TEST(test_ps_mirrored_is_sliced),
         DPT_TEST(test_replicated_matches_single_device),
         DPT_TEST(test_load_rules),
         DPT_TEST(test_sequence_rules),

@@ -32,6 +32,16 @@
  *    and goes to a second parameter arena, which becomes the current one
  *    only when the global norm is finite (so a refused step still changes
  *    nothing); the weights come out bitwise as in the two-pass form.
+ *    Small models (at most DPT_TOWERS_MIRROR_MAX parameters, several
+ *    devices, no external communicator) are mirrored instead: every device
+ *    keeps its own copy of the parameters and of the optimizer state, sums
+ *    all the towers' gradients slice by slice in the same order, and applies
+ *    the whole update to its copy. The copies hold the same bits as the
+ *    shared arena would (the same operations in the same order), and a step
+ *    needs one barrier instead of two, with no device writing memory that
+ *    another reads next: at these sizes synchronization, not arithmetic,
+ *    sets the pace. dpt_towers_optimizer() is device 0's copy; changes to
+ *    it reach the others through dpt_towers_set_optimizer_state().
  *
  * Models flagged DPT_MODEL_STORES_GRADS (dpt/nn.h; the built-in MLP) write
  * their whole gradient, so the towers do not zero it before each step.
@@ -221,6 +231,9 @@ typedef struct dpt_towers_stats {
 } dpt_towers_stats_t;
 
 typedef struct dpt_towers dpt_towers_t;
+
+/* The largest parameter count for which ps mode mirrors (see above). */
+#define DPT_TOWERS_MIRROR_MAX 65536
 
 /* Creates the engine. `model` is copied (its ctx borrowed until destroy);
  * when it has replicate(), every device gets its own context. `layout` is a

@@ -1,4 +1,5 @@
 /* Arenas, aligned allocation and the variable table. */
+#include "core/clones.h"
 #include "dpt/arena.h"
 #include "dpt/checkpoint.h"
 #include "dpt/status.h"
@@ -181,12 +182,14 @@ void dpt_vec_copy(float *dst, const float *src, size_t n)
         memmove(dst, src, n * sizeof *dst);
 }
 
+DPT__CLONES
 void dpt_vec_scale(float *x, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
         x[i] *= s;
 }
 
+DPT__CLONES
 void dpt_vec_axpy(float *y, const float *x, size_t n, float a)
 {
     for (size_t i = 0; i < n; i++)
@@ -203,6 +206,7 @@ static double dpt__combine(const double *a)
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+DPT__CLONES
 double dpt_vec_sumsq(const float *x, size_t n)
 {
     double acc[DPT__LANES] = {0};
@@ -215,6 +219,7 @@ double dpt_vec_sumsq(const float *x, size_t n)
     return dpt__combine(acc);
 }
 
+DPT__CLONES
 double dpt_vec_dot(const float *x, const float *y, size_t n)
 {
     double acc[DPT__LANES] = {0};
@@ -235,6 +240,7 @@ size_t dpt_vec_first_nonfinite(const float *x, size_t n)
     return n;
 }
 
+DPT__CLONES
 int dpt_vec_all_finite(const float *x, size_t n)
 {
     /* A float is NaN or infinite iff its exponent bits are all ones. An OR

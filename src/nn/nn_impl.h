@@ -1,26 +1,22 @@
 /*
  * Internal helpers shared by the layers of src/nn (seq.c, lstm.c); not
  * installed. Elementwise activations are inline so that the loops calling
- * them vectorise; DPT__NN_CLONES compiles such a loop for AVX2 and for the
- * baseline, picked at load time. Both clones give the same bits (the same
- * operations, no FMA contraction in ISO C mode), so results do not depend on
- * the CPU. The sanitizer builds leave the clones out.
+ * them vectorise; DPT__NN_CLONES (core/clones.h) compiles such a loop for
+ * AVX-512, AVX2 and the baseline, picked at load time. The clones give the
+ * same bits (the same operations, no FMA contraction in ISO C mode), so
+ * results do not depend on the CPU. The sanitizer builds leave them out.
  */
 #ifndef DPT_NN_IMPL_H
 #define DPT_NN_IMPL_H
 
+#include "core/clones.h"
 #include "dpt/rng.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define DPT__NN_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define DPT__NN_CLONES
-#endif
+#define DPT__NN_CLONES DPT__CLONES
 
 /*
  * tanh without libm: libm's tanhf is a scalar call per element and dominated

@@ -2,6 +2,7 @@
 #include "dpt/optim.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
+#include "core/clones.h"
 #include "optim/optim_impl.h"
 
 #include <math.h>
@@ -110,6 +111,16 @@ void dpt_optim_destroy(dpt_optim_t *o)
     free(o);
 }
 
+/* Adam's loop over [lo, hi), compiled per vector width (core/clones.h):
+ * elementwise, the same operations in every clone. */
+DPT__CLONES
+static void dpt__adam_range(const float *p, float *out, const float *g, float *m, float *v,
+                            size_t lo, size_t hi, dpt__adam_coef_t k)
+{
+    for (size_t i = lo; i < hi; i++)
+        out[i] = dpt__adam_elem(p[i], g[i], &m[i], &v[i], &k);
+}
+
 void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
                            size_t hi, uint64_t t, float lr)
 {
@@ -132,9 +143,7 @@ void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const flo
     case DPT_OPTIM_ADAM:
     case DPT_OPTIM_ADAMW: {
         float *m = o->slot[0].data, *v = o->slot[1].data;
-        dpt__adam_coef_t k = dpt__adam_coef(c, t, lr);
-        for (size_t i = lo; i < hi; i++)
-            out[i] = dpt__adam_elem(p[i], g[i], &m[i], &v[i], &k);
+        dpt__adam_range(p, out, g, m, v, lo, hi, dpt__adam_coef(c, t, lr));
         break;
     }
     default: break;

@@ -57,6 +57,8 @@ dpt_towers_config_t dpt_towers_defaults(void)
 
 /* ---- create / destroy ------------------------------------------------------ */
 
+size_t dpt__towers_mirror_max = DPT_TOWERS_MIRROR_MAX;
+
 void dpt_towers_destroy(dpt_towers_t *t)
 {
     if (!t)
@@ -70,6 +72,7 @@ void dpt_towers_destroy(dpt_towers_t *t)
                 t->model.release(w->ctx);
             dpt_arena_deinit(&w->grads);
             dpt_arena_deinit(&w->own_params);
+            dpt_arena_deinit(&w->sum);
             dpt_optim_destroy(w->own_opt);
             dpt_comm_destroy(w->comm);
             if (w->stack_data)
@@ -173,8 +176,11 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
     /* The fused update needs no global norm, so it runs before the devices
      * agree on anything: not with an external communicator, whose step
      * all-reduces first. */
-    if (cfg->mode == DPT_TOWERS_PS && !cfg->comm && dpt_optim_num_slots(t->opt) == 0 &&
-        cfg->grad_clip == 0.0 && (rc = dpt_arena_init(&t->params_next, t->nparams)) != 0)
+    t->mirrored =
+        cfg->mode == DPT_TOWERS_PS && !cfg->comm && n > 1 && t->nparams <= dpt__towers_mirror_max;
+    if (cfg->mode == DPT_TOWERS_PS && !cfg->comm && !t->mirrored &&
+        dpt_optim_num_slots(t->opt) == 0 && cfg->grad_clip == 0.0 &&
+        (rc = dpt_arena_init(&t->params_next, t->nparams)) != 0)
         goto fail;
     if (cfg->mode == DPT_TOWERS_ASYNC) {
         t->nchunks = (t->nparams + DPT_ASYNC_CHUNK - 1) / DPT_ASYNC_CHUNK;
@@ -212,13 +218,19 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
          * float (rows, or the failure mark): see dpt__job_step_comm(). */
         if ((rc = dpt_arena_init(&w->grads, t->nparams + (cfg->comm ? 1 : 0))) != 0)
             goto fail;
-        if (!shared || cfg->mode == DPT_TOWERS_ASYNC) {
+        if (!shared || cfg->mode == DPT_TOWERS_ASYNC || (t->mirrored && i > 0)) {
             if ((rc = dpt_arena_init(&w->own_params, t->nparams)) != 0)
+                goto fail;
+        }
+        if (t->mirrored) {
+            if ((rc = dpt_arena_init(&w->sum, t->nparams)) != 0 ||
+                (i > 0 && (rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0))
                 goto fail;
         }
         /* ps towers read t->params, whose arena changes place when the fused
          * update swaps it with t->params_next: no pointer is kept here. */
-        w->params = cfg->mode == DPT_TOWERS_PS ? NULL : w->own_params.data;
+        w->params =
+            cfg->mode == DPT_TOWERS_PS && !(t->mirrored && i > 0) ? NULL : w->own_params.data;
         if (!shared) {
             if ((rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0)
                 goto fail;
@@ -504,9 +516,11 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
     /* async: towers that succeeded have applied their updates; the step
      * counts, and the first failure is still reported below. */
     t->steps++;
-    if (t->cfg.mode == DPT_TOWERS_PS)
+    if (t->cfg.mode == DPT_TOWERS_PS) {
         dpt_optim_set_t(t->opt, t->job_t);
-    else if (t->cfg.mode == DPT_TOWERS_ASYNC)
+        for (int i = 1; t->mirrored && i < t->cfg.num_devices; i++)
+            dpt_optim_set_t(t->towers[i].own_opt, t->job_t);
+    } else if (t->cfg.mode == DPT_TOWERS_ASYNC)
         dpt_optim_set_t(t->opt, (uint64_t)atomic_load(&t->async_t));
     else
         for (int i = 0; i < t->cfg.num_devices; i++)
@@ -572,6 +586,8 @@ int dpt_towers_set_weights(dpt_towers_t *t, const float *in, size_t count)
             memcpy(t->towers[i].params, in, count * sizeof(float));
     else
         memcpy(t->params.data, in, count * sizeof(float));
+    for (int i = 1; t->mirrored && i < t->cfg.num_devices; i++)
+        memcpy(t->towers[i].params, in, count * sizeof(float));
     return DPT_OK;
 }
 
@@ -648,9 +664,12 @@ int dpt_towers_set_optimizer_state(dpt_towers_t *t, dpt_optim_t *src)
         atomic_store(&t->async_t, dpt_optim_get_t(src));
     if (dpt_optim_count(src) != t->nparams || dpt_optim_config(src)->kind != t->cfg.optim.kind)
         return dpt_error(DPT_EINVAL, "towers: optimizer state of another kind or size");
-    int reps = t->cfg.mode == DPT_TOWERS_REPLICATED ? t->cfg.num_devices : 1;
+    int own = t->cfg.mode == DPT_TOWERS_REPLICATED || t->mirrored;
+    int reps = own ? t->cfg.num_devices : 1;
     for (int i = 0; i < reps; i++) {
-        dpt_optim_t *dst = t->cfg.mode == DPT_TOWERS_REPLICATED ? t->towers[i].own_opt : t->opt;
+        dpt_optim_t *dst = t->cfg.mode == DPT_TOWERS_REPLICATED || (t->mirrored && i > 0)
+                               ? t->towers[i].own_opt
+                               : t->opt;
         if (dst == src)
             continue;
         for (int s = 0; s < dpt_optim_num_slots(src); s++)

@@ -25,6 +25,10 @@
  * else) as soon as a model adds a value to it. */
 #define DPT__SENTINEL_BITS 0x80000000u
 
+/* The parameter count up to which ps mode mirrors (DPT_TOWERS_MIRROR_MAX;
+ * tests lower it to compare both paths). Read by dpt_towers_create(). */
+extern size_t dpt__towers_mirror_max;
+
 typedef struct dpt__stack_info {
     int loaded;
     size_t rows_per_device, per_device_batch, seqs_per_device;
@@ -35,10 +39,12 @@ typedef struct dpt__tower {
     void *ctx; /* model context (own replica, or the shared one) */
     int own_ctx;
     dpt_arena_t grads;      /* this tower's gradient */
-    dpt_arena_t own_params; /* replicated: replica; async: snapshot */
+    dpt_arena_t own_params; /* replicated: replica; async: snapshot;
+                               mirrored ps, devices > 0: their copy */
     float *params;          /* replicated: its replica; async: its snapshot;
                                   ps: NULL (the towers read t->params) */
-    dpt_optim_t *own_opt;   /* replicated: own optimizer */
+    dpt_optim_t *own_opt;   /* replicated, mirrored ps devices > 0: own optimizer */
+    dpt_arena_t sum;        /* mirrored ps: the combined gradient */
     dpt_comm_t *comm;       /* replicated without an external communicator: the towers' group */
     void **stack_data;      /* [num_stacks * ncols] column buffers */
     /* results of the current step */
@@ -85,7 +91,8 @@ struct dpt_towers {
     dpt_arena_t params;      /* ps/async: shared parameters */
     dpt_arena_t params_next; /* ps with a stateless optimizer and no clipping:
                                      the next weights, kept if the step succeeds */
-    dpt_optim_t *opt;        /* ps/async: shared optimizer */
+    dpt_optim_t *opt;        /* ps/async: shared optimizer (mirrored: device 0's) */
+    int mirrored;            /* ps, small model: every device updates its own copy */
     double *slice_sumsq;     /* ps: per-device partial sums of squares */
     dpt__barrier_t barrier;
     int barrier_ready;

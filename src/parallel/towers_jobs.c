@@ -15,6 +15,7 @@
  */
 #include "dpt/optim.h"
 #include "dpt/status.h"
+#include "core/clones.h"
 #include "core/prof.h"
 #include "towers_impl.h"
 
@@ -107,6 +108,7 @@ static int dpt__job_load(dpt_towers_t *t, dpt__tower_t *w)
  * the sum of squares of the results, accumulated like dpt_vec_sumsq (eight
  * interleaved double lanes combined pairwise): one pass instead of three.
  * out may be y. */
+DPT__CLONES
 static double dpt__add_scale_sumsq(float *out, const float *y, const float *x, size_t n,
                                    float scale)
 {
@@ -205,6 +207,54 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
         dpt_vec_scale(gs + lo, hi - lo, f);
     dpt__prof_lap(DPT_PROF_CLIP);
     dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->job_t, t->job_lr);
+    dpt__prof_lap(DPT_PROF_APPLY);
+    return DPT_OK;
+}
+
+/* ps, mirrored (dpt/towers.h): after the one barrier every device computes
+ * what the slices of dpt__job_step_ps() compute, all of them, in the same
+ * order (slice s: ((g0 + g1) + ...) + g_{N-1}, scaled, its sum of squares;
+ * the norm from the slices' sums in slice order), into its own buffer, and
+ * applies the whole update to its own copy. The towers' gradients are only
+ * read after the barrier, and written again only in the next job. */
+static int dpt__job_step_mirrored(dpt_towers_t *t, dpt__tower_t *w)
+{
+    int n = t->cfg.num_devices, d = w->index;
+    float *params = d ? w->params : t->params.data;
+    dpt_optim_t *opt = d ? w->own_opt : t->opt;
+    w->rc = dpt__tower_compute(t, w, params);
+    if (w->rc)
+        atomic_store(&t->job_failed, 1);
+    dpt__barrier(t); /* one barrier: see dpt__job_step_ps() */
+    dpt__prof_lap(DPT_PROF_WAIT_GRADS);
+    if (atomic_load(&t->job_failed))
+        return w->rc;
+    float *g = w->sum.data, scale = t->cfg.reduce_sum ? 1.0f : 1.0f / (float)n;
+    const float *g0 = t->towers[0].grads.data, *last = t->towers[n - 1].grads.data;
+    double sq = 0.0;
+    for (int s = 0; s < n; s++) {
+        size_t lo, hi;
+        dpt__slice(t->nparams, n, s, &lo, &hi);
+        const float *first = g0 + lo;
+        if (n > 2) {
+            memcpy(g + lo, first, (hi - lo) * sizeof *g);
+            for (int i = 1; i + 1 < n; i++)
+                dpt_vec_axpy(g + lo, t->towers[i].grads.data + lo, hi - lo, 1.0f);
+            first = g + lo;
+        }
+        sq += dpt__add_scale_sumsq(g + lo, first, last + lo, hi - lo, scale);
+    }
+    dpt__prof_lap(DPT_PROF_REDUCE);
+    double norm = sqrt(sq);
+    w->norm = norm;
+    if (!isfinite(norm))
+        return d == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
+    dpt__prof_lap(DPT_PROF_NORM);
+    float f = dpt_clip_factor(norm, t->cfg.grad_clip);
+    if (f != 1.0f)
+        dpt_vec_scale(g, t->nparams, f);
+    dpt__prof_lap(DPT_PROF_CLIP);
+    dpt_optim_update(opt, params, g, 0, t->nparams, t->job_t, t->job_lr);
     dpt__prof_lap(DPT_PROF_APPLY);
     return DPT_OK;
 }
@@ -400,7 +450,7 @@ static int dpt__job_gradset(dpt_towers_t *t, dpt__tower_t *w)
     for (size_t i = 0; i < t->nparams; i++)
         w->grads.data[i] = s;
     dpt_loss_out_t out;
-    const float *params = t->cfg.mode == DPT_TOWERS_REPLICATED ? w->params : t->params.data;
+    const float *params = w->params ? w->params : t->params.data;
     return t->model.loss_grad(w->ctx, params, w->grads.data, &view, &out);
 }
 
@@ -415,7 +465,8 @@ int dpt__towers_job(void *arg, int device)
         if (t->cfg.comm)
             return dpt__job_step_comm(t, w);
         switch (t->cfg.mode) {
-        case DPT_TOWERS_PS: return dpt__job_step_ps(t, w);
+        case DPT_TOWERS_PS:
+            return t->mirrored ? dpt__job_step_mirrored(t, w) : dpt__job_step_ps(t, w);
         case DPT_TOWERS_REPLICATED: return dpt__job_step_replicated(t, w);
         case DPT_TOWERS_ASYNC: return dpt__job_step_async(t, w);
         default: break;
