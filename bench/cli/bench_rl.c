@@ -79,25 +79,26 @@ static const dpt_profile_phase_t br_iter_phases[] = {
 /* Prints the profile of `devices` slots, summed over the runs since the
  * last reset: `steps` optimizer steps and `iters` iterations of `rows`
  * env steps in all, minibatches of `mb` rows. */
-static void br_print_profile(int devices, double steps, double iters, double rows, double mb,
-                             double wall)
+static void br_print_profile(const char *slot, const dpt_profile_t *p, int devices, double steps,
+                             double iters, double rows, double mb, double wall)
 {
-    dpt_profile_t p[64];
-    for (int d = 0; d < devices && d < 64; d++)
-        dpt_profile_get(d, &p[d]);
     static const size_t hid[2] = {64, 64};
     br_flops_t act = br_mlp_flops(4, hid, 2, 2), val = br_mlp_flops(4, hid, 2, 1);
     double fwd_row = act.fwd + val.fwd, bwd_row = act.bwd + val.bwd;
     double peak = br_gemm_peak();
-    printf("\n# profile: %d device(s); %.0f optimizer steps of %.0f rows, %.0f iterations of "
-           "%.0f env steps; wall %.2f s\n",
-           devices, steps, mb, iters, rows / (iters > 0 ? iters : 1), wall);
+    printf("\n# profile: %d %s(s); %.0f optimizer steps of %.0f rows in all, %.0f iterations "
+           "of %.0f env steps",
+           devices, slot[0] == 'w' ? "worker" : "device", steps, mb, iters,
+           rows / (iters > 0 ? iters : 1));
+    if (wall > 0.0)
+        printf("; wall %.2f s", wall);
+    printf("\n");
     printf("# peak: one-thread GEMM 512^3 with %s: %.1f GFLOP/s per core\n",
            dpt_gemm_describe(dpt_gemm_get_backend()), peak);
     char hd[32];
     printf("%-13s", "per step");
     for (int d = 0; d < devices; d++)
-        printf("  %8s", (snprintf(hd, sizeof hd, "dev%d_us", d), hd));
+        printf("  %8s", (snprintf(hd, sizeof hd, "%s%d_us", slot, d), hd));
     printf("  %9s  %8s  %7s\n", "MFLOP", "GFLOP/s", "%peak");
     double learn_us = 0.0, flop_step = (fwd_row + bwd_row) * mb;
     for (size_t i = 0; i < sizeof br_learn_phases / sizeof *br_learn_phases; i++) {
@@ -262,12 +263,13 @@ int dpt_bench_ppo(int argc, char **argv)
                dpt_median(times, (size_t)seeds), solved, seeds);
     if (profile) {
         dpt_profile_enable(0);
-        dpt_profile_t p0;
-        dpt_profile_get(0, &p0);
-        /* Every step ends in exactly one dispatch charge on device 0 after
-         * the devices joined, besides the one before its job. */
-        prof_steps = (double)p0.count[DPT_PROF_APPLY];
-        br_print_profile((int)devices, prof_steps, prof_iters, prof_rows, 128.0, prof_wall);
+        static dpt_profile_t p[64];
+        for (int d = 0; d < devices; d++)
+            dpt_profile_get(d, &p[d]);
+        /* One apply per device per optimizer step. */
+        prof_steps = (double)p[0].count[DPT_PROF_APPLY];
+        br_print_profile("dev", p, (int)devices, prof_steps, prof_iters, prof_rows, 128.0,
+                         prof_wall);
     }
     return DPT_EXIT_OK;
 }
@@ -313,13 +315,15 @@ static double br_dd_once(int workers, int iterations, int envs)
 
 int dpt_bench_ddppo(int argc, char **argv)
 {
-    int max_workers = 2, iterations = 100, reps = 5, envs = 4, json = 0;
+    int max_workers = 2, iterations = 100, reps = 5, envs = 4, json = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: dpt bench ddppo [--workers N] [--iterations N] [--reps N] [--envs N] "
-                   "[--json]\n\nDD-PPO on CartPole-v1 with 1..N worker threads (each --envs "
-                   "envs x 128 steps per\niteration, CleanRL's learning settings): env steps/s "
-                   "and scaling, median of --reps runs.\n");
+                   "[--profile] [--json]\n\nDD-PPO on CartPole-v1 with 1..N worker threads "
+                   "(each --envs envs x 128 steps per\niteration, CleanRL's learning settings): "
+                   "env steps/s and scaling. The worker\ncounts take turns, --reps rounds; the "
+                   "scaling is the median of each round's ratio\nto one worker. --profile: the "
+                   "time of each phase per optimizer step and worker.\n");
             return DPT_EXIT_OK;
         } else if (!strcmp(argv[i], "--workers") && i + 1 < argc) {
             max_workers = atoi(argv[++i]);
@@ -329,6 +333,8 @@ int dpt_bench_ddppo(int argc, char **argv)
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--envs") && i + 1 < argc) {
             envs = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--profile")) {
+            profile = 1;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else {
@@ -336,41 +342,62 @@ int dpt_bench_ddppo(int argc, char **argv)
             return DPT_EXIT_USAGE;
         }
     }
-    if (max_workers < 1 || max_workers > 64 || iterations < 1 || reps < 1 || reps > 99 ||
+    if (max_workers < 1 || max_workers > 16 || iterations < 1 || reps < 1 || reps > 99 ||
         envs < 1) {
-        fprintf(stderr, "dpt bench ddppo: bad option values\n");
+        fprintf(stderr, "dpt bench ddppo: need 1 <= --workers <= 16, --iterations >= 1, "
+                        "1 <= --reps <= 99, --envs >= 1\n");
         return DPT_EXIT_USAGE;
     }
-    if (!json) {
+    if (!json)
         br_command(argc, argv);
-        printf("%-8s %14s %8s   (runs)\n", "workers", "env_steps/s", "scaling");
-    }
-    double one = 0.0;
-    for (int w = 1; w <= max_workers; w++) {
-        double v[99];
-        for (int r = 0; r < reps; r++) {
-            v[r] = br_dd_once(w, iterations, envs);
-            if (v[r] < 0) {
+    static double v[16][99];
+    static dpt_profile_t acc[16][16];
+    memset(acc, 0, sizeof acc);
+    if (profile)
+        dpt_profile_enable(1);
+    for (int r = 0; r < reps; r++)
+        for (int w = 1; w <= max_workers; w++) {
+            dpt_profile_reset();
+            v[w - 1][r] = br_dd_once(w, iterations, envs);
+            if (v[w - 1][r] < 0) {
                 fprintf(stderr, "dpt bench ddppo: %s\n", dpt_last_error());
                 return DPT_EXIT_FAIL;
             }
+            for (int k = 0; profile && k < w; k++) {
+                dpt_profile_t p;
+                dpt_profile_get(k, &p);
+                for (int ph = 0; ph < DPT_PROF_PHASES; ph++) {
+                    acc[w - 1][k].seconds[ph] += p.seconds[ph];
+                    acc[w - 1][k].count[ph] += p.count[ph];
+                }
+            }
         }
-        double runs[99];
-        memcpy(runs, v, (size_t)reps * sizeof *v);
-        double med = dpt_median(v, (size_t)reps);
-        if (w == 1)
-            one = med;
+    dpt_profile_enable(0);
+    if (!json)
+        printf("%-8s %14s %8s   (runs, in round order)\n", "workers", "env_steps/s", "scaling");
+    for (int w = 1; w <= max_workers; w++) {
+        double runs[99], ratio[99];
+        for (int r = 0; r < reps; r++) {
+            runs[r] = v[w - 1][r];
+            ratio[r] = v[w - 1][r] / v[0][r];
+        }
+        double med = dpt_median(runs, (size_t)reps), sc = dpt_median(ratio, (size_t)reps);
         if (json) {
             printf("{\"bench\":\"ddppo\",\"workers\":%d,\"envs_per_worker\":%d,"
                    "\"env_steps_per_s\":%.0f,\"scaling\":%.3f}\n",
-                   w, envs, med, med / one);
+                   w, envs, med, sc);
         } else {
-            printf("%-8d %14.0f %8.2f   (", w, med, med / one);
+            printf("%-8d %14.0f %8.2f   (", w, med, sc);
             for (int r = 0; r < reps; r++)
-                printf("%s%.0f", r ? " " : "", runs[r]);
+                printf("%s%.0f", r ? " " : "", v[w - 1][r]);
             printf(")\n");
         }
-        fflush(stdout);
     }
+    for (int w = 1; profile && !json && w <= max_workers; w++) {
+        double iters = (double)reps * (iterations + 2);
+        br_print_profile("w", acc[w - 1], w, (double)acc[w - 1][0].count[DPT_PROF_APPLY], iters,
+                         iters * 128.0 * envs * w, 128.0 * w, 0.0);
+    }
+    fflush(stdout);
     return DPT_EXIT_OK;
 }

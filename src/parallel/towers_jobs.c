@@ -339,6 +339,7 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
         dpt_vec_scale(w->grads.data, count, (float)w->out.rows);
     }
     dpt__barrier(t); /* job_failed is reset between jobs: see dpt__job_step_ps() */
+    dpt__prof_lap(DPT_PROF_WAIT_GRADS);
     int failed = atomic_load(&t->job_failed);
     size_t lo, hi;
     dpt__slice(count, n, d, &lo, &hi);
@@ -368,7 +369,9 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     if (d == 0)
         t->job_comm_rc =
             t->bk ? dpt__buckets_finish(t) : dpt_comm_allreduce(t->cfg.comm, gs, count + 1, op);
+    dpt__prof_lap(DPT_PROF_REDUCE);
     dpt__barrier(t);
+    dpt__prof_lap(DPT_PROF_WAIT_REDUCE);
     if (w->rc)
         return dpt_error(w->rc, "%s", msg);
     if (failed)
@@ -393,11 +396,14 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     w->norm = norm;
     if (!isfinite(norm))
         return d == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
+    dpt__prof_lap(DPT_PROF_NORM);
     float f = dpt_clip_factor(norm, t->cfg.grad_clip);
     if (f != 1.0f)
         dpt_vec_scale(gs + lo, hi - lo, f);
+    dpt__prof_lap(DPT_PROF_CLIP);
     if (!repl) {
         dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->job_t, t->job_lr);
+        dpt__prof_lap(DPT_PROF_APPLY);
         return DPT_OK;
     }
     /* Every device's f is the same, so all of them take this barrier or
@@ -405,6 +411,7 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     if (f != 1.0f)
         dpt__barrier(t);
     dpt_optim_update(w->own_opt, w->params, gs, 0, count, t->job_t, t->job_lr);
+    dpt__prof_lap(DPT_PROF_APPLY);
     return DPT_OK;
 }
 

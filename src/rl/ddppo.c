@@ -26,6 +26,7 @@
  * last whole minibatch (rows mod minibatch) are not loaded.
  */
 #include "rl_trainers.h"
+#include "core/prof.h"
 #include "dpt/arena.h"
 #include "dpt/optim.h"
 #include "dpt/stats.h"
@@ -266,6 +267,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
 {
     const dpt_rl_config_t *c = &w->cfg;
     memset(res, 0, sizeof *res);
+    dpt__prof_lap(DPT_PROF_OUTSIDE);
     double t0 = dpt_now();
     size_t T = c->rollout_fragment_length, N = c->num_envs, expected = T * N;
     /* Preemption cuts fragments short, and a recurrent batch's sequences
@@ -322,6 +324,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
         dpt__rl_normalize_minibatches_masked(w->batch.adv, w->L ? w->batch.mask : NULL, 1,
                                              plan.rows_loaded, pdb);
+    dpt__prof_lap(DPT_PROF_BATCH);
     if ((rc = dpt_towers_load_ex(w->towers, 0, &b, pdb, &li)) != 0)
         return rc;
     if (li.rows_loaded != plan.rows_loaded || li.per_device_batch != pdb || li.steps < nmb)
@@ -416,6 +419,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
                  "raised to %zu rows (one sequence per minibatch)",
                  c->sgd_minibatch_size, w->L, w->L);
     res->cur_lr = lr;
+    dpt__prof_lap(DPT_PROF_LEARN_OTHER);
     double t3 = dpt_now();
     res->sample_time_s = t1 - t0;
     res->learn_time_s = t2 - t1;

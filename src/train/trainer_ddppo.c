@@ -24,6 +24,7 @@
  * reported with the worker's index.
  */
 #include "dpt/arena.h"
+#include "core/prof.h"
 #include "dpt/comm.h"
 #include "dpt/status.h"
 #include "rl_internal.h"
@@ -184,6 +185,7 @@ static void *dpt__dd_thread_main(void *arg)
     dpt__dd_worker_t *wk = arg;
     dpt__dd_trainer_t *d = wk->d;
     uint64_t seen = 0;
+    dpt__prof_bind(wk->index); /* its device 0's slot: one device per worker */
     pthread_mutex_lock(&d->mu);
     for (;;) {
         while (d->gen == seen)
