@@ -5,6 +5,7 @@
  */
 #include "dpt/nn.h"
 #include "dpt/status.h"
+#include "nn/nn_impl.h"
 
 #include <math.h>
 
@@ -121,6 +122,12 @@ int dpt_loss_huber(const float *y, const float *target, size_t batch, size_t dim
 int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int32_t *actions,
                          float *logp, float *entropy)
 {
+    return dpt__categorical_logp_ex(logits, batch, k, actions, logp, entropy, NULL);
+}
+
+int dpt__categorical_logp_ex(const float *logits, size_t batch, size_t k, const int32_t *actions,
+                             float *logp, float *entropy, dpt__categorical_cache_t *cache)
+{
     if (batch == 0 || k == 0)
         return dpt_error(DPT_EINVAL, "categorical: %zu rows, %zu actions", batch, k);
     int rc = dpt__check_finite("categorical logits", logits, batch, k);
@@ -138,13 +145,20 @@ int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int3
         double lse = dpt__logsumexp(z, k, &zmax);
         if (logp)
             logp[b] = actions ? (float)((double)z[actions[b]] - lse) : 0.0f;
-        if (entropy) {
+        if (entropy || cache) {
             double h = 0.0;
             for (size_t j = 0; j < k; j++) {
-                double lp = (double)z[j] - lse;
-                h -= exp(lp) * lp;
+                double lp = (double)z[j] - lse, pj = exp(lp);
+                h -= pj * lp;
+                if (cache)
+                    cache->p[b * k + j] = pj;
             }
-            entropy[b] = (float)h;
+            if (entropy)
+                entropy[b] = (float)h;
+            if (cache) {
+                cache->lse[b] = lse;
+                cache->h[b] = h;
+            }
         }
     }
     return DPT_OK;
@@ -153,21 +167,30 @@ int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int3
 void dpt_categorical_backward(const float *logits, size_t batch, size_t k, const int32_t *actions,
                               const float *dlogp, const float *dentropy, float *dlogits)
 {
+    dpt__categorical_backward_ex(logits, batch, k, actions, dlogp, dentropy, dlogits, NULL);
+}
+
+void dpt__categorical_backward_ex(const float *logits, size_t batch, size_t k,
+                                  const int32_t *actions, const float *dlogp, const float *dentropy,
+                                  float *dlogits, const dpt__categorical_cache_t *cache)
+{
     for (size_t b = 0; b < batch; b++) {
         const float *z = logits + b * k;
         float *dz = dlogits + b * k;
         float zmax;
-        double lse = dpt__logsumexp(z, k, &zmax);
+        double lse = cache ? cache->lse[b] : dpt__logsumexp(z, k, &zmax);
         double gl = dlogp ? (double)dlogp[b] : 0.0;
         double ge = dentropy ? (double)dentropy[b] : 0.0;
         double h = 0.0;
-        if (ge != 0.0)
+        if (ge != 0.0 && cache)
+            h = cache->h[b];
+        else if (ge != 0.0)
             for (size_t j = 0; j < k; j++) {
                 double lp = (double)z[j] - lse;
                 h -= exp(lp) * lp;
             }
         for (size_t j = 0; j < k; j++) {
-            double lp = (double)z[j] - lse, p = exp(lp);
+            double lp = (double)z[j] - lse, p = cache ? cache->p[b * k + j] : exp(lp);
             double g = 0.0;
             if (gl != 0.0)
                 g += gl * ((actions && (size_t)actions[b] == j ? 1.0 : 0.0) - p);

@@ -69,6 +69,22 @@ static inline float dpt__sigmoidf(float x)
     return 0.5f + 0.5f * dpt__tanhf(0.5f * x);
 }
 
+/* What dpt_categorical_logp() computes on its way and
+ * dpt_categorical_backward() would compute again, per row b of a batch of
+ * k actions: the log-sum-exp, the entropy in double and the probabilities
+ * (caller's buffers: lse [batch], h [batch], p [batch * k]). The _ex
+ * functions fill it (logp) and use it (backward) with the same bits as
+ * without it; NULL: the public functions' behaviour. */
+typedef struct dpt__categorical_cache {
+    double *lse, *h, *p;
+} dpt__categorical_cache_t;
+
+int dpt__categorical_logp_ex(const float *logits, size_t batch, size_t k, const int32_t *actions,
+                             float *logp, float *entropy, dpt__categorical_cache_t *cache);
+void dpt__categorical_backward_ex(const float *logits, size_t batch, size_t k,
+                                  const int32_t *actions, const float *dlogp, const float *dentropy,
+                                  float *dlogits, const dpt__categorical_cache_t *cache);
+
 /* Orthonormalises the rows of a [rows, cols] matrix (rows <= cols) in place
  * by modified Gram–Schmidt in double, redrawing a row from `rng` should it
  * vanish (seq.c). */

@@ -7,6 +7,7 @@
  */
 #include "dpt/rl.h"
 #include "core/prof.h"
+#include "nn/nn_impl.h"
 #include "dpt/arena.h"
 #include "dpt/lstm.h"
 #include "dpt/status.h"
@@ -37,6 +38,8 @@ struct dpt_policy {
     float *x, *y, *dy, *tm_logp, *tm_adv, *tm_ret, *tm_val;
     void *tm_act;
     uint8_t *mask;
+    /* discrete: what the loss's log-probabilities leave for its backward */
+    dpt__categorical_cache_t cat;
 };
 
 void dpt_policy_destroy(dpt_policy_t *p)
@@ -47,6 +50,9 @@ void dpt_policy_destroy(dpt_policy_t *p)
     dpt_seq_destroy(p->actor);
     dpt_seq_destroy(p->critic);
     dpt_vartable_deinit(&p->vars);
+    free(p->cat.lse);
+    free(p->cat.h);
+    free(p->cat.p);
     free(p->logp);
     free(p->ent);
     free(p->dlogp);
@@ -188,6 +194,12 @@ int dpt_policy_create_ex(dpt_policy_t **out, const dpt_env_class_t *cls,
     p->mask = calloc(max_batch, 1);
     int ok = p->logp && p->ent && p->dlogp && p->dent && p->dv && p->values && p->dz && p->tm_adv &&
              p->tm_ret && p->mask;
+    if (ok && p->discrete) {
+        p->cat.lse = calloc(max_batch, sizeof(double));
+        p->cat.h = calloc(max_batch, sizeof(double));
+        p->cat.p = dpt__calloc2(max_batch, p->out_dim, sizeof(double));
+        ok = p->cat.lse && p->cat.h && p->cat.p;
+    }
     if (ok && p->lstm) {
         p->x = dpt__calloc2(max_batch, in_dim, sizeof(float));
         p->y = dpt__calloc2(max_batch, H, sizeof(float));
@@ -479,7 +491,7 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
         return rc;
     dpt__prof_lap(DPT_PROF_FORWARD);
     const float *ls = p->discrete ? NULL : params + p->log_std_off;
-    rc = p->discrete ? dpt_categorical_logp(z, B, K, c->actions, p->logp, p->ent)
+    rc = p->discrete ? dpt__categorical_logp_ex(z, B, K, c->actions, p->logp, p->ent, &p->cat)
                      : dpt_gaussian_logp(z, ls, B, K, c->actions, p->logp, p->ent);
     if (rc)
         return rc;
@@ -546,7 +558,7 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
     /* Actor: through the distribution into the logits/mean (and log_std). */
     dpt_vec_zero(p->dz, B * K);
     if (p->discrete)
-        dpt_categorical_backward(z, B, K, c->actions, p->dlogp, p->dent, p->dz);
+        dpt__categorical_backward_ex(z, B, K, c->actions, p->dlogp, p->dent, p->dz, &p->cat);
     else
         dpt_gaussian_backward(z, ls, B, K, c->actions, p->dlogp, p->dent, p->dz,
                               grads + p->log_std_off);
