@@ -497,13 +497,73 @@ static void test_bpack(void)
     free(c2);
 }
 
+/* Products of a few rows with the weights transposed once: bitwise
+ * dpt_gemm with the bias rows in C and beta = 1 (or beta = 0 without a
+ * bias), for every kernel, rows 1..8, widths around the vector sizes, k up
+ * to KC; the padding columns of the transposed weights hold NaN and never
+ * reach C. Out of range: m > 8, k > 256, another backend. */
+static void test_small(void)
+{
+    static const size_t ns[] = {1, 2, 3, 8, 15, 16, 17, 31, 32, 33, 48, 64, 70};
+    static const size_t ks[] = {1, 4, 64, 255, 256};
+    const char *names[] = {"c", "avx2", "avx512f"};
+    for (size_t v = 0; v < sizeof names / sizeof names[0]; v++) {
+        if (dpt__gemm_set_kernel(names[v]) == DPT_ENOTSUP)
+            continue;
+        for (size_t m = 1; m <= DPT__GEMM_SMALL_M; m++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                    size_t n = ns[ni], k = ks[ki], lda, ldw, ldc, ldb = dpt__gemm_small_ld(n);
+                    REQUIRE(dpt__gemm_small_ok(m, k));
+                    float *a = matrix_new(m, k, &lda), *w = matrix_new(n, k, &ldw);
+                    float *bias = matrix_new(1, n, &ldc), *c1 = matrix_new(m, n, &ldc);
+                    float *c2 = matrix_new(m, n, &ldc), *wt = malloc(k * ldb * sizeof *wt);
+                    REQUIRE(a && w && bias && c1 && c2 && wt);
+                    for (size_t p = 0; p < k; p++)
+                        for (size_t j = 0; j < ldb; j++)
+                            wt[p * ldb + j] = j < n ? w[j * ldw + p] : NAN;
+                    for (int with_bias = 0; with_bias < 2; with_bias++) {
+                        for (size_t i = 0; i < m; i++)
+                            memcpy(c1 + i * ldc, bias, n * sizeof *c1);
+                        dpt_gemm(0, 1, m, n, k, 1.0f, a, lda, w, ldw, with_bias ? 1.0f : 0.0f, c1,
+                                 ldc);
+                        dpt__gemm_small(m, n, k, a, lda, wt, ldb, with_bias ? bias : NULL, c2, ldc);
+                        int same = 1;
+                        for (size_t i = 0; i < m; i++)
+                            same &= memcmp(c1 + i * ldc, c2 + i * ldc, n * sizeof *c1) == 0;
+                        if (!same)
+                            fprintf(stderr, "small %s m=%zu n=%zu k=%zu bias=%d differs\n",
+                                    names[v], m, n, k, with_bias);
+                        CHECK(same);
+                    }
+                    free(a), free(w), free(bias), free(c1), free(c2), free(wt);
+                }
+    }
+    CHECK_OK(dpt__gemm_set_kernel(NULL));
+    CHECK(!dpt__gemm_small_ok(DPT__GEMM_SMALL_M + 1, 4));
+    CHECK(!dpt__gemm_small_ok(4, 257));
+    CHECK(!dpt__gemm_small_ok(0, 4));
+    CHECK_OK(dpt__gemm_set_kernel("unpacked"));
+    CHECK(!dpt__gemm_small_ok(4, 4));
+    CHECK_OK(dpt__gemm_set_kernel(NULL));
+    if (dpt_gemm_set_backend(DPT_GEMM_CBLAS) == DPT_OK) {
+        CHECK(!dpt__gemm_small_ok(4, 4));
+        CHECK_OK(dpt_gemm_set_backend(DPT_GEMM_PORTABLE));
+    }
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_backend_selection),     DPT_TEST(test_degenerate),
-        DPT_TEST(test_portable_kernels),      DPT_TEST(test_cblas),
-        DPT_TEST(test_cblas_vs_portable),     DPT_TEST(test_deterministic),
-        DPT_TEST(test_rows_independent_of_m), DPT_TEST(test_bpack),
+        DPT_TEST(test_backend_selection),
+        DPT_TEST(test_degenerate),
+        DPT_TEST(test_portable_kernels),
+        DPT_TEST(test_cblas),
+        DPT_TEST(test_cblas_vs_portable),
+        DPT_TEST(test_deterministic),
+        DPT_TEST(test_rows_independent_of_m),
+        DPT_TEST(test_bpack),
+        DPT_TEST(test_small),
     };
     printf("default backend: %s\n", dpt_gemm_describe(dpt_gemm_get_backend()));
     return DPT_TEST_RUN(cases);

@@ -456,6 +456,28 @@ void dpt_gemm(int transa, int transb, size_t m, size_t n, size_t k, float alpha,
                       c, ldc);
 }
 
+/* ---- products with a few rows ------------------------------------------------ */
+
+int dpt__gemm_small_ok(size_t m, size_t k)
+{
+    if (m == 0 || m > DPT__GEMM_SMALL_M || k == 0 || k > DPT__GEMM_KC ||
+        atomic_load(&current_backend) != DPT_GEMM_PORTABLE)
+        return 0;
+    int ki = dpt__gemm_kernel_current();
+    return ki != DPT__GEMM_KERNEL_UNPACKED && dpt__gemm_kernel(ki)->small != NULL;
+}
+
+size_t dpt__gemm_small_ld(size_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+void dpt__gemm_small(size_t m, size_t n, size_t k, const float *a, size_t lda, const float *wt,
+                     size_t ldw, const float *bias, float *c, size_t ldc)
+{
+    dpt__gemm_kernel(dpt__gemm_kernel_current())->small(m, n, k, a, lda, wt, ldw, bias, c, ldc);
+}
+
 /* ---- a B operand packed once ---------------------------------------------- */
 
 int dpt__gemm_bpack(dpt__gemm_bpack_t *p, int transb, size_t k, size_t n, const float *b,

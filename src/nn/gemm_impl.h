@@ -47,6 +47,17 @@ typedef struct dpt__gemm_edge {
 typedef void (*dpt__pack_fn)(size_t width, size_t len, size_t kc, const float *x, size_t rs,
                              size_t cs, float *restrict dst);
 
+/* A small-M kernel (batch-of-a-few inference): for i < m, j < n,
+ *     c[i*ldc + j] = acc(i, j) + bias[j]   (bias NULL: acc(i, j))
+ *     acc(i, j) = sum over p < k of a[i*lda + p] * wt[p*ldw + j]
+ * with every element summed in the kernel's own way: the micro-kernel's
+ * chain over increasing p (fused multiply-adds where it uses them, from
+ * zero), and the bias added like beta = 1 adds C. wt is B already
+ * transposed (k x n), ldw a multiple of 16 >= n; the kernel may read the
+ * padding columns (their results are discarded). k <= DPT__GEMM_KC. */
+typedef void (*dpt__small_fn)(size_t m, size_t n, size_t k, const float *a, size_t lda,
+                              const float *wt, size_t ldw, const float *bias, float *c, size_t ldc);
+
 /* One portable kernel variant. The drivers' blocking (DPT__GEMM_MC and
  * DPT__GEMM_NC in gemm.c) is a multiple of every kernel's mr and nr. */
 typedef struct dpt__gemm_kernel {
@@ -60,6 +71,7 @@ typedef struct dpt__gemm_kernel {
      * block goes to the first that has enough rows; with none, it runs the
      * full tile. */
     dpt__gemm_edge_t edges[2];
+    dpt__small_fn small;
 } dpt__gemm_kernel_t;
 
 /* The kernel index meaning the unpacked loop without workspace (tests select
@@ -116,6 +128,25 @@ void dpt__gemm_bpacked(int transa, size_t m, float alpha, const float *a, size_t
                        const dpt__gemm_bpack_t *p, float beta, float *c, size_t ldc);
 /* Frees the packed copy; *p is zeroed. */
 void dpt__gemm_bpack_free(dpt__gemm_bpack_t *p);
+
+/* ---- products with a few rows --------------------------------------------------
+ *
+ * Acting steps a few envs at a time: products of m <= DPT__GEMM_SMALL_M rows
+ * by a weight matrix that stays the same for many calls. With the weights
+ * transposed once (k x n, row stride ldw: dpt__gemm_small_ld(n)),
+ * dpt__gemm_small() computes
+ *     C = A W^T + bias   (bias NULL: C = A W^T)        A: m x k, W: n x k
+ * bitwise equal to dpt_gemm(0, 1, m, n, k, 1, A, lda, W, k, beta, C, ldc)
+ * with C holding the bias rows and beta = 1 (or beta = 0 without a bias),
+ * without packing or blocking. dpt__gemm_small_ok() says whether it can
+ * serve (the portable backend with a kernel that has it, m and k in range);
+ * otherwise the caller uses dpt_gemm(). */
+#define DPT__GEMM_SMALL_M 8
+
+int dpt__gemm_small_ok(size_t m, size_t k);
+size_t dpt__gemm_small_ld(size_t n);
+void dpt__gemm_small(size_t m, size_t n, size_t k, const float *a, size_t lda, const float *wt,
+                     size_t ldw, const float *bias, float *c, size_t ldc);
 
 /* The smaller of a and b. */
 static inline size_t dpt__gemm_min(size_t a, size_t b)

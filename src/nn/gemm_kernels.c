@@ -555,6 +555,114 @@ ukernel_avx512(size_t k, const float *restrict a, size_t rsa, size_t csa, const 
 
 #endif /* DPT__GEMM_X86 */
 
+/* ---- small-M kernels (gemm_impl.h: dpt__small_fn) ------------------------------ */
+
+/* The plain C kernel's sums: acc += a * b, a multiply and an add. */
+static void small_c(size_t m, size_t n, size_t k, const float *a, size_t lda, const float *wt,
+                    size_t ldw, const float *bias, float *c, size_t ldc)
+{
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (size_t p = 0; p < k; p++)
+                acc += a[i * lda + p] * wt[p * ldw + j];
+            c[i * ldc + j] = bias ? acc + bias[j] : acc;
+        }
+}
+
+#if DPT__GEMM_X86
+/* Four rows at a time (a partial group repeats its first row and discards
+ * the copies), 16 columns per pair of vectors: eight independent chains of
+ * fused multiply-adds over p, as the AVX2 micro-kernel sums. */
+__attribute__((target("avx2,fma"))) static void small_avx2(size_t m, size_t n, size_t k,
+                                                           const float *a, size_t lda,
+                                                           const float *wt, size_t ldw,
+                                                           const float *bias, float *c, size_t ldc)
+{
+    for (size_t i = 0; i < m; i += 4) {
+        size_t rows = dpt__gemm_min(4, m - i);
+        const float *ar[4];
+        for (size_t r = 0; r < 4; r++)
+            ar[r] = a + (i + (r < rows ? r : 0)) * lda;
+        for (size_t j = 0; j < n; j += 16) {
+            size_t cols = dpt__gemm_min(16, n - j);
+            __m256 acc[4][2];
+            for (size_t r = 0; r < 4; r++)
+                acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+            const float *w = wt + j;
+            for (size_t p = 0; p < k; p++, w += ldw) {
+                __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
+                for (size_t r = 0; r < 4; r++) {
+                    __m256 x = _mm256_broadcast_ss(ar[r] + p);
+                    acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+                }
+            }
+            _Alignas(32) float t[16];
+            for (size_t r = 0; r < rows; r++) {
+                _mm256_store_ps(t, acc[r][0]);
+                _mm256_store_ps(t + 8, acc[r][1]);
+                float *cr = c + (i + r) * ldc + j;
+                for (size_t q = 0; q < cols; q++)
+                    cr[q] = bias ? t[q] + bias[j + q] : t[q];
+            }
+        }
+    }
+}
+
+/* Four rows, 32 columns per pair of vectors (one vector when 16 cover the
+ * rest), as the AVX-512 micro-kernel sums. */
+__attribute__((target("avx512f"))) static void small_avx512(size_t m, size_t n, size_t k,
+                                                            const float *a, size_t lda,
+                                                            const float *wt, size_t ldw,
+                                                            const float *bias, float *c, size_t ldc)
+{
+    for (size_t i = 0; i < m; i += 4) {
+        size_t rows = dpt__gemm_min(4, m - i);
+        const float *ar[4];
+        for (size_t r = 0; r < 4; r++)
+            ar[r] = a + (i + (r < rows ? r : 0)) * lda;
+        for (size_t j = 0; j < n; j += 32) {
+            size_t cols = dpt__gemm_min(32, n - j);
+            __m512 acc[4][2];
+            for (size_t r = 0; r < 4; r++)
+                acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            const float *w = wt + j;
+            if (cols > 16) {
+                for (size_t p = 0; p < k; p++, w += ldw) {
+                    __m512 b0 = _mm512_loadu_ps(w), b1 = _mm512_loadu_ps(w + 16);
+                    for (size_t r = 0; r < 4; r++) {
+                        __m512 x = _mm512_set1_ps(ar[r][p]);
+                        acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+                        acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+                    }
+                }
+            } else {
+                for (size_t p = 0; p < k; p++, w += ldw) {
+                    __m512 b0 = _mm512_loadu_ps(w);
+                    for (size_t r = 0; r < 4; r++)
+                        acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(ar[r][p]), b0, acc[r][0]);
+                }
+            }
+            __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
+            __mmask16 m1 = (__mmask16)(cols >= 32  ? 0xffffu
+                                       : cols > 16 ? (1u << (cols - 16)) - 1u
+                                                   : 0u);
+            for (size_t r = 0; r < rows; r++) {
+                float *cr = c + (i + r) * ldc + j;
+                __m512 v0 = acc[r][0], v1 = acc[r][1];
+                if (bias) {
+                    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, bias + j));
+                    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, bias + j + 16));
+                }
+                _mm512_mask_storeu_ps(cr, m0, v0);
+                _mm512_mask_storeu_ps(cr + 16, m1, v1);
+            }
+        }
+    }
+}
+#endif
+
 /* ---- kernel table and run-time dispatch ---------------------------------- */
 
 static int cpu_any(void)
@@ -589,7 +697,8 @@ static const dpt__gemm_kernel_t kernels[] = {
      pack_a_generic,
      pack_b_generic,
      cpu_any,
-     {{NULL, 0, 0}, {NULL, 0, 0}}},
+     {{NULL, 0, 0}, {NULL, 0, 0}},
+     small_c},
 #if DPT__GEMM_X86
     {"avx2",
      "portable (avx2+fma, 6x16 tiles)",
@@ -599,7 +708,8 @@ static const dpt__gemm_kernel_t kernels[] = {
      pack_a_avx,
      pack_b_avx,
      cpu_avx2,
-     {{ukernel_avx2_edge, DPT__AVX2_EDGE_MR, DPT__AVX2_EDGE_PANELS}, {ukernel_avx2_edge4, 4, 1}}},
+     {{ukernel_avx2_edge, DPT__AVX2_EDGE_MR, DPT__AVX2_EDGE_PANELS}, {ukernel_avx2_edge4, 4, 1}},
+     small_avx2},
     {"avx512f",
      "portable (avx512f, 8x32 tiles)",
      DPT__AVX512_MR,
@@ -608,7 +718,8 @@ static const dpt__gemm_kernel_t kernels[] = {
      pack_a_avx,
      pack_b_avx,
      cpu_avx512,
-     {{NULL, 0, 0}, {NULL, 0, 0}}},
+     {{NULL, 0, 0}, {NULL, 0, 0}},
+     small_avx512},
 #endif
 };
 #define DPT__NKERNELS (sizeof kernels / sizeof kernels[0])

@@ -10,6 +10,7 @@
 #define DPT_NN_IMPL_H
 
 #include "core/clones.h"
+#include "dpt/nn.h"
 #include "dpt/rng.h"
 
 #include <math.h>
@@ -68,6 +69,17 @@ static inline float dpt__sigmoidf(float x)
 {
     return 0.5f + 0.5f * dpt__tanhf(0.5f * x);
 }
+
+/* Acting: between dpt__seq_act_begin(s, params) and dpt__seq_act_end(s),
+ * dpt_seq_forward() with that same `params` and at most DPT__GEMM_SMALL_M
+ * rows runs its linear layers on a transposed copy of their weights made by
+ * begin (dpt__gemm_small: the same bits as dpt_gemm, without packing the
+ * weights at every call). The caller promises that the arena does not
+ * change in between. Begin returns 0, or DPT_ENOMEM / DPT_EOVERFLOW (then
+ * forward simply runs as always). Other params, more rows, the backward
+ * pass: unchanged. */
+int dpt__seq_act_begin(dpt_seq_t *s, const float *params);
+void dpt__seq_act_end(dpt_seq_t *s);
 
 /* What dpt_categorical_logp() computes on its way and
  * dpt_categorical_backward() would compute again, per row b of a batch of

@@ -9,6 +9,7 @@
 #include "dpt/gemm.h"
 #include "dpt/nn.h"
 #include "dpt/status.h"
+#include "gemm_impl.h"
 #include "nn_impl.h"
 
 #include <math.h>
@@ -23,6 +24,7 @@ typedef struct dpt__layer {
     size_t w_off;   /* linear: offset of W [out, in] in the arena */
     size_t b_off;   /* linear: offset of b [out] */
     size_t var;     /* linear: table index of W (b is var + 1) */
+    size_t wt_off;  /* linear: offset of W^T in the seq's acting copy */
 } dpt__layer_t;
 
 /* Backward modes: what a layer stores rather than adds to. */
@@ -156,11 +158,9 @@ static void dpt__tanh_backward(const dpt__layer_t *l, const float *params, float
  * y = max(z + b, 0) in one pass. z, the linear layer's buffer, is left
  * without the bias: nothing reads it (the ReLU's backward uses its output
  * y, the linear layer's its input x). */
-static void dpt__linear_relu_forward(const dpt__layer_t *l, const float *params, const float *x,
-                                     float *z, float *y, size_t batch)
+static void dpt__bias_relu(const dpt__layer_t *l, const float *b, const float *z, float *y,
+                           size_t batch)
 {
-    const float *w = params + l->w_off, *b = params + l->b_off;
-    dpt_gemm(0, 1, batch, l->out, l->in, 1.0f, x, l->in, w, l->in, 0.0f, z, l->out);
     for (size_t r = 0; r < batch; r++) {
         const float *zr = z + r * l->out;
         float *yr = y + r * l->out;
@@ -173,6 +173,14 @@ static void dpt__linear_relu_forward(const dpt__layer_t *l, const float *params,
             yr[o] = u.f;
         }
     }
+}
+
+static void dpt__linear_relu_forward(const dpt__layer_t *l, const float *params, const float *x,
+                                     float *z, float *y, size_t batch)
+{
+    const float *w = params + l->w_off;
+    dpt_gemm(0, 1, batch, l->out, l->in, 1.0f, x, l->in, w, l->in, 0.0f, z, l->out);
+    dpt__bias_relu(l, params + l->b_off, z, y, batch);
 }
 
 /* Indexed by dpt_layer_kind_t; the order follows DPT_LAYER_LIST. */
@@ -236,6 +244,11 @@ struct dpt_seq {
     size_t batch;         /* rows of the last forward, 0 = none */
     dpt_grad_hook_t hook; /* called after each linear layer's backward, or NULL */
     void *hook_user;
+    /* Acting (nn_impl.h: dpt__seq_act_begin): the linear layers' weights
+     * transposed, for products of a few rows, while act_params is the
+     * arena they were copied from. */
+    float *wt;
+    const float *act_params;
 };
 
 void dpt_seq_destroy(dpt_seq_t *s)
@@ -246,6 +259,7 @@ void dpt_seq_destroy(dpt_seq_t *s)
         for (size_t i = 0; i < s->nlayers; i++)
             dpt_free_aligned(s->act[i]);
     free(s->act);
+    dpt_free_aligned(s->wt);
     dpt_free_aligned(s->dbuf[0]);
     dpt_free_aligned(s->dbuf[1]);
     free(s->layers);
@@ -452,10 +466,22 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
                          i / s->in_dim, i % s->in_dim, (double)x[i]);
     }
     const float *in = x;
+    int acting = s->act_params == params;
     for (size_t i = 0; i < s->nlayers; i++) {
         const dpt__layer_t *l = &s->layers[i];
-        if (l->spec.kind == DPT_LAYER_LINEAR && i + 1 < s->nlayers &&
-            s->layers[i + 1].spec.kind == DPT_LAYER_RELU) {
+        int relu = l->spec.kind == DPT_LAYER_LINEAR && i + 1 < s->nlayers &&
+                   s->layers[i + 1].spec.kind == DPT_LAYER_RELU;
+        if (acting && l->spec.kind == DPT_LAYER_LINEAR && dpt__gemm_small_ok(batch, l->in)) {
+            /* A few rows with the transposed copy: the same bits. */
+            const float *b = params + l->b_off;
+            dpt__gemm_small(batch, l->out, l->in, in, l->in, s->wt + l->wt_off,
+                            dpt__gemm_small_ld(l->out), relu ? NULL : b, s->act[i], l->out);
+            if (relu)
+                dpt__bias_relu(l, b, s->act[i], s->act[i + 1], batch);
+            in = s->act[relu ? ++i : i];
+            continue;
+        }
+        if (relu) {
             dpt__linear_relu_forward(l, params, in, s->act[i], s->act[i + 1], batch);
             in = s->act[++i];
             continue;
@@ -492,6 +518,44 @@ int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const f
         g = ldx;
     }
     return DPT_OK;
+}
+
+int dpt__seq_act_begin(dpt_seq_t *s, const float *params)
+{
+    s->act_params = NULL;
+    if (!s->wt) {
+        size_t total = 0, t;
+        for (size_t i = 0; i < s->nlayers; i++) {
+            dpt__layer_t *l = &s->layers[i];
+            if (l->spec.kind != DPT_LAYER_LINEAR)
+                continue;
+            l->wt_off = total;
+            if (dpt_mul_size(l->in, dpt__gemm_small_ld(l->out), &t) || total + t < total)
+                return dpt_error(DPT_EOVERFLOW, "sequential model: transposed weights overflow");
+            total += t;
+        }
+        if (total == 0 || dpt_mul_size(total, sizeof(float), &t) || !(s->wt = dpt_alloc_aligned(t)))
+            return dpt_error(DPT_ENOMEM, "sequential model: cannot allocate %zu transposed weights",
+                             total);
+    }
+    for (size_t i = 0; i < s->nlayers; i++) {
+        const dpt__layer_t *l = &s->layers[i];
+        if (l->spec.kind != DPT_LAYER_LINEAR)
+            continue;
+        size_t ld = dpt__gemm_small_ld(l->out);
+        const float *w = params + l->w_off;
+        float *wt = s->wt + l->wt_off;
+        for (size_t p = 0; p < l->in; p++)
+            for (size_t j = 0; j < ld; j++)
+                wt[p * ld + j] = j < l->out ? w[j * l->in + p] : 0.0f;
+    }
+    s->act_params = params;
+    return DPT_OK;
+}
+
+void dpt__seq_act_end(dpt_seq_t *s)
+{
+    s->act_params = NULL;
 }
 
 void dpt_seq_set_grad_hook(dpt_seq_t *s, dpt_grad_hook_t hook, void *user)

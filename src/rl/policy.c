@@ -318,6 +318,20 @@ static int dpt__policy_features(dpt_policy_t *p, const float *params, const floa
     return DPT_OK;
 }
 
+int dpt__policy_act_begin(dpt_policy_t *p, const float *params)
+{
+    int rc = dpt__seq_act_begin(p->actor, params);
+    if (!rc && (rc = dpt__seq_act_begin(p->critic, params)) != 0)
+        dpt__seq_act_end(p->actor);
+    return rc;
+}
+
+void dpt__policy_act_end(dpt_policy_t *p)
+{
+    dpt__seq_act_end(p->actor);
+    dpt__seq_act_end(p->critic);
+}
+
 int dpt_policy_value_state(dpt_policy_t *p, const float *params, const float *obs,
                            const dpt_policy_state_t *state, size_t n, float *values)
 {

@@ -289,6 +289,14 @@ int dpt_ddppo_check_batch(int worker, size_t rows, size_t expected, int preempte
 int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, size_t episodes,
                     int stochastic, double *mean_return, double *mean_length);
 
+/* Acting with one arena for a while (a rollout): between begin and end,
+ * dpt_policy_act*() and dpt_policy_value*() with that `params` and a few
+ * rows run the heads on transposed copies of their weights (nn_impl.h:
+ * dpt__seq_act_begin; the same bits). The arena must not change in
+ * between. Begin fails only for memory (then nothing changes). */
+int dpt__policy_act_begin(dpt_policy_t *p, const float *params);
+void dpt__policy_act_end(dpt_policy_t *p);
+
 /* The hidden layer sizes of a policy: copies them into out
  * (DPT_POLICY_MAX_HIDDEN entries) and returns how many there are. */
 int dpt__policy_hidden(const dpt_policy_t *p, size_t *out);

@@ -147,9 +147,9 @@ static void dpt__copy_action(void *dst, size_t di, const void *src, size_t si, s
     memcpy((char *)dst + di * aw * 4, (const char *)src + si * aw * 4, aw * 4);
 }
 
-int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
-                         double lambda, float reward_scale, size_t min_steps,
-                         int (*should_stop)(void *ctx), void *ctx)
+static int dpt__rollout_collect_steps(dpt__rollout_t *r, dpt_policy_t *policy, const float *params,
+                                      double gamma, double lambda, float reward_scale,
+                                      size_t min_steps, int (*should_stop)(void *ctx), void *ctx)
 {
     size_t N = r->N, od = r->obs_dim, aw = r->act_w, H = r->H;
     int rc;
@@ -247,6 +247,20 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
     }
     dpt__prof_lap(DPT_PROF_SAMPLE_OTHER);
     return DPT_OK;
+}
+
+int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
+                         double lambda, float reward_scale, size_t min_steps,
+                         int (*should_stop)(void *ctx), void *ctx)
+{
+    /* The weights stay the same through a rollout: the policy acts on
+     * transposed copies of them (a failed copy only costs speed). */
+    int packed = dpt__policy_act_begin(policy, params) == DPT_OK;
+    int rc = dpt__rollout_collect_steps(r, policy, params, gamma, lambda, reward_scale, min_steps,
+                                        should_stop, ctx);
+    if (packed)
+        dpt__policy_act_end(policy);
+    return rc;
 }
 
 void dpt__rl_batch_deinit(dpt__rl_batch_t *b)
