@@ -12,6 +12,7 @@
 
 #include "dpt/env.h"
 #include "dpt/rng.h"
+#include "rl/env_internal.h" /* ranges stepped by several threads */
 
 #include <stdint.h>
 
@@ -1426,6 +1427,70 @@ static void test_box_clipping(void)
     dpt_vecenv_destroy(v);
 }
 
+/* Stepping disjoint ranges (rl/env_internal.h), then recording their
+ * episodes in step order, matches stepping the whole runner: the same
+ * observations, rewards, flags, episodes (returns, lengths, order) and
+ * step count; bad ranges and a bad action in the range are refused. */
+static void test_step_range(void)
+{
+    const dpt_env_class_t *c = dpt_env_find("CartPole-v1");
+    REQUIRE(c);
+    enum { N = 5, STEPS = 300 };
+    dpt_vecenv_t *whole, *parts;
+    REQUIRE_OK(dpt_vecenv_create(&whole, c, N, 11, 0));
+    REQUIRE_OK(dpt_vecenv_create(&parts, c, N, 11, 0));
+    float ow[N * 4], op[N * 4], fw[N * 4], fp[N * 4], rw[N], rp[N], act_scratch[1];
+    uint8_t tw[N], uw[N], tp[N], up[N];
+    double ep_ret[N];
+    uint32_t ep_len[N];
+    dpt_vecenv_reset(whole, ow);
+    dpt_vecenv_reset(parts, op);
+    dpt_rng_t r;
+    dpt_rng_init(&r, 3, 0, 0, DPT_RNG_TEST);
+    int same = 1;
+    for (int s = 0; s < STEPS; s++) {
+        int32_t a[N];
+        for (int i = 0; i < N; i++)
+            a[i] = (int32_t)dpt_rng_below(&r, 2);
+        REQUIRE_OK(dpt_vecenv_step(whole, a, ow, rw, tw, uw, fw));
+        /* Ranges [3, 5) and [0, 3), the later one first. */
+        REQUIRE_OK(dpt__vecenv_step_range(parts, 3, 5, a, op, rp, tp, up, fp, act_scratch, ep_ret,
+                                          ep_len));
+        REQUIRE_OK(dpt__vecenv_step_range(parts, 0, 3, a, op, rp, tp, up, fp, act_scratch, ep_ret,
+                                          ep_len));
+        dpt__vecenv_record(parts, N, 0.0, 0, 0);
+        for (int i = 0; i < N; i++)
+            if (tp[i] | up[i])
+                dpt__vecenv_record(parts, 0, ep_ret[i], ep_len[i], 1);
+        same &= !memcmp(ow, op, sizeof ow) && !memcmp(rw, rp, sizeof rw) &&
+                !memcmp(tw, tp, sizeof tw) && !memcmp(uw, up, sizeof uw);
+    }
+    CHECK(same);
+    CHECK(dpt_vecenv_total_steps(whole) == dpt_vecenv_total_steps(parts));
+    CHECK(dpt_vecenv_total_episodes(whole) == dpt_vecenv_total_episodes(parts));
+    CHECK(dpt_vecenv_total_episodes(whole) > 10);
+    double rw_[64], rp_[64];
+    uint32_t lw[64], lp[64];
+    size_t nw = dpt_vecenv_pop_episodes(whole, rw_, lw, 64, NULL);
+    size_t np = dpt_vecenv_pop_episodes(parts, rp_, lp, 64, NULL);
+    CHECK(nw == np && nw > 10);
+    CHECK(!memcmp(rw_, rp_, nw * sizeof *rw_) && !memcmp(lw, lp, nw * sizeof *lw));
+    int32_t a[N] = {0, 1, 7, 0, 0};
+    CHECK_OK(
+        dpt__vecenv_step_range(parts, 0, 2, a, op, rp, tp, up, fp, act_scratch, ep_ret, ep_len));
+    CHECK_ERR(
+        dpt__vecenv_step_range(parts, 2, 3, a, op, rp, tp, up, fp, act_scratch, ep_ret, ep_len),
+        DPT_EINVAL, "#2: action 7 is out of range");
+    CHECK_ERR(
+        dpt__vecenv_step_range(parts, 3, 6, a, op, rp, tp, up, fp, act_scratch, ep_ret, ep_len),
+        DPT_EINVAL, "envs [3, 6) of 5");
+    CHECK_ERR(
+        dpt__vecenv_step_range(parts, 4, 3, a, op, rp, tp, up, fp, act_scratch, ep_ret, ep_len),
+        DPT_EINVAL, "envs [4, 3) of 5");
+    dpt_vecenv_destroy(whole);
+    dpt_vecenv_destroy(parts);
+}
+
 /* ---- save / load --------------------------------------------------------------- */
 
 static void test_save_load(void)
@@ -1682,6 +1747,7 @@ int main(void)
 {
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_registry),
+        DPT_TEST(test_step_range),
         DPT_TEST(test_gymnasium_golden),
         DPT_TEST(test_class_check),
         DPT_TEST(test_create_errors),

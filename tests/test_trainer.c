@@ -221,6 +221,18 @@ static void test_ppo_resume_bitwise(void)
     resume_bitwise("ppo", sets, NSETS(sets), 4, 4, "ppo.safetensors");
 }
 
+/* Several devices: each steps its own envs (rl/rollout.h); still bitwise
+ * on resume, and with ranges of different sizes (4 envs on 3 devices)
+ * two runs agree. */
+static void test_ppo_devices_resume_bitwise(void)
+{
+    static const char *const sets[] = {"num_devices=2", "total_timesteps=10240"};
+    resume_bitwise("ppo", sets, NSETS(sets), 3, 3, "ppo2.safetensors");
+    static const char *const three[] = {"num_devices=3", "sgd_minibatch_size=96",
+                                        "total_timesteps=10240"};
+    resume_bitwise("ppo", three, NSETS(three), 2, 2, "ppo3.safetensors");
+}
+
 static void test_ddppo_resume_bitwise(void)
 {
     static const char *const sets[] = {
@@ -686,6 +698,7 @@ int main(void)
         DPT_TEST(test_ppo_config_and_create_errors),
         DPT_TEST(test_ppo_bitwise_repeatable),
         DPT_TEST(test_ppo_resume_bitwise),
+        DPT_TEST(test_ppo_devices_resume_bitwise),
         DPT_TEST(test_ppo_more_than_4096_minibatches),
         DPT_TEST(test_normalize_minibatches),
         DPT_TEST(test_ppo_normalization_modes),

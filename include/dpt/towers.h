@@ -155,6 +155,7 @@
 
 #include "dpt/batch.h"
 #include "dpt/comm.h"
+#include "dpt/device.h"
 #include "dpt/nn.h"
 #include "dpt/optim.h"
 
@@ -274,6 +275,13 @@ int dpt_towers_load_ex(dpt_towers_t *towers, int stack, const dpt_batch_t *batch
  * before the load (per-minibatch normalization) plans with it. */
 int dpt_towers_plan(const dpt_towers_t *towers, const dpt_batch_t *batch, size_t per_device_batch,
                     dpt_towers_load_info_t *info);
+
+/* Runs fn(arg, d) once on the thread of every device d at the same time
+ * (device 0 on the calling thread) and waits for all: the caller's own
+ * per-device work between steps, on the engine's threads (PPO steps each
+ * device's envs there). fn must not call into this engine. Returns 0 or
+ * the first device's error, naming the device. */
+int dpt_towers_run(dpt_towers_t *towers, dpt_device_fn fn, void *arg);
 
 /* One step on rows [offset, offset + per_device_batch) of every device's
  * slice of stack `stack`, with learning rate lr. offset must be a multiple

@@ -471,6 +471,11 @@ int dpt_towers_check_grad_sets(dpt_towers_t *t, int stack)
     return DPT_OK;
 }
 
+int dpt_towers_run(dpt_towers_t *t, dpt_device_fn fn, void *arg)
+{
+    return dpt_device_pool_run(t->pool, fn, arg);
+}
+
 int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
                         dpt_towers_stats_t *stats)
 {

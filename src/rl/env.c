@@ -361,7 +361,8 @@ static void dpt__ep_push(dpt_vecenv_t *v, double ret, uint32_t len)
 
 /* Checks the actions of the active envs (every env when active is NULL)
  * before any env steps, so a bad batch changes nothing. */
-static int dpt__check_actions(const dpt_vecenv_t *v, const uint8_t *active, const void *actions)
+static int dpt__check_actions(const dpt_vecenv_t *v, size_t lo, size_t hi, const uint8_t *active,
+                              const void *actions)
 {
     const dpt_env_class_t *cls = v->cls;
     if (cls->action_kind == DPT_ACTION_DISCRETE) {
@@ -371,13 +372,13 @@ static int dpt__check_actions(const dpt_vecenv_t *v, const uint8_t *active, cons
         /* One unsigned compare catches negatives too; the loops have no early
          * exit so they vectorize, and the rare failure is located afterwards. */
         if (active)
-            for (size_t i = 0; i < v->n; i++)
+            for (size_t i = lo; i < hi; i++)
                 bad |= ((uint32_t)a[i] >= na) & (active[i] != 0);
         else
-            for (size_t i = 0; i < v->n; i++)
+            for (size_t i = lo; i < hi; i++)
                 bad |= (uint32_t)a[i] >= na;
         if (bad)
-            for (size_t i = 0; i < v->n; i++)
+            for (size_t i = lo; i < hi; i++)
                 if ((uint32_t)a[i] >= na && (!active || active[i]))
                     return dpt_error(DPT_EINVAL,
                                      "env \"%s\" #%zu: action %" PRId32 " is out of range "
@@ -385,8 +386,8 @@ static int dpt__check_actions(const dpt_vecenv_t *v, const uint8_t *active, cons
                                      cls->name, i, a[i], cls->num_actions);
     } else {
         const float *a = actions;
-        size_t total = v->n * cls->action_dim;
-        for (size_t j = 0; j < total; j++)
+        size_t total = hi * cls->action_dim;
+        for (size_t j = lo * cls->action_dim; j < total; j++)
             if (!isfinite(a[j]) && (!active || active[j / cls->action_dim]))
                 return dpt_error(DPT_EINVAL,
                                  "env \"%s\" #%zu: action[%zu] is %g (not finite); no env was "
@@ -424,33 +425,26 @@ int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rew
     return dpt_vecenv_step_masked(v, NULL, actions, obs, rewards, terminated, truncated, final_obs);
 }
 
-int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *actions, float *obs,
-                           float *rewards, uint8_t *terminated, uint8_t *truncated,
-                           float *final_obs)
+/* Steps the active envs of [lo, hi) (all buffers indexed by env over the
+ * whole runner). A finished episode goes to the runner's record, or, when
+ * ep_ret is not NULL, to ep_ret[i] and ep_len[i] (the caller records it).
+ * act: scratch for a clipped box action [action_dim]. Returns the number of
+ * envs stepped in *stepped (not added to the total). */
+static int dpt__step_envs(dpt_vecenv_t *v, size_t lo, size_t hi, const uint8_t *active,
+                          const void *actions, float *obs, float *rewards, uint8_t *terminated,
+                          uint8_t *truncated, float *final_obs, float *act, double *ep_ret,
+                          uint32_t *ep_len, size_t *stepped_out)
 {
-    if (!v)
-        return dpt_error(DPT_EINVAL, "dpt_vecenv_step: runner is NULL");
     const dpt_env_class_t *cls = v->cls;
-    if (!actions || !obs || !rewards || !terminated || !truncated)
-        return dpt_error(DPT_EINVAL,
-                         "env \"%s\": dpt_vecenv_step needs actions, obs, rewards, "
-                         "terminated and truncated buffers",
-                         cls->name);
-    if (!v->started)
-        return dpt_error(DPT_ESTATE, "env \"%s\": dpt_vecenv_step before dpt_vecenv_reset",
-                         cls->name);
-    int rc = dpt__check_actions(v, active, actions);
-    if (rc)
-        return rc;
-
-    const size_t n = v->n, od = cls->obs_dim, stride = v->stride;
+    const size_t od = cls->obs_dim, stride = v->stride;
     const uint32_t limit = cls->max_episode_steps;
     const int box = cls->action_kind == DPT_ACTION_BOX;
     const size_t ad = box ? cls->action_dim : 1;
     void (*const step)(void *, const void *, dpt_rng_t *, float *, float *, int *) = cls->step;
-    unsigned char *state = v->states;
+    unsigned char *state = v->states + lo * stride;
     size_t stepped = 0;
-    for (size_t i = 0; i < n; i++, state += stride) {
+    *stepped_out = 0;
+    for (size_t i = lo; i < hi; i++, state += stride) {
         if (active && !active[i])
             continue;
         stepped++;
@@ -459,10 +453,10 @@ int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *a
             /* ClipAction: clip into the runner's scratch, never the caller's. */
             const float *src = (const float *)actions + i * ad;
             for (size_t k = 0; k < ad; k++) {
-                float x = src[k], lo = cls->action_low[k], hi = cls->action_high[k];
-                v->act[k] = x < lo ? lo : (x > hi ? hi : x);
+                float x = src[k], l = cls->action_low[k], h = cls->action_high[k];
+                act[k] = x < l ? l : (x > h ? h : x);
             }
-            a = v->act;
+            a = act;
         } else {
             a = (const int32_t *)actions + i;
         }
@@ -483,7 +477,12 @@ int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *a
         terminated[i] = (uint8_t)(term != 0);
         truncated[i] = (uint8_t)trunc;
         if (term | trunc) {
-            dpt__ep_push(v, ret, t);
+            if (ep_ret) {
+                ep_ret[i] = ret;
+                ep_len[i] = t;
+            } else {
+                dpt__ep_push(v, ret, t);
+            }
             if (final_obs)
                 memcpy(final_obs + i * od, o, od * sizeof *o);
             cls->reset(state, &v->rngs[i], o);
@@ -494,7 +493,58 @@ int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *a
         }
         v->t[i] = t;
         v->ret[i] = ret;
+        *stepped_out = stepped;
     }
+    return DPT_OK;
+}
+
+int dpt__vecenv_step_range(dpt_vecenv_t *v, size_t lo, size_t hi, const void *actions, float *obs,
+                           float *rewards, uint8_t *terminated, uint8_t *truncated,
+                           float *final_obs, float *act, double *ep_ret, uint32_t *ep_len)
+{
+    if (!v->started)
+        return dpt_error(DPT_ESTATE, "env \"%s\": dpt_vecenv_step before dpt_vecenv_reset",
+                         v->cls->name);
+    if (lo > hi || hi > v->n)
+        return dpt_error(DPT_EINVAL, "env \"%s\": envs [%zu, %zu) of %zu", v->cls->name, lo, hi,
+                         v->n);
+    int rc = dpt__check_actions(v, lo, hi, NULL, actions);
+    size_t stepped;
+    return rc ? rc
+              : dpt__step_envs(v, lo, hi, NULL, actions, obs, rewards, terminated, truncated,
+                               final_obs, act, ep_ret, ep_len, &stepped);
+}
+
+void dpt__vecenv_record(dpt_vecenv_t *v, size_t steps, double ret, uint32_t len, int episode)
+{
+    v->total_steps += steps;
+    if (episode)
+        dpt__ep_push(v, ret, len);
+}
+
+int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *actions, float *obs,
+                           float *rewards, uint8_t *terminated, uint8_t *truncated,
+                           float *final_obs)
+{
+    if (!v)
+        return dpt_error(DPT_EINVAL, "dpt_vecenv_step: runner is NULL");
+    const dpt_env_class_t *cls = v->cls;
+    if (!actions || !obs || !rewards || !terminated || !truncated)
+        return dpt_error(DPT_EINVAL,
+                         "env \"%s\": dpt_vecenv_step needs actions, obs, rewards, "
+                         "terminated and truncated buffers",
+                         cls->name);
+    if (!v->started)
+        return dpt_error(DPT_ESTATE, "env \"%s\": dpt_vecenv_step before dpt_vecenv_reset",
+                         cls->name);
+    int rc = dpt__check_actions(v, 0, v->n, active, actions);
+    if (rc)
+        return rc;
+    size_t stepped = 0;
+    rc = dpt__step_envs(v, 0, v->n, active, actions, obs, rewards, terminated, truncated, final_obs,
+                        v->act, NULL, NULL, &stepped);
+    if (rc)
+        return rc;
     v->total_steps += stepped;
     return DPT_OK;
 }

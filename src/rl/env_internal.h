@@ -27,4 +27,20 @@ uint32_t dpt__env_values_digest(const dpt_env_class_t *cls, const dpt_env_value_
 int dpt__env_configure(dpt_env_class_t **out, const dpt_env_class_t *cls, const char *const *names,
                        const char *const *texts, size_t n);
 
+/* Parallel stepping of disjoint env ranges (PPO's devices each step their
+ * own envs): dpt_vecenv_step for the envs [lo, hi) only, touching nothing
+ * outside their rows and state, so threads may step disjoint ranges at
+ * once. A finished episode is not recorded: its return and length go to
+ * ep_ret[i], ep_len[i] (the rows of the envs whose terminated or truncated
+ * flag is set), and the steps are not counted; the caller records both
+ * afterwards, in the order a whole-runner step would have, with
+ * dpt__vecenv_record(v, steps, ret, len, episode) (episode 0: only count
+ * the steps). act: scratch for a clipped box action [action_dim]. Errors
+ * as for dpt_vecenv_step (actions checked for the range), DPT_EINVAL for a
+ * range out of [0, n). */
+int dpt__vecenv_step_range(dpt_vecenv_t *v, size_t lo, size_t hi, const void *actions, float *obs,
+                           float *rewards, uint8_t *terminated, uint8_t *truncated,
+                           float *final_obs, float *act, double *ep_ret, uint32_t *ep_len);
+void dpt__vecenv_record(dpt_vecenv_t *v, size_t steps, double ret, uint32_t len, int episode);
+
 #endif

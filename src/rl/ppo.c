@@ -23,6 +23,8 @@ struct dpt_ppo {
     const dpt_env_class_t *cls;
     dpt__rollout_t ro;
     dpt_policy_t *actor;   /* acting copy */
+    dpt_policy_t **actors; /* feed-forward, several devices: device d's acting copy
+                              (actors[0] = actor) */
     dpt_policy_t *learner; /* the model the towers train */
     dpt_towers_t *towers;
     dpt_arena_t params;    /* weights used for sampling */
@@ -44,6 +46,9 @@ void dpt_ppo_destroy(dpt_ppo_t *p)
         return;
     dpt_towers_destroy(p->towers);
     dpt_policy_destroy(p->learner);
+    for (int d = 1; p->actors && d < p->cfg.num_devices; d++)
+        dpt_policy_destroy(p->actors[d]);
+    free(p->actors);
     dpt_policy_destroy(p->actor);
     dpt__rollout_deinit(&p->ro);
     dpt_arena_deinit(&p->params);
@@ -158,6 +163,22 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
         rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate the batch of %zu rows", load_rows);
         goto fail;
     }
+    /* Several devices, feed-forward: each device steps its own envs with
+     * its own copy of the policy (dpt__rollout_collect_devices). */
+    if (cfg->num_devices > 1 && !p->L) {
+        p->actors = calloc((size_t)cfg->num_devices, sizeof *p->actors);
+        if (!p->actors) {
+            rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate %d acting policies", cfg->num_devices);
+            goto fail;
+        }
+        p->actors[0] = p->actor;
+        for (int d = 1; d < cfg->num_devices; d++)
+            if ((rc = dpt_policy_create_ex(&p->actors[d], cls, dpt_policy_spec(p->actor),
+                                           cfg->num_envs)) != 0)
+                goto fail;
+        if ((rc = dpt__rollout_init_devices(&p->ro, cfg->num_devices)) != 0)
+            goto fail;
+    }
     dpt_rng_init(&p->shuffle_rng, cfg->seed, 0, 0, DPT_RNG_SHUFFLE);
     *out = p;
     return DPT_OK;
@@ -232,6 +253,12 @@ int dpt__rl_make_batch(dpt__rollout_t *ro, const dpt_policy_t *learner, size_t L
                                   bb->prev_rew);
 }
 
+/* dpt_towers_run for the rollout's device-parallel collect. */
+static int dpt__ppo_run_devices(void *towers, int (*fn)(void *arg, int device), void *arg)
+{
+    return dpt_towers_run(towers, fn, arg);
+}
+
 int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
 {
     const dpt_rl_config_t *c = &p->cfg;
@@ -242,8 +269,13 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     int rc = dpt_towers_get_weights(p->towers, p->params.data, n);
     if (rc)
         return rc;
-    if ((rc = dpt__rollout_collect(&p->ro, p->actor, p->params.data, c->gamma, c->lambda,
-                                   c->reward_scale, c->rollout_fragment_length, NULL, NULL)) != 0)
+    if (p->actors)
+        rc = dpt__rollout_collect_devices(&p->ro, p->actors, p->params.data, c->gamma, c->lambda,
+                                          c->reward_scale, dpt__ppo_run_devices, p->towers);
+    else
+        rc = dpt__rollout_collect(&p->ro, p->actor, p->params.data, c->gamma, c->lambda,
+                                  c->reward_scale, c->rollout_fragment_length, NULL, NULL);
+    if (rc)
         return rc;
     double t1 = dpt_now();
     size_t rows = p->rows;

@@ -3,6 +3,7 @@
 #include "core/prof.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
+#include "env_internal.h"
 
 #include <float.h>
 #include <stdlib.h>
@@ -39,6 +40,10 @@ void dpt__rollout_deinit(dpt__rollout_t *r)
     free(r->boot_c);
     free(r->boot_pa);
     free(r->boot_pr);
+    free(r->dev_rng);
+    free(r->dev_ep_ret);
+    free(r->dev_ep_len);
+    free(r->dev_act);
     memset(r, 0, sizeof *r);
 }
 
@@ -147,6 +152,8 @@ static void dpt__copy_action(void *dst, size_t di, const void *src, size_t si, s
     memcpy((char *)dst + di * aw * 4, (const char *)src + si * aw * 4, aw * 4);
 }
 
+static void dpt__rollout_finish(dpt__rollout_t *r, double gamma, double lambda);
+
 static int dpt__rollout_collect_steps(dpt__rollout_t *r, dpt_policy_t *policy, const float *params,
                                       double gamma, double lambda, float reward_scale,
                                       size_t min_steps, int (*should_stop)(void *ctx), void *ctx)
@@ -228,7 +235,15 @@ static int dpt__rollout_collect_steps(dpt__rollout_t *r, dpt_policy_t *policy, c
     if ((rc = dpt_policy_value_state(policy, params, r->cur_obs, H ? &carry : NULL, N,
                                      r->last_values)) != 0)
         return rc;
-    dpt_gae(r->rewards, r->values, r->dones, r->last_values, r->steps, N, gamma, lambda, r->adv,
+    dpt__rollout_finish(r, gamma, lambda);
+    return DPT_OK;
+}
+
+/* GAE over the steps collected, then the episodes the runner finished into
+ * the window. */
+static void dpt__rollout_finish(dpt__rollout_t *r, double gamma, double lambda)
+{
+    dpt_gae(r->rewards, r->values, r->dones, r->last_values, r->steps, r->N, gamma, lambda, r->adv,
             r->returns);
     double rets[64];
     uint32_t lens[64];
@@ -246,7 +261,6 @@ static int dpt__rollout_collect_steps(dpt__rollout_t *r, dpt_policy_t *policy, c
         r->episodes_total += got;
     }
     dpt__prof_lap(DPT_PROF_SAMPLE_OTHER);
-    return DPT_OK;
 }
 
 int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
@@ -261,6 +275,113 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
     if (packed)
         dpt__policy_act_end(policy);
     return rc;
+}
+
+int dpt__rollout_init_devices(dpt__rollout_t *r, int devices)
+{
+    if (devices < 1 || r->H)
+        return dpt_error(DPT_EINVAL, "rollout: %d devices%s", devices,
+                         r->H ? " with a recurrent policy" : "");
+    size_t rows = r->T * r->N; /* checked at init */
+    r->dev_rng = calloc((size_t)devices, sizeof *r->dev_rng);
+    r->dev_ep_ret = calloc(rows, sizeof *r->dev_ep_ret);
+    r->dev_ep_len = calloc(rows, sizeof *r->dev_ep_len);
+    r->dev_act = dpt__calloc2((size_t)devices, r->act_w, sizeof(float));
+    if (!r->dev_rng || !r->dev_ep_ret || !r->dev_ep_len || !r->dev_act)
+        return dpt_error(DPT_ENOMEM, "rollout: cannot allocate the buffers of %d devices", devices);
+    r->devices = devices;
+    return DPT_OK;
+}
+
+typedef struct dpt__dev_collect {
+    dpt__rollout_t *r;
+    dpt_policy_t *const *policies;
+    const float *params;
+    double gamma;
+    float reward_scale;
+} dpt__dev_collect_t;
+
+/* Device d's share of a collect: the T steps of its envs [lo, hi). Every
+ * row it writes belongs to its envs; the runner's state of other envs is
+ * not touched. */
+static int dpt__collect_range(void *arg, int d)
+{
+    const dpt__dev_collect_t *a = arg;
+    dpt__rollout_t *r = a->r;
+    size_t N = r->N, D = (size_t)r->devices, od = r->obs_dim, aw = r->act_w;
+    size_t lo = N * (size_t)d / D, hi = N * ((size_t)d + 1) / D, n = hi - lo;
+    if (n == 0)
+        return DPT_OK;
+    dpt_policy_t *policy = a->policies[d];
+    dpt_rng_t *rng = &r->dev_rng[d];
+    int packed = dpt__policy_act_begin(policy, a->params) == DPT_OK, rc = DPT_OK;
+    for (size_t t = 0; !rc && t < r->T; t++) {
+        size_t k = t * N;
+        float *obs_t = r->obs + k * od;
+        memcpy(obs_t + lo * od, r->cur_obs + lo * od, n * od * sizeof(float));
+        void *act_t = (char *)r->actions + k * aw * 4;
+        dpt__prof_lap(DPT_PROF_SAMPLE_OTHER);
+        if ((rc = dpt_policy_act(policy, a->params, obs_t + lo * od, n, rng,
+                                 (char *)act_t + lo * aw * 4, r->logp + k + lo,
+                                 r->values + k + lo)) != 0)
+            break;
+        dpt__prof_lap(DPT_PROF_ACT);
+        if ((rc = dpt__vecenv_step_range(r->env, lo, hi, act_t, r->cur_obs, r->step_rew, r->term,
+                                         r->trunc, r->final_obs, r->dev_act + (size_t)d * aw,
+                                         r->dev_ep_ret + k, r->dev_ep_len + k)) != 0)
+            break;
+        dpt__prof_lap(DPT_PROF_ENV_STEP);
+        /* Truncation bootstrapping as in dpt__rollout_collect, in this
+         * range's rows of the scratch. */
+        size_t nb = 0;
+        for (size_t i = lo; i < hi; i++)
+            if (r->trunc[i] && !r->term[i])
+                memcpy(r->boot_obs + (lo + nb++) * od, r->final_obs + i * od, od * sizeof(float));
+        if (nb && (rc = dpt_policy_value(policy, a->params, r->boot_obs + lo * od, nb,
+                                         r->boot_v + lo)) != 0)
+            break;
+        nb = 0;
+        for (size_t i = lo; i < hi; i++) {
+            float rew = r->step_rew[i] * a->reward_scale;
+            if (r->trunc[i] && !r->term[i])
+                rew += (float)(a->gamma * (double)r->boot_v[lo + nb++]);
+            r->rewards[k + i] = rew;
+            r->dones[k + i] = (uint8_t)(r->term[i] | r->trunc[i]);
+        }
+    }
+    if (!rc)
+        rc = dpt_policy_value(policy, a->params, r->cur_obs + lo * od, n, r->last_values + lo);
+    if (packed)
+        dpt__policy_act_end(policy);
+    return rc;
+}
+
+int dpt__rollout_collect_devices(
+    dpt__rollout_t *r, dpt_policy_t *const *policies, const float *params, double gamma,
+    double lambda, float reward_scale,
+    int (*run)(void *runner, int (*fn)(void *arg, int device), void *arg), void *runner)
+{
+    if (r->devices < 1)
+        return dpt_error(DPT_ESTATE, "rollout: collect on devices before init_devices");
+    /* Each device's action stream for this collect, drawn from act_rng. */
+    uint64_t base = dpt_rng_u64(&r->act_rng);
+    for (int d = 0; d < r->devices; d++)
+        dpt_rng_init(&r->dev_rng[d], base, 0, (uint32_t)d, DPT_RNG_ACTION);
+    dpt__dev_collect_t a = {r, policies, params, gamma, reward_scale};
+    r->steps = 0;
+    int rc = run(runner, dpt__collect_range, &a);
+    if (rc)
+        return rc;
+    r->steps = r->T;
+    /* The runner's records, in the order of one stepping thread: step by
+     * step, envs in index order. */
+    size_t N = r->N;
+    dpt__vecenv_record(r->env, r->T * N, 0.0, 0, 0);
+    for (size_t k = 0; k < r->T * N; k++)
+        if (r->dones[k])
+            dpt__vecenv_record(r->env, 0, r->dev_ep_ret[k], r->dev_ep_len[k], 1);
+    dpt__rollout_finish(r, gamma, lambda);
+    return DPT_OK;
 }
 
 void dpt__rl_batch_deinit(dpt__rl_batch_t *b)

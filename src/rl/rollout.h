@@ -42,6 +42,15 @@ typedef struct dpt__rollout {
     void *boot_pa;          /* [N, act_w] */
     float *boot_pr;         /* [N] */
     dpt_rng_t act_rng;
+    /* Sampling on several devices (dpt__rollout_init_devices): a stream per
+     * device, derived from act_rng at each collect; the episodes finished
+     * at each step, [T*N] (rows where dones is set); box-action scratch
+     * [devices * act_w]. */
+    int devices;
+    dpt_rng_t *dev_rng;
+    double *dev_ep_ret;
+    uint32_t *dev_ep_len;
+    float *dev_act;
     /* recent episodes */
     double ret_window[DPT__EPISODE_WINDOW];
     uint32_t len_window[DPT__EPISODE_WINDOW];
@@ -65,6 +74,25 @@ void dpt__rollout_deinit(dpt__rollout_t *r);
 int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
                          double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx);
+
+/* Prepares collecting on `devices` (>= 1) devices at once: each steps its
+ * own contiguous range of the envs and runs its own policy on them
+ * (feed-forward policies). Errors: DPT_EINVAL (a recurrent rollout),
+ * DPT_ENOMEM. */
+int dpt__rollout_init_devices(dpt__rollout_t *r, int devices);
+
+/* dpt__rollout_collect (T steps, no early stop) with the envs split into
+ * r->devices ranges (range d: envs [N d / D, N (d + 1) / D)), device d
+ * stepping range d with policies[d] and its own action stream: run(runner,
+ * fn, arg) calls fn(arg, d) on every device at once (dpt_towers_run). The
+ * streams are drawn from act_rng at the start, so a run is reproducible
+ * for a given device count, and the checkpointed state is act_rng's as
+ * with one device. Episodes are recorded in the order one stepping thread
+ * would record them. */
+int dpt__rollout_collect_devices(
+    dpt__rollout_t *r, dpt_policy_t *const *policies, const float *params, double gamma,
+    double lambda, float reward_scale,
+    int (*run)(void *runner, int (*fn)(void *arg, int device), void *arg), void *runner);
 
 /* The buffers of a PPO batch as it is loaded into the towers: the rows of
  * dpt_ppo_batch(), and for recurrent policies the sequence columns of
