@@ -175,26 +175,155 @@ static void br_command(int argc, char **argv)
     printf("\n");
 }
 
+/* What one PPO run gave. */
+typedef struct br_ppo_run {
+    double wall, learn, sample, solve_s, last20;
+    uint64_t steps, solve_steps; /* solve_steps 0: not solved */
+    double iters;
+} br_ppo_run_t;
+
+typedef struct br_ppo_opts {
+    const char *config; /* NULL: CleanRL's settings (the built-in defaults) */
+    const char *sets[32];
+    int nsets;
+    long steps; /* 0: the config's total_timesteps */
+    int until_solved;
+} br_ppo_opts_t;
+
+/* One run: PPO on CartPole-v1 (or the config) with `seed` and `devices`.
+ * Solved: the first iteration after which the mean of the last 20 episodes
+ * is >= 475, timed from the start of training. */
+static int br_ppo_once(const br_ppo_opts_t *o, long seed, long devices, br_ppo_run_t *out)
+{
+    memset(out, 0, sizeof *out);
+    char set_seed[64], set_steps[64], set_dev[64];
+    snprintf(set_seed, sizeof set_seed, "seed=%ld", seed);
+    snprintf(set_steps, sizeof set_steps, "total_timesteps=%ld", o->steps);
+    snprintf(set_dev, sizeof set_dev, "num_devices=%ld", devices);
+    dpt_config_t *c;
+    int rc = dpt_config_create(&c);
+    if (!rc && o->config)
+        rc = dpt_config_load(c, o->config);
+    if (!rc && !o->config)
+        rc = dpt_config_set(c, "job=ppo");
+    if (!rc && !o->config)
+        rc = dpt_config_set(c, "env=CartPole-v1");
+    for (int i = 0; !rc && i < o->nsets; i++)
+        rc = dpt_config_set(c, o->sets[i]);
+    if (!rc)
+        rc = dpt_config_set(c, set_seed);
+    if (!rc && o->steps > 0)
+        rc = dpt_config_set(c, set_steps);
+    if (!rc)
+        rc = dpt_config_set(c, set_dev);
+    if (!rc)
+        rc = dpt_config_finalize(c);
+    dpt_trainer_t *t = NULL;
+    if (!rc)
+        rc = dpt_trainer_create(&t, c, NULL);
+    dpt_config_destroy(c);
+    dpt_train_result_t r;
+    memset(&r, 0, sizeof r);
+    double t0 = dpt_now();
+    while (!rc && !r.finished) {
+        rc = dpt_trainer_iterate(t, &r);
+        if (rc)
+            break;
+        out->iters += 1.0;
+        out->learn += dpt_train_result_get(&r, "timing_breakdown/learn_time_ms") * 1e-3;
+        out->sample += dpt_train_result_get(&r, "timing_breakdown/sample_time_ms") * 1e-3;
+        double l20 = dpt_train_result_get(&r, "episode_reward_mean_last20");
+        if (!out->solve_steps && l20 >= 475.0) {
+            out->solve_s = dpt_now() - t0;
+            out->solve_steps = r.timesteps_total;
+            if (o->until_solved)
+                break;
+        }
+    }
+    out->wall = dpt_now() - t0;
+    out->steps = r.timesteps_total;
+    out->last20 = dpt_train_result_get(&r, "episode_reward_mean_last20");
+    dpt_trainer_destroy(t);
+    return rc;
+}
+
+static void br_ppo_line(int json, long seed, long devices, const br_ppo_run_t *x)
+{
+    if (json) {
+        printf("{\"bench\":\"ppo\",\"seed\":%ld,\"devices\":%ld,\"steps\":%llu,\"wall_s\":%.3f,"
+               "\"learn_s\":%.3f,\"sample_s\":%.3f,\"steps_per_s\":%.0f,\"return_last20\":%.1f,"
+               "\"solve_s\":%.3f,\"solve_steps\":%llu}\n",
+               seed, devices, (unsigned long long)x->steps, x->wall, x->learn, x->sample,
+               (double)x->steps / x->wall, x->last20, x->solve_steps ? x->solve_s : -1.0,
+               (unsigned long long)x->solve_steps);
+    } else {
+        printf("%-5ld %4ld %9llu %8.3f %8.3f %8.3f %11.0f %8.1f", seed, devices,
+               (unsigned long long)x->steps, x->wall, x->learn, x->sample,
+               (double)x->steps / x->wall, x->last20);
+        if (x->solve_steps)
+            printf(" %8.3f %9llu\n", x->solve_s, (unsigned long long)x->solve_steps);
+        else
+            printf(" %8s %9s\n", "-", "-");
+    }
+    fflush(stdout);
+}
+
+/* The median solve time of n runs (unsolved ones count as never). */
+static void br_print_solves(const char *what, double *s, size_t n, int solved)
+{
+    double m = dpt_median(s, n);
+    if (m < 1e29)
+        printf("%s: median solve time %.3f s; %d of %zu runs solved (last-20 mean >= 475)\n",
+               what, m, solved, n);
+    else
+        printf("%s: median solve time: not solved in most runs; %d of %zu runs solved (last-20 "
+               "mean >= 475)\n",
+               what, solved, n);
+}
+
 int dpt_bench_ppo(int argc, char **argv)
 {
-    long steps = 500000, seeds = 3, devices = 1;
+    long seeds = 3, devices = 1, pairs = 0;
     int json = 0, profile = 0;
+    br_ppo_opts_t o = {NULL, {0}, 0, 500000, 0};
+    int steps_given = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: dpt bench ppo [--steps N] [--seeds N] [--devices N] [--profile] "
-                   "[--json]\n\n"
-                   "PPO on CartPole-v1 with CleanRL's settings (4 envs x 128 steps, 4\n"
-                   "minibatches, 4 epochs, lr 2.5e-4 annealed, 64-64 tanh): wall time per seed.\n"
-                   "--profile: then the time of each phase per optimizer step and device,\n"
-                   "and of sampling per iteration, with FLOPs and the share of one-thread GEMM\n"
-                   "peak (summed over the seeds).\n");
+            printf(
+                "usage: dpt bench ppo [--steps N] [--seeds N] [--devices N] [--pairs N]\n"
+                "                     [--config FILE] [--set KEY=VALUE]... [--until-solved]\n"
+                "                     [--profile] [--json]\n\n"
+                "PPO on CartPole-v1 with CleanRL's settings (4 envs x 128 steps, 4\n"
+                "minibatches, 4 epochs, lr 2.5e-4 annealed, 64-64 tanh), or the --config file\n"
+                "(its total_timesteps unless --steps): per run the wall time, the learn and\n"
+                "sample phases (result.jsonl's timing), env steps/s, the last-20 return, and\n"
+                "when solved (last-20 mean >= 475, timed from the start of training).\n"
+                "--pairs N: N rounds of 1 device against --devices (default 2), seed = round,\n"
+                "the two taking turns to go first; medians and the median per-round ratios.\n"
+                "--until-solved: each run stops when solved.\n"
+                "--profile: then the time of each phase per optimizer step and device,\n"
+                "and of sampling per iteration, with FLOPs and the share of one-thread GEMM\n"
+                "peak (summed over the runs; not with --pairs).\n");
             return DPT_EXIT_OK;
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
-            steps = atol(argv[++i]);
+            o.steps = atol(argv[++i]);
+            steps_given = 1;
         } else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) {
             seeds = atol(argv[++i]);
         } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
             devices = atol(argv[++i]);
+        } else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) {
+            pairs = atol(argv[++i]);
+        } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            o.config = argv[++i];
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            if (o.nsets == (int)(sizeof o.sets / sizeof o.sets[0])) {
+                fprintf(stderr, "dpt bench ppo: at most 32 --set\n");
+                return DPT_EXIT_USAGE;
+            }
+            o.sets[o.nsets++] = argv[++i];
+        } else if (!strcmp(argv[i], "--until-solved")) {
+            o.until_solved = 1;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (!strcmp(argv[i], "--profile")) {
@@ -204,63 +333,85 @@ int dpt_bench_ppo(int argc, char **argv)
             return DPT_EXIT_USAGE;
         }
     }
-    if (steps < 512 || seeds < 1 || seeds > 100 || devices < 1 || devices > 64) {
+    if (o.config && !steps_given)
+        o.steps = 0;
+    if (pairs && devices == 1)
+        devices = 2;
+    if ((steps_given && o.steps < 512) || seeds < 1 || seeds > 100 || devices < 1 ||
+        devices > 64 || pairs < 0 || pairs > 100 || (profile && (pairs || o.config || o.nsets))) {
         fprintf(stderr, "dpt bench ppo: need --steps >= 512, 1 <= --seeds <= 100, "
-                        "1 <= --devices <= 64\n");
+                        "1 <= --devices <= 64, 0 <= --pairs <= 100; --profile (whose FLOPs are "
+                        "those of CleanRL's settings) takes no --pairs, --config or --set\n");
         return DPT_EXIT_USAGE;
     }
-    double times[100], prof_steps = 0.0, prof_iters = 0.0, prof_rows = 0.0, prof_wall = 0.0;
+    if (!json) {
+        br_command(argc, argv);
+        printf("%-5s %4s %9s %8s %8s %8s %11s %8s %8s %9s\n", "seed", "dev", "steps", "wall_s",
+               "learn_s", "sample_s", "steps/s", "last20", "solve_s", "solve_at");
+    }
+    if (pairs) {
+        static br_ppo_run_t a[100], b[100];
+        double wall_ratio[100], learn_ratio[100], w1[100], w2[100], s1[100], s2[100];
+        int solved1 = 0, solved2 = 0;
+        for (long k = 0; k < pairs; k++) {
+            long seed = k + 1;
+            for (int turn = 0; turn < 2; turn++) {
+                int second = (turn + (int)k) % 2; /* odd rounds: the D-device run first */
+                br_ppo_run_t *x = second ? &b[k] : &a[k];
+                long dev = second ? devices : 1;
+                if (br_ppo_once(&o, seed, dev, x) != 0) {
+                    fprintf(stderr, "dpt bench ppo: %s\n", dpt_last_error());
+                    return DPT_EXIT_FAIL;
+                }
+                br_ppo_line(json, seed, dev, x);
+            }
+            wall_ratio[k] = b[k].wall / a[k].wall;
+            learn_ratio[k] = a[k].learn / b[k].learn;
+            w1[k] = a[k].wall;
+            w2[k] = b[k].wall;
+            s1[k] = a[k].solve_steps ? a[k].solve_s : 1e30;
+            s2[k] = b[k].solve_steps ? b[k].solve_s : 1e30;
+            solved1 += a[k].solve_steps != 0;
+            solved2 += b[k].solve_steps != 0;
+        }
+        size_t n = (size_t)pairs;
+        if (!json) {
+            printf("%ld pairs: median wall 1 device %.3f s, %ld devices %.3f s; median per-pair "
+                   "wall ratio (%ld / 1) %.3f; median per-pair learn-phase speedup %.3f\n",
+                   pairs, dpt_median(w1, n), devices, dpt_median(w2, n), devices,
+                   dpt_median(wall_ratio, n), dpt_median(learn_ratio, n));
+            br_print_solves("1 device", s1, n, solved1);
+            char what[32];
+            snprintf(what, sizeof what, "%ld devices", devices);
+            br_print_solves(what, s2, n, solved2);
+        }
+        return DPT_EXIT_OK;
+    }
+    double times[100], solves[100], prof_steps = 0.0, prof_iters = 0.0, prof_rows = 0.0,
+                                    prof_wall = 0.0;
     int solved = 0;
     if (profile) {
         dpt_profile_reset();
         dpt_profile_enable(1);
     }
-    if (!json) {
-        br_command(argc, argv);
-        printf("%-6s %10s %10s %12s %14s\n", "seed", "steps", "wall_s", "steps_per_s",
-               "return_last20");
-    }
     for (long s = 1; s <= seeds; s++) {
-        char set_seed[64], set_steps[64], set_dev[64];
-        snprintf(set_seed, sizeof set_seed, "seed=%ld", s);
-        snprintf(set_steps, sizeof set_steps, "total_timesteps=%ld", steps);
-        snprintf(set_dev, sizeof set_dev, "num_devices=%ld", devices);
-        const char *sets[] = {"job=ppo", "env=CartPole-v1", set_seed, set_steps, set_dev};
-        dpt_trainer_t *t = NULL;
-        dpt_train_result_t r;
-        memset(&r, 0, sizeof r);
-        double t0 = 0.0;
-        int rc = br_trainer(&t, sets, sizeof sets / sizeof sets[0]);
-        if (!rc)
-            t0 = dpt_now();
-        while (!rc && !r.finished) {
-            rc = dpt_trainer_iterate(t, &r);
-            prof_iters += 1.0;
-        }
-        double dt = dpt_now() - t0;
-        prof_rows += (double)r.timesteps_total;
-        prof_wall += dt;
-        dpt_trainer_destroy(t);
-        if (rc) {
+        br_ppo_run_t x;
+        if (br_ppo_once(&o, s, devices, &x) != 0) {
             fprintf(stderr, "dpt bench ppo: %s\n", dpt_last_error());
             return DPT_EXIT_FAIL;
         }
-        double last20 = dpt_train_result_get(&r, "episode_reward_mean_last20");
-        times[s - 1] = dt;
-        solved += last20 >= 475.0;
-        if (json)
-            printf("{\"bench\":\"ppo\",\"seed\":%ld,\"steps\":%llu,\"wall_s\":%.3f,"
-                   "\"steps_per_s\":%.0f,\"return_last20\":%.1f}\n",
-                   s, (unsigned long long)r.timesteps_total, dt, (double)r.timesteps_total / dt,
-                   last20);
-        else
-            printf("%-6ld %10llu %10.2f %12.0f %14.1f\n", s, (unsigned long long)r.timesteps_total,
-                   dt, (double)r.timesteps_total / dt, last20);
-        fflush(stdout);
+        prof_iters += x.iters;
+        prof_rows += (double)x.steps;
+        prof_wall += x.wall;
+        times[s - 1] = x.wall;
+        solves[s - 1] = x.solve_steps ? x.solve_s : 1e30;
+        solved += x.solve_steps != 0;
+        br_ppo_line(json, s, devices, &x);
     }
-    if (!json)
-        printf("median wall time %.2f s; %d of %ld seeds reached a last-20 return >= 475\n",
-               dpt_median(times, (size_t)seeds), solved, seeds);
+    if (!json) {
+        printf("median wall time %.3f s\n", dpt_median(times, (size_t)seeds));
+        br_print_solves("all", solves, (size_t)seeds, solved);
+    }
     if (profile) {
         dpt_profile_enable(0);
         static dpt_profile_t p[64];
