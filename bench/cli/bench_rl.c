@@ -180,6 +180,7 @@ typedef struct br_ppo_run {
     double wall, learn, sample, solve_s, last20;
     uint64_t steps, solve_steps; /* solve_steps 0: not solved */
     double iters;
+    long devices;
 } br_ppo_run_t;
 
 typedef struct br_ppo_opts {
@@ -190,7 +191,8 @@ typedef struct br_ppo_opts {
     int until_solved;
 } br_ppo_opts_t;
 
-/* One run: PPO on CartPole-v1 (or the config) with `seed` and `devices`.
+/* One run: PPO on CartPole-v1 (or the config) with `seed` and `devices`
+ * (0: the config's).
  * Solved: the first iteration after which the mean of the last 20 episodes
  * is >= 475, timed from the start of training. */
 static int br_ppo_once(const br_ppo_opts_t *o, long seed, long devices, br_ppo_run_t *out)
@@ -214,10 +216,13 @@ static int br_ppo_once(const br_ppo_opts_t *o, long seed, long devices, br_ppo_r
         rc = dpt_config_set(c, set_seed);
     if (!rc && o->steps > 0)
         rc = dpt_config_set(c, set_steps);
-    if (!rc)
+    if (!rc && devices > 0)
         rc = dpt_config_set(c, set_dev);
     if (!rc)
         rc = dpt_config_finalize(c);
+    if (!rc && devices <= 0)
+        devices = (long)dpt_config_int(c, dpt_config_key_find("num_devices"));
+    out->devices = devices;
     dpt_trainer_t *t = NULL;
     if (!rc)
         rc = dpt_trainer_create(&t, c, NULL);
@@ -283,7 +288,7 @@ static void br_print_solves(const char *what, double *s, size_t n, int solved)
 
 int dpt_bench_ppo(int argc, char **argv)
 {
-    long seeds = 3, devices = 1, pairs = 0;
+    long seeds = 3, devices = 0, pairs = 0;
     int json = 0, profile = 0;
     br_ppo_opts_t o = {NULL, {0}, 0, 500000, 0};
     int steps_given = 0;
@@ -335,9 +340,11 @@ int dpt_bench_ppo(int argc, char **argv)
     }
     if (o.config && !steps_given)
         o.steps = 0;
-    if (pairs && devices == 1)
+    if (pairs && devices == 0)
         devices = 2;
-    if ((steps_given && o.steps < 512) || seeds < 1 || seeds > 100 || devices < 1 ||
+    if (!o.config && devices == 0)
+        devices = 1;
+    if ((steps_given && o.steps < 512) || seeds < 1 || seeds > 100 || devices < 0 ||
         devices > 64 || pairs < 0 || pairs > 100 || (profile && (pairs || o.config || o.nsets))) {
         fprintf(stderr, "dpt bench ppo: need --steps >= 512, 1 <= --seeds <= 100, "
                         "1 <= --devices <= 64, 0 <= --pairs <= 100; --profile (whose FLOPs are "
@@ -406,7 +413,7 @@ int dpt_bench_ppo(int argc, char **argv)
         times[s - 1] = x.wall;
         solves[s - 1] = x.solve_steps ? x.solve_s : 1e30;
         solved += x.solve_steps != 0;
-        br_ppo_line(json, s, devices, &x);
+        br_ppo_line(json, s, x.devices, &x);
     }
     if (!json) {
         printf("median wall time %.3f s\n", dpt_median(times, (size_t)seeds));
