@@ -7,6 +7,7 @@
 #include "dpt/train.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
+#include "rl_internal.h"
 #include "train_internal.h"
 
 #include <ctype.h>
@@ -713,7 +714,10 @@ static int dpt__cross_checks(const dpt_config_t *c)
                              (long long)tb, (long long)(tb / frag), (long long)frag, (long long)d);
         size_t sizes[DPT_POLICY_MAX_HIDDEN];
         int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
-        return n < 0 ? n : DPT_OK;
+        if (n < 0)
+            return n;
+        dpt_rl_policies_t pol;
+        return dpt__rl_policies_from(c, &pol);
     }
     int64_t rows = envs * frag, mb = c->v[DPT_CFG_sgd_minibatch_size].i;
     if (mb > rows)
