@@ -199,6 +199,10 @@ static void test_checkpoint_restore(void)
     REQUIRE(saved != NULL);
     CHECK_OK(dpt_safetensors_load_arena(st, "params.", dpt_trainer_vars(u), saved, n));
     CHECK(memcmp(w2, saved, n * sizeof *saved) == 0);
+    /* One policy: the plain layout, as before there were several. */
+    CHECK(dpt_safetensors_meta(st, "appo.policies") == NULL);
+    CHECK(dpt_safetensors_find(st, "optim.m.actor.0.weight") != NULL);
+    CHECK(dpt_safetensors_meta(st, "optim_step") != NULL);
     CHECK_OK(dpt_trainer_iterate(u, &r));
     CHECK(r.iteration == 2 && r.timesteps_total >= steps + 20000);
     dpt_safetensors_destroy(st);
