@@ -11,6 +11,7 @@
 #include "dpt/train.h"
 #include "dpt_test.h"
 #include "dpt_test_train.h"
+#include "rl/appo_internal.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -99,11 +100,17 @@ static void test_cartpole_smoke(void)
 {
     /* A short queue bounds the policy lag whatever the relative speed of
      * the sampler and the learner (sanitizer builds slow them unevenly). */
-    static const char *const sets[2][2] = {{"job=appo", "learner_queue_size=2"},
-                                           {"job=impala", "learner_queue_size=2"}};
-    for (int j = 0; j < 2; j++) {
+    static const char *const sets[3][4] = {
+        {"job=appo", "learner_queue_size=2", "num_multi_gpu_tower_stacks=1",
+         "num_data_load_threads=1"},
+        {"job=impala", "learner_queue_size=2", "num_multi_gpu_tower_stacks=1",
+         "num_data_load_threads=1"},
+        /* The loader threads' pipeline learns as well. */
+        {"job=appo", "learner_queue_size=2", "num_multi_gpu_tower_stacks=2",
+         "num_data_load_threads=2"}};
+    for (int j = 0; j < 3; j++) {
         dpt_config_t *c = NULL;
-        REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, sets[j], 2));
+        REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, sets[j], 4));
         dpt_trainer_t *t = NULL;
         REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
         dpt_train_result_t r;
@@ -117,12 +124,12 @@ static void test_cartpole_smoke(void)
                 best = r.reward_mean;
         } while (!rc && !r.finished);
         CHECK_OK(rc);
-        printf("     %s: best return %.1f, %.1f after %llu steps, policy lag %.2f, learner "
+        printf("     %s%s: best return %.1f, %.1f after %llu steps, policy lag %.2f, learner "
                "utilization "
                "%.2f, queue mean %.2f\n",
-               sets[j][0] + 4, best, r.reward_mean, (unsigned long long)r.timesteps_total,
-               metric(&r, "info/policy_lag"), metric(&r, "info/learner_utilization"),
-               metric(&r, "info/learner_queue/size_mean"));
+               sets[j][0] + 4, j == 2 ? " (2 stacks, 2 loaders)" : "", best, r.reward_mean,
+               (unsigned long long)r.timesteps_total, metric(&r, "info/policy_lag"),
+               metric(&r, "info/learner_utilization"), metric(&r, "info/learner_queue/size_mean"));
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
         /* Instrumented code changes the timing the learning depends on: the
          * plain build holds the bar, a sanitizer build checks the rest. */
@@ -165,6 +172,88 @@ static void test_passes(void)
      * come after the 80th batch's first, when the run has its steps. */
     printf("     %.0f updates for %llu steps\n", updates, (unsigned long long)r.timesteps_total);
     CHECK(updates >= 158.0 && updates <= 160.0);
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+}
+
+/* Several tower stacks and loader threads (RLlib's multi-GPU learner):
+ * the config rules, the passes of test_passes through a buffer of two
+ * loaded stacks out of three, the loaders' figures, two policies, and a
+ * loader that dies ending the job with its error. */
+static void test_tower_stacks(void)
+{
+    dpt_config_t *c = NULL;
+    const char *big[] = {"num_multi_gpu_tower_stacks=2", "minibatch_buffer_size=3"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, big, 2), DPT_EINVAL,
+              "minibatch_buffer_size 3 exceeds num_multi_gpu_tower_stacks 2");
+    const char *loaders[] = {"num_data_load_threads=2"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, loaders, 1), DPT_EINVAL,
+              "num_data_load_threads = 2 needs num_multi_gpu_tower_stacks > 1");
+    const char *zero[] = {"num_multi_gpu_tower_stacks=0"};
+    CHECK_ERR(dpt_test_config(&c, appo_base, NBASE, zero, 1), DPT_EINVAL,
+              "num_multi_gpu_tower_stacks");
+    CHECK(c == NULL);
+
+    const char *sets[] = {"num_sgd_iter=2", "minibatch_buffer_size=2", "total_timesteps=40000",
+                          "num_multi_gpu_tower_stacks=3", "num_data_load_threads=2"};
+    REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, sets, 5));
+    dpt_trainer_t *t = NULL;
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    dpt_train_result_t r;
+    double updates = 0.0;
+    int rc;
+    do {
+        rc = dpt_trainer_iterate(t, &r);
+        updates += metric(&r, "info/num_updates_this_iter");
+    } while (!rc && !r.finished);
+    CHECK_OK(rc);
+    CHECK(r.timesteps_total == 40000);
+    double load = metric(&r, "timing_breakdown/learner_load_time_ms");
+    double wait = metric(&r, "timing_breakdown/learner_load_wait_time_ms");
+    double deq = metric(&r, "timing_breakdown/learner_dequeue_time_ms");
+    printf("     3 stacks, 2 loaders: %.0f updates for %llu steps; load %.4f ms, load wait %.4f "
+           "ms, dequeue %.4f ms\n",
+           updates, (unsigned long long)r.timesteps_total, load, wait, deq);
+    CHECK(updates >= 158.0 && updates <= 160.0);
+    CHECK(load > 0.0 && isfinite(load));
+    CHECK(wait >= 0.0 && isfinite(wait));
+    CHECK(deq >= 0.0 && isfinite(deq));
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+
+    /* One stack: no load-wait figure (the learner loads each batch itself). */
+    REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, sets, 3));
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    CHECK_OK(dpt_trainer_iterate(t, &r));
+    CHECK(isnan(metric(&r, "timing_breakdown/learner_load_wait_time_ms")));
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+
+    /* Two policies, one trained, through the loaders. */
+    const char *two[] = {"policies=a,b", "policies_to_train=a", "total_timesteps=20000",
+                         "num_multi_gpu_tower_stacks=2", "num_data_load_threads=2"};
+    REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, two, 5));
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    CHECK_OK(run_to_end(t, &r));
+    CHECK(r.timesteps_total == 20000);
+    CHECK(metric(&r, "info/learner/a/num_updates_this_iter") == 20.0);
+    CHECK(isfinite(metric(&r, "policy_reward_mean/b")));
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+
+    /* A loader dies: the job ends with its error, promptly. */
+    REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, sets + 3, 2));
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    atomic_store(&dpt__appo_test_loader_fail_at, 5);
+    double t0 = dpt_now();
+    rc = run_to_end(t, &r);
+    double took = dpt_now() - t0;
+    atomic_store(&dpt__appo_test_loader_fail_at, 0);
+    CHECK(rc == DPT_EIO);
+    CHECK(strstr(dpt_last_error(), "appo loader") != NULL);
+    CHECK(strstr(dpt_last_error(), "injected failure (test hook)") != NULL);
+    printf("     dying loader: %s (after %.2f s)\n", dpt_last_error(), took);
+    CHECK(took < 10.0);
     dpt_trainer_destroy(t);
     dpt_config_destroy(c);
 }
@@ -462,10 +551,10 @@ int main(int argc, char **argv)
 {
     fault_plugin = argc > 1 ? argv[1] : NULL;
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_config_rules),     DPT_TEST(test_cartpole_smoke),
-        DPT_TEST(test_passes),           DPT_TEST(test_checkpoint_restore),
-        DPT_TEST(test_policies_config),  DPT_TEST(test_two_policies),
-        DPT_TEST(test_sampler_failures),
+        DPT_TEST(test_config_rules),    DPT_TEST(test_cartpole_smoke),
+        DPT_TEST(test_passes),          DPT_TEST(test_checkpoint_restore),
+        DPT_TEST(test_policies_config), DPT_TEST(test_two_policies),
+        DPT_TEST(test_tower_stacks),    DPT_TEST(test_sampler_failures),
     };
     return DPT_TEST_RUN(cases);
 }

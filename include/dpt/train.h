@@ -314,6 +314,12 @@ typedef enum dpt_adv_norm {
     X(minibatch_buffer_size, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e4, "",                              \
       "train batches the learner cycles through, each used num_sgd_iter times (RLlib's "           \
       "minibatch buffer)")                                                                         \
+    X(num_multi_gpu_tower_stacks, INT, DPT_JOBS_ASYNC, 0, "1", 1, 64, "",                          \
+      "the learner's tower stacks (RLlib's); above 1, loader threads load train batches into "     \
+      "idle "                                                                                      \
+      "stacks while the learner steps on loaded ones (minibatch_buffer_size must not exceed it)")  \
+    X(num_data_load_threads, INT, DPT_JOBS_ASYNC, 0, "1", 1, 64, "",                               \
+      "loader threads filling the tower stacks (needs num_multi_gpu_tower_stacks > 1)")            \
     X(broadcast_interval, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e6, "",                                 \
       "learner updates between two publications of the weights to the samplers")                   \
     X(policies, STR, DPT_JOBS_ASYNC, 0, "default_policy", 0, 0, "",                                \

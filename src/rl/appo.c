@@ -24,6 +24,7 @@
 #include "dpt/queue.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
+#include "appo_internal.h"
 #include "optim/optim_ckpt.h"
 #include "rl_trainers.h"
 #include "rollout.h"
@@ -41,6 +42,7 @@
  * the episodes that ended while it filled. */
 typedef struct dpt__tb {
     int policy;               /* the policy whose envs sampled it */
+    int stack;                /* the tower stack a loader loaded it into; -1: none */
     size_t seqs;              /* sequences filled so far */
     int passes;               /* updates taken on it */
     double version_sum;       /* sum over its sequences of the sampling weights' version */
@@ -94,7 +96,22 @@ typedef struct dpt__pol {
     dpt_arena_t ck_params;
     dpt_optim_t *ck_opt; /* NULL when not trained */
     uint64_t ck_updates;
+    /* loader threads (K > 1 stacks): its idle stacks, as stack + 1 */
+    dpt_queue_t *idle;
 } dpt__pol_t;
+
+/* A loader thread (RLlib's _MultiGPULoaderThread): batch from the
+ * inqueue -> an idle stack of its policy -> dpt_towers_load_direct -> the
+ * learner's queue of loaded stacks. */
+typedef struct dpt__loader {
+    struct dpt_appo *a;
+    int index;
+    pthread_t thread;
+    int started;
+    int rc; /* its error (valid once `failed` is set) */
+    char err[256];
+    atomic_int failed;
+} dpt__loader_t;
 
 struct dpt_appo {
     dpt_rl_config_t cfg;
@@ -106,6 +123,16 @@ struct dpt_appo {
     atomic_int stop;
     int stuck; /* a sampler was left running in its env (dpt__appo_stop) */
 
+    /* K > 1 tower stacks: the samplers' batches wait in sample_q for the
+     * loaders, and the learner's inqueue holds loaded stacks; lmu guards the
+     * loaders' figures */
+    int K;
+    dpt_queue_t *sample_q;
+    dpt__loader_t *loaders;
+    int nloaders;
+    pthread_mutex_t lmu;
+    double loader_load_s, loader_wait_s;
+    uint64_t loads;
     /* the policies (cfg.policies); wmu guards their published weights */
     pthread_mutex_t wmu;
     dpt__pol_t *pols;
@@ -126,8 +153,8 @@ struct dpt_appo {
     dpt__rl_learn_stats_t ls_sum;
     uint64_t ls_count;
     struct { /* the counters at the last report */
-        double t, load_s;
-        uint64_t timesteps, updates;
+        double t, load_s, loader_load_s, loader_wait_s;
+        uint64_t timesteps, updates, loads;
     } rep;
     /* under mpirun (dpt_appo_create_mpi): rank 0 learns, the others sample */
     dpt_comm_t *comm;
@@ -163,6 +190,7 @@ static dpt__tb_t *dpt__tb_new(const struct dpt_appo *a)
     b->logp = calloc(rows, sizeof(float));
     b->rew = calloc(rows, sizeof(float));
     b->disc = calloc(rows, sizeof(float));
+    b->stack = -1;
     if (!b->obs || !b->act || !b->logp || !b->rew || !b->disc) {
         dpt__tb_free(b);
         return NULL;
@@ -213,6 +241,14 @@ static void dpt__appo_sleep(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
+}
+
+/* A full train batch into the learner's inqueue: the learner's own queue
+ * with one tower stack, the loaders' with several. */
+static int dpt__appo_push(struct dpt_appo *a, dpt__tb_t *tb, double timeout_s)
+{
+    return a->K > 1 ? dpt_queue_push(a->sample_q, tb, timeout_s)
+                    : dpt_learner_push(a->learner_thread, tb, timeout_s);
 }
 
 /* ---- sample batches between ranks (mpirun) ---------------------------------------- */
@@ -394,7 +430,7 @@ static int dpt__appo_pump(struct dpt_appo *a, double wait_s)
             return rc;
         wait_s = 0.0;
     }
-    rc = dpt_learner_push(a->learner_thread, a->held, wait_s);
+    rc = dpt__appo_push(a, a->held, wait_s);
     if (rc == DPT_OK)
         a->held = NULL;
     return rc == DPT_ETIMEDOUT ? DPT_OK : rc;
@@ -434,7 +470,7 @@ static int dpt__sampler_push(dpt__sampler_t *s, dpt__group_t *g)
 {
     struct dpt_appo *a = s->a;
     for (;;) {
-        int rc = dpt_learner_push(a->learner_thread, g->tb, 0.2);
+        int rc = dpt__appo_push(a, g->tb, 0.2);
         if (rc == DPT_OK) {
             g->tb = NULL;
             return DPT_OK;
@@ -514,15 +550,123 @@ static int dpt__samplers_failed(struct dpt_appo *a)
 
 /* ---- the learner's step ------------------------------------------------------------ */
 
-static int dpt__learner_check(void *ctx)
+/* The first loader thread that stopped on an error, or 0. */
+static int dpt__loaders_failed(struct dpt_appo *a)
 {
-    return dpt__samplers_failed(ctx);
+    for (int k = 0; k < a->nloaders; k++)
+        if (atomic_load(&a->loaders[k].failed))
+            return dpt_error(a->loaders[k].rc, "appo loader %d failed: %s", k, a->loaders[k].err);
+    return DPT_OK;
 }
 
+static int dpt__learner_check(void *ctx)
+{
+    int rc = dpt__samplers_failed(ctx);
+    return rc ? rc : dpt__loaders_failed(ctx);
+}
+
+/* ---- loader threads (K > 1 tower stacks) ----------------------------------------- */
+
+atomic_int dpt__appo_test_loader_fail_at;
+
+static void dpt__learner_release(void *ctx, void *item);
+
+/* Waits for an item of q, waking now and then to see whether the run is
+ * stopping (DPT_ECLOSED then, as for a closed queue). *waited adds the time
+ * it waited. */
+static int dpt__loader_pop(struct dpt_appo *a, dpt_queue_t *q, void **item, double *waited)
+{
+    double t0 = dpt_now();
+    int rc;
+    do
+        rc = atomic_load(&a->stop) ? DPT_ECLOSED : dpt_queue_pop(q, item, 0.2);
+    while (rc == DPT_ETIMEDOUT);
+    if (waited)
+        *waited += dpt_now() - t0;
+    return rc;
+}
+
+/* One batch: a trained policy's into an idle stack of its towers (on this
+ * thread: dpt_towers_load_direct, while the learner steps on other
+ * stacks), then to the learner; a batch of a policy not trained goes to
+ * the learner as it is (it counts its steps and episodes). */
+static int dpt__loader_one(dpt__loader_t *l, dpt__tb_t *tb, double waited)
+{
+    struct dpt_appo *a = l->a;
+    dpt__pol_t *pol = &a->pols[tb->policy];
+    double load_s = 0.0;
+    int rc = DPT_OK;
+    if (pol->train) {
+        void *k = NULL;
+        if ((rc = dpt__loader_pop(a, pol->idle, &k, NULL)) != 0) {
+            dpt__tb_free(tb);
+            return rc;
+        }
+        int stack = (int)(uintptr_t)k - 1;
+        if (atomic_load(&dpt__appo_test_loader_fail_at) > 0 &&
+            atomic_fetch_sub(&dpt__appo_test_loader_fail_at, 1) == 1)
+            rc = dpt_error(DPT_EIO, "appo loader %d: injected failure (test hook)", l->index);
+        dpt_batch_t b;
+        if (!rc)
+            rc = dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew,
+                                  tb->disc);
+        double t0 = dpt_now();
+        dpt_towers_load_info_t li;
+        if (!rc)
+            rc = dpt_towers_load_direct(pol->towers, stack, &b, 0, &li);
+        load_s = dpt_now() - t0;
+        if (rc) {
+            (void)dpt_queue_push(pol->idle, k, 0.0);
+            dpt__tb_free(tb);
+            return rc;
+        }
+        tb->stack = stack;
+    }
+    pthread_mutex_lock(&a->lmu);
+    a->loader_load_s += load_s;
+    a->loader_wait_s += waited;
+    a->loads++;
+    pthread_mutex_unlock(&a->lmu);
+    do
+        rc = atomic_load(&a->stop) ? DPT_ECLOSED : dpt_learner_push(a->learner_thread, tb, 0.2);
+    while (rc == DPT_ETIMEDOUT);
+    if (rc)
+        dpt__learner_release(a, tb); /* the learner has ended: the stack is idle again */
+    return rc;
+}
+
+static void *dpt__loader_main(void *arg)
+{
+    dpt__loader_t *l = arg;
+    struct dpt_appo *a = l->a;
+    int rc = DPT_OK;
+    while (!rc) {
+        void *item = NULL;
+        double waited = 0.0;
+        if ((rc = dpt__loader_pop(a, a->sample_q, &item, &waited)) == 0)
+            rc = dpt__loader_one(l, item, waited);
+    }
+    if (rc != DPT_ECLOSED) {
+        l->rc = rc;
+        snprintf(l->err, sizeof l->err, "%s", dpt_last_error());
+        atomic_store(&l->failed, 1); /* publishes rc and err */
+        /* The learner must not wait for stacks that will not come: closing
+         * its inqueue ends it once drained, and its check names this error. */
+        dpt_queue_close(dpt_learner_inqueue(a->learner_thread));
+    }
+    return NULL;
+}
+
+/* A batch's last pass is done: its stack (loader threads) becomes idle
+ * again. The idle queue holds every stack, so the push never waits; after
+ * the stop it is closed and the stack is not needed any more. */
 static void dpt__learner_release(void *ctx, void *item)
 {
-    (void)ctx;
-    dpt__tb_free(item);
+    struct dpt_appo *a = ctx;
+    dpt__tb_t *tb = item;
+    if (tb && tb->stack >= 0)
+        (void)dpt_queue_push(a->pols[tb->policy].idle, (void *)(uintptr_t)(tb->stack + 1), 0.0);
+    dpt__tb_free(tb);
 }
 
 /* One update on a batch of a trained policy: load it into the policy's
@@ -545,17 +689,22 @@ static int dpt__learner_step(void *ctx, void *item, dpt_learner_result_t *res)
     int rc = DPT_OK;
     dpt_towers_stats_t st;
     if (pol->train) {
-        dpt_batch_t b;
-        rc = dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew,
-                              tb->disc);
-        double t0 = dpt_now();
-        dpt_towers_load_info_t li;
-        if (!rc)
-            rc = dpt_towers_load(pol->towers, 0, &b, &li);
-        a->load_s += dpt_now() - t0;
+        int stack = tb->stack;
+        if (stack < 0) {
+            /* One stack: the learner loads the batch itself. */
+            dpt_batch_t b;
+            rc = dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew,
+                                  tb->disc);
+            double t0 = dpt_now();
+            dpt_towers_load_info_t li;
+            if (!rc)
+                rc = dpt_towers_load(pol->towers, 0, &b, &li);
+            a->load_s += dpt_now() - t0;
+            stack = 0;
+        }
         float lr = dpt__rl_lr(c, a->timesteps);
         if (!rc)
-            rc = dpt_towers_optimize(pol->towers, 0, 0, lr, &st);
+            rc = dpt_towers_optimize(pol->towers, stack, 0, lr, &st);
         if (rc) {
             pthread_mutex_unlock(&a->mu);
             return rc;
@@ -632,6 +781,12 @@ static void dpt__appo_stop(dpt_appo_t *a)
         if (a->lstarted)
             (void)dpt_learner_join(a->learner_thread);
     }
+    /* The loaders see the stop within 0.2 s wherever they wait. */
+    for (int k = 0; k < a->nloaders; k++)
+        if (a->loaders[k].started) {
+            pthread_join(a->loaders[k].thread, NULL);
+            a->loaders[k].started = 0;
+        }
     double deadline = dpt_now() + DPT__APPO_JOIN_S;
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__sampler_t *s = &a->samplers[k];
@@ -669,6 +824,14 @@ void dpt_appo_destroy(dpt_appo_t *a)
         return;                             /* a detached sampler may still use it */
     dpt_learner_destroy(a->learner_thread); /* releases the batches it holds */
     dpt__tb_free(a->held);
+    if (a->sample_q) {
+        void *item;
+        dpt_queue_close(a->sample_q);
+        while (dpt_queue_pop(a->sample_q, &item, 0.0) == DPT_OK)
+            dpt__tb_free(item);
+        dpt_queue_destroy(a->sample_q);
+    }
+    free(a->loaders);
     for (int k = 0; a->samplers && k < a->nsamplers; k++) {
         dpt__sampler_t *s = &a->samplers[k];
         for (int p = 0; s->groups && p < a->npols; p++) {
@@ -687,8 +850,10 @@ void dpt_appo_destroy(dpt_appo_t *a)
         dpt_arena_deinit(&pol->pub);
         dpt_arena_deinit(&pol->ck_params);
         dpt_optim_destroy(pol->ck_opt);
+        dpt_queue_destroy(pol->idle);
     }
     free(a->pols);
+    pthread_mutex_destroy(&a->lmu);
     pthread_mutex_destroy(&a->wmu);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
@@ -743,6 +908,7 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
     if (!a)
         return dpt_error(DPT_ENOMEM, "appo: cannot allocate");
     pthread_mutex_init(&a->wmu, NULL);
+    pthread_mutex_init(&a->lmu, NULL);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     a->cfg = *cfg;
@@ -755,6 +921,8 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
     a->nsamplers = nsamplers;
     a->npols = pl->count;
     a->main = dpt_rl_policies_main(pl);
+    a->K = cfg->tower_stacks > 1 ? cfg->tower_stacks : 1;
+    a->nloaders = a->K > 1 ? (cfg->load_threads > 1 ? cfg->load_threads : 1) : 0;
     size_t rows = seqs * (T + 1);
     int rc;
     a->samplers = calloc(nsamplers > 0 ? (size_t)nsamplers : 1, sizeof *a->samplers);
@@ -776,6 +944,26 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
     lo.ctx = a;
     if ((rc = dpt_learner_create(&a->learner_thread, &lo)) != 0)
         goto fail;
+    if (a->K > 1) {
+        /* RLlib's multi-GPU learner: the samplers' batches wait in the
+         * loaders' inqueue; the learner's own queue holds loaded stacks. */
+        if (cfg->minibatch_buffer_size > (size_t)a->K) {
+            rc =
+                dpt_error(DPT_EINVAL, "appo: minibatch_buffer_size %zu exceeds the %d tower stacks",
+                          cfg->minibatch_buffer_size, a->K);
+            goto fail;
+        }
+        if ((rc = dpt_queue_create(&a->sample_q, cfg->learner_queue_size)) != 0)
+            goto fail;
+        if (!(a->loaders = calloc((size_t)a->nloaders, sizeof *a->loaders))) {
+            rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d loaders", a->nloaders);
+            goto fail;
+        }
+        for (int k = 0; k < a->nloaders; k++) {
+            a->loaders[k].a = a;
+            a->loaders[k].index = k;
+        }
+    }
     dpt_vtrace_loss_params_t hp = {
         .impala = cfg->impala,
         .clip_param = cfg->loss.clip_param,
@@ -785,6 +973,7 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
         .clip_pg_rho = cfg->vtrace_clip_pg_rho,
     };
     dpt_towers_config_t tc = dpt__rl_towers_config(cfg, rows / D, rows);
+    tc.num_stacks = a->K;
     size_t n = 0;
     /* Policy p's initial weights draw from stream (seed, 0, p): the one
      * policy of a default run starts as it always did. */
@@ -810,6 +999,12 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
             (rc = dpt_towers_set_weights(pol->towers, pol->pub.data, n)) != 0 ||
             (rc = dpt_optim_create(&pol->ck_opt, &tc.optim, n)) != 0)
             goto fail;
+        if (a->K > 1) {
+            if ((rc = dpt_queue_create(&pol->idle, (size_t)a->K)) != 0)
+                goto fail;
+            for (int k = 0; k < a->K; k++)
+                (void)dpt_queue_push(pol->idle, (void *)(uintptr_t)(k + 1), 0.0);
+        }
     }
     /* Sampler k's envs of policy p draw from the env streams of index
      * k * npolicies + p: with one policy, k's as they always did. */
@@ -941,6 +1136,13 @@ static int dpt__appo_start(dpt_appo_t *a)
     if (rc)
         return rc;
     a->lstarted = 1;
+    for (int k = 0; k < a->nloaders; k++) {
+        if (pthread_create(&a->loaders[k].thread, NULL, dpt__loader_main, &a->loaders[k]) != 0) {
+            dpt__appo_stop(a);
+            return dpt_error(DPT_ETHREAD, "appo: cannot start loader thread %d", k);
+        }
+        a->loaders[k].started = 1;
+    }
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__sampler_t *s = &a->samplers[k];
         atomic_store(&s->running, 1);
@@ -959,6 +1161,8 @@ static int dpt__appo_start(dpt_appo_t *a)
 static int dpt__appo_health(dpt_appo_t *a)
 {
     int rc = dpt__samplers_failed(a);
+    if (!rc)
+        rc = dpt__loaders_failed(a);
     if (!rc)
         rc = dpt_learner_check(a->learner_thread);
     if (!rc && !dpt_learner_running(a->learner_thread))
@@ -982,6 +1186,11 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         a->rep.timesteps = a->timesteps;
         a->rep.updates = a->updates;
         a->rep.load_s = a->load_s;
+        pthread_mutex_lock(&a->lmu);
+        a->rep.loader_load_s = a->loader_load_s;
+        a->rep.loader_wait_s = a->loader_wait_s;
+        a->rep.loads = a->loads;
+        pthread_mutex_unlock(&a->lmu);
         for (int p = 0; p < a->npols; p++)
             a->pols[p].updates_rep = a->pols[p].updates;
     }
@@ -1066,6 +1275,20 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
     as->dequeue_time_ms = ls.learner_dequeue_time_ms;
     as->grad_time_ms = ls.learner_grad_time_ms;
     as->load_time_ms = as->updates ? (a->load_s - a->rep.load_s) * 1e3 / (double)as->updates : 0.0;
+    if (a->K > 1) {
+        /* RLlib's multi-GPU figures: the loaders' per load, the learner's
+         * wait for a loaded stack. */
+        pthread_mutex_lock(&a->lmu);
+        uint64_t loads = a->loads - a->rep.loads;
+        double per = loads ? 1e3 / (double)loads : 0.0;
+        as->load_time_ms = (a->loader_load_s - a->rep.loader_load_s) * per;
+        as->dequeue_time_ms = (a->loader_wait_s - a->rep.loader_wait_s) * per;
+        a->rep.loader_load_s = a->loader_load_s;
+        a->rep.loader_wait_s = a->loader_wait_s;
+        a->rep.loads = a->loads;
+        pthread_mutex_unlock(&a->lmu);
+        as->load_wait_time_ms = ls.learner_dequeue_time_ms;
+    }
     as->queue_count = (uint64_t)ls.size_count;
     as->queue_mean = ls.size_mean;
     as->queue_std = ls.size_std;

@@ -117,6 +117,8 @@ typedef struct dpt_rl_config {
     double learner_queue_timeout; /* seconds */
     size_t minibatch_buffer_size; /* train batches the learner cycles through */
     int broadcast_interval;       /* learner updates between weight publications */
+    int tower_stacks;             /* K: above 1, loader threads fill the stacks */
+    int load_threads;             /* loader threads (K > 1) */
     float vtrace_clip_rho, vtrace_clip_pg_rho;
     uint64_t steps_per_iteration; /* env steps trained per reported iteration */
     dpt_rl_policies_t policies;   /* the default (one policy) for the other jobs */
@@ -220,8 +222,13 @@ typedef struct dpt_appo_stats {
     double learner_utilization; /* share of the learner thread's time in its steps */
     /* Mean ms per update: waiting for and taking a batch (the minibatch
      * buffer's get) and the whole step (over the learner thread's last 50
-     * updates), and loading the batch into the towers (this iteration). */
-    double dequeue_time_ms, load_time_ms, grad_time_ms;
+     * updates), and loading the batch into the towers (this iteration).
+     * With tower_stacks > 1 (loader threads), RLlib's multi-GPU learner's
+     * figures instead, means over this iteration's loads: dequeue_time_ms
+     * a loader's wait for a batch from the inqueue, load_time_ms a load;
+     * and load_wait_time_ms the learner's wait for a loaded stack (the
+     * buffer's get, over its last 50 updates; 0 with one stack). */
+    double dequeue_time_ms, load_time_ms, grad_time_ms, load_wait_time_ms;
     uint64_t queue_count;                                /* queue-size samples (<= 50) */
     double queue_mean, queue_std, queue_quantiles[5];    /* 0, 10, 50, 90, 100% */
     int npolicies;                                       /* cfg.policies.count */

@@ -328,6 +328,8 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
             out->learner_queue_timeout = DPT_CF(c, learner_queue_timeout);
             out->minibatch_buffer_size = (size_t)DPT_CI(c, minibatch_buffer_size);
             out->broadcast_interval = (int)DPT_CI(c, broadcast_interval);
+            out->tower_stacks = (int)DPT_CI(c, num_multi_gpu_tower_stacks);
+            out->load_threads = (int)DPT_CI(c, num_data_load_threads);
             out->vtrace_clip_rho = (float)DPT_CF(c, vtrace_clip_rho_threshold);
             out->vtrace_clip_pg_rho = (float)DPT_CF(c, vtrace_clip_pg_rho_threshold);
             out->steps_per_iteration = (uint64_t)DPT_CI(c, min_sample_timesteps_per_iteration);

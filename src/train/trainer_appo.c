@@ -126,6 +126,8 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
     dpt_train_result_add(r, "timing_breakdown/learner_dequeue_time_ms", as.dequeue_time_ms);
     dpt_train_result_add(r, "timing_breakdown/learner_load_time_ms", as.load_time_ms);
     dpt_train_result_add(r, "timing_breakdown/learner_grad_time_ms", as.grad_time_ms);
+    if (t->rc.tower_stacks > 1)
+        dpt_train_result_add(r, "timing_breakdown/learner_load_wait_time_ms", as.load_wait_time_ms);
     dpt_train_result_add(r, "info/learner_queue/size_count", (double)as.queue_count);
     dpt_train_result_add(r, "info/learner_queue/size_mean", as.queue_mean);
     dpt_train_result_add(r, "info/learner_queue/size_std", as.queue_std);
