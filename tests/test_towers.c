@@ -465,6 +465,85 @@ static void test_reuse_and_stacks(void)
     free(w0), free(wa), free(wb);
 }
 
+/* A loader thread: loads `loads` batches into stack 1 with
+ * dpt_towers_load_direct while the main thread steps on stack 0. */
+typedef struct direct_loader {
+    dpt_towers_t *t;
+    const dpt_batch_t *b;
+    int loads, rc;
+} direct_loader_t;
+
+static void *direct_loader_main(void *arg)
+{
+    direct_loader_t *l = arg;
+    for (int i = 0; !l->rc && i < l->loads; i++) {
+        dpt_towers_load_info_t li;
+        l->rc = dpt_towers_load_direct(l->t, 1, l->b, 0, &li);
+    }
+    return NULL;
+}
+
+/* dpt_towers_load_direct: the same stack as the device pool's load (the
+ * steps on it give bitwise the same weights), its errors, and loads of
+ * stack 1 from another thread while steps run on stack 0 leave those steps
+ * as they were (under TSan: no race). */
+static void test_load_direct(void)
+{
+    size_t count = nparams();
+    float *w0 = calloc(count, sizeof *w0), *wa = calloc(count, sizeof *wa);
+    float *wb = calloc(count, sizeof *wb);
+    REQUIRE(w0 && wa && wb);
+    dpt_rng_t r;
+    dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
+    dpt_towers_config_t c = config(DPT_TOWERS_PS, 2, 6);
+    c.num_stacks = 2;
+    dpt_mlp_t *mlp, *mlp2;
+    dpt_towers_t *ta = make_towers(&mlp, c, 0, 0);
+    dpt_towers_t *tb = make_towers(&mlp2, c, 0, 0);
+    REQUIRE(ta && tb);
+    dpt_mlp_init_params(mlp, w0, &r);
+    REQUIRE_OK(dpt_towers_set_weights(ta, w0, count));
+    REQUIRE_OK(dpt_towers_set_weights(tb, w0, count));
+    dpt_batch_t b = xy(ROWS, data_x, data_y);
+    dpt_towers_load_info_t la, lb;
+    REQUIRE_OK(dpt_towers_load(ta, 0, &b, &la));
+    REQUIRE_OK(dpt_towers_load_direct(tb, 0, &b, 0, &lb));
+    CHECK(memcmp(&la, &lb, sizeof la) == 0);
+    CHECK_ERR(dpt_towers_load_direct(tb, 2, &b, 0, &lb), DPT_EINVAL, "stack 2 out of range [0, 2)");
+    dpt_batch_t empty = xy(0, data_x, data_y);
+    CHECK_ERR(dpt_towers_load_direct(tb, 1, &empty, 0, &lb), DPT_EINVAL, "0 rows");
+    static float other_x[ROWS * IN];
+    static int32_t other_y[ROWS];
+    for (int i = 0; i < ROWS * IN; i++)
+        other_x[i] = -data_x[i];
+    for (int i = 0; i < ROWS; i++)
+        other_y[i] = (data_y[i] + 1) % OUT;
+    dpt_batch_t ob = xy(ROWS, other_x, other_y);
+    direct_loader_t l = {tb, &ob, 50, 0};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, direct_loader_main, &l) == 0);
+    for (int pass = 0; pass < 5; pass++)
+        for (size_t k = 0; k < la.steps; k++) {
+            REQUIRE_OK(dpt_towers_optimize(ta, 0, k * la.per_device_batch, 0.01f, NULL));
+            CHECK_OK(dpt_towers_optimize(tb, 0, k * lb.per_device_batch, 0.01f, NULL));
+        }
+    pthread_join(th, NULL);
+    CHECK_OK(l.rc);
+    REQUIRE_OK(dpt_towers_get_weights(ta, wa, count));
+    REQUIRE_OK(dpt_towers_get_weights(tb, wb, count));
+    CHECK(memcmp(wa, wb, count * sizeof(float)) == 0);
+    CHECK(memcmp(wa, w0, count * sizeof(float)) != 0);
+    /* Stack 1 holds the other data: a step on it changes the weights. */
+    CHECK_OK(dpt_towers_optimize(tb, 1, 0, 0.01f, NULL));
+    REQUIRE_OK(dpt_towers_get_weights(tb, wb, count));
+    CHECK(memcmp(wa, wb, count * sizeof(float)) != 0);
+    dpt_towers_destroy(ta);
+    dpt_towers_destroy(tb);
+    dpt_mlp_destroy(mlp);
+    dpt_mlp_destroy(mlp2);
+    free(w0), free(wa), free(wb);
+}
+
 /* async: two towers applying their own updates still learn a separable
  * problem (labels from the sign of a linear function). */
 static void test_async_learns(void)
@@ -1387,6 +1466,7 @@ int main(void)
         DPT_TEST(test_load_rules),
         DPT_TEST(test_sequence_rules),
         DPT_TEST(test_reuse_and_stacks),
+        DPT_TEST(test_load_direct),
         DPT_TEST(test_async_learns),
         DPT_TEST(test_user_model_and_gradsets),
         DPT_TEST(test_bad_config),

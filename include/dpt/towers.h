@@ -269,6 +269,20 @@ int dpt_towers_load(dpt_towers_t *towers, int stack, const dpt_batch_t *batch,
 int dpt_towers_load_ex(dpt_towers_t *towers, int stack, const dpt_batch_t *batch,
                        size_t per_device_batch, dpt_towers_load_info_t *info);
 
+/* dpt_towers_load_ex() on the calling thread instead of the device pool:
+ * the devices' slices are copied one after the other by this thread, into
+ * stack `stack` only. Thread safety (RLlib's loader threads): while one
+ * thread runs dpt_towers_optimize() (or load, load_ex, check_grad_sets) on
+ * stack j, other threads may each run dpt_towers_load_direct() on a
+ * different stack k != j (one thread per stack at a time); it reads only
+ * the engine's fixed configuration and writes only stack k's buffers and
+ * bookkeeping. The caller hands a stack from its loader to the thread that
+ * optimizes on it through a synchronizing queue or mutex, and never loads a
+ * stack that a step may use; never concurrently with create or destroy.
+ * Same results and errors as dpt_towers_load_ex(). */
+int dpt_towers_load_direct(dpt_towers_t *towers, int stack, const dpt_batch_t *batch,
+                           size_t per_device_batch, dpt_towers_load_info_t *info);
+
 /* What dpt_towers_load_ex(t, stack, batch, per_device_batch, info) would
  * keep and how it would split it, without loading anything (the same
  * checks and errors, the stack aside): a caller that prepares minibatches

@@ -314,8 +314,23 @@ typedef enum dpt_adv_norm {
     X(minibatch_buffer_size, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e4, "",                              \
       "train batches the learner cycles through, each used num_sgd_iter times (RLlib's "           \
       "minibatch buffer)")                                                                         \
+    X(num_multi_gpu_tower_stacks, INT, DPT_JOBS_ASYNC, 0, "1", 1, 64, "",                          \
+      "the learner's tower stacks (RLlib's); above 1, loader threads load train batches into "     \
+      "idle "                                                                                      \
+      "stacks while the learner steps on loaded ones (minibatch_buffer_size must not exceed it)")  \
+    X(num_data_load_threads, INT, DPT_JOBS_ASYNC, 0, "1", 1, 64, "",                               \
+      "loader threads filling the tower stacks (needs num_multi_gpu_tower_stacks > 1)")            \
     X(broadcast_interval, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e6, "",                                 \
       "learner updates between two publications of the weights to the samplers")                   \
+    X(policies, STR, DPT_JOBS_ASYNC, 0, "default_policy", 0, 0, "",                                \
+      "the policies, comma-separated names of letters, digits, _ and - (at most 8, all of "        \
+      "policy_hidden); each env acts with its policy's weights (policy_mapping)")                  \
+    X(policies_to_train, STR, DPT_JOBS_ASYNC, 0, "", 0, 0, "",                                     \
+      "the policies the learner updates, comma-separated (empty: all); the others keep their "     \
+      "initial weights and still sample")                                                          \
+    X(policy_mapping, STR, DPT_JOBS_ASYNC, 0, "round_robin", 0, 0, "",                             \
+      "which policy steps each env of a sampler: round_robin (env i: policies[i mod the count]) "  \
+      "or num_envs_per_worker comma-separated policy names (env i: the i-th)")                     \
     X(vtrace_clip_rho_threshold, FLOAT, DPT_JOBS_ASYNC, 0, "1", 0, 1e9, "",                        \
       "V-trace: the importance weights rho of the value targets are clipped at this")              \
     X(vtrace_clip_pg_rho_threshold, FLOAT, DPT_JOBS_ASYNC, 0, "1", 0, 1e9, "",                     \
@@ -514,7 +529,7 @@ typedef struct dpt_metric {
     double value;
 } dpt_metric_t;
 
-#define DPT_TRAIN_MAX_METRICS 64
+#define DPT_TRAIN_MAX_METRICS 128
 
 /* What one iterate() did. */
 typedef struct dpt_train_result {

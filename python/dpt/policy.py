@@ -10,7 +10,10 @@ checkpoints from Python (docs/CHECKPOINTS.md).
 The checkpoint's metadata says what to build: obs_dim, action_kind,
 num_actions or action_dim, policy_hidden, and for recurrent policies
 use_lstm, lstm_cell_size, lstm_use_prev_action, lstm_use_prev_reward and
-lstm_prev_reward_scale. The variables are the tensors params.<name> (F32):
+lstm_prev_reward_scale. The variables are the tensors params.<name> (F32;
+in an appo or impala checkpoint of several policies, whose metadata
+appo.policies names them, policy.<policy>.params.<name>: `policy` picks one,
+by default the first of appo.policies_to_train):
 actor.0, actor.2, ... and critic.0, ... as PyTorch's nn.Sequential names them
 (tanh between), log_std, and lstm.weight_ih [4H, I], lstm.weight_hh [4H, H],
 lstm.bias [4H] (gates i, f, g, o). Sums are in double precision, so greedy
@@ -145,7 +148,7 @@ def _sigmoid(z):
 class Policy:
     """The actor-critic policy of an RL checkpoint file or run directory."""
 
-    def __init__(self, path):
+    def __init__(self, path, policy=None):
         self.path, tensors, meta = find_checkpoint(os.fspath(path))
         self.meta = meta
         job = meta.get("job")
@@ -163,8 +166,9 @@ class Policy:
         self.env = meta.get("env")
         text = meta.get("env_config", "")
         self.env_config = dict(kv.split("=", 1) for kv in text.split(",")) if text else {}
-        self.weights = {k[len("params."):]: v for k, v in tensors.items()
-                        if k.startswith("params.")}
+        prefix = _params_prefix(self.path, meta, policy)
+        self.weights = {k[len(prefix):]: v for k, v in tensors.items()
+                        if k.startswith(prefix)}
         # Double-precision copies for the forward pass.
         self._w = {k: v.astype(np.float64) for k, v in self.weights.items()}
         # An MLP is linear layers at even positions, tanh after each hidden one.
@@ -297,10 +301,29 @@ class Policy:
         return gym.make(self.env, env_config={**self.env_config, **env_config})
 
 
-def load(path):
+def _params_prefix(path, meta, policy):
+    """The prefix of the policy's variables: "params.", or for a checkpoint
+    of several policies "policy.<policy>.params."."""
+    names = meta.get("appo.policies")
+    if not names:
+        if policy is not None:
+            raise ValueError("checkpoint %s holds one policy: leave out policy=%r" %
+                             (path, policy))
+        return "params."
+    names = names.split(",")
+    if policy is None:
+        policy = (meta.get("appo.policies_to_train") or names[0]).split(",")[0]
+    if policy not in names:
+        raise ValueError("checkpoint %s has no policy %r (policies: %s)" %
+                         (path, policy, ", ".join(names)))
+    return "policy.%s.params." % policy
+
+
+def load(path, policy=None):
     """The policy of an RL checkpoint file, or of a run directory's newest
-    valid checkpoint."""
-    return Policy(path)
+    valid checkpoint; of a checkpoint of several policies (appo, impala),
+    policy `policy` (default: the first trained one)."""
+    return Policy(path, policy)
 
 
 def main():

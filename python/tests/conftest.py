@@ -55,6 +55,14 @@ def lstm_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def appo_policies_run(tmp_path_factory):
+    """A short APPO run on CartPole-v1 with two policies, a trained and b not."""
+    return train(tmp_path_factory.mktemp("runs") / "appo2", "cartpole_appo.conf",
+                 "total_timesteps=20000", "min_sample_timesteps_per_iteration=10000",
+                 "policies=a,b", "policies_to_train=a")
+
+
+@pytest.fixture(scope="session")
 def plugin_path():
     path = os.environ.get("DPT_TEST_PLUGIN")
     if not path:

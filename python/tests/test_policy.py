@@ -99,6 +99,27 @@ def test_same_returns_as_dpt_eval(dpt_bin, ppo_run):
         assert mean_length == pytest.approx(ref["mean_length"], rel=1e-12)
 
 
+def test_several_policies(dpt_bin, appo_policies_run, ppo_run):
+    """A checkpoint of two policies: the first trained one by default (the
+    one dpt eval scores), another by name."""
+    policy = dpt.load(appo_policies_run)
+    tensors, meta = dpt.read_checkpoint(policy.path)
+    assert meta["appo.policies"] == "a,b" and meta["appo.policies_to_train"] == "a"
+    assert not any(k.startswith("params.") for k in tensors)
+    for name, p in (("a", policy), ("b", dpt.load(appo_policies_run, policy="b"))):
+        prefix = "policy.%s.params." % name
+        assert sorted(p.weights) == sorted(k[len(prefix):] for k in tensors
+                                           if k.startswith(prefix))
+        assert np.array_equal(p.weights["actor.0.weight"], tensors[prefix + "actor.0.weight"])
+    with pytest.raises(ValueError, match="has no policy 'c'"):
+        dpt.load(appo_policies_run, policy="c")
+    with pytest.raises(ValueError, match="holds one policy"):
+        dpt.load(ppo_run, policy="a")
+    ref = dpt_eval(dpt_bin, appo_policies_run, 3, 5)
+    mean_return, _ = python_eval(policy, 3, 5)
+    assert mean_return == pytest.approx(ref["mean_return"], rel=1e-12)
+
+
 def test_recurrent_policy(dpt_bin, lstm_run):
     policy = dpt.load(lstm_run)
     assert policy.use_lstm and policy.lstm_cell_size == 32

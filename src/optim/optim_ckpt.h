@@ -49,6 +49,15 @@ typedef struct dpt__optim_ckpt {
 int dpt__optim_ckpt_load(const dpt_safetensors_t *st, const dpt_vartable_t *vars,
                          const dpt_optim_t *opt, dpt__optim_ckpt_t *out);
 
+/* The same under a namespace: every name above prefixed with ns (e.g.
+ * "policy.a." gives "policy.a.params.V", "policy.a.optim.m.V",
+ * "policy.a.optim_step"), so that one checkpoint holds several models; ""
+ * is the plain layout. DPT_EINVAL for a namespace of 96 bytes or more. */
+int dpt__optim_ckpt_save_ns(dpt_safetensors_writer_t *w, const char *ns, const dpt_vartable_t *vars,
+                            const float *params, dpt_optim_t *opt);
+int dpt__optim_ckpt_load_ns(const dpt_safetensors_t *st, const char *ns, const dpt_vartable_t *vars,
+                            const dpt_optim_t *opt, dpt__optim_ckpt_t *out);
+
 /* Copies the loaded slots and step counter into `opt`, the optimizer (or one
  * of the same kind and count) that s was loaded for. Cannot fail. The
  * parameters are the caller's to apply. */

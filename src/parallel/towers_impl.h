@@ -128,6 +128,13 @@ static inline size_t dpt__col_row_bytes(const dpt_column_t *c)
  * dpt_device_pool_run(); returns 0 or a DPT_E... code with its message. */
 int dpt__towers_job(void *arg, int device);
 
+/* Copies tower w's slice of src (rows_per_device rows, or
+ * seqs_per_device sequences for per-sequence columns, from w's offset)
+ * into w's buffers of stack `stack`. Touches nothing else: the device
+ * pool's load job and dpt_towers_load_direct both use it. */
+void dpt__towers_copy_slice(const dpt_towers_t *t, const dpt__tower_t *w, int stack,
+                            const dpt_batch_t *src, size_t rows_per_device, size_t seqs_per_device);
+
 /* Gradient buckets (towers_buckets.c). create: sets up t->bk when the
  * overlap applies (see dpt__bucketer_t), else leaves it NULL; 0 or a
  * DPT_E... code. destroy: stops the thread and removes the model's hook;

@@ -86,20 +86,26 @@ static int dpt__tower_compute(dpt_towers_t *t, dpt__tower_t *w, const float *par
 
 /* ---- jobs ----------------------------------------------------------------- */
 
-static int dpt__job_load(dpt_towers_t *t, dpt__tower_t *w)
+void dpt__towers_copy_slice(const dpt_towers_t *t, const dpt__tower_t *w, int stack,
+                            const dpt_batch_t *src, size_t rows_per_device, size_t seqs_per_device)
 {
-    const dpt_batch_t *src = t->job_src;
-    size_t row0 = (size_t)w->index * t->job_rows_per_device;
-    size_t seq0 = (size_t)w->index * t->job_seqs_per_device;
+    size_t row0 = (size_t)w->index * rows_per_device;
+    size_t seq0 = (size_t)w->index * seqs_per_device;
     for (size_t c = 0; c < t->layout.ncols; c++) {
         const dpt_column_t *want = &t->layout.cols[c];
         const dpt_column_t *have = dpt_batch_find(src, want->name);
         size_t rb = dpt__col_row_bytes(want);
         size_t first = want->per_sequence ? seq0 : row0;
-        size_t n = want->per_sequence ? t->job_seqs_per_device : t->job_rows_per_device;
-        memcpy(w->stack_data[(size_t)t->job_stack * t->layout.ncols + c],
+        size_t n = want->per_sequence ? seqs_per_device : rows_per_device;
+        memcpy(w->stack_data[(size_t)stack * t->layout.ncols + c],
                (const char *)have->data + first * rb, n * rb);
     }
+}
+
+static int dpt__job_load(dpt_towers_t *t, dpt__tower_t *w)
+{
+    dpt__towers_copy_slice(t, w, t->job_stack, t->job_src, t->job_rows_per_device,
+                           t->job_seqs_per_device);
     dpt__prof_lap(DPT_PROF_BATCH);
     return DPT_OK;
 }

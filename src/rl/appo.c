@@ -24,6 +24,7 @@
 #include "dpt/queue.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
+#include "appo_internal.h"
 #include "optim/optim_ckpt.h"
 #include "rl_trainers.h"
 #include "rollout.h"
@@ -40,6 +41,8 @@
  * the observation after them), the weights versions that sampled them, and
  * the episodes that ended while it filled. */
 typedef struct dpt__tb {
+    int policy;               /* the policy whose envs sampled it */
+    int stack;                /* the tower stack a loader loaded it into; -1: none */
     size_t seqs;              /* sequences filled so far */
     int passes;               /* updates taken on it */
     double version_sum;       /* sum over its sequences of the sampling weights' version */
@@ -51,21 +54,64 @@ typedef struct dpt__tb {
     uint32_t len[DPT__EPISODE_WINDOW];
 } dpt__tb_t;
 
+/* The envs of a sampler that one policy steps (all of them with one
+ * policy), with that policy's weights, and the policy's batch it fills. */
+typedef struct dpt__group {
+    dpt__rollout_t ro;
+    dpt_policy_t *actor;
+    dpt_arena_t params;
+    uint64_t version; /* of params; UINT64_MAX: none yet */
+    dpt__tb_t *tb;    /* the batch it fills */
+} dpt__group_t;
+
 typedef struct dpt__sampler {
     struct dpt_appo *a;
     int index;
     pthread_t thread;
     int started;
-    atomic_int running; /* 0 once its thread function returned */
-    dpt__rollout_t ro;
-    dpt_policy_t *actor;
-    dpt_arena_t params;
-    uint64_t version;
-    dpt__tb_t *tb; /* the batch it fills */
-    int rc;        /* its error, once it stopped on one (valid once `failed` is set) */
+    atomic_int running;   /* 0 once its thread function returned */
+    dpt__group_t *groups; /* one per policy, in the order of the policies */
+    int rc;               /* its error, once it stopped on one (valid once `failed` is set) */
     char err[256];
     atomic_int failed;
 } dpt__sampler_t;
+
+/* A policy of the run. A trained one has its learner model and towers
+ * engine (weights and optimizer); one not trained only its weights. */
+typedef struct dpt__pol {
+    int train;
+    dpt_policy_t *learner; /* the towers' model (trained), or a table of the weights */
+    dpt_towers_t *towers;  /* NULL when not trained */
+    /* the published weights, under wmu */
+    dpt_arena_t pub;
+    uint64_t pub_version;
+    /* under mu: its updates, its learner results since the last report,
+     * its newest episodes */
+    uint64_t updates;
+    dpt__rl_learn_stats_t ls_sum;
+    uint64_t ls_count, updates_rep;
+    double ret_window[DPT__EPISODE_WINDOW];
+    size_t wcount, wnext;
+    /* checkpoints */
+    dpt_arena_t ck_params;
+    dpt_optim_t *ck_opt; /* NULL when not trained */
+    uint64_t ck_updates;
+    /* loader threads (K > 1 stacks): its idle stacks, as stack + 1 */
+    dpt_queue_t *idle;
+} dpt__pol_t;
+
+/* A loader thread (RLlib's _MultiGPULoaderThread): batch from the
+ * inqueue -> an idle stack of its policy -> dpt_towers_load_direct -> the
+ * learner's queue of loaded stacks. */
+typedef struct dpt__loader {
+    struct dpt_appo *a;
+    int index;
+    pthread_t thread;
+    int started;
+    int rc; /* its error (valid once `failed` is set) */
+    char err[256];
+    atomic_int failed;
+} dpt__loader_t;
 
 struct dpt_appo {
     dpt_rl_config_t cfg;
@@ -77,14 +123,22 @@ struct dpt_appo {
     atomic_int stop;
     int stuck; /* a sampler was left running in its env (dpt__appo_stop) */
 
-    /* the published weights */
+    /* K > 1 tower stacks: the samplers' batches wait in sample_q for the
+     * loaders, and the learner's inqueue holds loaded stacks; lmu guards the
+     * loaders' figures */
+    int K;
+    dpt_queue_t *sample_q;
+    dpt__loader_t *loaders;
+    int nloaders;
+    pthread_mutex_t lmu;
+    double loader_load_s, loader_wait_s;
+    uint64_t loads;
+    /* the policies (cfg.policies); wmu guards their published weights */
     pthread_mutex_t wmu;
-    dpt_arena_t pub;
-    uint64_t pub_version;
+    dpt__pol_t *pols;
+    int npols, main; /* main: the first trained policy (dpt_rl_policies_main) */
 
-    /* the learner's model; mu guards it and the counters below */
-    dpt_policy_t *learner;
-    dpt_towers_t *towers;
+    /* mu guards the policies' learners and the counters below */
     int lstarted;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* signalled once timesteps reaches wake_at */
@@ -99,8 +153,8 @@ struct dpt_appo {
     dpt__rl_learn_stats_t ls_sum;
     uint64_t ls_count;
     struct { /* the counters at the last report */
-        double t, load_s;
-        uint64_t timesteps, updates;
+        double t, load_s, loader_load_s, loader_wait_s;
+        uint64_t timesteps, updates, loads;
     } rep;
     /* under mpirun (dpt_appo_create_mpi): rank 0 learns, the others sample */
     dpt_comm_t *comm;
@@ -109,8 +163,6 @@ struct dpt_appo {
     dpt__tb_t *held;       /* a received batch waiting for room in the inqueue */
     int finished;          /* rank 0 told the samplers to stop */
     /* checkpoints */
-    dpt_arena_t ck_params;
-    dpt_optim_t *ck_opt;
     uint64_t ck_head[5];
     uint64_t iteration;
 };
@@ -138,6 +190,7 @@ static dpt__tb_t *dpt__tb_new(const struct dpt_appo *a)
     b->logp = calloc(rows, sizeof(float));
     b->rew = calloc(rows, sizeof(float));
     b->disc = calloc(rows, sizeof(float));
+    b->stack = -1;
     if (!b->obs || !b->act || !b->logp || !b->rew || !b->disc) {
         dpt__tb_free(b);
         return NULL;
@@ -188,6 +241,14 @@ static void dpt__appo_sleep(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
+}
+
+/* A full train batch into the learner's inqueue: the learner's own queue
+ * with one tower stack, the loaders' with several. */
+static int dpt__appo_push(struct dpt_appo *a, dpt__tb_t *tb, double timeout_s)
+{
+    return a->K > 1 ? dpt_queue_push(a->sample_q, tb, timeout_s)
+                    : dpt_learner_push(a->learner_thread, tb, timeout_s);
 }
 
 /* ---- sample batches between ranks (mpirun) ---------------------------------------- */
@@ -264,27 +325,28 @@ static int dpt__tb_unpack(const struct dpt_appo *a, const unsigned char *p, size
 
 /* A sampler rank: its full batch to rank 0 (the send waits while rank 0,
  * its inqueue full, does not take it). */
-static int dpt__sampler_send(dpt__sampler_t *s)
+static int dpt__sampler_send(dpt__sampler_t *s, dpt__group_t *g)
 {
     struct dpt_appo *a = s->a;
-    size_t n = dpt__tb_bytes(a, s->tb->episodes);
+    size_t n = dpt__tb_bytes(a, g->tb->episodes);
     unsigned char *m = malloc(n);
     if (!m)
         return dpt_error(DPT_ENOMEM, "appo sampler: cannot allocate a message");
-    dpt__tb_pack(a, s->tb, m);
+    dpt__tb_pack(a, g->tb, m);
     int rc = dpt_comm_send(a->comm, 0, DPT__APPO_TAG_BATCH, m, n);
     free(m);
-    dpt__tb_free(s->tb);
-    s->tb = NULL;
+    dpt__tb_free(g->tb);
+    g->tb = NULL;
     return rc;
 }
 
 /* A sampler rank, between fragments: takes rank 0's newest weights and
  * notices STOP (DPT_ECLOSED). With wait set, waits for a message first
- * (no weights yet). */
+ * (no weights yet). Under mpirun a run has one policy. */
 static int dpt__sampler_poll(dpt__sampler_t *s, int wait)
 {
     struct dpt_appo *a = s->a;
+    dpt__group_t *g = &s->groups[0];
     for (;;) {
         int flag = 0, tag = -1, rc;
         if (wait) {
@@ -310,9 +372,9 @@ static int dpt__sampler_poll(dpt__sampler_t *s, int wait)
             free(m);
             return DPT_ECLOSED;
         }
-        if (tag == DPT__APPO_TAG_WEIGHTS && n == 8 + s->params.count * sizeof(float)) {
-            memcpy(&s->version, m, 8);
-            memcpy(s->params.data, (unsigned char *)m + 8, s->params.count * sizeof(float));
+        if (tag == DPT__APPO_TAG_WEIGHTS && n == 8 + g->params.count * sizeof(float)) {
+            memcpy(&g->version, m, 8);
+            memcpy(g->params.data, (unsigned char *)m + 8, g->params.count * sizeof(float));
         }
         free(m);
     }
@@ -324,20 +386,21 @@ static int dpt__sampler_poll(dpt__sampler_t *s, int wait)
 static int dpt__appo_pump(struct dpt_appo *a, double wait_s)
 {
     int rc = DPT_OK;
+    dpt__pol_t *pol = &a->pols[0]; /* under mpirun a run has one policy */
     pthread_mutex_lock(&a->wmu);
-    if (a->pub_version != a->sent_version) {
-        size_t n = 8 + a->pub.count * sizeof(float);
+    if (pol->pub_version != a->sent_version) {
+        size_t n = 8 + pol->pub.count * sizeof(float);
         for (int r = 1; !rc && r < a->nranks; r++) {
             unsigned char *m = malloc(n);
             if (!m) {
                 rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate the weights message");
                 break;
             }
-            memcpy(m, &a->pub_version, 8);
-            memcpy(m + 8, a->pub.data, a->pub.count * sizeof(float));
+            memcpy(m, &pol->pub_version, 8);
+            memcpy(m + 8, pol->pub.data, pol->pub.count * sizeof(float));
             rc = dpt_comm_send_async(a->comm, r, DPT__APPO_TAG_WEIGHTS, m, n);
         }
-        a->sent_version = a->pub_version;
+        a->sent_version = pol->pub_version;
     }
     pthread_mutex_unlock(&a->wmu);
     if (rc)
@@ -367,7 +430,7 @@ static int dpt__appo_pump(struct dpt_appo *a, double wait_s)
             return rc;
         wait_s = 0.0;
     }
-    rc = dpt_learner_push(a->learner_thread, a->held, wait_s);
+    rc = dpt__appo_push(a, a->held, wait_s);
     if (rc == DPT_OK)
         a->held = NULL;
     return rc == DPT_ETIMEDOUT ? DPT_OK : rc;
@@ -403,13 +466,13 @@ static void dpt__appo_finish(struct dpt_appo *a, int wait)
 
 /* Pushes a full batch into the learner's inqueue, waiting while it is full
  * (waking now and then to see whether the run is stopping). */
-static int dpt__sampler_push(dpt__sampler_t *s)
+static int dpt__sampler_push(dpt__sampler_t *s, dpt__group_t *g)
 {
     struct dpt_appo *a = s->a;
     for (;;) {
-        int rc = dpt_learner_push(a->learner_thread, s->tb, 0.2);
+        int rc = dpt__appo_push(a, g->tb, 0.2);
         if (rc == DPT_OK) {
-            s->tb = NULL;
+            g->tb = NULL;
             return DPT_OK;
         }
         if (rc != DPT_ETIMEDOUT || atomic_load(&a->stop))
@@ -423,35 +486,43 @@ static void *dpt__sampler_main(void *arg)
     struct dpt_appo *a = s->a;
     const dpt_rl_config_t *c = &a->cfg;
     int rc = DPT_OK;
-    while (!atomic_load(&a->stop)) {
+    while (!rc && !atomic_load(&a->stop)) {
         if (a->comm) {
-            if ((rc = dpt__sampler_poll(s, s->version == UINT64_MAX)) != 0)
+            if ((rc = dpt__sampler_poll(s, s->groups[0].version == UINT64_MAX)) != 0)
                 break;
         } else {
             pthread_mutex_lock(&a->wmu);
-            if (a->pub_version != s->version || s->version == UINT64_MAX) {
-                memcpy(s->params.data, a->pub.data, a->pub.count * sizeof(float));
-                s->version = a->pub_version;
+            for (int p = 0; p < a->npols; p++) {
+                dpt__group_t *g = &s->groups[p];
+                if (a->pols[p].pub_version != g->version || g->version == UINT64_MAX) {
+                    memcpy(g->params.data, a->pols[p].pub.data,
+                           a->pols[p].pub.count * sizeof(float));
+                    g->version = a->pols[p].pub_version;
+                }
             }
             pthread_mutex_unlock(&a->wmu);
         }
-        if ((rc = dpt__rollout_collect(&s->ro, s->actor, s->params.data, c->gamma, 1.0,
-                                       c->reward_scale, a->T, NULL, NULL)) != 0)
-            break;
-        for (size_t i = 0; !rc && i < s->ro.N; i++) {
-            if (!s->tb && !(s->tb = dpt__tb_new(a))) {
-                rc = dpt_error(DPT_ENOMEM, "appo sampler %d: cannot allocate a train batch",
-                               s->index);
+        /* Each policy's envs take their T steps with its weights, one group
+         * after the other; a fragment goes to its policy's batch. */
+        for (int p = 0; !rc && p < a->npols; p++) {
+            dpt__group_t *g = &s->groups[p];
+            if ((rc = dpt__rollout_collect(&g->ro, g->actor, g->params.data, c->gamma, 1.0,
+                                           c->reward_scale, a->T, NULL, NULL)) != 0)
                 break;
+            for (size_t i = 0; !rc && i < g->ro.N; i++) {
+                if (!g->tb && !(g->tb = dpt__tb_new(a))) {
+                    rc = dpt_error(DPT_ENOMEM, "appo sampler %d: cannot allocate a train batch",
+                                   s->index);
+                    break;
+                }
+                g->tb->policy = p;
+                if (i == 0)
+                    dpt__tb_episodes(g->tb, &g->ro);
+                dpt__tb_add(g->tb, &g->ro, i, c->gamma, g->version);
+                if (g->tb->seqs == a->seqs)
+                    rc = a->comm ? dpt__sampler_send(s, g) : dpt__sampler_push(s, g);
             }
-            if (i == 0)
-                dpt__tb_episodes(s->tb, &s->ro);
-            dpt__tb_add(s->tb, &s->ro, i, c->gamma, s->version);
-            if (s->tb->seqs == a->seqs)
-                rc = a->comm ? dpt__sampler_send(s) : dpt__sampler_push(s);
         }
-        if (rc)
-            break;
     }
     if (rc == DPT_ECLOSED)
         rc = DPT_OK; /* the run is stopping */
@@ -479,62 +550,188 @@ static int dpt__samplers_failed(struct dpt_appo *a)
 
 /* ---- the learner's step ------------------------------------------------------------ */
 
+/* The first loader thread that stopped on an error, or 0. */
+static int dpt__loaders_failed(struct dpt_appo *a)
+{
+    for (int k = 0; k < a->nloaders; k++)
+        if (atomic_load(&a->loaders[k].failed))
+            return dpt_error(a->loaders[k].rc, "appo loader %d failed: %s", k, a->loaders[k].err);
+    return DPT_OK;
+}
+
 static int dpt__learner_check(void *ctx)
 {
-    return dpt__samplers_failed(ctx);
+    int rc = dpt__samplers_failed(ctx);
+    return rc ? rc : dpt__loaders_failed(ctx);
 }
 
+/* ---- loader threads (K > 1 tower stacks) ----------------------------------------- */
+
+atomic_int dpt__appo_test_loader_fail_at;
+
+static void dpt__learner_release(void *ctx, void *item);
+
+/* Waits for an item of q, waking now and then to see whether the run is
+ * stopping (DPT_ECLOSED then, as for a closed queue). *waited adds the time
+ * it waited. */
+static int dpt__loader_pop(struct dpt_appo *a, dpt_queue_t *q, void **item, double *waited)
+{
+    double t0 = dpt_now();
+    int rc;
+    do
+        rc = atomic_load(&a->stop) ? DPT_ECLOSED : dpt_queue_pop(q, item, 0.2);
+    while (rc == DPT_ETIMEDOUT);
+    if (waited)
+        *waited += dpt_now() - t0;
+    return rc;
+}
+
+/* One batch: a trained policy's into an idle stack of its towers (on this
+ * thread: dpt_towers_load_direct, while the learner steps on other
+ * stacks), then to the learner; a batch of a policy not trained goes to
+ * the learner as it is (it counts its steps and episodes). */
+static int dpt__loader_one(dpt__loader_t *l, dpt__tb_t *tb, double waited)
+{
+    struct dpt_appo *a = l->a;
+    dpt__pol_t *pol = &a->pols[tb->policy];
+    double load_s = 0.0;
+    int rc = DPT_OK;
+    if (pol->train) {
+        void *k = NULL;
+        if ((rc = dpt__loader_pop(a, pol->idle, &k, NULL)) != 0) {
+            dpt__tb_free(tb);
+            return rc;
+        }
+        int stack = (int)(uintptr_t)k - 1;
+        if (atomic_load(&dpt__appo_test_loader_fail_at) > 0 &&
+            atomic_fetch_sub(&dpt__appo_test_loader_fail_at, 1) == 1)
+            rc = dpt_error(DPT_EIO, "appo loader %d: injected failure (test hook)", l->index);
+        dpt_batch_t b;
+        if (!rc)
+            rc = dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew,
+                                  tb->disc);
+        double t0 = dpt_now();
+        dpt_towers_load_info_t li;
+        if (!rc)
+            rc = dpt_towers_load_direct(pol->towers, stack, &b, 0, &li);
+        load_s = dpt_now() - t0;
+        if (rc) {
+            (void)dpt_queue_push(pol->idle, k, 0.0);
+            dpt__tb_free(tb);
+            return rc;
+        }
+        tb->stack = stack;
+    }
+    pthread_mutex_lock(&a->lmu);
+    a->loader_load_s += load_s;
+    a->loader_wait_s += waited;
+    a->loads++;
+    pthread_mutex_unlock(&a->lmu);
+    do
+        rc = atomic_load(&a->stop) ? DPT_ECLOSED : dpt_learner_push(a->learner_thread, tb, 0.2);
+    while (rc == DPT_ETIMEDOUT);
+    if (rc)
+        dpt__learner_release(a, tb); /* the learner has ended: the stack is idle again */
+    return rc;
+}
+
+static void *dpt__loader_main(void *arg)
+{
+    dpt__loader_t *l = arg;
+    struct dpt_appo *a = l->a;
+    int rc = DPT_OK;
+    while (!rc) {
+        void *item = NULL;
+        double waited = 0.0;
+        if ((rc = dpt__loader_pop(a, a->sample_q, &item, &waited)) == 0)
+            rc = dpt__loader_one(l, item, waited);
+    }
+    if (rc != DPT_ECLOSED) {
+        l->rc = rc;
+        snprintf(l->err, sizeof l->err, "%s", dpt_last_error());
+        atomic_store(&l->failed, 1); /* publishes rc and err */
+        /* The learner must not wait for stacks that will not come: closing
+         * its inqueue ends it once drained, and its check names this error. */
+        dpt_queue_close(dpt_learner_inqueue(a->learner_thread));
+    }
+    return NULL;
+}
+
+/* A batch's last pass is done: its stack (loader threads) becomes idle
+ * again. The idle queue holds every stack, so the push never waits; after
+ * the stop it is closed and the stack is not needed any more. */
 static void dpt__learner_release(void *ctx, void *item)
 {
-    (void)ctx;
-    dpt__tb_free(item);
+    struct dpt_appo *a = ctx;
+    dpt__tb_t *tb = item;
+    if (tb && tb->stack >= 0)
+        (void)dpt_queue_push(a->pols[tb->policy].idle, (void *)(uintptr_t)(tb->stack + 1), 0.0);
+    dpt__tb_free(tb);
 }
 
-/* One update on a batch: load it (the towers hold one batch at a time),
- * take a step, publish the weights when it is time. The first pass counts
- * the batch's env steps, episodes and policy lag. */
+/* One update on a batch of a trained policy: load it into the policy's
+ * towers (they hold one batch at a time), take a step, publish the
+ * weights when it is time. A batch of a policy not trained takes no
+ * update. The first pass counts the batch's env steps, episodes and (for
+ * a trained policy) policy lag. */
 static int dpt__learner_step(void *ctx, void *item, dpt_learner_result_t *res)
 {
     struct dpt_appo *a = ctx;
     dpt__tb_t *tb = item;
     const dpt_rl_config_t *c = &a->cfg;
+    dpt__pol_t *pol = &a->pols[tb->policy];
     pthread_mutex_lock(&a->mu);
     if (c->total_timesteps && a->timesteps >= c->total_timesteps) {
         /* Done: the rest is not trained on (the run ends at this count). */
         pthread_mutex_unlock(&a->mu);
         return DPT_OK;
     }
-    dpt_batch_t b;
-    int rc =
-        dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew, tb->disc);
-    double t0 = dpt_now();
-    dpt_towers_load_info_t li;
-    if (!rc)
-        rc = dpt_towers_load(a->towers, 0, &b, &li);
-    a->load_s += dpt_now() - t0;
-    float lr = dpt__rl_lr(c, a->timesteps);
+    int rc = DPT_OK;
     dpt_towers_stats_t st;
-    if (!rc)
-        rc = dpt_towers_optimize(a->towers, 0, 0, lr, &st);
-    if (rc) {
-        pthread_mutex_unlock(&a->mu);
-        return rc;
-    }
-    a->updates++;
-    if (a->updates % (uint64_t)c->broadcast_interval == 0) {
-        pthread_mutex_lock(&a->wmu);
-        rc = dpt_towers_get_weights(a->towers, a->pub.data, a->pub.count);
-        a->pub_version = a->updates;
-        pthread_mutex_unlock(&a->wmu);
+    if (pol->train) {
+        int stack = tb->stack;
+        if (stack < 0) {
+            /* One stack: the learner loads the batch itself. */
+            dpt_batch_t b;
+            rc = dpt_vtrace_batch(&b, a->cls, a->seqs, a->T, tb->obs, tb->act, tb->logp, tb->rew,
+                                  tb->disc);
+            double t0 = dpt_now();
+            dpt_towers_load_info_t li;
+            if (!rc)
+                rc = dpt_towers_load(pol->towers, 0, &b, &li);
+            a->load_s += dpt_now() - t0;
+            stack = 0;
+        }
+        float lr = dpt__rl_lr(c, a->timesteps);
+        if (!rc)
+            rc = dpt_towers_optimize(pol->towers, stack, 0, lr, &st);
+        if (rc) {
+            pthread_mutex_unlock(&a->mu);
+            return rc;
+        }
+        a->updates++;
+        pol->updates++;
+        if (pol->updates % (uint64_t)c->broadcast_interval == 0) {
+            pthread_mutex_lock(&a->wmu);
+            rc = dpt_towers_get_weights(pol->towers, pol->pub.data, pol->pub.count);
+            pol->pub_version = pol->updates;
+            pthread_mutex_unlock(&a->wmu);
+        }
     }
     if (tb->passes++ == 0) {
         uint64_t steps = (uint64_t)(a->seqs * a->T);
         res->env_steps = res->agent_steps = steps;
         a->timesteps += steps;
         a->timesteps_sampled += steps;
-        a->lag_sum += (double)(a->updates - 1) * (double)tb->seqs - tb->version_sum;
-        a->lag_count += (double)tb->seqs;
+        if (pol->train) {
+            a->lag_sum += (double)(pol->updates - 1) * (double)tb->seqs - tb->version_sum;
+            a->lag_count += (double)tb->seqs;
+        }
         for (size_t j = 0; j < tb->episodes; j++) {
+            pol->ret_window[pol->wnext] = tb->ret[j];
+            pol->wnext = (pol->wnext + 1) % DPT__EPISODE_WINDOW;
+            if (pol->wcount < DPT__EPISODE_WINDOW)
+                pol->wcount++;
             a->ret_window[a->wnext] = tb->ret[j];
             a->len_window[a->wnext] = tb->len[j];
             a->wnext = (a->wnext + 1) % DPT__EPISODE_WINDOW;
@@ -544,13 +741,19 @@ static int dpt__learner_step(void *ctx, void *item, dpt_learner_result_t *res)
         a->episodes_total += tb->episodes;
         a->episodes_iter += tb->episodes;
     }
-    a->ls_sum.policy_loss += st.extra[DPT_PPO_STAT_POLICY_LOSS];
-    a->ls_sum.vf_loss += st.extra[DPT_PPO_STAT_VF_LOSS];
-    a->ls_sum.entropy += st.extra[DPT_PPO_STAT_ENTROPY];
-    a->ls_sum.kl += st.extra[DPT_PPO_STAT_KL];
-    a->ls_sum.clipfrac += st.extra[DPT_PPO_STAT_CLIPFRAC];
-    a->ls_sum.grad_norm += st.grad_norm;
-    a->ls_count++;
+    if (pol->train) {
+        dpt__rl_learn_stats_t *sums[2] = {&a->ls_sum, &pol->ls_sum};
+        for (int k = 0; k < 2; k++) {
+            sums[k]->policy_loss += st.extra[DPT_PPO_STAT_POLICY_LOSS];
+            sums[k]->vf_loss += st.extra[DPT_PPO_STAT_VF_LOSS];
+            sums[k]->entropy += st.extra[DPT_PPO_STAT_ENTROPY];
+            sums[k]->kl += st.extra[DPT_PPO_STAT_KL];
+            sums[k]->clipfrac += st.extra[DPT_PPO_STAT_CLIPFRAC];
+            sums[k]->grad_norm += st.grad_norm;
+        }
+        a->ls_count++;
+        pol->ls_count++;
+    }
     /* Only the update that completes the caller's iteration wakes it: a
      * wake-up per update would cost the learner's core a context switch. */
     if (a->wake_at && a->timesteps >= a->wake_at) {
@@ -578,6 +781,12 @@ static void dpt__appo_stop(dpt_appo_t *a)
         if (a->lstarted)
             (void)dpt_learner_join(a->learner_thread);
     }
+    /* The loaders see the stop within 0.2 s wherever they wait. */
+    for (int k = 0; k < a->nloaders; k++)
+        if (a->loaders[k].started) {
+            pthread_join(a->loaders[k].thread, NULL);
+            a->loaders[k].started = 0;
+        }
     double deadline = dpt_now() + DPT__APPO_JOIN_S;
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__sampler_t *s = &a->samplers[k];
@@ -615,18 +824,36 @@ void dpt_appo_destroy(dpt_appo_t *a)
         return;                             /* a detached sampler may still use it */
     dpt_learner_destroy(a->learner_thread); /* releases the batches it holds */
     dpt__tb_free(a->held);
-    for (int k = 0; k < a->nsamplers; k++) {
-        dpt__rollout_deinit(&a->samplers[k].ro);
-        dpt_policy_destroy(a->samplers[k].actor);
-        dpt_arena_deinit(&a->samplers[k].params);
-        dpt__tb_free(a->samplers[k].tb);
+    if (a->sample_q) {
+        void *item;
+        dpt_queue_close(a->sample_q);
+        while (dpt_queue_pop(a->sample_q, &item, 0.0) == DPT_OK)
+            dpt__tb_free(item);
+        dpt_queue_destroy(a->sample_q);
+    }
+    free(a->loaders);
+    for (int k = 0; a->samplers && k < a->nsamplers; k++) {
+        dpt__sampler_t *s = &a->samplers[k];
+        for (int p = 0; s->groups && p < a->npols; p++) {
+            dpt__rollout_deinit(&s->groups[p].ro);
+            dpt_policy_destroy(s->groups[p].actor);
+            dpt_arena_deinit(&s->groups[p].params);
+            dpt__tb_free(s->groups[p].tb);
+        }
+        free(s->groups);
     }
     free(a->samplers);
-    dpt_towers_destroy(a->towers);
-    dpt_policy_destroy(a->learner);
-    dpt_arena_deinit(&a->pub);
-    dpt_arena_deinit(&a->ck_params);
-    dpt_optim_destroy(a->ck_opt);
+    for (int p = 0; a->pols && p < a->npols; p++) {
+        dpt__pol_t *pol = &a->pols[p];
+        dpt_towers_destroy(pol->towers);
+        dpt_policy_destroy(pol->learner);
+        dpt_arena_deinit(&pol->pub);
+        dpt_arena_deinit(&pol->ck_params);
+        dpt_optim_destroy(pol->ck_opt);
+        dpt_queue_destroy(pol->idle);
+    }
+    free(a->pols);
+    pthread_mutex_destroy(&a->lmu);
     pthread_mutex_destroy(&a->wmu);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
@@ -640,6 +867,7 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
 {
     *out = NULL;
     size_t T = cfg->rollout_fragment_length;
+    const dpt_rl_policies_t *pl = &cfg->policies;
     if (cfg->policy.use_lstm)
         return dpt_error(DPT_EINVAL, "appo: recurrent policies (use_lstm) are not supported");
     if (cfg->num_workers < 1 || cfg->num_envs < 1 || T < 1)
@@ -658,10 +886,29 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
                          seqs, D);
     if (cfg->num_sgd_iter < 1 || cfg->broadcast_interval < 1)
         return dpt_error(DPT_EINVAL, "appo: num_sgd_iter and broadcast_interval must be >= 1");
+    if (pl->count < 1 || pl->count > DPT_RL_MAX_POLICIES ||
+        (pl->mapping_len && pl->mapping_len != cfg->num_envs))
+        return dpt_error(DPT_EINVAL,
+                         "appo: the policies (%d) or their mapping do not fit "
+                         "num_envs_per_worker",
+                         pl->count);
+    size_t in_group[DPT_RL_MAX_POLICIES] = {0};
+    int ntrain = 0;
+    for (size_t i = 0; i < cfg->num_envs; i++)
+        in_group[dpt_rl_policy_of_env(pl, i)]++;
+    for (int p = 0; p < pl->count; p++) {
+        ntrain += pl->train[p] != 0;
+        if (in_group[p] == 0)
+            return dpt_error(DPT_EINVAL, "appo: policy %s steps none of the %zu envs of a sampler",
+                             pl->name[p], cfg->num_envs);
+    }
+    if (ntrain == 0)
+        return dpt_error(DPT_EINVAL, "appo: no policy to train");
     dpt_appo_t *a = calloc(1, sizeof *a);
     if (!a)
         return dpt_error(DPT_ENOMEM, "appo: cannot allocate");
     pthread_mutex_init(&a->wmu, NULL);
+    pthread_mutex_init(&a->lmu, NULL);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     a->cfg = *cfg;
@@ -672,11 +919,17 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
     a->od = cls->obs_dim;
     a->aw = cls->action_kind == DPT_ACTION_DISCRETE ? 1 : cls->action_dim;
     a->nsamplers = nsamplers;
+    a->npols = pl->count;
+    a->main = dpt_rl_policies_main(pl);
+    a->K = cfg->tower_stacks > 1 ? cfg->tower_stacks : 1;
+    a->nloaders = a->K > 1 ? (cfg->load_threads > 1 ? cfg->load_threads : 1) : 0;
     size_t rows = seqs * (T + 1);
     int rc;
     a->samplers = calloc(nsamplers > 0 ? (size_t)nsamplers : 1, sizeof *a->samplers);
-    if (!a->samplers) {
-        rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d samplers", a->nsamplers);
+    a->pols = calloc((size_t)a->npols, sizeof *a->pols);
+    if (!a->samplers || !a->pols) {
+        rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d samplers and %d policies",
+                       a->nsamplers, a->npols);
         goto fail;
     }
     dpt_learner_options_t lo;
@@ -689,25 +942,27 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
     lo.release = dpt__learner_release;
     lo.check = dpt__learner_check;
     lo.ctx = a;
-    if ((rc = dpt_learner_create(&a->learner_thread, &lo)) != 0 ||
-        (rc = dpt_policy_create_ex(&a->learner, cls, &cfg->policy, rows / D)) != 0)
+    if ((rc = dpt_learner_create(&a->learner_thread, &lo)) != 0)
         goto fail;
-    size_t n = dpt_policy_vars(a->learner)->total;
-    if ((rc = dpt_arena_init(&a->pub, n)) != 0 || (rc = dpt_arena_init(&a->ck_params, n)) != 0)
-        goto fail;
-    dpt_rng_t init;
-    dpt_rng_init(&init, cfg->seed, 0, 0, DPT_RNG_INIT);
-    dpt_policy_init_params(a->learner, a->pub.data, &init);
-    for (int k = 0; k < a->nsamplers; k++) {
-        dpt__sampler_t *s = &a->samplers[k];
-        s->a = a;
-        s->index = first + k;
-        s->version = UINT64_MAX;
-        if ((rc = dpt__rollout_init(&s->ro, cls, cfg->num_envs, T, cfg->seed, (uint32_t)s->index,
-                                    0)) != 0 ||
-            (rc = dpt_policy_create_ex(&s->actor, cls, &cfg->policy, cfg->num_envs)) != 0 ||
-            (rc = dpt_arena_init(&s->params, n)) != 0)
+    if (a->K > 1) {
+        /* RLlib's multi-GPU learner: the samplers' batches wait in the
+         * loaders' inqueue; the learner's own queue holds loaded stacks. */
+        if (cfg->minibatch_buffer_size > (size_t)a->K) {
+            rc =
+                dpt_error(DPT_EINVAL, "appo: minibatch_buffer_size %zu exceeds the %d tower stacks",
+                          cfg->minibatch_buffer_size, a->K);
             goto fail;
+        }
+        if ((rc = dpt_queue_create(&a->sample_q, cfg->learner_queue_size)) != 0)
+            goto fail;
+        if (!(a->loaders = calloc((size_t)a->nloaders, sizeof *a->loaders))) {
+            rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d loaders", a->nloaders);
+            goto fail;
+        }
+        for (int k = 0; k < a->nloaders; k++) {
+            a->loaders[k].a = a;
+            a->loaders[k].index = k;
+        }
     }
     dpt_vtrace_loss_params_t hp = {
         .impala = cfg->impala,
@@ -717,14 +972,60 @@ static int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt
         .clip_rho = cfg->vtrace_clip_rho,
         .clip_pg_rho = cfg->vtrace_clip_pg_rho,
     };
-    dpt_model_t model = dpt_policy_vtrace_model(a->learner, &hp);
     dpt_towers_config_t tc = dpt__rl_towers_config(cfg, rows / D, rows);
-    dpt_batch_t lay;
-    if ((rc = dpt_vtrace_batch(&lay, cls, 0, T, NULL, NULL, NULL, NULL, NULL)) != 0 ||
-        (rc = dpt_towers_create(&a->towers, &model, &lay, &tc)) != 0 ||
-        (rc = dpt_towers_set_weights(a->towers, a->pub.data, n)) != 0 ||
-        (rc = dpt_optim_create(&a->ck_opt, &tc.optim, n)) != 0)
-        goto fail;
+    tc.num_stacks = a->K;
+    size_t n = 0;
+    /* Policy p's initial weights draw from stream (seed, 0, p): the one
+     * policy of a default run starts as it always did. */
+    for (int p = 0; p < a->npols; p++) {
+        dpt__pol_t *pol = &a->pols[p];
+        pol->train = pl->train[p];
+        if ((rc = dpt_policy_create_ex(&pol->learner, cls, &cfg->policy,
+                                       pol->train ? rows / D : 1)) != 0)
+            goto fail;
+        n = dpt_policy_vars(pol->learner)->total;
+        if ((rc = dpt_arena_init(&pol->pub, n)) != 0 ||
+            (rc = dpt_arena_init(&pol->ck_params, n)) != 0)
+            goto fail;
+        dpt_rng_t init;
+        dpt_rng_init(&init, cfg->seed, 0, (uint32_t)p, DPT_RNG_INIT);
+        dpt_policy_init_params(pol->learner, pol->pub.data, &init);
+        if (!pol->train)
+            continue;
+        dpt_model_t model = dpt_policy_vtrace_model(pol->learner, &hp);
+        dpt_batch_t lay;
+        if ((rc = dpt_vtrace_batch(&lay, cls, 0, T, NULL, NULL, NULL, NULL, NULL)) != 0 ||
+            (rc = dpt_towers_create(&pol->towers, &model, &lay, &tc)) != 0 ||
+            (rc = dpt_towers_set_weights(pol->towers, pol->pub.data, n)) != 0 ||
+            (rc = dpt_optim_create(&pol->ck_opt, &tc.optim, n)) != 0)
+            goto fail;
+        if (a->K > 1) {
+            if ((rc = dpt_queue_create(&pol->idle, (size_t)a->K)) != 0)
+                goto fail;
+            for (int k = 0; k < a->K; k++)
+                (void)dpt_queue_push(pol->idle, (void *)(uintptr_t)(k + 1), 0.0);
+        }
+    }
+    /* Sampler k's envs of policy p draw from the env streams of index
+     * k * npolicies + p: with one policy, k's as they always did. */
+    for (int k = 0; k < a->nsamplers; k++) {
+        dpt__sampler_t *s = &a->samplers[k];
+        s->a = a;
+        s->index = first + k;
+        if (!(s->groups = calloc((size_t)a->npols, sizeof *s->groups))) {
+            rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate sampler %d", k);
+            goto fail;
+        }
+        for (int p = 0; p < a->npols; p++) {
+            dpt__group_t *g = &s->groups[p];
+            uint32_t stream = (uint32_t)s->index * (uint32_t)a->npols + (uint32_t)p;
+            g->version = UINT64_MAX;
+            if ((rc = dpt__rollout_init(&g->ro, cls, in_group[p], T, cfg->seed, stream, 0)) != 0 ||
+                (rc = dpt_policy_create_ex(&g->actor, cls, &cfg->policy, in_group[p])) != 0 ||
+                (rc = dpt_arena_init(&g->params, n)) != 0)
+                goto fail;
+        }
+    }
     *out = a;
     return DPT_OK;
 fail:
@@ -749,6 +1050,11 @@ int dpt_appo_create_mpi(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_
                          "num_workers = %d: under mpirun every rank but rank 0 (the learner) "
                          "is one sampler; set num_workers = 1",
                          cfg->num_workers);
+    if (cfg->policies.count != 1)
+        return dpt_error(DPT_EINVAL,
+                         "policies: %d policies under mpirun are not supported yet (one "
+                         "policy, or one process)",
+                         cfg->policies.count);
     int rc = dpt__appo_new(out, cls, cfg, rank == 0 ? 0 : 1, rank - 1);
     if (rc)
         return rc;
@@ -788,13 +1094,31 @@ int dpt_appo_run_sampler(dpt_appo_t *a)
 
 dpt_policy_t *dpt_appo_policy(dpt_appo_t *a)
 {
-    return a->learner;
+    return a->pols[a->main].learner;
 }
 
 int dpt_appo_get_weights(dpt_appo_t *a, float *out, size_t count)
 {
+    return dpt_appo_get_policy_weights(a, a->main, out, count);
+}
+
+int dpt_appo_get_policy_weights(dpt_appo_t *a, int policy, float *out, size_t count)
+{
+    if (policy < 0 || policy >= a->npols)
+        return dpt_error(DPT_EINVAL, "appo: no policy %d (the run has %d)", policy, a->npols);
+    dpt__pol_t *pol = &a->pols[policy];
+    if (!pol->train) {
+        /* Its weights never change after the start. */
+        if (count != pol->pub.count)
+            return dpt_error(DPT_EINVAL, "appo: %zu weights asked for, policy %s has %zu", count,
+                             a->cfg.policies.name[policy], pol->pub.count);
+        pthread_mutex_lock(&a->wmu);
+        memcpy(out, pol->pub.data, count * sizeof(float));
+        pthread_mutex_unlock(&a->wmu);
+        return DPT_OK;
+    }
     pthread_mutex_lock(&a->mu);
-    int rc = dpt_towers_get_weights(a->towers, out, count);
+    int rc = dpt_towers_get_weights(pol->towers, out, count);
     pthread_mutex_unlock(&a->mu);
     return rc;
 }
@@ -812,6 +1136,13 @@ static int dpt__appo_start(dpt_appo_t *a)
     if (rc)
         return rc;
     a->lstarted = 1;
+    for (int k = 0; k < a->nloaders; k++) {
+        if (pthread_create(&a->loaders[k].thread, NULL, dpt__loader_main, &a->loaders[k]) != 0) {
+            dpt__appo_stop(a);
+            return dpt_error(DPT_ETHREAD, "appo: cannot start loader thread %d", k);
+        }
+        a->loaders[k].started = 1;
+    }
     for (int k = 0; k < a->nsamplers; k++) {
         dpt__sampler_t *s = &a->samplers[k];
         atomic_store(&s->running, 1);
@@ -830,6 +1161,8 @@ static int dpt__appo_start(dpt_appo_t *a)
 static int dpt__appo_health(dpt_appo_t *a)
 {
     int rc = dpt__samplers_failed(a);
+    if (!rc)
+        rc = dpt__loaders_failed(a);
     if (!rc)
         rc = dpt_learner_check(a->learner_thread);
     if (!rc && !dpt_learner_running(a->learner_thread))
@@ -853,6 +1186,13 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         a->rep.timesteps = a->timesteps;
         a->rep.updates = a->updates;
         a->rep.load_s = a->load_s;
+        pthread_mutex_lock(&a->lmu);
+        a->rep.loader_load_s = a->loader_load_s;
+        a->rep.loader_wait_s = a->loader_wait_s;
+        a->rep.loads = a->loads;
+        pthread_mutex_unlock(&a->lmu);
+        for (int p = 0; p < a->npols; p++)
+            a->pols[p].updates_rep = a->pols[p].updates;
     }
     uint64_t start = a->rep.timesteps, target = start + c->steps_per_iteration;
     if (c->total_timesteps && target > c->total_timesteps)
@@ -935,10 +1275,46 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
     as->dequeue_time_ms = ls.learner_dequeue_time_ms;
     as->grad_time_ms = ls.learner_grad_time_ms;
     as->load_time_ms = as->updates ? (a->load_s - a->rep.load_s) * 1e3 / (double)as->updates : 0.0;
+    if (a->K > 1) {
+        /* RLlib's multi-GPU figures: the loaders' per load, the learner's
+         * wait for a loaded stack. */
+        pthread_mutex_lock(&a->lmu);
+        uint64_t loads = a->loads - a->rep.loads;
+        double per = loads ? 1e3 / (double)loads : 0.0;
+        as->load_time_ms = (a->loader_load_s - a->rep.loader_load_s) * per;
+        as->dequeue_time_ms = (a->loader_wait_s - a->rep.loader_wait_s) * per;
+        a->rep.loader_load_s = a->loader_load_s;
+        a->rep.loader_wait_s = a->loader_wait_s;
+        a->rep.loads = a->loads;
+        pthread_mutex_unlock(&a->lmu);
+        as->load_wait_time_ms = ls.learner_dequeue_time_ms;
+    }
     as->queue_count = (uint64_t)ls.size_count;
     as->queue_mean = ls.size_mean;
     as->queue_std = ls.size_std;
     memcpy(as->queue_quantiles, ls.size_quantiles, sizeof as->queue_quantiles);
+    as->npolicies = a->npols;
+    for (int p = 0; p < a->npols; p++) {
+        dpt__pol_t *pol = &a->pols[p];
+        dpt_appo_policy_stats_t *ps = &as->policy[p];
+        double pinv = pol->ls_count ? 1.0 / (double)pol->ls_count : 0.0;
+        ps->trained = pol->train;
+        ps->updates = pol->updates - pol->updates_rep;
+        ps->policy_loss = pol->ls_sum.policy_loss * pinv;
+        ps->vf_loss = pol->ls_sum.vf_loss * pinv;
+        ps->entropy = pol->ls_sum.entropy * pinv;
+        ps->kl = pol->ls_sum.kl * pinv;
+        ps->clipfrac = pol->ls_sum.clipfrac * pinv;
+        ps->grad_norm = pol->ls_sum.grad_norm * pinv;
+        double sum = 0.0;
+        for (size_t j = 0; j < pol->wcount; j++)
+            sum += pol->ret_window[j];
+        ps->episodes_in_window = pol->wcount;
+        ps->reward_mean = pol->wcount ? sum / (double)pol->wcount : (double)NAN;
+        pol->updates_rep = pol->updates;
+        memset(&pol->ls_sum, 0, sizeof pol->ls_sum);
+        pol->ls_count = 0;
+    }
     res->learn_time_s = as->grad_time_ms * 1e-3 * (double)as->updates;
     res->sample_time_s = as->dequeue_time_ms * 1e-3 * (double)as->updates;
     /* The next iteration starts here. */
@@ -958,40 +1334,123 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
 
 #define DPT__APPO_MAGIC UINT64_C(0x6470746170706f31) /* "dptappo1" */
 
+/* "policy.<name>." (several policies), or "" (one: the plain layout). */
+static void dpt__appo_ns(const dpt_appo_t *a, int p, char *buf, size_t size)
+{
+    if (a->npols == 1)
+        buf[0] = '\0';
+    else
+        snprintf(buf, size, DPT_RL_POLICY_NS_FMT, a->cfg.policies.name[p]);
+}
+
+/* The comma-separated names of the policies (train: of those trained). */
+static void dpt__appo_names(const dpt_appo_t *a, int train, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int p = 0; p < a->npols && len < size; p++)
+        if (!train || a->pols[p].train)
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? "," : "",
+                                    a->cfg.policies.name[p]);
+}
+
+/* Checkpoint names in a run of several policies: metadata "appo.policies"
+ * and "appo.policies_to_train" (comma-separated names), and under
+ * "policy.<name>." each policy's "params." (and for a trained one its
+ * optimizer, "optim_step" and "updates"). One policy: the plain layout. */
+#define DPT__APPO_NS_MAX (DPT_RL_POLICY_NAME_MAX + 16)
+#define DPT__APPO_NAMES_MAX (DPT_RL_MAX_POLICIES * DPT_RL_POLICY_NAME_MAX)
+
 int dpt_appo_checkpoint(dpt_appo_t *a, dpt_safetensors_writer_t *w)
 {
-    /* A copy of the weights and the optimizer taken between two updates:
+    /* A copy of the weights and the optimizers taken between two updates:
      * the learner goes on while the writer saves. */
     pthread_mutex_lock(&a->mu);
-    int rc = dpt_towers_get_weights(a->towers, a->ck_params.data, a->ck_params.count);
-    dpt_optim_t *opt = dpt_towers_optimizer(a->towers);
-    for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++)
-        memcpy(dpt_optim_slot(a->ck_opt, k), dpt_optim_slot(opt, k),
-               a->ck_params.count * sizeof(float));
-    dpt_optim_set_t(a->ck_opt, dpt_optim_get_t(opt));
+    int rc = DPT_OK;
+    for (int p = 0; !rc && p < a->npols; p++) {
+        dpt__pol_t *pol = &a->pols[p];
+        if (!pol->train) {
+            pthread_mutex_lock(&a->wmu);
+            memcpy(pol->ck_params.data, pol->pub.data, pol->pub.count * sizeof(float));
+            pthread_mutex_unlock(&a->wmu);
+            continue;
+        }
+        rc = dpt_towers_get_weights(pol->towers, pol->ck_params.data, pol->ck_params.count);
+        dpt_optim_t *opt = dpt_towers_optimizer(pol->towers);
+        for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++)
+            memcpy(dpt_optim_slot(pol->ck_opt, k), dpt_optim_slot(opt, k),
+                   pol->ck_params.count * sizeof(float));
+        dpt_optim_set_t(pol->ck_opt, dpt_optim_get_t(opt));
+        pol->ck_updates = pol->updates;
+    }
     a->ck_head[0] = DPT__APPO_MAGIC;
     a->ck_head[1] = a->iteration;
     a->ck_head[2] = a->timesteps;
     a->ck_head[3] = a->updates;
     a->ck_head[4] = a->episodes_total;
     pthread_mutex_unlock(&a->mu);
-    if (!rc)
-        rc = dpt__optim_ckpt_save(w, dpt_policy_vars(a->learner), a->ck_params.data, a->ck_opt);
+    for (int p = 0; !rc && p < a->npols; p++) {
+        dpt__pol_t *pol = &a->pols[p];
+        const dpt_vartable_t *vars = dpt_policy_vars(pol->learner);
+        char ns[DPT__APPO_NS_MAX], name[DPT__APPO_NS_MAX + 16];
+        dpt__appo_ns(a, p, ns, sizeof ns);
+        if (pol->train) {
+            rc = dpt__optim_ckpt_save_ns(w, ns, vars, pol->ck_params.data, pol->ck_opt);
+            snprintf(name, sizeof name, "%supdates", ns);
+            if (!rc && a->npols > 1)
+                rc = dpt_safetensors_set_meta_u64(w, name, pol->ck_updates);
+        } else {
+            snprintf(name, sizeof name, "%sparams.", ns);
+            rc =
+                dpt_safetensors_add_arena(w, name, vars, pol->ck_params.data, pol->ck_params.count);
+        }
+    }
+    if (!rc && a->npols > 1) {
+        char names[DPT__APPO_NAMES_MAX];
+        dpt__appo_names(a, 0, names, sizeof names);
+        rc = dpt_safetensors_set_meta(w, "appo.policies", names);
+        dpt__appo_names(a, 1, names, sizeof names);
+        if (!rc)
+            rc = dpt_safetensors_set_meta(w, "appo.policies_to_train", names);
+    }
     if (!rc)
         rc = dpt_safetensors_add_blob(w, "appo.state", a->ck_head, sizeof a->ck_head);
     return rc;
+}
+
+/* The checkpoint's policies must be this run's: the same names, the same
+ * ones trained. */
+static int dpt__appo_check_policies(const dpt_appo_t *a, const dpt_safetensors_t *st)
+{
+    const char *path = dpt_safetensors_path(st);
+    const char *have = dpt_safetensors_meta(st, "appo.policies");
+    const char *have_train = dpt_safetensors_meta(st, "appo.policies_to_train");
+    char want[DPT__APPO_NAMES_MAX], want_train[DPT__APPO_NAMES_MAX];
+    dpt__appo_names(a, 0, want, sizeof want);
+    dpt__appo_names(a, 1, want_train, sizeof want_train);
+    if (a->npols == 1 && !have)
+        return DPT_OK; /* the plain layout of one policy */
+    if (!have)
+        return dpt_error(DPT_EFORMAT, "checkpoint %s holds one policy; this run has policies = %s",
+                         path, want);
+    if (strcmp(have, want) != 0)
+        return dpt_error(DPT_EFORMAT, "checkpoint %s holds policies %s; this run has policies = %s",
+                         path, have, want);
+    if (!have_train || strcmp(have_train, want_train) != 0)
+        return dpt_error(DPT_EFORMAT,
+                         "checkpoint %s trains policies %s; this run has policies_to_train = %s",
+                         path, have_train ? have_train : "(none given)", want_train);
+    return DPT_OK;
 }
 
 int dpt_appo_restore(dpt_appo_t *a, const dpt_safetensors_t *st)
 {
     if (a->lstarted)
         return dpt_error(DPT_ESTATE, "appo: restore before training starts");
-    dpt_optim_t *opt = dpt_towers_optimizer(a->towers);
-    dpt__optim_ckpt_t ck;
     const void *blob;
     size_t bytes;
     uint64_t head[5];
-    int rc = dpt__optim_ckpt_load(st, dpt_policy_vars(a->learner), opt, &ck);
+    int rc = dpt__appo_check_policies(a, st);
     if (!rc)
         rc = dpt_safetensors_get_blob(st, "appo.state", &blob, &bytes);
     if (!rc && bytes != sizeof head)
@@ -1003,20 +1462,63 @@ int dpt_appo_restore(dpt_appo_t *a, const dpt_safetensors_t *st)
             rc = dpt_error(DPT_EFORMAT, "checkpoint %s: appo.state is not an APPO state",
                            dpt_safetensors_path(st));
     }
-    if (!rc)
-        rc = dpt_towers_set_weights(a->towers, ck.data, ck.count);
-    if (!rc) {
-        dpt__optim_ckpt_apply(&ck, opt);
-        rc = dpt_towers_set_optimizer_state(a->towers, opt);
+    if (rc)
+        return rc;
+    /* All or nothing: every policy is read and checked before any is
+     * changed. */
+    dpt__optim_ckpt_t *ck = calloc((size_t)a->npols, sizeof *ck);
+    uint64_t *updates = calloc((size_t)a->npols, sizeof *updates);
+    if (!ck || !updates) {
+        free(ck);
+        free(updates);
+        return dpt_error(DPT_ENOMEM, "appo: cannot allocate the restore of %d policies", a->npols);
+    }
+    for (int p = 0; !rc && p < a->npols; p++) {
+        dpt__pol_t *pol = &a->pols[p];
+        const dpt_vartable_t *vars = dpt_policy_vars(pol->learner);
+        char ns[DPT__APPO_NS_MAX], name[DPT__APPO_NS_MAX + 16];
+        dpt__appo_ns(a, p, ns, sizeof ns);
+        if (pol->train) {
+            rc = dpt__optim_ckpt_load_ns(st, ns, vars, dpt_towers_optimizer(pol->towers), &ck[p]);
+            snprintf(name, sizeof name, "%supdates", ns);
+            updates[p] = head[3];
+            if (!rc && a->npols > 1)
+                rc = dpt_safetensors_meta_u64(st, name, &updates[p]);
+            continue;
+        }
+        /* Not trained: the weights alone, in a buffer as the others'. */
+        if (!(ck[p].data = calloc(pol->pub.count ? pol->pub.count : 1, sizeof(float)))) {
+            rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate the restore of policy %s",
+                           a->cfg.policies.name[p]);
+            break;
+        }
+        ck[p].count = pol->pub.count;
+        snprintf(name, sizeof name, "%sparams.", ns);
+        rc = dpt_safetensors_load_arena(st, name, vars, ck[p].data, ck[p].count);
+    }
+    for (int p = 0; !rc && p < a->npols; p++) {
+        dpt__pol_t *pol = &a->pols[p];
+        if (pol->train) {
+            rc = dpt_towers_set_weights(pol->towers, ck[p].data, ck[p].count);
+            if (!rc) {
+                dpt_optim_t *opt = dpt_towers_optimizer(pol->towers);
+                dpt__optim_ckpt_apply(&ck[p], opt);
+                rc = dpt_towers_set_optimizer_state(pol->towers, opt);
+            }
+            pol->updates = updates[p];
+            pol->pub_version = updates[p];
+        }
+        memcpy(pol->pub.data, ck[p].data, ck[p].count * sizeof(float));
     }
     if (!rc) {
-        memcpy(a->pub.data, ck.data, ck.count * sizeof(float));
         a->iteration = head[1];
         a->timesteps = head[2];
         a->updates = head[3];
-        a->pub_version = head[3];
         a->episodes_total = head[4];
     }
-    dpt__optim_ckpt_free(&ck);
+    for (int p = 0; p < a->npols; p++)
+        dpt__optim_ckpt_free(&ck[p]);
+    free(ck);
+    free(updates);
     return rc;
 }

@@ -45,6 +45,42 @@
 #include "dpt/towers.h"
 #include "dpt/train.h"
 
+/* The policies of an APPO or IMPALA run (keys policies, policies_to_train,
+ * policy_mapping; docs/RL.md). Every policy has the architecture of
+ * policy_hidden. The default: one policy, "default_policy", trained. */
+#define DPT_RL_MAX_POLICIES 8
+#define DPT_RL_POLICY_NAME_MAX 64 /* bytes with the terminating 0 */
+typedef struct dpt_rl_policies {
+    int count; /* 1..DPT_RL_MAX_POLICIES */
+    char name[DPT_RL_MAX_POLICIES][DPT_RL_POLICY_NAME_MAX];
+    unsigned char train[DPT_RL_MAX_POLICIES]; /* 1: the learner updates it */
+    size_t mapping_len;                       /* 0: round robin; else num_envs entries of map */
+    /* env i of each sampler -> policy map[i]; an explicit list holds at most
+     * one entry per two bytes of the config's value */
+    unsigned char map[DPT_CONFIG_STR_MAX / 2];
+} dpt_rl_policies_t;
+
+/* The policy that steps env i of a sampler. */
+static inline int dpt_rl_policy_of_env(const dpt_rl_policies_t *p, size_t i)
+{
+    return p->mapping_len ? (int)p->map[i] : (int)(i % (size_t)p->count);
+}
+
+/* The policy the trainer evaluates, exports and reports the weights of:
+ * the first of policies_to_train (in the order of policies). */
+static inline int dpt_rl_policies_main(const dpt_rl_policies_t *p)
+{
+    for (int k = 0; k < p->count; k++)
+        if (p->train[k])
+            return k;
+    return 0;
+}
+
+/* The checkpoint names of policy `name` in a run of several policies start
+ * with "policy.<name>." (then "params.", "optim.m." ... as in
+ * optim/optim_ckpt.h); a run of one policy keeps the plain names. */
+#define DPT_RL_POLICY_NS_FMT "policy.%s."
+
 typedef struct dpt_rl_config {
     uint64_t seed;
     size_t num_envs;                /* envs per sampler / worker */
@@ -81,8 +117,11 @@ typedef struct dpt_rl_config {
     double learner_queue_timeout; /* seconds */
     size_t minibatch_buffer_size; /* train batches the learner cycles through */
     int broadcast_interval;       /* learner updates between weight publications */
+    int tower_stacks;             /* K: above 1, loader threads fill the stacks */
+    int load_threads;             /* loader threads (K > 1) */
     float vtrace_clip_rho, vtrace_clip_pg_rho;
     uint64_t steps_per_iteration; /* env steps trained per reported iteration */
+    dpt_rl_policies_t policies;   /* the default (one policy) for the other jobs */
 } dpt_rl_config_t;
 
 /* The engine settings of a finalized config of job ppo or ddppo (the key
@@ -163,6 +202,16 @@ void dpt__rl_normalize_minibatches_masked(float *adv, const uint8_t *mask, size_
 
 typedef struct dpt_appo dpt_appo_t;
 
+/* One policy's part of an iteration (several policies: docs/RL.md). */
+typedef struct dpt_appo_policy_stats {
+    int trained;      /* in policies_to_train */
+    uint64_t updates; /* its optimizer steps this iteration */
+    /* means over its updates this iteration (0 without any) */
+    double policy_loss, vf_loss, entropy, kl, clipfrac, grad_norm;
+    double reward_mean;        /* mean return of its newest episodes; NaN without any */
+    size_t episodes_in_window; /* behind reward_mean (<= 100) */
+} dpt_appo_policy_stats_t;
+
 /* What the learner did in an iteration, beside dpt_rl_result_t (RLlib's
  * names in the metrics: docs/RL.md). */
 typedef struct dpt_appo_stats {
@@ -173,10 +222,17 @@ typedef struct dpt_appo_stats {
     double learner_utilization; /* share of the learner thread's time in its steps */
     /* Mean ms per update: waiting for and taking a batch (the minibatch
      * buffer's get) and the whole step (over the learner thread's last 50
-     * updates), and loading the batch into the towers (this iteration). */
-    double dequeue_time_ms, load_time_ms, grad_time_ms;
-    uint64_t queue_count;                             /* queue-size samples (<= 50) */
-    double queue_mean, queue_std, queue_quantiles[5]; /* 0, 10, 50, 90, 100% */
+     * updates), and loading the batch into the towers (this iteration).
+     * With tower_stacks > 1 (loader threads), RLlib's multi-GPU learner's
+     * figures instead, means over this iteration's loads: dequeue_time_ms
+     * a loader's wait for a batch from the inqueue, load_time_ms a load;
+     * and load_wait_time_ms the learner's wait for a loaded stack (the
+     * buffer's get, over its last 50 updates; 0 with one stack). */
+    double dequeue_time_ms, load_time_ms, grad_time_ms, load_wait_time_ms;
+    uint64_t queue_count;                                /* queue-size samples (<= 50) */
+    double queue_mean, queue_std, queue_quantiles[5];    /* 0, 10, 50, 90, 100% */
+    int npolicies;                                       /* cfg.policies.count */
+    dpt_appo_policy_stats_t policy[DPT_RL_MAX_POLICIES]; /* [npolicies], in their order */
 } dpt_appo_stats_t;
 
 /* Creates the engine of job appo or impala (cfg->impala) for envs of class
@@ -209,10 +265,16 @@ void dpt_appo_destroy(dpt_appo_t *a);
  * total_timesteps). A sampler or learner failure (an env error, the queue
  * timeout) stops every thread and is returned with its message. */
 int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *stats);
-/* The learner's policy (its table is the checkpoint's). */
+/* The main policy's learner model (dpt_rl_policies_main; every policy has
+ * its table). */
 dpt_policy_t *dpt_appo_policy(dpt_appo_t *a);
-/* The learner's current weights. */
+/* The learner's current weights (of the main policy,
+ * dpt_rl_policies_main). */
 int dpt_appo_get_weights(dpt_appo_t *a, float *out, size_t count);
+/* The current weights of policy `policy` (an index into cfg.policies):
+ * the learner's for a trained one, the initial (or restored) ones for one
+ * not trained. DPT_EINVAL for a bad index or count. */
+int dpt_appo_get_policy_weights(dpt_appo_t *a, int policy, float *out, size_t count);
 uint64_t dpt_appo_iteration(const dpt_appo_t *a);
 /* Adds the weights, the optimizer and the counters (blob "appo.state") to
  * w, copied between two learner updates (the learner goes on meanwhile). */

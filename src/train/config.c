@@ -7,6 +7,7 @@
 #include "dpt/train.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
+#include "rl_internal.h"
 #include "train_internal.h"
 
 #include <ctype.h>
@@ -711,9 +712,25 @@ static int dpt__cross_checks(const dpt_config_t *c)
                              "be at least and divisible by num_devices %lld (each device trains "
                              "on whole fragments)",
                              (long long)tb, (long long)(tb / frag), (long long)frag, (long long)d);
+        int64_t stacks = c->v[DPT_CFG_num_multi_gpu_tower_stacks].i;
+        int64_t mbs = c->v[DPT_CFG_minibatch_buffer_size].i;
+        if (stacks > 1 && mbs > stacks)
+            return dpt_error(DPT_EINVAL,
+                             "minibatch_buffer_size %lld exceeds num_multi_gpu_tower_stacks %lld "
+                             "(each buffer slot holds a loaded stack; the learner would wait for "
+                             "a stack forever)",
+                             (long long)mbs, (long long)stacks);
+        if (stacks == 1 && c->v[DPT_CFG_num_data_load_threads].i > 1)
+            return dpt_error(DPT_EINVAL,
+                             "num_data_load_threads = %lld needs num_multi_gpu_tower_stacks > 1 "
+                             "(with one stack the learner loads each batch itself)",
+                             (long long)c->v[DPT_CFG_num_data_load_threads].i);
         size_t sizes[DPT_POLICY_MAX_HIDDEN];
         int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
-        return n < 0 ? n : DPT_OK;
+        if (n < 0)
+            return n;
+        dpt_rl_policies_t pol;
+        return dpt__rl_policies_from(c, &pol);
     }
     int64_t rows = envs * frag, mb = c->v[DPT_CFG_sgd_minibatch_size].i;
     if (mb > rows)

@@ -11,6 +11,7 @@
 #include "rl_internal.h"
 #include "train_internal.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -127,6 +128,139 @@ int dpt__config_resolve_env(dpt_config_t *c)
 
 /* ---- settings ------------------------------------------------------------------- */
 
+/* The next comma-separated name of list `s` of key `key` at *pos (blanks
+ * around it skipped) into name; 0 at the end of the list, 1 for a name,
+ * DPT_EINVAL for an empty or malformed one. */
+static int dpt__rl_next_name(const char *key, const char *s, size_t *pos, char *name)
+{
+    size_t i = *pos;
+    if (!s[i])
+        return 0;
+    while (s[i] == ' ' || s[i] == '\t')
+        i++;
+    size_t b = i;
+    while (s[i] && s[i] != ',' && s[i] != ' ' && s[i] != '\t')
+        i++;
+    size_t e = i;
+    while (s[i] == ' ' || s[i] == '\t')
+        i++;
+    if (s[i] && s[i] != ',')
+        return dpt_error(DPT_EINVAL, "%s = \"%s\": a blank inside a policy name", key, s);
+    if (e == b)
+        return dpt_error(DPT_EINVAL, "%s = \"%s\": an empty policy name", key, s);
+    if (e - b >= DPT_RL_POLICY_NAME_MAX)
+        return dpt_error(DPT_EINVAL, "%s = \"%s\": a policy name longer than %d bytes", key, s,
+                         DPT_RL_POLICY_NAME_MAX - 1);
+    for (size_t k = b; k < e; k++)
+        if (!isalnum((unsigned char)s[k]) && s[k] != '_' && s[k] != '-')
+            return dpt_error(DPT_EINVAL,
+                             "%s = \"%s\": policy names are letters, digits, _ and - (\"%.*s\")",
+                             key, s, (int)(e - b), s + b);
+    memcpy(name, s + b, e - b);
+    name[e - b] = '\0';
+    *pos = s[i] == ',' ? i + 1 : i;
+    if (s[i] == ',' && !s[i + 1])
+        return dpt_error(DPT_EINVAL, "%s = \"%s\": an empty policy name", key, s);
+    return 1;
+}
+
+/* The index of policy `name` of key `key`'s list, or DPT_EINVAL naming
+ * the key and the known policies. */
+static int dpt__rl_find_policy(const dpt_rl_policies_t *p, const char *key, const char *name)
+{
+    for (int k = 0; k < p->count; k++)
+        if (strcmp(p->name[k], name) == 0)
+            return k;
+    char known[DPT_CONFIG_STR_MAX];
+    size_t len = 0;
+    known[0] = '\0';
+    for (int k = 0; k < p->count && len < sizeof known; k++)
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", k ? ", " : "", p->name[k]);
+    return dpt_error(DPT_EINVAL, "%s: unknown policy \"%s\" (policies: %s)", key, name, known);
+}
+
+int dpt__rl_policies_from(const dpt_config_t *c, dpt_rl_policies_t *out)
+{
+    memset(out, 0, sizeof *out);
+    dpt_job_t job = dpt_config_job(c);
+    if (job != DPT_JOB_APPO && job != DPT_JOB_IMPALA) {
+        out->count = 1;
+        snprintf(out->name[0], sizeof out->name[0], "default_policy");
+        out->train[0] = 1;
+        return DPT_OK;
+    }
+    char name[DPT_RL_POLICY_NAME_MAX];
+    const char *s = DPT_CS(c, policies);
+    size_t pos = 0;
+    int rc;
+    while ((rc = dpt__rl_next_name("policies", s, &pos, name)) == 1) {
+        if (strcmp(name, "round_robin") == 0)
+            return dpt_error(DPT_EINVAL,
+                             "policies = \"%s\": round_robin is policy_mapping's word, not a "
+                             "policy name",
+                             s);
+        for (int k = 0; k < out->count; k++)
+            if (strcmp(out->name[k], name) == 0)
+                return dpt_error(DPT_EINVAL, "policies = \"%s\": policy \"%s\" is named twice", s,
+                                 name);
+        if (out->count == DPT_RL_MAX_POLICIES)
+            return dpt_error(DPT_EINVAL, "policies = \"%s\": more than %d policies", s,
+                             DPT_RL_MAX_POLICIES);
+        memcpy(out->name[out->count++], name, sizeof name);
+    }
+    if (rc < 0)
+        return rc;
+    if (out->count == 0)
+        return dpt_error(DPT_EINVAL, "policies: empty list (at least one policy name)");
+    s = DPT_CS(c, policies_to_train);
+    pos = 0;
+    int any = 0;
+    while ((rc = dpt__rl_next_name("policies_to_train", s, &pos, name)) == 1) {
+        int k = dpt__rl_find_policy(out, "policies_to_train", name);
+        if (k < 0)
+            return k;
+        if (out->train[k])
+            return dpt_error(DPT_EINVAL, "policies_to_train = \"%s\": policy \"%s\" is named twice",
+                             s, name);
+        out->train[k] = 1;
+        any = 1;
+    }
+    if (rc < 0)
+        return rc;
+    if (!any)
+        memset(out->train, 1, (size_t)out->count);
+    s = DPT_CS(c, policy_mapping);
+    size_t envs = (size_t)DPT_CI(c, num_envs_per_worker);
+    if (strcmp(s, "round_robin") != 0) {
+        pos = 0;
+        while ((rc = dpt__rl_next_name("policy_mapping", s, &pos, name)) == 1) {
+            int k = dpt__rl_find_policy(out, "policy_mapping", name);
+            if (k < 0)
+                return k;
+            out->map[out->mapping_len++] = (unsigned char)k;
+        }
+        if (rc < 0)
+            return rc;
+        if (out->mapping_len != envs)
+            return dpt_error(DPT_EINVAL,
+                             "policy_mapping lists %zu policies: an explicit mapping names the "
+                             "policy of each of the num_envs_per_worker = %zu envs (or write "
+                             "round_robin)",
+                             out->mapping_len, envs);
+    }
+    for (int k = 0; k < out->count; k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < envs; i++)
+            n += dpt_rl_policy_of_env(out, i) == k;
+        if (n == 0)
+            return dpt_error(DPT_EINVAL,
+                             "policy_mapping = %s: policy \"%s\" steps none of the "
+                             "num_envs_per_worker = %zu envs",
+                             s, out->name[k], envs);
+    }
+    return DPT_OK;
+}
+
 int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -136,6 +270,9 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     int async_rl = job == DPT_JOB_APPO || job == DPT_JOB_IMPALA;
     if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO && !async_rl)
         return dpt_error(DPT_EINVAL, "rl: job %s is not an RL job", dpt_job_name(job));
+    int prc = dpt__rl_policies_from(c, &out->policies);
+    if (prc)
+        return prc;
     out->seed = (uint64_t)DPT_CI(c, seed);
     out->num_envs = (size_t)DPT_CI(c, num_envs_per_worker);
     out->rollout_fragment_length = (size_t)DPT_CI(c, rollout_fragment_length);
@@ -191,6 +328,8 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
             out->learner_queue_timeout = DPT_CF(c, learner_queue_timeout);
             out->minibatch_buffer_size = (size_t)DPT_CI(c, minibatch_buffer_size);
             out->broadcast_interval = (int)DPT_CI(c, broadcast_interval);
+            out->tower_stacks = (int)DPT_CI(c, num_multi_gpu_tower_stacks);
+            out->load_threads = (int)DPT_CI(c, num_data_load_threads);
             out->vtrace_clip_rho = (float)DPT_CF(c, vtrace_clip_rho_threshold);
             out->vtrace_clip_pg_rho = (float)DPT_CF(c, vtrace_clip_pg_rho_threshold);
             out->steps_per_iteration = (uint64_t)DPT_CI(c, min_sample_timesteps_per_iteration);
@@ -223,8 +362,36 @@ int dpt_rl_defaults(dpt_job_t job, dpt_rl_config_t *out)
 
 /* ---- results -------------------------------------------------------------------- */
 
+/* The learner's figures, in the order of result.jsonl. */
+static const char *const dpt__rl_learner_what[DPT__RL_LEARNER_METRICS] = {
+    "cur_lr", "policy_loss",   "vf_loss",    "entropy",
+    "kl",     "clip_fraction", "grad_gnorm", "vf_explained_var"};
+
+const dpt__rl_metric_name_t dpt__rl_default_learner_names[DPT__RL_LEARNER_METRICS] = {
+    "info/learner/default_policy/cur_lr",     "info/learner/default_policy/policy_loss",
+    "info/learner/default_policy/vf_loss",    "info/learner/default_policy/entropy",
+    "info/learner/default_policy/kl",         "info/learner/default_policy/clip_fraction",
+    "info/learner/default_policy/grad_gnorm", "info/learner/default_policy/vf_explained_var"};
+
+void dpt__rl_learner_metric_names(const char *policy,
+                                  dpt__rl_metric_name_t names[DPT__RL_LEARNER_METRICS])
+{
+    for (int k = 0; k < DPT__RL_LEARNER_METRICS; k++)
+        snprintf(names[k], sizeof names[k], "info/learner/%s/%s", policy, dpt__rl_learner_what[k]);
+}
+
+void dpt__rl_add_learner_metrics(dpt_train_result_t *r, const dpt__rl_metric_name_t *names,
+                                 double cur_lr, const dpt_appo_policy_stats_t *ls,
+                                 double vf_explained_var)
+{
+    double v[DPT__RL_LEARNER_METRICS] = {cur_lr, ls->policy_loss, ls->vf_loss,   ls->entropy,
+                                         ls->kl, ls->clipfrac,    ls->grad_norm, vf_explained_var};
+    for (int k = 0; k < DPT__RL_LEARNER_METRICS; k++)
+        dpt_train_result_add(r, names[k], v[k]);
+}
+
 void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, int ddppo,
-                         dpt_train_result_t *r)
+                         const dpt__rl_metric_name_t *learner_names, dpt_train_result_t *r)
 {
     r->iteration = rr->iteration;
     r->timesteps_total = rr->timesteps_total;
@@ -252,14 +419,15 @@ void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, in
     dpt_train_result_add(r, "episode_reward_mean_last20", rr->episode_reward_mean_20);
     dpt_train_result_add(r, "env_steps_per_s", rr->env_steps_per_s);
     dpt_train_result_add(r, "time_this_iter_s", rr->iteration_time_s);
-    dpt_train_result_add(r, "info/learner/default_policy/cur_lr", rr->cur_lr);
-    dpt_train_result_add(r, "info/learner/default_policy/policy_loss", rr->policy_loss);
-    dpt_train_result_add(r, "info/learner/default_policy/vf_loss", rr->vf_loss);
-    dpt_train_result_add(r, "info/learner/default_policy/entropy", rr->entropy);
-    dpt_train_result_add(r, "info/learner/default_policy/kl", rr->kl);
-    dpt_train_result_add(r, "info/learner/default_policy/clip_fraction", rr->clipfrac);
-    dpt_train_result_add(r, "info/learner/default_policy/grad_gnorm", rr->grad_norm);
-    dpt_train_result_add(r, "info/learner/default_policy/vf_explained_var", rr->vf_explained_var);
+    if (learner_names) {
+        dpt_appo_policy_stats_t ls = {.policy_loss = rr->policy_loss,
+                                      .vf_loss = rr->vf_loss,
+                                      .entropy = rr->entropy,
+                                      .kl = rr->kl,
+                                      .clipfrac = rr->clipfrac,
+                                      .grad_norm = rr->grad_norm};
+        dpt__rl_add_learner_metrics(r, learner_names, rr->cur_lr, &ls, rr->vf_explained_var);
+    }
     if (ddppo) {
         dpt_train_result_add(r, "info/preempted_workers", (double)rr->preempted_workers);
         dpt_train_result_add(r, "info/min_worker_rows", (double)rr->rows_min);
@@ -380,10 +548,15 @@ int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st
     dpt_policy_spec_t spec = rc_cfg.policy;
     if (spec.use_lstm)
         spec.max_seq_len = 1;
+    /* Several policies (appo, impala): the main one's weights. */
+    char prefix[DPT_RL_POLICY_NAME_MAX + 24] = "params.";
+    const dpt_rl_policies_t *pl = &rc_cfg.policies;
+    if (pl->count > 1)
+        snprintf(prefix, sizeof prefix, DPT_RL_POLICY_NS_FMT "params.",
+                 pl->name[dpt_rl_policies_main(pl)]);
     if ((rc = dpt_policy_create_ex(&pol, cls, &spec, 1)) != 0 ||
         (rc = dpt_arena_init(&p, dpt_policy_vars(pol)->total)) != 0 ||
-        (rc = dpt_safetensors_load_arena(st, "params.", dpt_policy_vars(pol), p.data, p.count)) !=
-            0)
+        (rc = dpt_safetensors_load_arena(st, prefix, dpt_policy_vars(pol), p.data, p.count)) != 0)
         goto cleanup;
     if (episodes == 0)
         episodes = (size_t)DPT_CI(cfg, eval_episodes);

@@ -21,12 +21,39 @@ int dpt__rl_find_env(const char *name, const dpt_env_class_t **out);
  * (dpt_env_class_destroy). */
 int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
 
+/* The policies of cfg (keys policies, policies_to_train, policy_mapping;
+ * for a job other than appo and impala, the default: one policy,
+ * "default_policy", trained). DPT_EINVAL naming the key: an empty list or
+ * name, a name that is not letters, digits, _ and -, a name given twice,
+ * more than DPT_RL_MAX_POLICIES, an unknown policy in policies_to_train or
+ * policy_mapping, an explicit mapping whose length is not
+ * num_envs_per_worker, a policy that steps no env. */
+int dpt__rl_policies_from(const dpt_config_t *cfg, dpt_rl_policies_t *out);
+
+/* The names of the learner's metrics of one policy (dpt_metric_t borrows
+ * them: they must outlive the results), info/learner/<policy>/{cur_lr,
+ * policy_loss, vf_loss, entropy, kl, clip_fraction, grad_gnorm,
+ * vf_explained_var}; dpt__rl_default_learner_names are those of
+ * "default_policy". */
+#define DPT__RL_LEARNER_METRICS 8
+typedef char dpt__rl_metric_name_t[DPT_RL_POLICY_NAME_MAX + 48];
+extern const dpt__rl_metric_name_t dpt__rl_default_learner_names[DPT__RL_LEARNER_METRICS];
+void dpt__rl_learner_metric_names(const char *policy,
+                                  dpt__rl_metric_name_t names[DPT__RL_LEARNER_METRICS]);
+/* Adds the learner's figures ls (and cur_lr, vf_explained_var) to r under
+ * names (DPT__RL_LEARNER_METRICS of them, borrowed). */
+void dpt__rl_add_learner_metrics(dpt_train_result_t *r, const dpt__rl_metric_name_t *names,
+                                 double cur_lr, const dpt_appo_policy_stats_t *ls,
+                                 double vf_explained_var);
+
 /* Fills r from one iteration's engine result: the counters, progress and
  * finished against total_timesteps, the window's mean return, a progress
  * line, and the metrics under RLlib's names (time_total_s excepted: the run
- * adds it). ddppo adds info/preempted_workers and info/min_worker_rows. */
+ * adds it). ddppo adds info/preempted_workers and info/min_worker_rows.
+ * The learner's figures go under learner_names (borrowed; NULL: the caller
+ * adds them, one policy at a time). */
 void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, int ddppo,
-                         dpt_train_result_t *r);
+                         const dpt__rl_metric_name_t *learner_names, dpt_train_result_t *r);
 
 /* Runs `episodes` episodes of `policy` at `params` seeded from `seed`
  * (greedy, or sampled with `stochastic`: the config's eval_stochastic) into
@@ -35,7 +62,8 @@ int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t epis
                           int stochastic, dpt_eval_result_t *out);
 
 /* dpt_trainer_ops_t.eval_checkpoint of both RL jobs: the policy from cfg's
- * env and policy_hidden, "params." from st, greedy episodes (0 = cfg's
+ * env and policy_hidden, "params." from st (several policies: the main
+ * policy's, "policy.<name>.params."), greedy episodes (0 = cfg's
  * eval_episodes). */
 int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st, size_t episodes,
                             uint64_t seed, dpt_eval_result_t *out);

@@ -9,6 +9,7 @@
 #include "rl_internal.h"
 #include "train_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct dpt__appo_trainer {
@@ -17,7 +18,15 @@ typedef struct dpt__appo_trainer {
     dpt_env_class_t *env; /* the configured env; the engine borrows it */
     dpt_appo_t *appo;
     dpt_arena_t eval_params; /* the current weights, for evaluate() */
+    /* The per-policy metrics' names (dpt_metric_t borrows them): the
+     * learner's, then "num_updates_this_iter" and "policy_reward_mean/<p>". */
+    dpt__rl_metric_name_t names[DPT_RL_MAX_POLICIES][DPT__RL_LEARNER_METRICS + 2];
 } dpt__appo_trainer_t;
+
+/* Every metric of an iteration fits in a result: the one-policy metrics (at
+ * most 48) and DPT__RL_LEARNER_METRICS + 2 per policy. */
+_Static_assert(48 + DPT_RL_MAX_POLICIES * (DPT__RL_LEARNER_METRICS + 2) <= DPT_TRAIN_MAX_METRICS,
+               "the metrics of the most policies must fit in a dpt_train_result_t");
 
 static void dpt__appo_destroy(void *self)
 {
@@ -53,6 +62,14 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
         return dpt_error(DPT_ENOMEM, "%s: cannot allocate the trainer", job);
     t->cfg = cfg;
     int rc = dpt__rl_config_from(cfg, &t->rc);
+    for (int p = 0; !rc && p < t->rc.policies.count; p++) {
+        const char *name = t->rc.policies.name[p];
+        dpt__rl_learner_metric_names(name, t->names[p]);
+        snprintf(t->names[p][DPT__RL_LEARNER_METRICS], sizeof t->names[p][0],
+                 "info/learner/%s/num_updates_this_iter", name);
+        snprintf(t->names[p][DPT__RL_LEARNER_METRICS + 1], sizeof t->names[p][0],
+                 "policy_reward_mean/%s", name);
+    }
     if (!rc)
         rc = dpt__rl_make_env(cfg, &t->env);
     if (!rc)
@@ -95,7 +112,12 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
     int rc = dpt_appo_train(t->appo, &rr, &as);
     if (rc)
         return rc;
-    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0, r);
+    /* One policy: its figures where they always were (with the default
+     * name, info/learner/default_policy/...); several: each trained
+     * policy's under its name, below. */
+    const dpt_rl_policies_t *pl = &t->rc.policies;
+    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0,
+                        pl->count == 1 ? (const dpt__rl_metric_name_t *)t->names[0] : NULL, r);
     /* The learner's own figures, under the names of RLlib's learner thread. */
     dpt_train_result_add(r, "num_env_steps_sampled", (double)as.timesteps_sampled);
     dpt_train_result_add(r, "info/num_updates_this_iter", (double)as.updates);
@@ -104,6 +126,8 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
     dpt_train_result_add(r, "timing_breakdown/learner_dequeue_time_ms", as.dequeue_time_ms);
     dpt_train_result_add(r, "timing_breakdown/learner_load_time_ms", as.load_time_ms);
     dpt_train_result_add(r, "timing_breakdown/learner_grad_time_ms", as.grad_time_ms);
+    if (t->rc.tower_stacks > 1)
+        dpt_train_result_add(r, "timing_breakdown/learner_load_wait_time_ms", as.load_wait_time_ms);
     dpt_train_result_add(r, "info/learner_queue/size_count", (double)as.queue_count);
     dpt_train_result_add(r, "info/learner_queue/size_mean", as.queue_mean);
     dpt_train_result_add(r, "info/learner_queue/size_std", as.queue_std);
@@ -113,6 +137,16 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
         "info/learner_queue/size_quantiles_100"};
     for (int i = 0; i < 5; i++)
         dpt_train_result_add(r, q[i], as.queue_quantiles[i]);
+    for (int p = 0; pl->count > 1 && p < as.npolicies; p++) {
+        if (as.policy[p].trained) {
+            dpt__rl_add_learner_metrics(r, (const dpt__rl_metric_name_t *)t->names[p], rr.cur_lr,
+                                        &as.policy[p], rr.vf_explained_var);
+            dpt_train_result_add(r, t->names[p][DPT__RL_LEARNER_METRICS],
+                                 (double)as.policy[p].updates);
+        }
+        /* RLlib's per-policy return (null before its first episode). */
+        dpt_train_result_add(r, t->names[p][DPT__RL_LEARNER_METRICS + 1], as.policy[p].reward_mean);
+    }
     return DPT_OK;
 }
 

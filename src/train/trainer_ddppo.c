@@ -386,7 +386,7 @@ static int dpt__dd_iterate(void *self, dpt_train_result_t *r)
     if (rc)
         return rc;
     /* Every worker holds the same aggregated result. */
-    dpt__rl_fill_result(&d->wk[0].res, d->rc.total_timesteps, 1, r);
+    dpt__rl_fill_result(&d->wk[0].res, d->rc.total_timesteps, 1, dpt__rl_default_learner_names, r);
     return DPT_OK;
 }
 

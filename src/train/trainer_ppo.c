@@ -62,7 +62,7 @@ static int dpt__ppo_iterate(void *self, dpt_train_result_t *r)
     int rc = dpt_ppo_train(t->ppo, &rr);
     if (rc)
         return rc;
-    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0, r);
+    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0, dpt__rl_default_learner_names, r);
     return DPT_OK;
 }
 
