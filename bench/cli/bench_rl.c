@@ -278,8 +278,8 @@ static void br_print_solves(const char *what, double *s, size_t n, int solved)
 {
     double m = dpt_median(s, n);
     if (m < 1e29)
-        printf("%s: median solve time %.3f s; %d of %zu runs solved (last-20 mean >= 475)\n",
-               what, m, solved, n);
+        printf("%s: median solve time %.3f s; %d of %zu runs solved (last-20 mean >= 475)\n", what,
+               m, solved, n);
     else
         printf("%s: median solve time: not solved in most runs; %d of %zu runs solved (last-20 "
                "mean >= 475)\n",
@@ -294,21 +294,20 @@ int dpt_bench_ppo(int argc, char **argv)
     int steps_given = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf(
-                "usage: dpt bench ppo [--steps N] [--seeds N] [--devices N] [--pairs N]\n"
-                "                     [--config FILE] [--set KEY=VALUE]... [--until-solved]\n"
-                "                     [--profile] [--json]\n\n"
-                "PPO on CartPole-v1 with CleanRL's settings (4 envs x 128 steps, 4\n"
-                "minibatches, 4 epochs, lr 2.5e-4 annealed, 64-64 tanh), or the --config file\n"
-                "(its total_timesteps unless --steps): per run the wall time, the learn and\n"
-                "sample phases (result.jsonl's timing), env steps/s, the last-20 return, and\n"
-                "when solved (last-20 mean >= 475, timed from the start of training).\n"
-                "--pairs N: N rounds of 1 device against --devices (default 2), seed = round,\n"
-                "the two taking turns to go first; medians and the median per-round ratios.\n"
-                "--until-solved: each run stops when solved.\n"
-                "--profile: then the time of each phase per optimizer step and device,\n"
-                "and of sampling per iteration, with FLOPs and the share of one-thread GEMM\n"
-                "peak (summed over the runs; not with --pairs).\n");
+            printf("usage: dpt bench ppo [--steps N] [--seeds N] [--devices N] [--pairs N]\n"
+                   "                     [--config FILE] [--set KEY=VALUE]... [--until-solved]\n"
+                   "                     [--profile] [--json]\n\n"
+                   "PPO on CartPole-v1 with CleanRL's settings (4 envs x 128 steps, 4\n"
+                   "minibatches, 4 epochs, lr 2.5e-4 annealed, 64-64 tanh), or the --config file\n"
+                   "(its total_timesteps unless --steps): per run the wall time, the learn and\n"
+                   "sample phases (result.jsonl's timing), env steps/s, the last-20 return, and\n"
+                   "when solved (last-20 mean >= 475, timed from the start of training).\n"
+                   "--pairs N: N rounds of 1 device against --devices (default 2), seed = round,\n"
+                   "the two taking turns to go first; medians and the median per-round ratios.\n"
+                   "--until-solved: each run stops when solved.\n"
+                   "--profile: then the time of each phase per optimizer step and device,\n"
+                   "and of sampling per iteration, with FLOPs and the share of one-thread GEMM\n"
+                   "peak (summed over the runs; not with --pairs).\n");
             return DPT_EXIT_OK;
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             o.steps = atol(argv[++i]);
@@ -344,8 +343,8 @@ int dpt_bench_ppo(int argc, char **argv)
         devices = 2;
     if (!o.config && devices == 0)
         devices = 1;
-    if ((steps_given && o.steps < 512) || seeds < 1 || seeds > 100 || devices < 0 ||
-        devices > 64 || pairs < 0 || pairs > 100 || (profile && (pairs || o.config || o.nsets))) {
+    if ((steps_given && o.steps < 512) || seeds < 1 || seeds > 100 || devices < 0 || devices > 64 ||
+        pairs < 0 || pairs > 100 || (profile && (pairs || o.config || o.nsets))) {
         fprintf(stderr, "dpt bench ppo: need --steps >= 512, 1 <= --seeds <= 100, "
                         "1 <= --devices <= 64, 0 <= --pairs <= 100; --profile (whose FLOPs are "
                         "those of CleanRL's settings) takes no --pairs, --config or --set\n");

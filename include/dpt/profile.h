@@ -39,7 +39,8 @@ extern "C" {
  *   reduce        combining the towers' gradients (with the sum of squares)
  *   wait_reduce   waiting at the barrier after the reduction
  *   norm          the global norm from the slices' sums
- *   clip          scaling the gradient by the clip factor
+ *   clip          scaling the gradient by the clip factor (the mirrored ps
+ *                 step multiplies inside apply instead)
  *   apply         the optimizer's update
  *   join          device 0 waiting for the other devices to finish the step
  *   learn_other   the learn loop's own work between steps (minibatch order,

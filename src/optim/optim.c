@@ -115,14 +115,14 @@ void dpt_optim_destroy(dpt_optim_t *o)
  * elementwise, the same operations in every clone. */
 DPT__CLONES
 static void dpt__adam_range(const float *p, float *out, const float *g, float *m, float *v,
-                            size_t lo, size_t hi, dpt__adam_coef_t k)
+                            size_t lo, size_t hi, dpt__adam_coef_t k, float s)
 {
     for (size_t i = lo; i < hi; i++)
-        out[i] = dpt__adam_elem(p[i], g[i], &m[i], &v[i], &k);
+        out[i] = dpt__adam_elem(p[i], g[i] * s, &m[i], &v[i], &k);
 }
 
-void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
-                           size_t hi, uint64_t t, float lr)
+void dpt__optim_update_scaled(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
+                              size_t hi, uint64_t t, float lr, float s)
 {
     const dpt_optim_config_t *c = &o->cfg;
     float wd = c->weight_decay;
@@ -131,23 +131,30 @@ void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const flo
     switch (c->kind) {
     case DPT_OPTIM_SGD:
         for (size_t i = lo; i < hi; i++)
-            out[i] = dpt__sgd_elem(p[i], g[i], lr, wd);
+            out[i] = dpt__sgd_elem(p[i], g[i] * s, lr, wd);
         break;
     case DPT_OPTIM_MOMENTUM: {
         float *v = o->slot[0].data, mu = c->momentum;
         int nesterov = c->nesterov;
         for (size_t i = lo; i < hi; i++)
-            out[i] = dpt__momentum_elem(p[i], g[i], &v[i], mu, lr, wd, nesterov);
+            out[i] = dpt__momentum_elem(p[i], g[i] * s, &v[i], mu, lr, wd, nesterov);
         break;
     }
     case DPT_OPTIM_ADAM:
     case DPT_OPTIM_ADAMW: {
         float *m = o->slot[0].data, *v = o->slot[1].data;
-        dpt__adam_range(p, out, g, m, v, lo, hi, dpt__adam_coef(c, t, lr));
+        dpt__adam_range(p, out, g, m, v, lo, hi, dpt__adam_coef(c, t, lr), s);
         break;
     }
     default: break;
     }
+}
+
+void dpt_optim_update_into(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
+                           size_t hi, uint64_t t, float lr)
+{
+    /* g * 1 is g, bit for bit. */
+    dpt__optim_update_scaled(o, p, out, g, lo, hi, t, lr, 1.0f);
 }
 
 void dpt_optim_update(dpt_optim_t *o, float *p, const float *g, size_t lo, size_t hi, uint64_t t,

@@ -77,4 +77,11 @@ static inline float dpt__adam_elem(float p, float g, float *m, float *v, const d
  * dpt_sparse_rows_reserve(), DPT_EOVERFLOW when n + more overflows. */
 int dpt__sparse_rows_grow(dpt_sparse_rows_t *s, size_t more);
 
+/* dpt_optim_update_into() on the gradient times s (each element multiplied
+ * by s in float before the rule, as if the gradient had been scaled in
+ * place first: the same bits), without writing the gradient: the clipping
+ * of a gradient that other threads may still be reading. */
+void dpt__optim_update_scaled(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
+                              size_t hi, uint64_t t, float lr, float s);
+
 #endif /* DPT_OPTIM_IMPL_H */
