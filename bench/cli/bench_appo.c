@@ -161,11 +161,12 @@ int dpt_bench_appo(int argc, char **argv)
     long seeds = 3, steps = 0, reps = 5;
     const char *env = "CartPole-v1";
     double target = NAN;
-    int json = 0, vs_ppo = 0;
+    int json = 0, vs_ppo = 0, nsets = 0;
+    const char *sets[16];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: dpt bench appo [--env CartPole-v1|Acrobot-v1] [--seeds N] [--steps N]\n"
-                   "                      [--target R] [--json]\n"
+                   "                      [--target R] [--set KEY=VALUE]... [--json]\n"
                    "       dpt bench appo --vs-ppo [--reps N] [--steps N] [--json]\n\n"
                    "APPO and IMPALA (APPO only on Acrobot) with the settings of\n"
                    "examples/cartpole_appo.conf, per seed: env steps/s, learner utilization,\n"
@@ -173,7 +174,8 @@ int dpt_bench_appo(int argc, char **argv)
                    "mean return of 100 episodes first reached the target (475 on CartPole,\n"
                    "-100 on Acrobot) and the final return. Steps: 1M (CartPole), 2M (Acrobot).\n"
                    "--vs-ppo: env steps/s of APPO and of synchronous PPO with the same sizes\n"
-                   "(CleanRL's), in turns, --reps times (default 5), 500k steps each.\n");
+                   "(CleanRL's), in turns, --reps times (default 5), 500k steps each.\n"
+                   "--set: a key of the config over the example's (up to 16).\n");
             return DPT_EXIT_OK;
         } else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) {
             seeds = atol(argv[++i]);
@@ -185,6 +187,12 @@ int dpt_bench_appo(int argc, char **argv)
             env = argv[++i];
         } else if (!strcmp(argv[i], "--target") && i + 1 < argc) {
             target = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            if (nsets == 16) {
+                fprintf(stderr, "dpt bench appo: at most 16 --set\n");
+                return DPT_EXIT_USAGE;
+            }
+            sets[nsets++] = argv[++i];
         } else if (!strcmp(argv[i], "--vs-ppo")) {
             vs_ppo = 1;
         } else if (!strcmp(argv[i], "--json")) {
@@ -220,6 +228,7 @@ int dpt_bench_appo(int argc, char **argv)
                           "lr=0.0005",
                           "grad_clip=40",
                           "min_sample_timesteps_per_iteration=20000",
+                          "learner_queue_size=1",
                           "checkpoint_every=0",
                           set_env,
                           set_steps};
@@ -234,9 +243,12 @@ int dpt_bench_appo(int argc, char **argv)
         for (long s = 1; s <= seeds; s++) {
             char set_seed[32];
             snprintf(set_seed, sizeof set_seed, "seed=%ld", s);
-            const char *extra[] = {jobs[j], set_seed};
+            const char *extra[18] = {jobs[j], set_seed};
+            for (int k = 0; k < nsets; k++)
+                extra[2 + k] = sets[k];
             ba_run_t r;
-            int rc = ba_run(base, sizeof base / sizeof base[0], extra, 2, target, &r);
+            int rc =
+                ba_run(base, sizeof base / sizeof base[0], extra, 2 + (size_t)nsets, target, &r);
             if (rc) {
                 fprintf(stderr, "dpt bench appo: %s\n", dpt_last_error());
                 return DPT_EXIT_FAIL;
