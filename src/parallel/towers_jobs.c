@@ -149,6 +149,19 @@ static double dpt__add_scale_sumsq(float *out, const float *y, const float *x, s
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+/* The global norm from its sum of squares, kept in w->norm. A step whose
+ * norm is not finite is refused by every device, and reported by device 0
+ * only: 1 with *rc set (device 0: the error, others: 0), else 0. */
+static int dpt__norm_refused(dpt__tower_t *w, double sq, int *rc)
+{
+    double norm = sqrt(sq);
+    w->norm = norm;
+    if (isfinite(norm))
+        return 0;
+    *rc = w->index == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
+    return 1;
+}
+
 /* Floats per chunk of the fused reduce-and-update pass: the reduced chunk
  * is still in L1 when the optimizer reads it. */
 #define DPT__FUSE_CHUNK 2048
@@ -204,12 +217,11 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
     double sq = 0.0;
     for (int i = 0; i < n; i++)
         sq += t->slice_sumsq[i];
-    double norm = sqrt(sq);
-    w->norm = norm;
-    if (!isfinite(norm))
-        return d == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
+    int rc;
+    if (dpt__norm_refused(w, sq, &rc))
+        return rc;
     dpt__prof_lap(DPT_PROF_NORM);
-    float f = dpt_clip_factor(norm, t->cfg.grad_clip);
+    float f = dpt_clip_factor(w->norm, t->cfg.grad_clip);
     if (f != 1.0f)
         dpt_vec_scale(gs + lo, hi - lo, f);
     dpt__prof_lap(DPT_PROF_CLIP);
@@ -252,14 +264,13 @@ static int dpt__job_step_mirrored(dpt_towers_t *t, dpt__tower_t *w)
         sq += dpt__add_scale_sumsq(g + lo, first, last + lo, hi - lo, scale);
     }
     dpt__prof_lap(DPT_PROF_REDUCE);
-    double norm = sqrt(sq);
-    w->norm = norm;
-    if (!isfinite(norm))
-        return d == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
+    int rc;
+    if (dpt__norm_refused(w, sq, &rc))
+        return rc;
     dpt__prof_lap(DPT_PROF_NORM);
     /* The clip factor goes into the update (one pass over the gradient
      * instead of two; the same bits as scaling it first). */
-    float f = dpt_clip_factor(norm, t->cfg.grad_clip);
+    float f = dpt_clip_factor(w->norm, t->cfg.grad_clip);
     dpt__optim_update_scaled(opt, params, params, g, 0, t->nparams, t->job_t, t->job_lr, f);
     dpt__prof_lap(DPT_PROF_APPLY);
     return DPT_OK;
@@ -281,13 +292,10 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
         return rc;
     /* Every replica holds the same bits now, so every replica computes the
      * same norm and applies the same update. */
-    double norm = sqrt(dpt_vec_sumsq(w->grads.data, t->nparams));
-    w->norm = norm;
-    if (!isfinite(norm))
-        return w->index == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm)
-                             : 0;
+    if (dpt__norm_refused(w, dpt_vec_sumsq(w->grads.data, t->nparams), &rc))
+        return rc;
     dpt__prof_lap(DPT_PROF_NORM);
-    float f = dpt_clip_factor(norm, t->cfg.grad_clip);
+    float f = dpt_clip_factor(w->norm, t->cfg.grad_clip);
     if (f != 1.0f)
         dpt_vec_scale(w->grads.data, t->nparams, f);
     dpt__prof_lap(DPT_PROF_CLIP);
@@ -398,12 +406,11 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     double sq = 0.0;
     for (int i = 0; i < n; i++)
         sq += t->slice_sumsq[i];
-    double norm = sqrt(sq);
-    w->norm = norm;
-    if (!isfinite(norm))
-        return d == 0 ? dpt_error(DPT_ENUMERIC, "gradient norm is %g; step refused", norm) : 0;
+    int rc;
+    if (dpt__norm_refused(w, sq, &rc))
+        return rc;
     dpt__prof_lap(DPT_PROF_NORM);
-    float f = dpt_clip_factor(norm, t->cfg.grad_clip);
+    float f = dpt_clip_factor(w->norm, t->cfg.grad_clip);
     if (f != 1.0f)
         dpt_vec_scale(gs + lo, hi - lo, f);
     dpt__prof_lap(DPT_PROF_CLIP);
