@@ -5,11 +5,13 @@
  * library's PPO path charges wall time to the phases below, per device:
  * device d of a towers engine (and the thread that called
  * dpt_profile_enable(), which runs device 0 and the sampling) each own one
- * slot. Every charge is "the time since this thread's previous charge", so
- * the phases of a slot add up to that thread's busy time. Threads that are
- * not devices of an engine (DD-PPO's workers, APPO's samplers) are not
- * profiled. When disabled, the cost is one relaxed atomic load per phase
- * boundary.
+ * slot; DD-PPO's worker w charges slot w (device 0 of its own engine).
+ * Every charge is "the time since this thread's previous charge", so the
+ * phases of a slot add up to that thread's busy time. Other threads
+ * (APPO's samplers and learner) are not profiled, and several engines
+ * whose device threads share an index (DD-PPO workers with num_devices >
+ * 1) would share slots: profile one engine at a time. When disabled, the
+ * cost is one relaxed atomic load per phase boundary.
  *
  * Reading a slot while its thread is still charging it is a data race: read
  * between training calls (after they returned), as `dpt bench ppo
