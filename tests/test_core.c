@@ -6,6 +6,7 @@
 #include "dpt/dpt.h"
 #include "dpt/rng.h"
 #include "dpt/stats.h"
+#include "core/intern.h" /* process-lifetime names */
 
 #include <float.h>
 #include <math.h>
@@ -359,6 +360,31 @@ static void test_features(void)
     CHECK(strcmp(dpt_feature_name(DPT_FEATURE_COUNT), "unknown") == 0);
 }
 
+/* Interned names (core/intern.h): equal strings share one copy, which
+ * outlives the buffer it came from; the table grows past its first size. */
+static void test_intern(void)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "info/learner/%s/kl", "a");
+    const char *a = dpt__intern(buf);
+    REQUIRE(a != NULL);
+    snprintf(buf, sizeof buf, "something else");
+    CHECK(!strcmp(a, "info/learner/a/kl"));
+    CHECK(dpt__intern("info/learner/a/kl") == a);
+    const char *first[100];
+    for (int i = 0; i < 100; i++) {
+        snprintf(buf, sizeof buf, "name %d", i);
+        first[i] = dpt__intern(buf);
+    }
+    int same = 1;
+    for (int i = 0; i < 100; i++) {
+        snprintf(buf, sizeof buf, "name %d", i);
+        same &= dpt__intern(buf) == first[i] && !strcmp(first[i], buf);
+    }
+    CHECK(same);
+    CHECK(dpt__intern("info/learner/a/kl") == a);
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
@@ -373,6 +399,7 @@ int main(void)
         DPT_TEST(test_window),
         DPT_TEST(test_features),
         DPT_TEST(test_batch),
+        DPT_TEST(test_intern),
     };
     return DPT_TEST_RUN(cases);
 }

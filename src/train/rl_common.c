@@ -5,6 +5,7 @@
  * policy's self-description, and evaluation of a checkpoint.
  */
 #include "dpt/arena.h"
+#include "core/intern.h"
 #include "dpt/env.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
@@ -367,22 +368,25 @@ static const char *const dpt__rl_learner_what[DPT__RL_LEARNER_METRICS] = {
     "cur_lr", "policy_loss",   "vf_loss",    "entropy",
     "kl",     "clip_fraction", "grad_gnorm", "vf_explained_var"};
 
-const dpt__rl_metric_name_t dpt__rl_default_learner_names[DPT__RL_LEARNER_METRICS] = {
+const char *const dpt__rl_default_learner_names[DPT__RL_LEARNER_METRICS] = {
     "info/learner/default_policy/cur_lr",     "info/learner/default_policy/policy_loss",
     "info/learner/default_policy/vf_loss",    "info/learner/default_policy/entropy",
     "info/learner/default_policy/kl",         "info/learner/default_policy/clip_fraction",
     "info/learner/default_policy/grad_gnorm", "info/learner/default_policy/vf_explained_var"};
 
-void dpt__rl_learner_metric_names(const char *policy,
-                                  dpt__rl_metric_name_t names[DPT__RL_LEARNER_METRICS])
+int dpt__rl_learner_metric_names(const char *policy, const char *names[DPT__RL_LEARNER_METRICS])
 {
-    for (int k = 0; k < DPT__RL_LEARNER_METRICS; k++)
-        snprintf(names[k], sizeof names[k], "info/learner/%s/%s", policy, dpt__rl_learner_what[k]);
+    for (int k = 0; k < DPT__RL_LEARNER_METRICS; k++) {
+        char buf[DPT_RL_POLICY_NAME_MAX + 48];
+        snprintf(buf, sizeof buf, "info/learner/%s/%s", policy, dpt__rl_learner_what[k]);
+        if (!(names[k] = dpt__intern(buf)))
+            return DPT_ENOMEM;
+    }
+    return DPT_OK;
 }
 
-void dpt__rl_add_learner_metrics(dpt_train_result_t *r, const dpt__rl_metric_name_t *names,
-                                 double cur_lr, const dpt_appo_policy_stats_t *ls,
-                                 double vf_explained_var)
+void dpt__rl_add_learner_metrics(dpt_train_result_t *r, const char *const *names, double cur_lr,
+                                 const dpt_appo_policy_stats_t *ls, double vf_explained_var)
 {
     double v[DPT__RL_LEARNER_METRICS] = {cur_lr, ls->policy_loss, ls->vf_loss,   ls->entropy,
                                          ls->kl, ls->clipfrac,    ls->grad_norm, vf_explained_var};
@@ -391,7 +395,7 @@ void dpt__rl_add_learner_metrics(dpt_train_result_t *r, const dpt__rl_metric_nam
 }
 
 void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, int ddppo,
-                         const dpt__rl_metric_name_t *learner_names, dpt_train_result_t *r)
+                         const char *const *learner_names, dpt_train_result_t *r)
 {
     r->iteration = rr->iteration;
     r->timesteps_total = rr->timesteps_total;

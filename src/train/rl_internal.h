@@ -30,21 +30,19 @@ int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
  * num_envs_per_worker, a policy that steps no env. */
 int dpt__rl_policies_from(const dpt_config_t *cfg, dpt_rl_policies_t *out);
 
-/* The names of the learner's metrics of one policy (dpt_metric_t borrows
- * them: they must outlive the results), info/learner/<policy>/{cur_lr,
- * policy_loss, vf_loss, entropy, kl, clip_fraction, grad_gnorm,
- * vf_explained_var}; dpt__rl_default_learner_names are those of
- * "default_policy". */
+/* The names of the learner's metrics of one policy,
+ * info/learner/<policy>/{cur_lr, policy_loss, vf_loss, entropy, kl,
+ * clip_fraction, grad_gnorm, vf_explained_var}: static storage, as
+ * dpt_metric_t borrows them (made ones are interned, core/intern.h);
+ * dpt__rl_default_learner_names are those of "default_policy". The
+ * function returns 0 or DPT_ENOMEM. */
 #define DPT__RL_LEARNER_METRICS 8
-typedef char dpt__rl_metric_name_t[DPT_RL_POLICY_NAME_MAX + 48];
-extern const dpt__rl_metric_name_t dpt__rl_default_learner_names[DPT__RL_LEARNER_METRICS];
-void dpt__rl_learner_metric_names(const char *policy,
-                                  dpt__rl_metric_name_t names[DPT__RL_LEARNER_METRICS]);
+extern const char *const dpt__rl_default_learner_names[DPT__RL_LEARNER_METRICS];
+int dpt__rl_learner_metric_names(const char *policy, const char *names[DPT__RL_LEARNER_METRICS]);
 /* Adds the learner's figures ls (and cur_lr, vf_explained_var) to r under
- * names (DPT__RL_LEARNER_METRICS of them, borrowed). */
-void dpt__rl_add_learner_metrics(dpt_train_result_t *r, const dpt__rl_metric_name_t *names,
-                                 double cur_lr, const dpt_appo_policy_stats_t *ls,
-                                 double vf_explained_var);
+ * names (DPT__RL_LEARNER_METRICS of them, static storage). */
+void dpt__rl_add_learner_metrics(dpt_train_result_t *r, const char *const *names, double cur_lr,
+                                 const dpt_appo_policy_stats_t *ls, double vf_explained_var);
 
 /* Fills r from one iteration's engine result: the counters, progress and
  * finished against total_timesteps, the window's mean return, a progress
@@ -53,7 +51,7 @@ void dpt__rl_add_learner_metrics(dpt_train_result_t *r, const dpt__rl_metric_nam
  * The learner's figures go under learner_names (borrowed; NULL: the caller
  * adds them, one policy at a time). */
 void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, int ddppo,
-                         const dpt__rl_metric_name_t *learner_names, dpt_train_result_t *r);
+                         const char *const *learner_names, dpt_train_result_t *r);
 
 /* Runs `episodes` episodes of `policy` at `params` seeded from `seed`
  * (greedy, or sampled with `stochastic`: the config's eval_stochastic) into

@@ -4,6 +4,7 @@
  * interface of dpt/train.h.
  */
 #include "dpt/arena.h"
+#include "core/intern.h"
 #include "dpt/comm.h"
 #include "dpt/status.h"
 #include "rl_internal.h"
@@ -18,9 +19,10 @@ typedef struct dpt__appo_trainer {
     dpt_env_class_t *env; /* the configured env; the engine borrows it */
     dpt_appo_t *appo;
     dpt_arena_t eval_params; /* the current weights, for evaluate() */
-    /* The per-policy metrics' names (dpt_metric_t borrows them): the
-     * learner's, then "num_updates_this_iter" and "policy_reward_mean/<p>". */
-    dpt__rl_metric_name_t names[DPT_RL_MAX_POLICIES][DPT__RL_LEARNER_METRICS + 2];
+    /* The per-policy metrics' names (interned: dpt_metric_t borrows them as
+     * static storage): the learner's, then "num_updates_this_iter" and
+     * "policy_reward_mean/<p>". */
+    const char *names[DPT_RL_MAX_POLICIES][DPT__RL_LEARNER_METRICS + 2];
 } dpt__appo_trainer_t;
 
 /* Every metric of an iteration fits in a result: the one-policy metrics (at
@@ -64,11 +66,13 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
     int rc = dpt__rl_config_from(cfg, &t->rc);
     for (int p = 0; !rc && p < t->rc.policies.count; p++) {
         const char *name = t->rc.policies.name[p];
-        dpt__rl_learner_metric_names(name, t->names[p]);
-        snprintf(t->names[p][DPT__RL_LEARNER_METRICS], sizeof t->names[p][0],
-                 "info/learner/%s/num_updates_this_iter", name);
-        snprintf(t->names[p][DPT__RL_LEARNER_METRICS + 1], sizeof t->names[p][0],
-                 "policy_reward_mean/%s", name);
+        char buf[2][DPT_RL_POLICY_NAME_MAX + 48];
+        snprintf(buf[0], sizeof buf[0], "info/learner/%s/num_updates_this_iter", name);
+        snprintf(buf[1], sizeof buf[1], "policy_reward_mean/%s", name);
+        rc = dpt__rl_learner_metric_names(name, t->names[p]);
+        for (int k = 0; !rc && k < 2; k++)
+            if (!(t->names[p][DPT__RL_LEARNER_METRICS + k] = dpt__intern(buf[k])))
+                rc = DPT_ENOMEM;
     }
     if (!rc)
         rc = dpt__rl_make_env(cfg, &t->env);
@@ -116,8 +120,7 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
      * name, info/learner/default_policy/...); several: each trained
      * policy's under its name, below. */
     const dpt_rl_policies_t *pl = &t->rc.policies;
-    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0,
-                        pl->count == 1 ? (const dpt__rl_metric_name_t *)t->names[0] : NULL, r);
+    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0, pl->count == 1 ? t->names[0] : NULL, r);
     /* The learner's own figures, under the names of RLlib's learner thread. */
     dpt_train_result_add(r, "num_env_steps_sampled", (double)as.timesteps_sampled);
     dpt_train_result_add(r, "info/num_updates_this_iter", (double)as.updates);
@@ -139,8 +142,8 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
         dpt_train_result_add(r, q[i], as.queue_quantiles[i]);
     for (int p = 0; pl->count > 1 && p < as.npolicies; p++) {
         if (as.policy[p].trained) {
-            dpt__rl_add_learner_metrics(r, (const dpt__rl_metric_name_t *)t->names[p], rr.cur_lr,
-                                        &as.policy[p], rr.vf_explained_var);
+            dpt__rl_add_learner_metrics(r, t->names[p], rr.cur_lr, &as.policy[p],
+                                        rr.vf_explained_var);
             dpt_train_result_add(r, t->names[p][DPT__RL_LEARNER_METRICS],
                                  (double)as.policy[p].updates);
         }
