@@ -378,30 +378,44 @@ static int dpt__towers_plan(const dpt_towers_t *t, const dpt_batch_t *b, size_t 
     return DPT_OK;
 }
 
-int dpt_towers_load_direct(dpt_towers_t *t, int stack, const dpt_batch_t *b,
-                           size_t per_device_batch, dpt_towers_load_info_t *info)
+/* A load's checks and plan (dpt__towers_plan) for stack `stack`. */
+static int dpt__load_plan(const dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t pdb,
+                          dpt_towers_load_info_t *li, size_t *seqs_per_device)
 {
     if (stack < 0 || stack >= t->cfg.num_stacks)
         return dpt_error(DPT_EINVAL, "towers: stack %d out of range [0, %d)", stack,
                          t->cfg.num_stacks);
+    return dpt__towers_plan(t, b, pdb, li, seqs_per_device);
+}
+
+/* Stack `stack` holds the load planned in li. */
+static void dpt__load_done(dpt_towers_t *t, int stack, const dpt_towers_load_info_t *li,
+                           size_t seqs_per_device, dpt_towers_load_info_t *info)
+{
+    dpt__stack_info_t *si = &t->stacks[stack];
+    si->loaded = 1;
+    si->rows_per_device = li->rows_per_device;
+    si->per_device_batch = li->per_device_batch;
+    si->seqs_per_device = seqs_per_device;
+    if (info)
+        *info = *li;
+}
+
+int dpt_towers_load_direct(dpt_towers_t *t, int stack, const dpt_batch_t *b,
+                           size_t per_device_batch, dpt_towers_load_info_t *info)
+{
     dpt_towers_load_info_t li;
     size_t seqs_per_device;
-    int rc = dpt__towers_plan(t, b, per_device_batch, &li, &seqs_per_device);
+    int rc = dpt__load_plan(t, stack, b, per_device_batch, &li, &seqs_per_device);
     if (rc)
         return rc;
     /* Only stack `stack`'s buffers and bookkeeping change, and the job
      * fields of the device pool are left alone: a step on another stack may
      * run meanwhile (the rule in dpt/towers.h). */
-    dpt__stack_info_t *si = &t->stacks[stack];
-    si->loaded = 0;
+    t->stacks[stack].loaded = 0;
     for (int d = 0; d < t->cfg.num_devices; d++)
         dpt__towers_copy_slice(t, &t->towers[d], stack, b, li.rows_per_device, seqs_per_device);
-    si->loaded = 1;
-    si->rows_per_device = li.rows_per_device;
-    si->per_device_batch = li.per_device_batch;
-    si->seqs_per_device = seqs_per_device;
-    if (info)
-        *info = li;
+    dpt__load_done(t, stack, &li, seqs_per_device, info);
     return DPT_OK;
 }
 
@@ -415,12 +429,9 @@ int dpt_towers_plan(const dpt_towers_t *t, const dpt_batch_t *b, size_t per_devi
 int dpt_towers_load_ex(dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t fixed_pdb,
                        dpt_towers_load_info_t *info)
 {
-    if (stack < 0 || stack >= t->cfg.num_stacks)
-        return dpt_error(DPT_EINVAL, "towers: stack %d out of range [0, %d)", stack,
-                         t->cfg.num_stacks);
     dpt_towers_load_info_t li;
     size_t seqs_per_device;
-    int rc = dpt__towers_plan(t, b, fixed_pdb, &li, &seqs_per_device);
+    int rc = dpt__load_plan(t, stack, b, fixed_pdb, &li, &seqs_per_device);
     if (rc)
         return rc;
     t->job = DPT__JOB_LOAD;
@@ -431,12 +442,7 @@ int dpt_towers_load_ex(dpt_towers_t *t, int stack, const dpt_batch_t *b, size_t 
     t->stacks[stack].loaded = 0;
     if ((rc = dpt_device_pool_run(t->pool, dpt__towers_job, t)) != 0)
         return rc;
-    t->stacks[stack].loaded = 1;
-    t->stacks[stack].rows_per_device = li.rows_per_device;
-    t->stacks[stack].per_device_batch = li.per_device_batch;
-    t->stacks[stack].seqs_per_device = seqs_per_device;
-    if (info)
-        *info = li;
+    dpt__load_done(t, stack, &li, seqs_per_device, info);
     return DPT_OK;
 }
 

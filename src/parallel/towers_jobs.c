@@ -85,6 +85,21 @@ static int dpt__tower_compute(dpt_towers_t *t, dpt__tower_t *w, const float *par
     return DPT_OK;
 }
 
+/* The first half of a ps or replicated step: this tower's forward and
+ * backward, then the barrier every device meets. One barrier suffices:
+ * job_failed is reset by dpt_towers_optimize() before the next job, after
+ * every device has returned from this one. Returns 1 when some tower
+ * failed (the caller returns w->rc: the failing tower reports why). */
+static int dpt__compute_and_meet(dpt_towers_t *t, dpt__tower_t *w, const float *params)
+{
+    w->rc = dpt__tower_compute(t, w, params);
+    if (w->rc)
+        atomic_store(&t->job_failed, 1);
+    dpt__barrier(t);
+    dpt__prof_lap(DPT_PROF_WAIT_GRADS);
+    return atomic_load(&t->job_failed) != 0;
+}
+
 /* ---- jobs ----------------------------------------------------------------- */
 
 void dpt__towers_copy_slice(const dpt_towers_t *t, const dpt__tower_t *w, int stack,
@@ -169,14 +184,7 @@ static int dpt__norm_refused(dpt__tower_t *w, double sq, int *rc)
 static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
 {
     int n = t->cfg.num_devices, d = w->index;
-    w->rc = dpt__tower_compute(t, w, t->params.data);
-    if (w->rc)
-        atomic_store(&t->job_failed, 1);
-    /* One barrier suffices: the flag is reset by dpt_towers_optimize()
-     * before the next job, after every device has returned from this one. */
-    dpt__barrier(t);
-    dpt__prof_lap(DPT_PROF_WAIT_GRADS);
-    if (atomic_load(&t->job_failed))
+    if (dpt__compute_and_meet(t, w, t->params.data))
         return w->rc;
     size_t lo, hi;
     dpt__slice(t->nparams, n, d, &lo, &hi);
@@ -241,12 +249,7 @@ static int dpt__job_step_mirrored(dpt_towers_t *t, dpt__tower_t *w)
     int n = t->cfg.num_devices, d = w->index;
     float *params = d ? w->params : t->params.data;
     dpt_optim_t *opt = d ? w->own_opt : t->opt;
-    w->rc = dpt__tower_compute(t, w, params);
-    if (w->rc)
-        atomic_store(&t->job_failed, 1);
-    dpt__barrier(t); /* one barrier: see dpt__job_step_ps() */
-    dpt__prof_lap(DPT_PROF_WAIT_GRADS);
-    if (atomic_load(&t->job_failed))
+    if (dpt__compute_and_meet(t, w, params))
         return w->rc;
     float *g = w->sum.data, scale = t->cfg.reduce_sum ? 1.0f : 1.0f / (float)n;
     const float *g0 = t->towers[0].grads.data, *last = t->towers[n - 1].grads.data;
@@ -278,12 +281,7 @@ static int dpt__job_step_mirrored(dpt_towers_t *t, dpt__tower_t *w)
 
 static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
 {
-    w->rc = dpt__tower_compute(t, w, w->params);
-    if (w->rc)
-        atomic_store(&t->job_failed, 1);
-    dpt__barrier(t); /* one barrier: see dpt__job_step_ps() */
-    dpt__prof_lap(DPT_PROF_WAIT_GRADS);
-    if (atomic_load(&t->job_failed))
+    if (dpt__compute_and_meet(t, w, w->params))
         return w->rc;
     int rc = dpt_comm_allreduce(w->comm, w->grads.data, t->nparams,
                                 t->cfg.reduce_sum ? DPT_REDUCE_SUM : DPT_REDUCE_AVG);
