@@ -175,7 +175,9 @@ int dpt_policy_value_state(dpt_policy_t *p, const float *params, const float *ob
                            const dpt_policy_state_t *state, size_t n, float *values);
 
 /* The PPO loss over this policy as a trainable model. The returned model
- * borrows `p` (its replicate() creates an equal policy per device). */
+ * borrows `p` (its replicate() creates an equal policy per device). Without
+ * an LSTM its loss_grad stores the gradient into every element of grads
+ * (DPT_MODEL_STORES_GRADS, dpt/nn.h); with one it adds to grads. */
 dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *hp);
 
 /* ---- V-trace (APPO and IMPALA) ------------------------------------------------
@@ -209,7 +211,8 @@ typedef struct dpt_vtrace_loss_params {
     float clip_pg_rho; /* clip of the advantages' importance weights, e.g. 1 */
 } dpt_vtrace_loss_params_t;
 
-/* The V-trace loss over this policy as a trainable model (borrows p). */
+/* The V-trace loss over this policy as a trainable model (borrows p). Its
+ * loss_grad stores the gradient (DPT_MODEL_STORES_GRADS). */
 dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_params_t *hp);
 /* A V-trace batch of `fragments` fragments of T steps over caller-owned
  * arrays of fragments * (T + 1) rows. Errors: DPT_EINVAL (T = 0, too many

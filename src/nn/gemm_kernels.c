@@ -571,21 +571,57 @@ static void small_c(size_t m, size_t n, size_t k, const float *a, size_t lda, co
 }
 
 #if DPT__GEMM_X86
-/* Four rows at a time (a partial group repeats its first row and discards
+/*
+ * Four rows at a time (a partial group repeats its first row and discards
  * the copies), 16 columns per pair of vectors: eight independent chains of
- * fused multiply-adds over p, as the AVX2 micro-kernel sums. */
+ * fused multiply-adds over p, as the AVX2 micro-kernel sums. A group of one
+ * or two rows (a device acting for two envs) takes 32 columns per four
+ * vectors instead, still eight chains, so two rows cost half of four.
+ */
+__attribute__((target("avx2,fma"))) static void
+small_avx2_store(const __m256 *acc, size_t nv, const float *bias, float *c, size_t cols)
+{
+    _Alignas(32) float t[32];
+    for (size_t q = 0; q < nv; q++)
+        _mm256_store_ps(t + 8 * q, acc[q]);
+    for (size_t q = 0; q < cols; q++)
+        c[q] = bias ? t[q] + bias[q] : t[q];
+}
+
 __attribute__((target("avx2,fma"))) static void small_avx2(size_t m, size_t n, size_t k,
                                                            const float *a, size_t lda,
                                                            const float *wt, size_t ldw,
                                                            const float *bias, float *c, size_t ldc)
 {
     for (size_t i = 0; i < m; i += 4) {
-        size_t rows = dpt__gemm_min(4, m - i);
+        size_t rows = dpt__gemm_min(4, m - i), j = 0;
         const float *ar[4];
         for (size_t r = 0; r < 4; r++)
             ar[r] = a + (i + (r < rows ? r : 0)) * lda;
-        for (size_t j = 0; j < n; j += 16) {
-            size_t cols = dpt__gemm_min(16, n - j);
+        /* 32-column blocks for one or two rows (ldw >= n rounded up to 16
+         * covers the four vectors read) */
+        for (; rows <= 2 && j < n && n - j > 24; j += 32) {
+            __m256 acc[2][4];
+            for (size_t r = 0; r < 2; r++)
+                for (size_t q = 0; q < 4; q++)
+                    acc[r][q] = _mm256_setzero_ps();
+            const float *w = wt + j;
+            for (size_t p = 0; p < k; p++, w += ldw) {
+                __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
+                __m256 b2 = _mm256_loadu_ps(w + 16), b3 = _mm256_loadu_ps(w + 24);
+                for (size_t r = 0; r < 2; r++) {
+                    __m256 x = _mm256_broadcast_ss(ar[r] + p);
+                    acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+                    acc[r][2] = _mm256_fmadd_ps(x, b2, acc[r][2]);
+                    acc[r][3] = _mm256_fmadd_ps(x, b3, acc[r][3]);
+                }
+            }
+            for (size_t r = 0; r < rows; r++)
+                small_avx2_store(acc[r], 4, bias ? bias + j : NULL, c + (i + r) * ldc + j,
+                                 dpt__gemm_min(32, n - j));
+        }
+        for (; j < n; j += 16) {
             __m256 acc[4][2];
             for (size_t r = 0; r < 4; r++)
                 acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -598,31 +634,67 @@ __attribute__((target("avx2,fma"))) static void small_avx2(size_t m, size_t n, s
                     acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
                 }
             }
-            _Alignas(32) float t[16];
-            for (size_t r = 0; r < rows; r++) {
-                _mm256_store_ps(t, acc[r][0]);
-                _mm256_store_ps(t + 8, acc[r][1]);
-                float *cr = c + (i + r) * ldc + j;
-                for (size_t q = 0; q < cols; q++)
-                    cr[q] = bias ? t[q] + bias[j + q] : t[q];
-            }
+            for (size_t r = 0; r < rows; r++)
+                small_avx2_store(acc[r], 2, bias ? bias + j : NULL, c + (i + r) * ldc + j,
+                                 dpt__gemm_min(16, n - j));
         }
     }
 }
 
+/* Lanes [0, cols) of a vector of 16 (cols may be <= 0 or > 16). */
+__attribute__((target("avx512f"))) static inline __mmask16 small_mask(ptrdiff_t cols)
+{
+    return (__mmask16)(cols >= 16 ? 0xffffu : cols > 0 ? (1u << cols) - 1u : 0u);
+}
+
+/* Stores row r's vectors acc[0..nv) to c[0, cols), adding the bias first. */
+__attribute__((target("avx512f"))) static inline void
+small_avx512_store(const __m512 *acc, size_t nv, const float *bias, float *c, size_t cols)
+{
+    for (size_t q = 0; q < nv; q++) {
+        __mmask16 mq = small_mask((ptrdiff_t)cols - (ptrdiff_t)(16 * q));
+        __m512 v = acc[q];
+        if (bias)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mq, bias + 16 * q));
+        _mm512_mask_storeu_ps(c + 16 * q, mq, v);
+    }
+}
+
 /* Four rows, 32 columns per pair of vectors (one vector when 16 cover the
- * rest), as the AVX-512 micro-kernel sums. */
+ * rest), as the AVX-512 micro-kernel sums; one or two rows take 64 columns
+ * per four vectors (eight chains again). */
 __attribute__((target("avx512f"))) static void small_avx512(size_t m, size_t n, size_t k,
                                                             const float *a, size_t lda,
                                                             const float *wt, size_t ldw,
                                                             const float *bias, float *c, size_t ldc)
 {
     for (size_t i = 0; i < m; i += 4) {
-        size_t rows = dpt__gemm_min(4, m - i);
+        size_t rows = dpt__gemm_min(4, m - i), j = 0;
         const float *ar[4];
         for (size_t r = 0; r < 4; r++)
             ar[r] = a + (i + (r < rows ? r : 0)) * lda;
-        for (size_t j = 0; j < n; j += 32) {
+        for (; rows <= 2 && j < n && n - j > 48; j += 64) {
+            __m512 acc[2][4];
+            for (size_t r = 0; r < 2; r++)
+                for (size_t q = 0; q < 4; q++)
+                    acc[r][q] = _mm512_setzero_ps();
+            const float *w = wt + j;
+            for (size_t p = 0; p < k; p++, w += ldw) {
+                __m512 b0 = _mm512_loadu_ps(w), b1 = _mm512_loadu_ps(w + 16);
+                __m512 b2 = _mm512_loadu_ps(w + 32), b3 = _mm512_loadu_ps(w + 48);
+                for (size_t r = 0; r < 2; r++) {
+                    __m512 x = _mm512_set1_ps(ar[r][p]);
+                    acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+                    acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+                    acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
+                    acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
+                }
+            }
+            for (size_t r = 0; r < rows; r++)
+                small_avx512_store(acc[r], 4, bias ? bias + j : NULL, c + (i + r) * ldc + j,
+                                   dpt__gemm_min(64, n - j));
+        }
+        for (; j < n; j += 32) {
             size_t cols = dpt__gemm_min(32, n - j);
             __m512 acc[4][2];
             for (size_t r = 0; r < 4; r++)
@@ -644,20 +716,9 @@ __attribute__((target("avx512f"))) static void small_avx512(size_t m, size_t n, 
                         acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(ar[r][p]), b0, acc[r][0]);
                 }
             }
-            __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
-            __mmask16 m1 = (__mmask16)(cols >= 32  ? 0xffffu
-                                       : cols > 16 ? (1u << (cols - 16)) - 1u
-                                                   : 0u);
-            for (size_t r = 0; r < rows; r++) {
-                float *cr = c + (i + r) * ldc + j;
-                __m512 v0 = acc[r][0], v1 = acc[r][1];
-                if (bias) {
-                    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, bias + j));
-                    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, bias + j + 16));
-                }
-                _mm512_mask_storeu_ps(cr, m0, v0);
-                _mm512_mask_storeu_ps(cr + 16, m1, v1);
-            }
+            for (size_t r = 0; r < rows; r++)
+                small_avx512_store(acc[r], cols > 16 ? 2 : 1, bias ? bias + j : NULL,
+                                   c + (i + r) * ldc + j, cols);
         }
     }
 }

@@ -153,11 +153,14 @@ static void dpt__tanh_backward(const dpt__layer_t *l, const float *params, float
     }
 }
 
-/* A linear layer followed by ReLU, in one go: the product without the bias
- * (beta = 0, so no bias rows are copied in and read back), then
- * y = max(z + b, 0) in one pass. z, the linear layer's buffer, is left
- * without the bias: nothing reads it (the ReLU's backward uses its output
- * y, the linear layer's its input x). */
+/* A linear layer followed by ReLU or tanh, in one go: the product without
+ * the bias (beta = 0, so no bias rows are copied in and read back), then
+ * y = f(z + b) in one pass. z + b has the bits of the bias-then-beta = 1
+ * product when K fits one chunk of the kernel (dpt/gemm.h: every element is
+ * acc + c); for longer K the bias is added after the last chunk instead of
+ * before the first, a fixed order either way. z, the linear layer's buffer,
+ * is left without the bias: nothing reads it (the activation's backward uses
+ * its output y, the linear layer's its input x). */
 static void dpt__bias_relu(const dpt__layer_t *l, const float *b, const float *z, float *y,
                            size_t batch)
 {
@@ -175,12 +178,32 @@ static void dpt__bias_relu(const dpt__layer_t *l, const float *b, const float *z
     }
 }
 
-static void dpt__linear_relu_forward(const dpt__layer_t *l, const float *params, const float *x,
-                                     float *z, float *y, size_t batch)
+DPT__NN_CLONES
+static void dpt__bias_tanh_row(const float *b, const float *z, float *y, size_t n)
+{
+    for (size_t o = 0; o < n; o++)
+        y[o] = dpt__tanhf(z[o] + b[o]);
+}
+
+static void dpt__bias_tanh(const dpt__layer_t *l, const float *b, const float *z, float *y,
+                           size_t batch)
+{
+    for (size_t r = 0; r < batch; r++)
+        dpt__bias_tanh_row(b, z + r * l->out, y + r * l->out, l->out);
+}
+
+/* The activation fused after linear layer l (the next layer's kind), or -1. */
+static int dpt__fused_act(const dpt_seq_t *s, size_t i);
+
+static void dpt__linear_act_forward(const dpt__layer_t *l, int act, const float *params,
+                                    const float *x, float *z, float *y, size_t batch)
 {
     const float *w = params + l->w_off;
     dpt_gemm(0, 1, batch, l->out, l->in, 1.0f, x, l->in, w, l->in, 0.0f, z, l->out);
-    dpt__bias_relu(l, params + l->b_off, z, y, batch);
+    if (act == DPT_LAYER_RELU)
+        dpt__bias_relu(l, params + l->b_off, z, y, batch);
+    else
+        dpt__bias_tanh(l, params + l->b_off, z, y, batch);
 }
 
 /* Indexed by dpt_layer_kind_t; the order follows DPT_LAYER_LIST. */
@@ -453,6 +476,14 @@ void dpt_seq_init_params(const dpt_seq_t *s, float *params, dpt_rng_t *rng)
             dpt__init_linear(&s->layers[i], params, rng);
 }
 
+static int dpt__fused_act(const dpt_seq_t *s, size_t i)
+{
+    if (s->layers[i].spec.kind != DPT_LAYER_LINEAR || i + 1 >= s->nlayers)
+        return -1;
+    dpt_layer_kind_t next = s->layers[i + 1].spec.kind;
+    return next == DPT_LAYER_RELU || next == DPT_LAYER_TANH ? (int)next : -1;
+}
+
 int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t batch,
                     const float **y)
 {
@@ -481,8 +512,9 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
             in = s->act[relu ? ++i : i];
             continue;
         }
-        if (relu) {
-            dpt__linear_relu_forward(l, params, in, s->act[i], s->act[i + 1], batch);
+        int act = dpt__fused_act(s, i);
+        if (act >= 0) {
+            dpt__linear_act_forward(l, act, params, in, s->act[i], s->act[i + 1], batch);
             in = s->act[++i];
             continue;
         }

@@ -491,11 +491,14 @@ static int dpt__vtrace_targets(dpt_policy_t *p, const float *v, const float *blo
  * or the LSTM's outputs). Rows with mask[i] == 0 (mask NULL: none) are
  * padding: they are left out of every mean (over the `valid` other rows)
  * and get no gradient. Accumulates the parameters' gradient into grads and,
- * when dfeat is not NULL, the features' gradient into dfeat [B, F].
+ * when dfeat is not NULL, the features' gradient into dfeat [B, F]. With
+ * `store` (a policy without an LSTM: the heads own every parameter) the
+ * gradient is stored instead, each element written once, so the engine
+ * need not zero grads first (DPT_MODEL_STORES_GRADS).
  */
 static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, const float *feat,
                          size_t B, const dpt__ppo_cols_t *c, const uint8_t *mask, size_t valid,
-                         float *dfeat, dpt_loss_out_t *out, const dpt__vtrace_cols_t *vt)
+                         float *dfeat, dpt_loss_out_t *out, const dpt__vtrace_cols_t *vt, int store)
 {
     size_t K = p->out_dim;
     const float *z, *v;
@@ -573,12 +576,15 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
     dpt_vec_zero(p->dz, B * K);
     if (p->discrete)
         dpt__categorical_backward_ex(z, B, K, c->actions, p->dlogp, p->dent, p->dz, &p->cat);
-    else
+    else {
+        if (store)
+            dpt_vec_zero(grads + p->log_std_off, K);
         dpt_gaussian_backward(z, ls, B, K, c->actions, p->dlogp, p->dent, p->dz,
                               grads + p->log_std_off);
+    }
     dpt__prof_lap(DPT_PROF_LOSS);
-    if ((rc = dpt_seq_backward(p->actor, params, grads, p->dz, dfeat)) != 0 ||
-        (rc = dpt_seq_backward(p->critic, params, grads, p->dv, dfeat)) != 0)
+    if ((rc = dpt_seq_backward_ex(p->actor, params, grads, p->dz, dfeat, store)) != 0 ||
+        (rc = dpt_seq_backward_ex(p->critic, params, grads, p->dv, dfeat, store)) != 0)
         return rc;
     dpt__prof_lap(DPT_PROF_BACKWARD);
     double loss = pg - (double)hp->ent_coef * ent + (double)hp->vf_coef * vl;
@@ -644,7 +650,8 @@ static int dpt__ppo_loss_grad_seq(dpt_policy_t *p, const float *params, float *g
         return rc;
     dpt__ppo_cols_t tm = {NULL, p->tm_logp, p->tm_adv, p->tm_ret, p->tm_val, p->tm_act};
     dpt_vec_zero(p->dy, B * H);
-    if ((rc = dpt__ppo_core(p, params, grads, p->y, B, &tm, p->mask, valid, p->dy, out, NULL)) != 0)
+    if ((rc = dpt__ppo_core(p, params, grads, p->y, B, &tm, p->mask, valid, p->dy, out, NULL, 0)) !=
+        0)
         return rc;
     return dpt_lstm_backward(p->lstm, params, grads, p->dy, NULL, NULL, NULL, NULL, NULL);
 }
@@ -660,7 +667,7 @@ static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, cons
         return rc;
     if (p->lstm)
         return dpt__ppo_loss_grad_seq(p, params, grads, b, &c, &sc, out);
-    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, b->rows, NULL, out, NULL);
+    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, b->rows, NULL, out, NULL, 1);
 }
 
 static int dpt__ppo_replicate(void *ctx, void **copy)
@@ -693,6 +700,7 @@ dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *h
         .loss_grad = dpt__ppo_loss_grad,
         .replicate = dpt__ppo_replicate,
         .release = dpt__ppo_release,
+        .flags = p->lstm ? 0u : DPT_MODEL_STORES_GRADS,
     };
     return m;
 }
@@ -725,7 +733,7 @@ static int dpt__vtrace_loss_grad(void *ctx, const float *params, float *grads, c
         !(vt.discounts = dpt_batch_get(b, who, DPT_VTRACE_COL_DISCOUNTS, DPT_F32, 1, NULL)))
         return DPT_EINVAL;
     size_t valid = b->rows / L * (L - 1);
-    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, valid, NULL, out, &vt);
+    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, valid, NULL, out, &vt, 1);
 }
 
 dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_params_t *hp)
@@ -741,6 +749,7 @@ dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_param
         .loss_grad = dpt__vtrace_loss_grad,
         .replicate = dpt__ppo_replicate,
         .release = dpt__ppo_release,
+        .flags = DPT_MODEL_STORES_GRADS, /* no LSTM (refused by the loss) */
     };
     return m;
 }
