@@ -9,6 +9,9 @@
 #include "dpt/env.h"
 #include "dpt/rl.h"
 
+#include <math.h>
+#include <string.h>
+
 static void noop_reset(void *s, dpt_rng_t *r, float *obs)
 {
     (void)s, (void)r;
@@ -156,6 +159,18 @@ static void check_ppo_gradient(const dpt_env_class_t *cls)
                 out.extra[DPT_PPO_STAT_POLICY_LOSS] - 0.05 * out.extra[DPT_PPO_STAT_ENTROPY] +
                     0.5 * out.extra[DPT_PPO_STAT_VF_LOSS],
                 1e-7);
+    /* The model stores its gradient: a second call over NaN-filled grads
+     * writes every element of every variable (not the padding between
+     * them), with the bits of the call over zeros. */
+    CHECK(c.m.flags & DPT_MODEL_STORES_GRADS);
+    for (size_t i = 0; i < n; i++)
+        g2.data[i] = NAN;
+    REQUIRE_OK(c.m.loss_grad(c.m.ctx, p.data, g2.data, &c.b, &out));
+    for (size_t v = 0; v < c.m.vars->nvars; v++) {
+        const dpt_var_t *var = &c.m.vars->vars[v];
+        CHECK(memcmp(g.data + var->offset, g2.data + var->offset, var->count * sizeof *g.data) ==
+              0);
+    }
     double *num = malloc(n * sizeof *num);
     REQUIRE(num);
     const float h = 1e-2f;

@@ -217,6 +217,7 @@ static void check_rnn_gradient(const dpt_env_class_t *cls, int prev_action, int 
     REQUIRE_OK(dpt_policy_create_ex(&p, cls, &spec, S * L));
     dpt_ppo_loss_params_t hp = {0.2f, 0.2f, 0.5f, 0.05f};
     dpt_model_t m = dpt_policy_ppo_model(p, &hp);
+    CHECK(!(m.flags & DPT_MODEL_STORES_GRADS)); /* the LSTM's gradient accumulates */
     size_t n = m.vars->total;
     dpt_arena_t a, g, g2;
     REQUIRE_OK(dpt_arena_init(&a, n));
