@@ -552,6 +552,57 @@ static void test_small(void)
     }
 }
 
+/* dpt__gemm_set_direct is a test hook (nn/gemm_impl.h). Products with at
+ * most 8 rows (in the problem or its transpose) go to the direct kernels;
+ * their bits must be the packed path's, for every kernel that has them,
+ * every transpose combination, beta 0 (C not read: NaN there stays out) and
+ * 1, alpha 1 and 0.5, columns around the vector widths. */
+static void test_direct_is_packed(void)
+{
+    static const size_t dims[] = {1, 2, 3, 4, 5, 8, 9, 17, 64};
+    static const size_t ns[] = {1, 2, 4, 15, 16, 17, 24, 25, 31, 32, 33, 48, 49, 64, 65, 100};
+    static const size_t ks[] = {1, 2, 7, 64, 256};
+    const char *names[] = {"avx2", "avx512f"};
+    for (size_t v = 0; v < 2; v++) {
+        if (dpt__gemm_set_kernel(names[v]) == DPT_ENOTSUP)
+            continue;
+        for (size_t mi = 0; mi < sizeof dims / sizeof dims[0]; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                    for (int tr = 0; tr < 4; tr++)
+                        for (int bi = 0; bi < 2; bi++) {
+                            size_t m = dims[mi], n = ns[ni], k = ks[ki];
+                            if (m > 8 && n > 8)
+                                continue; /* neither orientation is direct */
+                            int ta = tr & 1, tb = tr >> 1;
+                            float alpha = bi ? 0.5f : 1.0f, beta = (float)bi;
+                            size_t lda, ldb, ldc;
+                            float *a = ta ? matrix_new(k, m, &lda) : matrix_new(m, k, &lda);
+                            float *b = tb ? matrix_new(n, k, &ldb) : matrix_new(k, n, &ldb);
+                            float *c1 = matrix_new(m, n, &ldc), *c2 = matrix_new(m, n, &ldc);
+                            REQUIRE(a && b && c1 && c2);
+                            for (size_t i = 0; i < m; i++)
+                                for (size_t j = 0; j < n; j++) {
+                                    if (beta == 0.0f)
+                                        c1[i * ldc + j] = NAN;
+                                    c2[i * ldc + j] = c1[i * ldc + j];
+                                }
+                            dpt__gemm_set_direct(0);
+                            dpt_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c1, ldc);
+                            dpt__gemm_set_direct(1);
+                            dpt_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c2, ldc);
+                            int same = memcmp(c1, c2, (m * ldc) * sizeof *c1) == 0;
+                            if (!same)
+                                fprintf(stderr, "direct %s m=%zu n=%zu k=%zu ta=%d tb=%d beta=%g\n",
+                                        names[v], m, n, k, ta, tb, (double)beta);
+                            CHECK(same);
+                            free(a), free(b), free(c1), free(c2);
+                        }
+    }
+    dpt__gemm_set_direct(1);
+    CHECK_OK(dpt__gemm_set_kernel(NULL));
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
@@ -564,6 +615,7 @@ int main(void)
         DPT_TEST(test_rows_independent_of_m),
         DPT_TEST(test_bpack),
         DPT_TEST(test_small),
+        DPT_TEST(test_direct_is_packed),
     };
     printf("default backend: %s\n", dpt_gemm_describe(dpt_gemm_get_backend()));
     return DPT_TEST_RUN(cases);

@@ -58,6 +58,16 @@ typedef void (*dpt__pack_fn)(size_t width, size_t len, size_t kc, const float *x
 typedef void (*dpt__small_fn)(size_t m, size_t n, size_t k, const float *a, size_t lda,
                               const float *wt, size_t ldw, const float *bias, float *c, size_t ldc);
 
+/* A direct kernel: C = alpha * op(A) op(B) + beta * C for beta 0 or 1 (C not
+ * read when 0), op(A) element (i, p) at a[i*rsa + p*csa], op(B) with
+ * contiguous rows (element (p, j) at b[p*rsb + j]), k <= DPT__GEMM_KC,
+ * without packing. Every element gets the packed path's bits: the
+ * micro-kernel's chain over increasing p from zero, times alpha, plus C. The
+ * driver calls it for products with few rows or a short K (gemm.c). */
+typedef void (*dpt__direct_fn)(size_t m, size_t n, size_t k, const float *a, size_t rsa, size_t csa,
+                               const float *b, size_t rsb, float *c, size_t rsc, size_t csc,
+                               float alpha, float beta);
+
 /* One portable kernel variant. The drivers' blocking (DPT__GEMM_MC and
  * DPT__GEMM_NC in gemm.c) is a multiple of every kernel's mr and nr. */
 typedef struct dpt__gemm_kernel {
@@ -72,6 +82,7 @@ typedef struct dpt__gemm_kernel {
      * full tile. */
     dpt__gemm_edge_t edges[2];
     dpt__small_fn small;
+    dpt__direct_fn direct; /* NULL: every product is packed */
 } dpt__gemm_kernel_t;
 
 /* The kernel index meaning the unpacked loop without workspace (tests select
@@ -94,6 +105,11 @@ const dpt__gemm_kernel_t *dpt__gemm_kernel(int index);
  * pick for NULL. Returns 0, DPT_ENOTSUP when the CPU lacks the instructions
  * or this build does not have the kernel, DPT_EINVAL for other names. */
 int dpt__gemm_set_kernel(const char *name);
+
+/* Test hook (tests/test_gemm.c declares it): on = 0 sends every product
+ * through the packed path, 1 (the default) lets the driver use the direct
+ * kernel where it applies. Process-wide. */
+void dpt__gemm_set_direct(int on);
 
 /* ---- a B operand packed once, for many products ------------------------------
  *

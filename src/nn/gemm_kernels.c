@@ -555,9 +555,11 @@ ukernel_avx512(size_t k, const float *restrict a, size_t rsa, size_t csa, const 
 
 #endif /* DPT__GEMM_X86 */
 
-/* ---- small-M kernels (gemm_impl.h: dpt__small_fn) ------------------------------ */
+/* ---- direct kernels (gemm_impl.h: dpt__direct_fn, dpt__small_fn) ------------- */
 
-/* The plain C kernel's sums: acc += a * b, a multiply and an add. */
+/* The plain C kernel's sums for products with a few rows: acc += a * b, a
+ * multiply and an add. (The C kernel has no direct kernel: its packed path
+ * serves every other product.) */
 static void small_c(size_t m, size_t n, size_t k, const float *a, size_t lda, const float *wt,
                     size_t ldw, const float *bias, float *c, size_t ldc)
 {
@@ -572,156 +574,243 @@ static void small_c(size_t m, size_t n, size_t k, const float *a, size_t lda, co
 
 #if DPT__GEMM_X86
 /*
- * Four rows at a time (a partial group repeats its first row and discards
- * the copies), 16 columns per pair of vectors: eight independent chains of
- * fused multiply-adds over p, as the AVX2 micro-kernel sums. A group of one
- * or two rows (a device acting for two envs) takes 32 columns per four
- * vectors instead, still eight chains, so two rows cost half of four.
+ * The direct kernels compute C = alpha * op(A) op(B) + beta * C (beta 0 or
+ * 1), or C = op(A) op(B) + bias, for B with contiguous rows, without packing:
+ * four rows of A at a time (a partial group repeats its first row and
+ * discards the copies) against two vectors of B columns, eight independent
+ * chains of fused multiply-adds over p from zero; a group of one or two rows
+ * takes four vectors of columns instead (eight chains again), so two rows
+ * cost half of four. Every element is the micro-kernels' sum: one chain over
+ * increasing p, then alpha * acc, then + C (or + bias) in one rounding, the
+ * same bits as the packed path for k <= DPT__GEMM_KC.
  */
-__attribute__((target("avx2,fma"))) static void
-small_avx2_store(const __m256 *acc, size_t nv, const float *bias, float *c, size_t cols)
+typedef struct direct_out {
+    float *c;
+    size_t rsc, csc;
+    float alpha, beta;
+    const float *bias; /* not NULL: c = alpha * acc + bias (alpha 1), beta unused */
+} direct_out_t;
+
+/* A row's `cols` results from the vectors of t (alpha * acc applied by the
+ * caller), through memory: a C with strided columns. */
+static void direct_store_scalar(const float *t, size_t cols, size_t j, const direct_out_t *o,
+                                float *c)
 {
-    _Alignas(32) float t[32];
-    for (size_t q = 0; q < nv; q++)
-        _mm256_store_ps(t + 8 * q, acc[q]);
-    for (size_t q = 0; q < cols; q++)
-        c[q] = bias ? t[q] + bias[q] : t[q];
+    for (size_t q = 0; q < cols; q++) {
+        float v = t[q], *cp = c + q * o->csc;
+        *cp = o->bias ? v + o->bias[j + q] : (o->beta == 0.0f ? v : v + o->beta * *cp);
+    }
 }
 
-__attribute__((target("avx2,fma"))) static void small_avx2(size_t m, size_t n, size_t k,
-                                                           const float *a, size_t lda,
-                                                           const float *wt, size_t ldw,
-                                                           const float *bias, float *c, size_t ldc)
+/* The vectors come by value: an accumulator array indexed at run time
+ * would live in memory through the k loop. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+direct_store_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3, size_t nv, size_t cols, size_t i,
+                  size_t j, const direct_out_t *o)
+{
+    const __m256 acc[4] = {a0, a1, a2, a3};
+    float *c = o->c + i * o->rsc + j * o->csc;
+    __m256 va = _mm256_set1_ps(o->alpha), vb = _mm256_set1_ps(o->beta);
+    if (o->csc != 1) {
+        _Alignas(32) float t[32];
+        for (size_t q = 0; q < nv; q++)
+            _mm256_store_ps(t + 8 * q, _mm256_mul_ps(va, acc[q]));
+        direct_store_scalar(t, cols, j, o, c);
+        return;
+    }
+    for (size_t q = 0; q < nv && 8 * q < cols; q++) {
+        __m256i mq = lanes_below(cols - 8 * q);
+        __m256 v = _mm256_mul_ps(va, acc[q]);
+        if (o->bias)
+            v = _mm256_add_ps(v, _mm256_maskload_ps(o->bias + j + 8 * q, mq));
+        else if (o->beta != 0.0f)
+            v = _mm256_fmadd_ps(vb, _mm256_maskload_ps(c + 8 * q, mq), v);
+        if (cols - 8 * q >= 8)
+            _mm256_storeu_ps(c + 8 * q, v);
+        else
+            _mm256_maskstore_ps(c + 8 * q, mq, v);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void direct_avx2_core(size_t m, size_t n, size_t k,
+                                                                 const float *a, size_t rsa,
+                                                                 size_t csa, const float *b,
+                                                                 size_t rsb, const direct_out_t *o)
 {
     for (size_t i = 0; i < m; i += 4) {
         size_t rows = dpt__gemm_min(4, m - i), j = 0;
         const float *ar[4];
         for (size_t r = 0; r < 4; r++)
-            ar[r] = a + (i + (r < rows ? r : 0)) * lda;
-        /* 32-column blocks for one or two rows (ldw >= n rounded up to 16
-         * covers the four vectors read) */
+            ar[r] = a + (i + (r < rows ? r : 0)) * rsa;
         for (; rows <= 2 && j < n && n - j > 24; j += 32) {
+            size_t cols = dpt__gemm_min(32, n - j);
+            __m256i m3 = lanes_below(cols - 24);
             __m256 acc[2][4];
             for (size_t r = 0; r < 2; r++)
                 for (size_t q = 0; q < 4; q++)
                     acc[r][q] = _mm256_setzero_ps();
-            const float *w = wt + j;
-            for (size_t p = 0; p < k; p++, w += ldw) {
+            const float *w = b + j;
+            for (size_t p = 0; p < k; p++, w += rsb) {
                 __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
-                __m256 b2 = _mm256_loadu_ps(w + 16), b3 = _mm256_loadu_ps(w + 24);
+                __m256 b2 = _mm256_loadu_ps(w + 16), b3 = _mm256_maskload_ps(w + 24, m3);
                 for (size_t r = 0; r < 2; r++) {
-                    __m256 x = _mm256_broadcast_ss(ar[r] + p);
+                    __m256 x = _mm256_broadcast_ss(ar[r] + p * csa);
                     acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
                     acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
                     acc[r][2] = _mm256_fmadd_ps(x, b2, acc[r][2]);
                     acc[r][3] = _mm256_fmadd_ps(x, b3, acc[r][3]);
                 }
             }
-            for (size_t r = 0; r < rows; r++)
-                small_avx2_store(acc[r], 4, bias ? bias + j : NULL, c + (i + r) * ldc + j,
-                                 dpt__gemm_min(32, n - j));
+            direct_store_avx2(acc[0][0], acc[0][1], acc[0][2], acc[0][3], 4, cols, i, j, o);
+            if (rows > 1)
+                direct_store_avx2(acc[1][0], acc[1][1], acc[1][2], acc[1][3], 4, cols, i + 1, j, o);
         }
         for (; j < n; j += 16) {
+            size_t cols = dpt__gemm_min(16, n - j);
+            __m256i m0 = lanes_below(cols), m1 = lanes_below(cols > 8 ? cols - 8 : 0);
             __m256 acc[4][2];
             for (size_t r = 0; r < 4; r++)
                 acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-            const float *w = wt + j;
-            for (size_t p = 0; p < k; p++, w += ldw) {
-                __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
+            const float *w = b + j;
+            for (size_t p = 0; p < k; p++, w += rsb) {
+                __m256 b0 = _mm256_maskload_ps(w, m0), b1 = _mm256_maskload_ps(w + 8, m1);
                 for (size_t r = 0; r < 4; r++) {
-                    __m256 x = _mm256_broadcast_ss(ar[r] + p);
+                    __m256 x = _mm256_broadcast_ss(ar[r] + p * csa);
                     acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
                     acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
                 }
             }
-            for (size_t r = 0; r < rows; r++)
-                small_avx2_store(acc[r], 2, bias ? bias + j : NULL, c + (i + r) * ldc + j,
-                                 dpt__gemm_min(16, n - j));
+            __m256 z = _mm256_setzero_ps();
+            direct_store_avx2(acc[0][0], acc[0][1], z, z, 2, cols, i, j, o);
+            if (rows > 1)
+                direct_store_avx2(acc[1][0], acc[1][1], z, z, 2, cols, i + 1, j, o);
+            if (rows > 2)
+                direct_store_avx2(acc[2][0], acc[2][1], z, z, 2, cols, i + 2, j, o);
+            if (rows > 3)
+                direct_store_avx2(acc[3][0], acc[3][1], z, z, 2, cols, i + 3, j, o);
         }
     }
 }
 
 /* Lanes [0, cols) of a vector of 16 (cols may be <= 0 or > 16). */
-__attribute__((target("avx512f"))) static inline __mmask16 small_mask(ptrdiff_t cols)
+__attribute__((target("avx512f"))) static inline __mmask16 lanes16(ptrdiff_t cols)
 {
     return (__mmask16)(cols >= 16 ? 0xffffu : cols > 0 ? (1u << cols) - 1u : 0u);
 }
 
-/* Stores row r's vectors acc[0..nv) to c[0, cols), adding the bias first. */
-__attribute__((target("avx512f"))) static inline void
-small_avx512_store(const __m512 *acc, size_t nv, const float *bias, float *c, size_t cols)
+__attribute__((target("avx512f"), always_inline)) static inline void
+direct_store_avx512(__m512 a0, __m512 a1, __m512 a2, __m512 a3, size_t nv, size_t cols, size_t i,
+                    size_t j, const direct_out_t *o)
 {
+    const __m512 acc[4] = {a0, a1, a2, a3};
+    float *c = o->c + i * o->rsc + j * o->csc;
+    __m512 va = _mm512_set1_ps(o->alpha), vb = _mm512_set1_ps(o->beta);
+    if (o->csc != 1) {
+        _Alignas(64) float t[64];
+        for (size_t q = 0; q < nv; q++)
+            _mm512_store_ps(t + 16 * q, _mm512_mul_ps(va, acc[q]));
+        direct_store_scalar(t, cols, j, o, c);
+        return;
+    }
     for (size_t q = 0; q < nv; q++) {
-        __mmask16 mq = small_mask((ptrdiff_t)cols - (ptrdiff_t)(16 * q));
-        __m512 v = acc[q];
-        if (bias)
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mq, bias + 16 * q));
+        __mmask16 mq = lanes16((ptrdiff_t)cols - (ptrdiff_t)(16 * q));
+        __m512 v = _mm512_mul_ps(va, acc[q]);
+        if (o->bias)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mq, o->bias + j + 16 * q));
+        else if (o->beta != 0.0f)
+            v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mq, c + 16 * q), v);
         _mm512_mask_storeu_ps(c + 16 * q, mq, v);
     }
 }
 
-/* Four rows, 32 columns per pair of vectors (one vector when 16 cover the
- * rest), as the AVX-512 micro-kernel sums; one or two rows take 64 columns
- * per four vectors (eight chains again). */
-__attribute__((target("avx512f"))) static void small_avx512(size_t m, size_t n, size_t k,
-                                                            const float *a, size_t lda,
-                                                            const float *wt, size_t ldw,
-                                                            const float *bias, float *c, size_t ldc)
+__attribute__((target("avx512f"))) static void direct_avx512_core(size_t m, size_t n, size_t k,
+                                                                  const float *a, size_t rsa,
+                                                                  size_t csa, const float *b,
+                                                                  size_t rsb, const direct_out_t *o)
 {
     for (size_t i = 0; i < m; i += 4) {
         size_t rows = dpt__gemm_min(4, m - i), j = 0;
         const float *ar[4];
         for (size_t r = 0; r < 4; r++)
-            ar[r] = a + (i + (r < rows ? r : 0)) * lda;
+            ar[r] = a + (i + (r < rows ? r : 0)) * rsa;
         for (; rows <= 2 && j < n && n - j > 48; j += 64) {
+            size_t cols = dpt__gemm_min(64, n - j);
+            __mmask16 m3 = lanes16((ptrdiff_t)cols - 48);
             __m512 acc[2][4];
             for (size_t r = 0; r < 2; r++)
                 for (size_t q = 0; q < 4; q++)
                     acc[r][q] = _mm512_setzero_ps();
-            const float *w = wt + j;
-            for (size_t p = 0; p < k; p++, w += ldw) {
+            const float *w = b + j;
+            for (size_t p = 0; p < k; p++, w += rsb) {
                 __m512 b0 = _mm512_loadu_ps(w), b1 = _mm512_loadu_ps(w + 16);
-                __m512 b2 = _mm512_loadu_ps(w + 32), b3 = _mm512_loadu_ps(w + 48);
+                __m512 b2 = _mm512_loadu_ps(w + 32), b3 = _mm512_maskz_loadu_ps(m3, w + 48);
                 for (size_t r = 0; r < 2; r++) {
-                    __m512 x = _mm512_set1_ps(ar[r][p]);
+                    __m512 x = _mm512_set1_ps(ar[r][p * csa]);
                     acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
                     acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
                     acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
                     acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
                 }
             }
-            for (size_t r = 0; r < rows; r++)
-                small_avx512_store(acc[r], 4, bias ? bias + j : NULL, c + (i + r) * ldc + j,
-                                   dpt__gemm_min(64, n - j));
+            direct_store_avx512(acc[0][0], acc[0][1], acc[0][2], acc[0][3], 4, cols, i, j, o);
+            if (rows > 1)
+                direct_store_avx512(acc[1][0], acc[1][1], acc[1][2], acc[1][3], 4, cols, i + 1, j,
+                                    o);
         }
         for (; j < n; j += 32) {
             size_t cols = dpt__gemm_min(32, n - j);
+            __mmask16 m0 = lanes16((ptrdiff_t)cols), m1 = lanes16((ptrdiff_t)cols - 16);
             __m512 acc[4][2];
             for (size_t r = 0; r < 4; r++)
                 acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-            const float *w = wt + j;
+            const float *w = b + j;
             if (cols > 16) {
-                for (size_t p = 0; p < k; p++, w += ldw) {
-                    __m512 b0 = _mm512_loadu_ps(w), b1 = _mm512_loadu_ps(w + 16);
+                for (size_t p = 0; p < k; p++, w += rsb) {
+                    __m512 b0 = _mm512_loadu_ps(w), b1 = _mm512_maskz_loadu_ps(m1, w + 16);
                     for (size_t r = 0; r < 4; r++) {
-                        __m512 x = _mm512_set1_ps(ar[r][p]);
+                        __m512 x = _mm512_set1_ps(ar[r][p * csa]);
                         acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
                         acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
                     }
                 }
             } else {
-                for (size_t p = 0; p < k; p++, w += ldw) {
-                    __m512 b0 = _mm512_loadu_ps(w);
+                for (size_t p = 0; p < k; p++, w += rsb) {
+                    __m512 b0 = _mm512_maskz_loadu_ps(m0, w);
                     for (size_t r = 0; r < 4; r++)
-                        acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(ar[r][p]), b0, acc[r][0]);
+                        acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(ar[r][p * csa]), b0, acc[r][0]);
                 }
             }
-            for (size_t r = 0; r < rows; r++)
-                small_avx512_store(acc[r], cols > 16 ? 2 : 1, bias ? bias + j : NULL,
-                                   c + (i + r) * ldc + j, cols);
+            __m512 z = _mm512_setzero_ps();
+            size_t nv = cols > 16 ? 2 : 1;
+            direct_store_avx512(acc[0][0], acc[0][1], z, z, nv, cols, i, j, o);
+            if (rows > 1)
+                direct_store_avx512(acc[1][0], acc[1][1], z, z, nv, cols, i + 1, j, o);
+            if (rows > 2)
+                direct_store_avx512(acc[2][0], acc[2][1], z, z, nv, cols, i + 2, j, o);
+            if (rows > 3)
+                direct_store_avx512(acc[3][0], acc[3][1], z, z, nv, cols, i + 3, j, o);
         }
     }
 }
+
+#define DPT__DIRECT_WRAPPERS(isa, target_attr)                                                     \
+    target_attr static void direct_##isa(size_t m, size_t n, size_t k, const float *a, size_t rsa, \
+                                         size_t csa, const float *b, size_t rsb, float *c,         \
+                                         size_t rsc, size_t csc, float alpha, float beta)          \
+    {                                                                                              \
+        direct_out_t o = {c, rsc, csc, alpha, beta, NULL};                                         \
+        direct_##isa##_core(m, n, k, a, rsa, csa, b, rsb, &o);                                     \
+    }                                                                                              \
+    target_attr static void small_##isa(size_t m, size_t n, size_t k, const float *a, size_t lda,  \
+                                        const float *wt, size_t ldw, const float *bias, float *c,  \
+                                        size_t ldc)                                                \
+    {                                                                                              \
+        direct_out_t o = {c, ldc, 1, 1.0f, 0.0f, bias};                                            \
+        direct_##isa##_core(m, n, k, a, lda, 1, wt, ldw, &o);                                      \
+    }
+
+DPT__DIRECT_WRAPPERS(avx2, __attribute__((target("avx2,fma"))))
+DPT__DIRECT_WRAPPERS(avx512, __attribute__((target("avx512f"))))
 #endif
 
 /* ---- kernel table and run-time dispatch ---------------------------------- */
@@ -759,7 +848,8 @@ static const dpt__gemm_kernel_t kernels[] = {
      pack_b_generic,
      cpu_any,
      {{NULL, 0, 0}, {NULL, 0, 0}},
-     small_c},
+     small_c,
+     NULL},
 #if DPT__GEMM_X86
     {"avx2",
      "portable (avx2+fma, 6x16 tiles)",
@@ -770,7 +860,8 @@ static const dpt__gemm_kernel_t kernels[] = {
      pack_b_avx,
      cpu_avx2,
      {{ukernel_avx2_edge, DPT__AVX2_EDGE_MR, DPT__AVX2_EDGE_PANELS}, {ukernel_avx2_edge4, 4, 1}},
-     small_avx2},
+     small_avx2,
+     direct_avx2},
     {"avx512f",
      "portable (avx512f, 8x32 tiles)",
      DPT__AVX512_MR,
@@ -780,7 +871,8 @@ static const dpt__gemm_kernel_t kernels[] = {
      pack_b_avx,
      cpu_avx512,
      {{NULL, 0, 0}, {NULL, 0, 0}},
-     small_avx512},
+     small_avx512,
+     direct_avx512},
 #endif
 };
 #define DPT__NKERNELS (sizeof kernels / sizeof kernels[0])
