@@ -4,9 +4,12 @@
 Reads the JSON lines of `dpt bench allreduce --json` written by
 bench/scaling_run.sh (OUTDIR/threads.jsonl, mpi-shm.jsonl, mpi-tcp.jsonl),
 fits t(n) = a + b * n per transport, algorithm and size segment on the
-TRAINING sizes (n = 4^k bytes: even powers of 2) and predicts the HELD-OUT
-sizes (odd powers of 2), printing the fitted parameters and each held-out
-prediction's relative error. Python 3 standard library only.
+TRAINING sizes (n = 2^k bytes, 4 B .. 64 MiB) and predicts the HELD-OUT sizes
+(n = 3 * 2^k, 12 B .. 48 MiB: one between every two training sizes, never
+seen by the fit), printing the fitted parameters and each held-out
+prediction's relative error. A size measured in several rounds counts with
+its fastest round's median: a shared machine only ever adds time, and a
+disturbed stretch hits one round, not all. Python 3 standard library only.
 
     python3 bench/scaling_fit.py OUTDIR [--breaks LABEL[:ALG]=B1,B2,...]...
                                         [--compute-ms MODEL=MS]...
@@ -16,11 +19,22 @@ prediction's relative error. Python 3 standard library only.
 784-4096-4096-1280-10, 25,253,642 parameters); with it the script projects
 the step time to 8..1024 ranks on the NETWORKS below (datasheet figures).
 
-Breaks split a transport's sizes into segments [B_i, B_i+1) fitted
-separately, where a protocol switch or the last-level cache changes the
-slope; the defaults (BREAKS below) are where this machine's curves bend.
-The fit minimises the squared RELATIVE error (weights 1/t^2), so small and
-large messages count alike. At P = 2 every algorithm is linear in n:
+The curve bends where the buffers leave the caches and jumps where the
+transport changes protocol (Open MPI's eager limit, 4 KiB over shared
+memory: the ring's halves cross it between 6 and 8 KiB, the tree's whole
+buffers between 3 and 4 KiB), so the model is piecewise: segments between
+knots K_1 < K_2 < ..., each with its own alpha and beta:
+  t = a + b n + sum_i c_i max(0, n - K_i) + sum_j d_j [n >= J_j]
+(beta changes by c_i at K_i; alpha jumps by d_j at J_j). The knots are
+chosen from the TRAINING sizes alone, greedily: the term (a bend or a jump
+at a training size) that lowers the summed squared relative error of the
+fit the most is added, as long as it lowers it by more than PENALTY (as
+much as one training size off by 20%) and leaves every segment at least
+MIN_OCTAVES octaves long. A jump takes effect at the first training size
+that shows it. --breaks LABEL[:ALG]=K1,K2,... fixes bends (no jumps)
+instead. Every fit minimises the squared RELATIVE error (weights 1/t^2), so
+small and large messages count alike.
+At P = 2 every algorithm is linear in n:
   ring:   t = 2(P-1) alpha + 2(P-1)/P n beta      = 2 alpha + n beta
   tree:   t = log2(P) (alpha + n beta)            =   alpha + n beta
   native: t = a + b n (threads: 2 barriers + one pass over P buffers;
@@ -33,18 +47,13 @@ import os
 import sys
 
 STEPS = {"ring": 2.0, "tree": 1.0, "native": 1.0}  # alpha terms at P = 2
-# threads: small-message path up to 8 KiB; 2 x 2 buffers of >= 16 MiB leave the
-# 32 MiB L3. MPI: Open MPI's eager/rendezvous switches and the same L3 edge.
-BREAKS = {
-    "threads": [16384, 16777216],
-    "mpi-shm": [4096, 16777216],
-    "mpi-tcp": [65536, 16777216],
-}
+PENALTY = 0.04  # squared relative error a knot must remove: one size off by 20%
+MIN_OCTAVES = 2  # shortest segment between knots (3 training sizes)
 BYTE_FACTOR = {"ring": 1.0, "tree": 1.0, "native": 1.0}  # n beta terms at P = 2
 
 
 def load(path):
-    rows = {}
+    best = {}
     with open(path) as f:
         for line in f:
             line = line.strip()
@@ -53,26 +62,106 @@ def load(path):
             r = json.loads(line)
             if r.get("participants", 2) != 2 and "mpi" not in r["backend"]:
                 continue
-            rows.setdefault(r["algorithm"], []).append((r["bytes"], r["time_us"]))
+            key = (r["algorithm"], r["bytes"])
+            best[key] = min(best.get(key, r["time_us"]), r["time_us"])
+    rows = {}
+    for (alg, n), t in best.items():
+        rows.setdefault(alg, []).append((n, t))
     return rows
 
 
-def fit(points):
-    # minimise sum ((a + b n - t) / t)^2
-    s00 = s01 = s11 = r0 = r1 = 0.0
-    for n, t in points:
-        w = 1.0 / (t * t)
-        s00 += w
-        s01 += w * n
-        s11 += w * n * n
-        r0 += w * t
-        r1 += w * t * n
-    det = s00 * s11 - s01 * s01
-    if abs(det) < 1e-300:
-        return None
-    a = (r0 * s11 - r1 * s01) / det
-    b = (s00 * r1 - s01 * r0) / det
-    return a, b
+def solve(rows, rhs):
+    """Least squares min |rows x - rhs| by the normal equations on
+    column-scaled rows (a handful of columns), Gaussian elimination with
+    partial pivoting. None when singular."""
+    m = len(rows[0])
+    scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(m)]
+    cols = [[r[j] / scale[j] for j in range(m)] for r in rows]
+    ata = [[sum(c[i] * c[j] for c in cols) for j in range(m)] for i in range(m)]
+    atb = [sum(c[i] * y for c, y in zip(cols, rhs)) for i in range(m)]
+    for k in range(m):
+        piv = max(range(k, m), key=lambda i: abs(ata[i][k]))
+        if abs(ata[piv][k]) < 1e-14:
+            return None
+        ata[k], ata[piv] = ata[piv], ata[k]
+        atb[k], atb[piv] = atb[piv], atb[k]
+        for i in range(k + 1, m):
+            f = ata[i][k] / ata[k][k]
+            for j in range(k, m):
+                ata[i][j] -= f * ata[k][j]
+            atb[i] -= f * atb[k]
+    x = [0.0] * m
+    for k in reversed(range(m)):
+        x[k] = (atb[k] - sum(ata[k][j] * x[j] for j in range(k + 1, m))) / ata[k][k]
+    return [x[j] / scale[j] for j in range(m)]
+
+
+# A knot is (size, kind): kind "bend" adds max(0, n - size) (beta changes),
+# "jump" adds [n >= size] (alpha changes).
+def basis(n, knots):
+    return [1.0, float(n)] + [
+        float(max(0, n - k)) if kind == "bend" else float(n >= k) for k, kind in knots
+    ]
+
+
+def fit(points, knots=()):
+    """The piecewise line through `points` with these knots, minimising the
+    squared relative error: its coefficients, or None."""
+    rows = [[v / t for v in basis(n, knots)] for n, t in points]
+    return solve(rows, [1.0] * len(points))
+
+
+def predict(coef, knots, n):
+    return sum(c * v for c, v in zip(coef, basis(n, knots)))
+
+
+def sq_rel_err(points, coef, knots):
+    return sum(((predict(coef, knots, n) - t) / t) ** 2 for n, t in points)
+
+
+def choose_knots(train):
+    """Knots from the training points alone (see the docstring)."""
+    sizes = [n for n, _ in train]
+    knots = []
+    coef = fit(train)
+    err = sq_rel_err(train, coef, knots) if coef else float("inf")
+    while True:
+        best = None
+        for k in sizes[1:]:
+            for kind in ("bend", "jump"):
+                if (k, kind) in knots:
+                    continue
+                edges = sorted(set([sizes[0], sizes[-1]] + [x for x, _ in knots] + [k]))
+                if any(hi < lo * (1 << MIN_OCTAVES) for lo, hi in zip(edges, edges[1:])):
+                    continue
+                trial = sorted(knots + [(k, kind)])
+                c = fit(train, trial)
+                if c is None:
+                    continue
+                e = sq_rel_err(train, c, trial)
+                if best is None or e < best[0]:
+                    best = (e, trial, c)
+        if best is None or err - best[0] <= PENALTY:
+            return knots, coef
+        err, knots, coef = best
+
+
+def segments(coef, knots):
+    """(lo, hi, a, b): the line a + b n of each segment between knots."""
+    out = []
+    edges = [0] + sorted(set(k for k, _ in knots)) + [1 << 62]
+    for lo, hi in zip(edges, edges[1:]):
+        a, b = coef[0], coef[1]
+        for j, (k, kind) in enumerate(knots):
+            if k > lo:
+                continue
+            if kind == "bend":
+                a -= coef[2 + j] * k
+                b += coef[2 + j]
+            else:
+                a += coef[2 + j]
+        out.append((lo, hi, a, b))
+    return out
 
 
 # Published figures: line rate, and the adapter's latency (NVIDIA ConnectX-6
@@ -120,8 +209,7 @@ PS = [8, 16, 64, 256, 1024]
 
 
 def is_train(n):
-    k = n.bit_length() - 1
-    return k % 2 == 0
+    return n & (n - 1) == 0  # a power of 2
 
 
 def main(argv):
@@ -129,7 +217,7 @@ def main(argv):
         print(__doc__)
         return 2
     out = argv[1]
-    breaks = dict(BREAKS)
+    breaks = {}
     compute_ms = {}
     k = 2
     while k + 1 < len(argv):
@@ -153,20 +241,19 @@ def main(argv):
             pts = sorted(data.get(alg, []))
             if not pts:
                 continue
-            edges = [0] + breaks.get(label + ":" + alg, breaks.get(label, [])) + [1 << 62]
+            train = [(n, t) for n, t in pts if is_train(n)]
+            fixed = breaks.get(label + ":" + alg, breaks.get(label))
+            if fixed is None:
+                knots, coef = choose_knots(train)
+            else:
+                knots = [(k, "bend") for k in sorted(fixed)]
+                coef = fit(train, knots)
+            if coef is None:
+                continue
             print(f"\n## {label} {alg} (P = 2)")
             print(f"{'segment':>22} {'a_us':>9} {'b_ns/B':>9} {'alpha_us':>9} {'1/beta_GB/s':>12}")
-            models = []
-            for lo, hi in zip(edges, edges[1:]):
-                seg = [(n, t) for n, t in pts if lo <= n < hi]
-                train = [(n, t) for n, t in seg if is_train(n)]
-                if len(train) < 2:
-                    continue
-                ab = fit(train)
-                if ab is None:
-                    continue
-                a, b = ab
-                models.append((lo, hi, a, b))
+            models = segments(coef, knots)
+            for lo, hi, a, b in models:
                 alpha = a / STEPS[alg]
                 beta = b / BYTE_FACTOR[alg]  # us per byte
                 bw = 1e-3 / beta if beta > 0 else float("inf")
@@ -178,11 +265,7 @@ def main(argv):
             for n, t in pts:
                 if is_train(n):
                     continue
-                m = [x for x in models if x[0] <= n < x[1]]
-                if not m:
-                    continue
-                _, _, a, b = m[0]
-                p = a + b * n
+                p = predict(coef, knots, n)
                 e = (p - t) / t
                 worst = max(worst, abs(e))
                 print(f"{n:14d} {t:12.3f} {p:12.3f} {e * 100:7.1f}%")

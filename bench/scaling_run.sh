@@ -1,33 +1,46 @@
 #!/bin/sh
 # Measure dpt's allreduce at P = 2 for docs/SCALING.md: per backend (threads;
 # MPI over shared memory; MPI with Open MPI's TCP transport forced on the
-# loopback interface), per algorithm (native, ring, tree), sizes 4 B .. 64 MiB
-# (every power of 2). Writes one JSON object per line to OUTDIR/<transport>.jsonl
-# and, with --ranks, P = 3..8 over MPI shared memory (algorithm auto, 4 KiB and
-# 1 MiB) to OUTDIR/mpi-shm-p3-8.jsonl.
+# loopback interface), per algorithm (native, ring, tree), two sweeps of
+# sizes: the powers of 2 from 4 B to 64 MiB (the fit's training sizes) and
+# 3 x 2^k from 12 B to 48 MiB (held out: one between every two training
+# sizes). ROUNDS rounds of all of it, one after the other, so that a
+# disturbed stretch of a shared machine hits one round of a size, not all
+# (scaling_fit.py keeps the fastest round's median). Writes one JSON object
+# per line to OUTDIR/<transport>.jsonl and, with --ranks, P = 3..8 over MPI
+# shared memory (algorithm auto, 4 KiB and 1 MiB) to OUTDIR/mpi-shm-p3-8.jsonl.
 #
-#   bench/scaling_run.sh [DPT] [OUTDIR] [REPS] [--ranks]
+#   bench/scaling_run.sh [DPT] [OUTDIR] [REPS] [ROUNDS] [--ranks]
 #   python3 bench/scaling_fit.py OUTDIR
 set -eu
 DPT=${1:-build/dpt}
 OUT=${2:-scaling-out}
-REPS=${3:-5}
-RANKS=${4:-}
+REPS=${3:-3}
+ROUNDS=${4:-3}
+RANKS=${5:-}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TCP="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo"
-SIZES="--min-bytes 4 --max-bytes 67108864 --reps $REPS --json"
 : >"$OUT/threads.jsonl"
 : >"$OUT/mpi-shm.jsonl"
 : >"$OUT/mpi-tcp.jsonl"
-for alg in native ring tree; do
-    "$DPT" bench allreduce --backend threads --participants 2 --algorithm $alg $SIZES \
-        >>"$OUT/threads.jsonl"
-    mpirun --oversubscribe -np 2 "$DPT" bench allreduce --backend mpi --algorithm $alg \
-        $SIZES >>"$OUT/mpi-shm.jsonl"
-    # shellcheck disable=SC2086
-    mpirun --oversubscribe -np 2 $TCP "$DPT" bench allreduce --backend mpi --algorithm $alg \
-        $SIZES >>"$OUT/mpi-tcp.jsonl"
+round=1
+while [ "$round" -le "$ROUNDS" ]; do
+    for alg in native ring tree; do
+        for min in 4 12; do
+            SIZES="--min-bytes $min --max-bytes 67108864 --reps $REPS --json"
+            start=$(date +%s)
+            "$DPT" bench allreduce --backend threads --participants 2 --algorithm $alg $SIZES \
+                >>"$OUT/threads.jsonl"
+            mpirun --oversubscribe -np 2 "$DPT" bench allreduce --backend mpi --algorithm $alg \
+                $SIZES >>"$OUT/mpi-shm.jsonl"
+            # shellcheck disable=SC2086
+            mpirun --oversubscribe -np 2 $TCP "$DPT" bench allreduce --backend mpi \
+                --algorithm $alg $SIZES >>"$OUT/mpi-tcp.jsonl"
+            echo "round $round $alg from $min B: $(($(date +%s) - start)) s" >&2
+        done
+    done
+    round=$((round + 1))
 done
 if [ "$RANKS" = "--ranks" ]; then
     : >"$OUT/mpi-shm-p3-8.jsonl"

@@ -184,9 +184,9 @@ static void test_auto_table(void)
         }
     for (int P = 2; P <= 1024; P *= 2) {
         CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 1, 4) == DPT_ALLREDUCE_TREE);
-        CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 1, 4 * K) == DPT_ALLREDUCE_TREE);
-        CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 1, 4 * K + 4) == DPT_ALLREDUCE_NATIVE);
-        CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 1, 64 * M) == DPT_ALLREDUCE_NATIVE);
+        CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 1, 64 * K) == DPT_ALLREDUCE_TREE);
+        CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 1, 64 * K + 4) == DPT_ALLREDUCE_RING);
+        CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 1, 64 * M) == DPT_ALLREDUCE_RING);
         CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 2, 4) == DPT_ALLREDUCE_HIER);
         CHECK(dpt__comm_auto(DPT__LEVEL_MPI, P, 2, 64 * M) == DPT_ALLREDUCE_HIER);
         CHECK(dpt__comm_auto(DPT__LEVEL_GROUPS, P, -1, 64 * K) == DPT_ALLREDUCE_TREE);

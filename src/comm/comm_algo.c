@@ -12,10 +12,14 @@
  *                with two barriers (one on the small path); ring and tree
  *                need 2 (P - 1) and about log2 P + 2 group barriers and
  *                were slower at every measured size (P = 2 and 4).
- *   mpi, 1 node  tree up to 4 KiB, then native: measured at P = 2 and 3
- *                with Open MPI over shared memory; past a few KiB Open
- *                MPI's own allreduce was as fast as or faster than dpt's
- *                ring.
+ *   mpi, 1 node  tree up to 64 KiB, then ring: at P = 2 over Open MPI's
+ *                shared memory, the fastest of three rounds of every size
+ *                from 4 B to 64 MiB (docs/SCALING.md), dpt's tree was the
+ *                fastest up to 96 KiB and its ring from 128 KiB; Open MPI's
+ *                own allreduce (native) was never the fastest, 1.6-5x
+ *                slower than the ring above 128 KiB. (An earlier table
+ *                chose native above 4 KiB from measurements taken in this
+ *                machine's slow stretches, which hit dpt's ring harder.)
  *   mpi, nodes   hier (intra-node first), from the alpha-beta model with
  *                the network figures of docs/SCALING.md: only one message
  *                per node crosses the network per step.
@@ -31,8 +35,8 @@
 const dpt__auto_row_t dpt__auto_table[] = {
     /* level              min_p max_p layout max_bytes           algorithm */
     {DPT__LEVEL_THREADS,  1,    0,    -1,    SIZE_MAX,           DPT_ALLREDUCE_NATIVE},
-    {DPT__LEVEL_MPI,      1,    0,    1,     (size_t)4 << 10,    DPT_ALLREDUCE_TREE},
-    {DPT__LEVEL_MPI,      1,    0,    1,     SIZE_MAX,           DPT_ALLREDUCE_NATIVE},
+    {DPT__LEVEL_MPI,      1,    0,    1,     (size_t)64 << 10,   DPT_ALLREDUCE_TREE},
+    {DPT__LEVEL_MPI,      1,    0,    1,     SIZE_MAX,           DPT_ALLREDUCE_RING},
     {DPT__LEVEL_MPI,      1,    0,    2,     SIZE_MAX,           DPT_ALLREDUCE_HIER},
     {DPT__LEVEL_GROUPS,   1,    0,    -1,    (size_t)64 << 10,   DPT_ALLREDUCE_TREE},
     {DPT__LEVEL_GROUPS,   1,    0,    -1,    SIZE_MAX,           DPT_ALLREDUCE_RING},
