@@ -15,6 +15,8 @@
 # Exit 77 (skipped, with the reason) without MPI, without root, or where
 # the machine does not allow network namespaces or veth links.
 dpt="$1" cmp="$2" work="$3"
+case "$dpt" in /*) ;; *) dpt="$PWD/$dpt" ;; esac
+case "$cmp" in /*) ;; *) cmp="$PWD/$cmp" ;; esac
 skip() { echo "skipped: $*"; exit 77; }
 "$dpt" info | grep -q "^  mpi    yes" || skip "this build has no MPI"
 command -v mpirun >/dev/null 2>&1 || skip "no mpirun"
