@@ -41,6 +41,7 @@ typedef struct bench_cfg {
     int reps;  /* timed repetitions per size */
     int json;
     int touch;                      /* rewrite the buffer before every allreduce */
+    int half_octaves;               /* also 1.5x every size (3 x 2^k) */
     long small_bytes;               /* threads/hier small-message threshold; < 0 = default */
     dpt_comm_algorithm_t algorithm; /* threads and mpi (hier: its MPI step) */
     int ranks_per_node;             /* mpi/hier: node layout for hier; 0 = by host */
@@ -219,24 +220,34 @@ static void print_rows(const bench_run_t *run, int participants)
     fflush(stdout);
 }
 
-static int make_rows(bench_run_t *run)
+/* The sizes: min, 2 min, 4 min, ... up to max; with --half-octaves also
+ * 1.5x each power (when a multiple of 4 bytes), in increasing order, so that
+ * neighbouring sizes are measured one after the other. Fills rows (when not
+ * NULL) and returns how many. */
+static int list_sizes(const bench_cfg_t *cfg, bench_row_t *rows)
 {
-    const bench_cfg_t *cfg = run->cfg;
     int n = 0;
     for (size_t b = cfg->min_bytes; b <= cfg->max_bytes; b *= 2) {
-        n++;
-        if (b > SIZE_MAX / 2)
+        size_t sizes[2] = {b, b / 2 * 3};
+        int k = cfg->half_octaves && b % 8 == 0 && sizes[1] <= cfg->max_bytes ? 2 : 1;
+        for (int i = 0; i < k; i++, n++)
+            if (rows) {
+                rows[n].bytes = sizes[i];
+                rows[n].iters = cfg->iters > 0 ? cfg->iters : auto_iters(sizes[i]);
+            }
+        if (b > SIZE_MAX / 4)
             break;
     }
+    return n;
+}
+
+static int make_rows(bench_run_t *run)
+{
+    int n = list_sizes(run->cfg, NULL);
     run->rows = calloc((size_t)n, sizeof *run->rows);
     if (run->rows == NULL)
         return DPT_ENOMEM;
-    run->nsizes = n;
-    size_t b = cfg->min_bytes;
-    for (int s = 0; s < n; s++, b *= 2) {
-        run->rows[s].bytes = b;
-        run->rows[s].iters = cfg->iters > 0 ? cfg->iters : auto_iters(b);
-    }
+    run->nsizes = list_sizes(run->cfg, run->rows);
     return 0;
 }
 
@@ -369,7 +380,7 @@ static void usage(FILE *f)
             "usage: dpt bench allreduce [--backend threads|mpi|hier] [--participants P]\n"
             "                           [--min-bytes N] [--max-bytes N] [--iters N]\n"
             "                           [--small-bytes N] [--algorithm A] [--ranks-per-node K]\n"
-            "                           [--reps N] [--touch] [--json]\n"
+            "                           [--reps N] [--half-octaves] [--touch] [--json]\n"
             "\n"
             "  --backend       threads (default): P threads of this process;\n"
             "                  mpi: one participant per MPI process (run under mpirun);\n"
@@ -391,6 +402,8 @@ static void usage(FILE *f)
             "                  shows what ran\n"
             "  --ranks-per-node  mpi/hier: put ranks [0,K) on node 0, [K,2K) on node 1, ... for\n"
             "                  hier and auto (default 0: by host name)\n"
+            "  --half-octaves  also 1.5x every size (3 x 2^k between the powers of 2),\n"
+            "                  measured in increasing order with the others\n"
             "  --touch         each participant rewrites its buffer before every allreduce\n"
             "                  (as a backward pass does; included in time_us)\n"
             "  --json          one JSON object per line\n"
@@ -451,6 +464,8 @@ int dpt_bench_allreduce(int argc, char **argv)
             cfg.json = 1;
         } else if (strcmp(a, "--touch") == 0) {
             cfg.touch = 1;
+        } else if (strcmp(a, "--half-octaves") == 0) {
+            cfg.half_octaves = 1;
         } else if (strcmp(a, "--backend") == 0 && v) {
             if (dpt_comm_backend_parse(v, &cfg.backend) < 0) {
                 fprintf(stderr, "dpt bench allreduce: %s\n", dpt_last_error());
