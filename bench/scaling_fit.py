@@ -26,14 +26,16 @@ buffers between 3 and 4 KiB), so the model is piecewise: segments between
 knots K_1 < K_2 < ..., each with its own alpha and beta:
   t = a + b n + sum_i c_i max(0, n - K_i) + sum_j d_j [n >= J_j]
 (beta changes by c_i at K_i; alpha jumps by d_j at J_j). The knots are
-chosen from the TRAINING sizes alone, greedily: the term (a bend or a jump
-at a training size) that lowers the summed squared relative error of the
-fit the most is added, as long as it lowers it by more than PENALTY (as
-much as one training size off by 20%) and leaves every segment at least
-MIN_OCTAVES octaves long. A jump takes effect at the first training size
-that shows it. --breaks LABEL[:ALG]=K1,K2,... fixes bends (no jumps)
-instead. Every fit minimises the squared RELATIVE error (weights 1/t^2), so
-small and large messages count alike.
+chosen from the TRAINING sizes alone, greedily: at each step the change
+(a bend, a jump, or both at one training size) that lowers the summed
+squared relative error plus PENALTY per term the most is made, as long as
+it lowers it, every segment staying at least MIN_OCTAVES octaves long; a
+term must remove as much error as one training size off by 20%. A jump
+takes effect at the first training size that shows it. --breaks
+LABEL[:ALG]=K1,K2,... fixes bends (no jumps) instead. Every fit minimises
+the squared RELATIVE error (weights 1/t^2), so small and large messages
+count alike.
+
 At P = 2 every algorithm is linear in n:
   ring:   t = 2(P-1) alpha + 2(P-1)/P n beta      = 2 alpha + n beta
   tree:   t = log2(P) (alpha + n beta)            =   alpha + n beta
@@ -120,30 +122,34 @@ def sq_rel_err(points, coef, knots):
 
 
 def choose_knots(train):
-    """Knots from the training points alone (see the docstring)."""
+    """Knots from the training points alone (see the docstring): greedy on
+    the summed squared relative error plus PENALTY per term."""
     sizes = [n for n, _ in train]
     knots = []
     coef = fit(train)
-    err = sq_rel_err(train, coef, knots) if coef else float("inf")
+    if coef is None:
+        return knots, coef
+    cost = sq_rel_err(train, coef, knots)
     while True:
         best = None
         for k in sizes[1:]:
-            for kind in ("bend", "jump"):
-                if (k, kind) in knots:
+            # a bend, a jump, or both (a segment of its own)
+            for kinds in (("bend",), ("jump",), ("bend", "jump")):
+                if any((k, kind) in knots for kind in kinds):
                     continue
                 edges = sorted(set([sizes[0], sizes[-1]] + [x for x, _ in knots] + [k]))
                 if any(hi < lo * (1 << MIN_OCTAVES) for lo, hi in zip(edges, edges[1:])):
                     continue
-                trial = sorted(knots + [(k, kind)])
+                trial = sorted(knots + [(k, kind) for kind in kinds])
                 c = fit(train, trial)
                 if c is None:
                     continue
-                e = sq_rel_err(train, c, trial)
+                e = sq_rel_err(train, c, trial) + PENALTY * len(trial)
                 if best is None or e < best[0]:
                     best = (e, trial, c)
-        if best is None or err - best[0] <= PENALTY:
+        if best is None or best[0] >= cost:
             return knots, coef
-        err, knots, coef = best
+        cost, knots, coef = best
 
 
 def segments(coef, knots):
@@ -168,10 +174,10 @@ def segments(coef, knots):
 # user manual / product brief: InfiniBand HDR "sub-600ns", Ethernet "sub
 # 0.8usec"). The software's own cost per step is added from the fit: alpha of
 # MPI ring over shared memory for InfiniBand verbs; for Ethernet the TCP
-# stack's, from MPI native over loopback TCP (one exchange at P = 2).
+# stack's, from dpt's tree over loopback TCP (one exchange at P = 2).
 NETWORKS = [
-    ("25GbE, TCP", 25e9 / 8, 0.8, ("mpi-tcp", "native"), 1.0),
-    ("100GbE, TCP", 100e9 / 8, 0.8, ("mpi-tcp", "native"), 1.0),
+    ("25GbE, TCP", 25e9 / 8, 0.8, ("mpi-tcp", "tree"), 1.0),
+    ("100GbE, TCP", 100e9 / 8, 0.8, ("mpi-tcp", "tree"), 1.0),
     ("IB HDR100 (100 Gb/s)", 100e9 / 8, 0.6, ("mpi-shm", "ring"), 2.0),
     ("IB HDR (200 Gb/s)", 200e9 / 8, 0.6, ("mpi-shm", "ring"), 2.0),
 ]

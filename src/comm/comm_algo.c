@@ -13,13 +13,14 @@
  *                need 2 (P - 1) and about log2 P + 2 group barriers and
  *                were slower at every measured size (P = 2 and 4).
  *   mpi, 1 node  tree up to 64 KiB, then ring: at P = 2 over Open MPI's
- *                shared memory, the fastest of three rounds of every size
+ *                shared memory, the fastest of four rounds of every size
  *                from 4 B to 64 MiB (docs/SCALING.md), dpt's tree was the
- *                fastest up to 96 KiB and its ring from 128 KiB; Open MPI's
- *                own allreduce (native) was never the fastest, 1.6-5x
- *                slower than the ring above 128 KiB. (An earlier table
- *                chose native above 4 KiB from measurements taken in this
- *                machine's slow stretches, which hit dpt's ring harder.)
+ *                fastest at most sizes up to 64 KiB and its ring at most
+ *                sizes from 96 KiB; Open MPI's own allreduce (native) at
+ *                none, 1.5-4.8x the ring's time from 96 KiB. (An earlier
+ *                table chose native above 4 KiB from measurements taken in
+ *                this machine's slow stretches, which hit dpt's ring
+ *                harder.)
  *   mpi, nodes   hier (intra-node first), from the alpha-beta model with
  *                the network figures of docs/SCALING.md: only one message
  *                per node crosses the network per step.
