@@ -322,11 +322,11 @@ static void gemm_portable(dpt__gemm_args_t g)
     const dpt__gemm_kernel_t *kr = dpt__gemm_kernel(ki);
     if (kr->direct && g.k <= DPT__GEMM_KC && (g.beta == 0.0f || g.beta == 1.0f) &&
         atomic_load_explicit(&direct_enabled, memory_order_relaxed)) {
-        dpt__gemm_args_t t = gemm_transposed(&g);
         if (direct_fits(&g)) {
             direct_run(kr, &g);
             return;
         }
+        dpt__gemm_args_t t = gemm_transposed(&g);
         if (direct_fits(&t)) {
             direct_run(kr, &t);
             return;

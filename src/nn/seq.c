@@ -192,18 +192,14 @@ static void dpt__bias_tanh(const dpt__layer_t *l, const float *b, const float *z
         dpt__bias_tanh_row(b, z + r * l->out, y + r * l->out, l->out);
 }
 
-/* The activation fused after linear layer l (the next layer's kind), or -1. */
-static int dpt__fused_act(const dpt_seq_t *s, size_t i);
-
-static void dpt__linear_act_forward(const dpt__layer_t *l, int act, const float *params,
-                                    const float *x, float *z, float *y, size_t batch)
+/* y = act(z + b), act DPT_LAYER_RELU or DPT_LAYER_TANH. */
+static void dpt__bias_act(const dpt__layer_t *l, int act, const float *b, const float *z, float *y,
+                          size_t batch)
 {
-    const float *w = params + l->w_off;
-    dpt_gemm(0, 1, batch, l->out, l->in, 1.0f, x, l->in, w, l->in, 0.0f, z, l->out);
     if (act == DPT_LAYER_RELU)
-        dpt__bias_relu(l, params + l->b_off, z, y, batch);
+        dpt__bias_relu(l, b, z, y, batch);
     else
-        dpt__bias_tanh(l, params + l->b_off, z, y, batch);
+        dpt__bias_tanh(l, b, z, y, batch);
 }
 
 /* Indexed by dpt_layer_kind_t; the order follows DPT_LAYER_LIST. */
@@ -476,6 +472,8 @@ void dpt_seq_init_params(const dpt_seq_t *s, float *params, dpt_rng_t *rng)
             dpt__init_linear(&s->layers[i], params, rng);
 }
 
+/* The activation fused after linear layer i (the next layer's kind, ReLU or
+ * tanh), or -1. */
 static int dpt__fused_act(const dpt_seq_t *s, size_t i)
 {
     if (s->layers[i].spec.kind != DPT_LAYER_LINEAR || i + 1 >= s->nlayers)
@@ -500,26 +498,27 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
     int acting = s->act_params == params;
     for (size_t i = 0; i < s->nlayers; i++) {
         const dpt__layer_t *l = &s->layers[i];
-        int relu = l->spec.kind == DPT_LAYER_LINEAR && i + 1 < s->nlayers &&
-                   s->layers[i + 1].spec.kind == DPT_LAYER_RELU;
-        if (acting && l->spec.kind == DPT_LAYER_LINEAR && dpt__gemm_small_ok(batch, l->in)) {
-            /* A few rows with the transposed copy: the same bits. */
-            const float *b = params + l->b_off;
-            dpt__gemm_small(batch, l->out, l->in, in, l->in, s->wt + l->wt_off,
-                            dpt__gemm_small_ld(l->out), relu ? NULL : b, s->act[i], l->out);
-            if (relu)
-                dpt__bias_relu(l, b, s->act[i], s->act[i + 1], batch);
-            in = s->act[relu ? ++i : i];
-            continue;
-        }
         int act = dpt__fused_act(s, i);
-        if (act >= 0) {
-            dpt__linear_act_forward(l, act, params, in, s->act[i], s->act[i + 1], batch);
-            in = s->act[++i];
+        if (l->spec.kind != DPT_LAYER_LINEAR || (act < 0 && !acting)) {
+            dpt__layer_ops[l->spec.kind].forward(l, params, in, s->act[i], batch);
+            in = s->act[i];
             continue;
         }
-        dpt__layer_ops[l->spec.kind].forward(l, params, in, s->act[i], batch);
-        in = s->act[i];
+        /* A linear layer: acting on a few rows, the product with the
+         * transposed copy (the same bits); the bias then goes in with the
+         * fused activation, or with the product when there is none. */
+        const float *b = params + l->b_off;
+        if (acting && dpt__gemm_small_ok(batch, l->in))
+            dpt__gemm_small(batch, l->out, l->in, in, l->in, s->wt + l->wt_off,
+                            dpt__gemm_small_ld(l->out), act >= 0 ? NULL : b, s->act[i], l->out);
+        else if (act >= 0)
+            dpt_gemm(0, 1, batch, l->out, l->in, 1.0f, in, l->in, params + l->w_off, l->in, 0.0f,
+                     s->act[i], l->out);
+        else
+            dpt__layer_ops[l->spec.kind].forward(l, params, in, s->act[i], batch);
+        if (act >= 0)
+            dpt__bias_act(l, act, b, s->act[i], s->act[i + 1], batch);
+        in = s->act[act >= 0 ? ++i : i];
     }
     s->x = x;
     s->batch = batch;
