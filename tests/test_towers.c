@@ -25,6 +25,13 @@
 
 enum { IN = 6, OUT = 3, ROWS = 48, MB = 12 };
 
+/* Towers against one device on the whole minibatch: the gradients are the
+ * same sums in another order, about 1e-7 apart, and Adam's normalised step
+ * over 8-12 updates lets that grow to 2e-5 (relative, floor 1e-3) with the
+ * present kernels. A real fault (a device's rows left out, a wrong weight)
+ * gives 1e-2 and more (the unweighted-average check below gives ~12). */
+#define EQUIV_TOL 5e-5
+
 static const dpt_layer_spec_t layers[] = {{DPT_LAYER_LINEAR, 16, DPT_INIT_DEFAULT, 0},
                                           {DPT_LAYER_TANH, 0, 0, 0},
                                           {DPT_LAYER_LINEAR, 16, DPT_INIT_DEFAULT, 0},
@@ -177,7 +184,7 @@ static void check_mode_matches_reference(dpt_towers_mode_t mode)
         run_reference(n, 3, ref, count);
         REQUIRE_OK(run_towers(mode, n, 3, w, count));
         double d = max_rel_diff(w, ref, count);
-        if (d > 1e-5) {
+        if (d > EQUIV_TOL) {
             fprintf(stderr, "%s with %d devices: max relative difference %.3g\n",
                     dpt_towers_mode_name(mode), n, d);
             for (size_t i = 0; i < count; i++)
@@ -187,7 +194,7 @@ static void check_mode_matches_reference(dpt_towers_mode_t mode)
                     break;
                 }
         }
-        CHECK(d <= 1e-5);
+        CHECK(d <= EQUIV_TOL);
         /* The reference moved the weights: the comparison is not vacuous. */
         float *init = w2;
         dpt_mlp_t *mlp;
@@ -1022,7 +1029,7 @@ static int run_parts(part_t *parts, int n)
  * 2-device engine would hold, average over a threads communicator: the
  * same gradients, the same (g0 + g1) / 2, the same norm over the whole
  * arena and the same update as replicated towers with 2 devices, so the
- * weights are bitwise those (and within 1e-5 of one device on the whole
+ * weights are bitwise those (and within EQUIV_TOL of one device on the whole
  * minibatches); the participants end bitwise equal to each other. */
 static void test_comm_equals_replicated_towers(void)
 {
@@ -1055,7 +1062,7 @@ static void test_comm_equals_replicated_towers(void)
             CHECK(parts[0].steps == 12 && parts[1].steps == 12);
             CHECK(memcmp(w0, w1, count * sizeof(float)) == 0);
             CHECK(memcmp(w0, repl, count * sizeof(float)) == 0);
-            CHECK(max_rel_diff(w0, ref, count) <= 1e-5);
+            CHECK(max_rel_diff(w0, ref, count) <= EQUIV_TOL);
             /* The norm is the reduced gradient's; the loss each one's own. */
             CHECK(parts[0].grad_norm == parts[1].grad_norm && parts[0].grad_norm > 0.0);
             CHECK(parts[0].loss != parts[1].loss);
@@ -1112,10 +1119,10 @@ static void test_comm_several_devices(void)
             CHECK(parts[0].steps == 12 && parts[1].steps == 12);
             CHECK(memcmp(w0, w1, count * sizeof(float)) == 0);
             double d = max_rel_diff(w0, ref, count);
-            if (d > 1e-5)
+            if (d > EQUIV_TOL)
                 fprintf(stderr, "%s, %s, 2 x 2 devices: max relative difference %.3g\n",
                         sgd ? "sgd" : "adam", dpt_towers_mode_name(mode), d);
-            CHECK(d <= 1e-5);
+            CHECK(d <= EQUIV_TOL);
             if (run == 0)
                 memcpy(first, w0, count * sizeof(float));
             else
@@ -1210,8 +1217,8 @@ static void test_comm_weight_rows(void)
         printf("weight_rows, %d device%s each: max relative difference to one engine on all "
                "rows %.3g (unweighted average: %.3g)\n",
                D, D > 1 ? "s" : "", d, da);
-        CHECK(d <= 1e-5);
-        CHECK(da > 1e-4);
+        CHECK(d <= EQUIV_TOL);
+        CHECK(da > 100 * EQUIV_TOL);
         dpt_towers_destroy(t);
         dpt_mlp_destroy(mlp);
     }

@@ -11,8 +11,10 @@
 
 #define DPT_LOG_2PI 1.8378770664093454835606594728112
 
-/* log sum_k exp(z_k) of one row, and its maximum. */
-static double dpt__logsumexp(const float *z, size_t k, float *zmax)
+/* log sum_k exp(z_k) of one row; also its maximum and sum_k exp(z_k - max),
+ * so that a probability is exp(z_j - max) / sum (dpt__softmax_p): the same
+ * bits as the batched form in dpt__categorical_logp_ex. */
+static double dpt__logsumexp(const float *z, size_t k, float *zmax, double *sum)
 {
     float m = z[0];
     for (size_t j = 1; j < k; j++)
@@ -20,9 +22,15 @@ static double dpt__logsumexp(const float *z, size_t k, float *zmax)
             m = z[j];
     double s = 0.0;
     for (size_t j = 0; j < k; j++)
-        s += exp((double)(z[j] - m));
+        s += dpt__exp_nonpos((double)(z[j] - m));
     *zmax = m;
-    return (double)m + log(s);
+    *sum = s;
+    return (double)m + dpt__log_pos(s);
+}
+
+static inline double dpt__softmax_p(float z, float zmax, double sum)
+{
+    return dpt__exp_nonpos((double)(z - zmax)) / sum;
 }
 
 static int dpt__check_finite(const char *what, const float *x, size_t rows, size_t cols)
@@ -53,7 +61,7 @@ int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t bat
     for (size_t b = 0; b < batch; b++) {
         const float *z = logits + b * classes;
         float zmax;
-        double lse = dpt__logsumexp(z, classes, &zmax);
+        double sum, lse = dpt__logsumexp(z, classes, &zmax, &sum);
         total += lse - (double)z[labels[b]];
         size_t arg = 0;
         for (size_t j = 1; j < classes; j++)
@@ -63,7 +71,7 @@ int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t bat
         if (dlogits) {
             float *dz = dlogits + b * classes;
             for (size_t j = 0; j < classes; j++) {
-                double p = exp((double)z[j] - lse);
+                double p = dpt__softmax_p(z[j], zmax, sum);
                 dz[j] += (float)((p - (j == (size_t)labels[b] ? 1.0 : 0.0)) * inv_b);
             }
         }
@@ -119,6 +127,57 @@ int dpt_loss_huber(const float *y, const float *target, size_t batch, size_t dim
     return DPT_OK;
 }
 
+DPT__NN_CLONES
+static void dpt__exp_nonpos_vec(double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = dpt__exp_nonpos(x[i]);
+}
+
+DPT__NN_CLONES
+static void dpt__lse_vec(const double *zmax, const double *sum, double *lse, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        lse[i] = zmax[i] + dpt__log_pos(sum[i]);
+}
+
+/* The cache's rows in passes over the whole batch, so that the exps and the
+ * logs vectorise; each value has the bits of the row-by-row form
+ * (dpt__logsumexp, dpt__softmax_p). p holds exp(z - max) first, h the sums
+ * and lse the maxima until the logs. */
+static void dpt__categorical_batch(const float *logits, size_t batch, size_t k,
+                                   dpt__categorical_cache_t *c)
+{
+    for (size_t b = 0; b < batch; b++) {
+        const float *z = logits + b * k;
+        float m = z[0];
+        for (size_t j = 1; j < k; j++)
+            if (z[j] > m)
+                m = z[j];
+        for (size_t j = 0; j < k; j++)
+            c->p[b * k + j] = (double)(z[j] - m);
+        c->lse[b] = (double)m;
+    }
+    dpt__exp_nonpos_vec(c->p, batch * k);
+    for (size_t b = 0; b < batch; b++) {
+        double s = 0.0;
+        for (size_t j = 0; j < k; j++)
+            s += c->p[b * k + j];
+        c->h[b] = s;
+    }
+    dpt__lse_vec(c->lse, c->h, c->lse, batch);
+    for (size_t b = 0; b < batch; b++) {
+        const float *z = logits + b * k;
+        double s = c->h[b], lse = c->lse[b], h = 0.0;
+        for (size_t j = 0; j < k; j++) {
+            double p = c->p[b * k + j] / s;
+            c->p[b * k + j] = p;
+            h -= p * ((double)z[j] - lse);
+        }
+        c->h[b] = h;
+    }
+}
+
 int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int32_t *actions,
                          float *logp, float *entropy)
 {
@@ -139,26 +198,28 @@ int dpt__categorical_logp_ex(const float *logits, size_t batch, size_t k, const 
                 return dpt_error(DPT_EINVAL,
                                  "categorical: action %d in row %zu is outside [0, %zu)",
                                  (int)actions[b], b, k);
+    if (cache) {
+        dpt__categorical_batch(logits, batch, k, cache);
+        for (size_t b = 0; b < batch; b++) {
+            if (logp)
+                logp[b] =
+                    actions ? (float)((double)logits[b * k + actions[b]] - cache->lse[b]) : 0.0f;
+            if (entropy)
+                entropy[b] = (float)cache->h[b];
+        }
+        return DPT_OK;
+    }
     for (size_t b = 0; b < batch; b++) {
         const float *z = logits + b * k;
         float zmax;
-        double lse = dpt__logsumexp(z, k, &zmax);
+        double sum, lse = dpt__logsumexp(z, k, &zmax, &sum);
         if (logp)
             logp[b] = actions ? (float)((double)z[actions[b]] - lse) : 0.0f;
-        if (entropy || cache) {
+        if (entropy) {
             double h = 0.0;
-            for (size_t j = 0; j < k; j++) {
-                double lp = (double)z[j] - lse, pj = exp(lp);
-                h -= pj * lp;
-                if (cache)
-                    cache->p[b * k + j] = pj;
-            }
-            if (entropy)
-                entropy[b] = (float)h;
-            if (cache) {
-                cache->lse[b] = lse;
-                cache->h[b] = h;
-            }
+            for (size_t j = 0; j < k; j++)
+                h -= dpt__softmax_p(z[j], zmax, sum) * ((double)z[j] - lse);
+            entropy[b] = (float)h;
         }
     }
     return DPT_OK;
@@ -177,20 +238,19 @@ void dpt__categorical_backward_ex(const float *logits, size_t batch, size_t k,
     for (size_t b = 0; b < batch; b++) {
         const float *z = logits + b * k;
         float *dz = dlogits + b * k;
-        float zmax;
-        double lse = cache ? cache->lse[b] : dpt__logsumexp(z, k, &zmax);
+        float zmax = 0.0f;
+        double sum = 1.0, lse = cache ? cache->lse[b] : dpt__logsumexp(z, k, &zmax, &sum);
         double gl = dlogp ? (double)dlogp[b] : 0.0;
         double ge = dentropy ? (double)dentropy[b] : 0.0;
         double h = 0.0;
         if (ge != 0.0 && cache)
             h = cache->h[b];
         else if (ge != 0.0)
-            for (size_t j = 0; j < k; j++) {
-                double lp = (double)z[j] - lse;
-                h -= exp(lp) * lp;
-            }
+            for (size_t j = 0; j < k; j++)
+                h -= dpt__softmax_p(z[j], zmax, sum) * ((double)z[j] - lse);
         for (size_t j = 0; j < k; j++) {
-            double lp = (double)z[j] - lse, p = cache ? cache->p[b * k + j] : exp(lp);
+            double lp = (double)z[j] - lse;
+            double p = cache ? cache->p[b * k + j] : dpt__softmax_p(z[j], zmax, sum);
             double g = 0.0;
             if (gl != 0.0)
                 g += gl * ((actions && (size_t)actions[b] == j ? 1.0 : 0.0) - p);
@@ -212,12 +272,12 @@ int dpt_categorical_sample(const float *logits, size_t batch, size_t k, dpt_rng_
     for (size_t b = 0; b < batch; b++) {
         const float *z = logits + b * k;
         float zmax;
-        double lse = dpt__logsumexp(z, k, &zmax);
+        double sum, lse = dpt__logsumexp(z, k, &zmax, &sum);
         /* Inverse CDF on one uniform draw: deterministic given the stream. */
         double u = dpt_rng_uniform_double(rng), acc = 0.0;
         size_t a = k - 1;
         for (size_t j = 0; j < k; j++) {
-            acc += exp((double)z[j] - lse);
+            acc += dpt__softmax_p(z[j], zmax, sum);
             if (u < acc) {
                 a = j;
                 break;

@@ -138,19 +138,25 @@ static void dpt__tanh_forward(const dpt__layer_t *l, const float *params, const 
     dpt__tanh_vec(x, y, batch * l->out);
 }
 
+/* dx (+)= dy * (1 - y^2), the factor as one fused multiply-add. */
+DPT__NN_CLONES
+static void dpt__tanh_grad(const float *y, const float *dy, float *dx, size_t n, int add)
+{
+    if (add)
+        for (size_t i = 0; i < n; i++)
+            dx[i] += dy[i] * fmaf(-y[i], y[i], 1.0f);
+    else
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * fmaf(-y[i], y[i], 1.0f);
+}
+
 static void dpt__tanh_backward(const dpt__layer_t *l, const float *params, float *grads,
                                const float *x, const float *y, const float *dy, float *dx,
                                size_t batch, unsigned mode)
 {
     (void)params, (void)grads, (void)x;
-    if (!dx)
-        return;
-    size_t n = batch * l->out;
-    int add = !(mode & DPT__STORE_DX);
-    for (size_t i = 0; i < n; i++) {
-        float g = dy[i] * (1.0f - y[i] * y[i]);
-        dx[i] = add ? dx[i] + g : g;
-    }
+    if (dx)
+        dpt__tanh_grad(y, dy, dx, batch * l->out, !(mode & DPT__STORE_DX));
 }
 
 /* A linear layer followed by ReLU or tanh, in one go: the product without
