@@ -10,6 +10,8 @@
  */
 #include "dpt_test.h"
 
+#include <float.h>
+
 #include "dpt/arena.h"
 #include "dpt/nn.h"
 #include "dpt/optim.h"
@@ -220,6 +222,44 @@ static void test_tanh_accuracy(void)
     CHECK(same == ROWS * COLS);
     dpt_seq_destroy(seq);
     dpt_vartable_deinit(&t);
+}
+
+/* Distance in units in the last place of `want`. */
+static double ulps(double got, double want)
+{
+    if (got == want)
+        return 0.0;
+    return fabs(got - want) / (nextafter(fabs(want), INFINITY) - fabs(want));
+}
+
+/* The losses' inline exp (x <= 0) and log (x > 0) against libm's, on draws
+ * over each range, and their edges. */
+static void test_exp_log_accuracy(void)
+{
+    dpt_rng_t rng;
+    dpt_rng_init(&rng, 9, 0, 0, DPT_RNG_TEST);
+    double we = 0.0, wl = 0.0;
+    const double spans[] = {1e-6, 1.0, 40.0, 708.0};
+    for (int i = 0; i < 400000; i++) {
+        double u = dpt_rng_uniform_double(&rng), v = dpt_rng_uniform_double(&rng);
+        double x = -u * spans[i % 4];
+        double e = ulps(dpt__exp_nonpos(x), exp(x));
+        we = e > we ? e : we;
+        double y =
+            i % 2 ? 1.0 + v * (i % 4 == 1 ? 1e-6 : 100.0) : ldexp(0.5 + v, (i % 2000) - 1000);
+        double l = ulps(dpt__log_pos(y), log(y));
+        wl = l > wl ? l : wl;
+    }
+    if (we > 1.0 || wl > 2.0)
+        fprintf(stderr, "exp: worst %.3g ulp, log: worst %.3g ulp\n", we, wl);
+    CHECK(we <= 1.0);
+    CHECK(wl <= 2.0);
+    CHECK(dpt__exp_nonpos(0.0) == 1.0 && dpt__exp_nonpos(-0.0) == 1.0);
+    CHECK(dpt__exp_nonpos(-708.0) > 0.0 && dpt__exp_nonpos(-708.5) == 0.0);
+    CHECK(dpt__exp_nonpos(-1e300) == 0.0 && dpt__exp_nonpos(-INFINITY) == 0.0);
+    CHECK(dpt__log_pos(1.0) == 0.0 && dpt__log_pos(2.0) == log(2.0));
+    CHECK(ulps(dpt__log_pos(DBL_MAX), log(DBL_MAX)) <= 1.0);
+    CHECK(ulps(dpt__log_pos(DBL_MIN), log(DBL_MIN)) <= 1.0);
 }
 
 static void test_gradcheck_relu(void)
@@ -701,13 +741,21 @@ static void test_mse_head_and_replicate(void)
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_gradcheck_linear),       DPT_TEST(test_gradcheck_tanh),
-        DPT_TEST(test_tanh_accuracy),          DPT_TEST(test_gradcheck_relu),
-        DPT_TEST(test_gradcheck_softmax_xent), DPT_TEST(test_gradcheck_mse),
-        DPT_TEST(test_gradcheck_categorical),  DPT_TEST(test_gradcheck_gaussian),
-        DPT_TEST(test_orthogonal_init),        DPT_TEST(test_names),
-        DPT_TEST(test_mlp_learns_spirals),     DPT_TEST(test_bad_input),
-        DPT_TEST(test_mse_head_and_replicate), DPT_TEST(test_gradcheck_huber),
+        DPT_TEST(test_gradcheck_linear),
+        DPT_TEST(test_gradcheck_tanh),
+        DPT_TEST(test_tanh_accuracy),
+        DPT_TEST(test_exp_log_accuracy),
+        DPT_TEST(test_gradcheck_relu),
+        DPT_TEST(test_gradcheck_softmax_xent),
+        DPT_TEST(test_gradcheck_mse),
+        DPT_TEST(test_gradcheck_categorical),
+        DPT_TEST(test_gradcheck_gaussian),
+        DPT_TEST(test_orthogonal_init),
+        DPT_TEST(test_names),
+        DPT_TEST(test_mlp_learns_spirals),
+        DPT_TEST(test_bad_input),
+        DPT_TEST(test_mse_head_and_replicate),
+        DPT_TEST(test_gradcheck_huber),
     };
     return DPT_TEST_RUN(cases);
 }
