@@ -1,7 +1,9 @@
 /*
  * Losses and action distributions. Log-sum-exp is computed around the row
  * maximum, with sums in double, so large logits neither overflow nor lose
- * the small probabilities.
+ * the small probabilities. Its exp and log are nn_impl.h's, made of fused
+ * multiply-adds: the functions that use them are cloned per ISA
+ * (DPT__NN_CLONES) so that those are instructions, not libm calls.
  */
 #include "dpt/nn.h"
 #include "dpt/status.h"
@@ -14,7 +16,7 @@
 /* log sum_k exp(z_k) of one row; also its maximum and sum_k exp(z_k - max),
  * so that a probability is exp(z_j - max) / sum (dpt__softmax_p): the same
  * bits as the batched form in dpt__categorical_logp_ex. */
-static double dpt__logsumexp(const float *z, size_t k, float *zmax, double *sum)
+static inline double dpt__logsumexp(const float *z, size_t k, float *zmax, double *sum)
 {
     float m = z[0];
     for (size_t j = 1; j < k; j++)
@@ -42,6 +44,7 @@ static int dpt__check_finite(const char *what, const float *x, size_t rows, size
                      (double)x[i]);
 }
 
+DPT__NN_CLONES
 int dpt_loss_softmax_xent(const float *logits, const int32_t *labels, size_t batch, size_t classes,
                           float *dlogits, double *loss, size_t *correct)
 {
@@ -184,6 +187,7 @@ int dpt_categorical_logp(const float *logits, size_t batch, size_t k, const int3
     return dpt__categorical_logp_ex(logits, batch, k, actions, logp, entropy, NULL);
 }
 
+DPT__NN_CLONES
 int dpt__categorical_logp_ex(const float *logits, size_t batch, size_t k, const int32_t *actions,
                              float *logp, float *entropy, dpt__categorical_cache_t *cache)
 {
@@ -231,6 +235,7 @@ void dpt_categorical_backward(const float *logits, size_t batch, size_t k, const
     dpt__categorical_backward_ex(logits, batch, k, actions, dlogp, dentropy, dlogits, NULL);
 }
 
+DPT__NN_CLONES
 void dpt__categorical_backward_ex(const float *logits, size_t batch, size_t k,
                                   const int32_t *actions, const float *dlogp, const float *dentropy,
                                   float *dlogits, const dpt__categorical_cache_t *cache)
@@ -261,6 +266,7 @@ void dpt__categorical_backward_ex(const float *logits, size_t batch, size_t k,
     }
 }
 
+DPT__NN_CLONES
 int dpt_categorical_sample(const float *logits, size_t batch, size_t k, dpt_rng_t *rng,
                            int32_t *actions, float *logp)
 {
