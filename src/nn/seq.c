@@ -203,17 +203,17 @@ static void dpt__bias_relu(const dpt__layer_t *l, const float *b, const float *z
 }
 
 DPT__NN_CLONES
-static void dpt__bias_tanh_row(const float *b, const float *z, float *y, size_t n)
+static void dpt__bias_tanh_rows(const float *b, const float *z, float *y, size_t rows, size_t n)
 {
-    for (size_t o = 0; o < n; o++)
-        y[o] = dpt__tanhf(z[o] + b[o]);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t o = 0; o < n; o++)
+            y[r * n + o] = dpt__tanhf(z[r * n + o] + b[o]);
 }
 
 static void dpt__bias_tanh(const dpt__layer_t *l, const float *b, const float *z, float *y,
                            size_t batch)
 {
-    for (size_t r = 0; r < batch; r++)
-        dpt__bias_tanh_row(b, z + r * l->out, y + r * l->out, l->out);
+    dpt__bias_tanh_rows(b, z, y, batch, l->out);
 }
 
 /* y = act(z + b), act DPT_LAYER_RELU or DPT_LAYER_TANH. */
