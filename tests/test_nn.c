@@ -427,6 +427,42 @@ static void test_gradcheck_categorical(void)
     CHECK(am == 1);
 }
 
+/* The PPO loss's cached form (passes over the whole batch, vectorised)
+ * gives the bits of the public row-by-row functions: logp, entropy, the
+ * backward, and the logp reported by sampling. Logits spread over +-800
+ * put some probabilities below exp's normal range. */
+static void test_categorical_cache_is_rowwise(void)
+{
+    enum { B = 13, KMAX = 5 };
+    dpt_rng_t rng;
+    dpt_rng_init(&rng, 8, 0, 0, DPT_RNG_TEST);
+    for (size_t k = 1; k <= KMAX; k++) {
+        float z[B * KMAX], c1[B], c2[B], lp0[B], h0[B], lp1[B], h1[B];
+        float dz0[B * KMAX] = {0}, dz1[B * KMAX] = {0};
+        double lse[B], hc[B], pc[B * KMAX];
+        int32_t a[B];
+        dpt_rng_fill_uniform(&rng, z, B * k, k == 3 ? -800.0f : -4.0f, k == 3 ? 800.0f : 4.0f);
+        dpt_rng_fill_uniform(&rng, c1, B, -1.0f, 1.0f);
+        dpt_rng_fill_uniform(&rng, c2, B, -1.0f, 1.0f);
+        for (size_t b = 0; b < B; b++)
+            a[b] = (int32_t)((b * 7) % k);
+        dpt__categorical_cache_t cache = {lse, hc, pc};
+        REQUIRE_OK(dpt_categorical_logp(z, B, k, a, lp0, h0));
+        REQUIRE_OK(dpt__categorical_logp_ex(z, B, k, a, lp1, h1, &cache));
+        CHECK(memcmp(lp0, lp1, sizeof lp0) == 0 && memcmp(h0, h1, sizeof h0) == 0);
+        dpt_categorical_backward(z, B, k, a, c1, c2, dz0);
+        dpt__categorical_backward_ex(z, B, k, a, c1, c2, dz1, &cache);
+        CHECK(memcmp(dz0, dz1, B * k * sizeof(float)) == 0);
+        int32_t act[B];
+        float lps[B], lpa[B];
+        REQUIRE_OK(dpt_categorical_sample(z, B, k, &rng, act, lps));
+        REQUIRE_OK(dpt_categorical_logp(z, B, k, act, lpa, NULL));
+        CHECK(memcmp(lps, lpa, sizeof lps) == 0);
+        for (size_t b = 0; b < B; b++)
+            CHECK(isfinite(h0[b]) && h0[b] >= -1e-6f && isfinite(lp0[b]) && lp0[b] <= 0.0f);
+    }
+}
+
 static double gauss_f(const float *mu, const float *ls, size_t b, size_t d, const float *a,
                       const float *c1, const float *c2)
 {
@@ -752,6 +788,7 @@ int main(void)
         DPT_TEST(test_gradcheck_softmax_xent),
         DPT_TEST(test_gradcheck_mse),
         DPT_TEST(test_gradcheck_categorical),
+        DPT_TEST(test_categorical_cache_is_rowwise),
         DPT_TEST(test_gradcheck_gaussian),
         DPT_TEST(test_orthogonal_init),
         DPT_TEST(test_names),
