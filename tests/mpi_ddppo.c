@@ -53,7 +53,7 @@ static void ddppo_over_mpi(int workers)
     int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm);
     dpt_config_t *c;
     REQUIRE_OK(make_cfg(&c, workers));
-    dpt_trainer_env_t env = {.use_mpi = 1};
+    dpt_trainer_env_t env = {.use_mpi = 1, .comm = comm};
     dpt_trainer_t *t = NULL, *t2 = NULL;
     dpt_train_result_t r, r2;
     REQUIRE_OK(dpt_trainer_create(&t, c, &env));

@@ -185,9 +185,9 @@ static void test_refused_layouts(void)
     dpt_config_destroy(c);
     c = cfg_make(NULL);
     REQUIRE(c);
-    /* A world of several processes needs the communicator. */
+    /* use_mpi needs the communicator (rank and world come from it). */
     env.comm = NULL;
-    CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "under mpirun is not supported");
+    CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "needs the ranks' communicator");
     CHECK(t == NULL);
     dpt_config_destroy(c);
 }

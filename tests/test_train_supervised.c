@@ -348,7 +348,7 @@ static void test_checkpoint_contents(void)
     dpt_train_result_t r;
     CHECK_OK(iterate_n(t, 2, &r));
     /* Other ranks pass no writer. */
-    CHECK_OK(dpt__supervised_ops.checkpoint(NULL, NULL));
+    CHECK_OK(dpt__supervised_job.ops->checkpoint(NULL, NULL));
     dpt_safetensors_t *st = NULL;
     REQUIRE_OK(save_and_load(t, "contents.safetensors", &st));
     static const char *const tensors[] = {"params.0.weight", "params.0.bias",    "params.4.weight",
@@ -706,16 +706,19 @@ static void test_create_errors(void)
     CHECK_ERR(dpt_trainer_create(&t, c, NULL), DPT_EINVAL, "fewer than num_devices 32");
     CHECK(t == NULL);
     dpt_config_destroy(c);
-    /* Under mpirun with more than one process. */
+    /* use_mpi without the ranks' communicator: rank and world come from
+     * the communicator alone, so the trainer refuses rather than train
+     * alone (the launcher's environment is not read). */
     c = cfg_make(SPIRALS_SMALL, NULL);
     REQUIRE(c);
     dpt_trainer_env_t env = {0};
     env.use_mpi = 1;
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-    CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "under mpirun is not supported");
-    unsetenv("OMPI_COMM_WORLD_SIZE");
-    /* One process: fine. */
+    CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "needs the ranks' communicator");
+    /* No communicator: one process, whatever the environment says. */
+    env.use_mpi = 0;
     CHECK_OK(dpt_trainer_create(&t, c, &env));
+    unsetenv("OMPI_COMM_WORLD_SIZE");
     dpt_trainer_destroy(t);
     dpt_config_destroy(c);
     /* A training set smaller than one batch still trains (one step). */

@@ -136,13 +136,21 @@ static void test_ppo_config_and_create_errors(void)
     REQUIRE_OK(make_cfg(&c, "ddppo", noplugin, 1));
     CHECK_ERR(dpt_trainer_create(&t, c, NULL), DPT_EINVAL, "env plug-in /nonexistent/libnoenv.so");
     dpt_config_destroy(c);
-    /* PPO refuses a multi-process world (read from the launcher's
-     * environment, as mpirun sets it). */
+    /* PPO refuses a world of several processes, which it learns from the
+     * communicator it is handed (here one of two participants; PPO refuses
+     * before any collective). */
     REQUIRE_OK(make_cfg(&c, "ppo", NULL, 0));
-    dpt_trainer_env_t env = {.use_mpi = 1};
-    REQUIRE(setenv("OMPI_COMM_WORLD_SIZE", "2", 1) == 0);
+    dpt_comm_threads_group_t *g = NULL;
+    dpt_comm_t *two = NULL;
+    REQUIRE_OK(dpt_comm_threads_group_create(&g, 2, NULL));
+    REQUIRE_OK(dpt_comm_threads_join(g, 0, &two));
+    dpt_trainer_env_t env = {.use_mpi = 1, .comm = two};
     CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "ppo does not run under mpirun");
-    unsetenv("OMPI_COMM_WORLD_SIZE");
+    /* use_mpi without a communicator is refused for every job. */
+    env.comm = NULL;
+    CHECK_ERR(dpt_trainer_create(&t, c, &env), DPT_EINVAL, "needs the ranks' communicator");
+    dpt_comm_destroy(two);
+    dpt_comm_threads_group_destroy(g);
     dpt_config_destroy(c);
 }
 

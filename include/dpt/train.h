@@ -19,13 +19,15 @@
  *     `dpt train --help`, `dpt init` and validation all read this table.
  *
  *  2. Trainers (dpt_trainer_*). A trainer owns one job's model, optimizer
- *     state, RNG positions, envs or dataset cursor, and (for DD-PPO) its
- *     worker threads and communicator. iterate() does one unit of work (an
- *     epoch for supervised, an iteration for PPO/DD-PPO) and fills one
+ *     state, RNG positions, envs or dataset cursor, and its own threads
+ *     and communicators. iterate() does one unit of work (an epoch for the
+ *     jobs that train on data, an iteration for the RL jobs) and fills one
  *     result; checkpoint()/restore() carry everything needed to continue
  *     bitwise as if never interrupted; weights() and evaluate() give the
- *     current model. A new engine is a new dpt_trainer_ops_t, listed in
- *     DPT_JOB_LIST: no loop is written anywhere else.
+ *     current model. A new engine is a new dpt_trainer_ops_t and its
+ *     job's descriptor in one file (src/train/), listed in DPT_JOB_LIST
+ *     and the job table: the run's loop (below) is the only loop, and it
+ *     names no job (docs/ARCHITECTURE.md).
  *
  *  3. Runs (dpt_train_run). The loop every job shares: a run directory
  *     (never reused by a fresh run), config.conf written once atomically,
@@ -134,6 +136,24 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
 #define DPT_CHOICES_REDUCE_OP (DPT_REDUCE_OP_LIST(DPT__CHOICE_VAL) + 1)
 #define DPT_CHOICES_ALLREDUCE (DPT_COMM_ALGORITHM_LIST(DPT__CHOICE_VAL) + 1)
 
+/* The datasets of the jobs that train on data (key dataset):
+ * X(symbol, name, the jobs that train on it). */
+#define DPT_DATASET_LIST(X)                                      \
+    X(DPT_DATASET_FASHION_MNIST, "fashion_mnist", DPT_JOBS_DATA) \
+    X(DPT_DATASET_CSV, "csv", DPT_JOBS_DATA)                     \
+    X(DPT_DATASET_SPIRALS, "spirals", DPT_JOBS_DATA)             \
+    X(DPT_DATASET_BAGS, "bags", DPT_JOBS_SR)
+
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
+typedef enum dpt_dataset_id {
+#define DPT__DATASET_ENUM(sym, name, jobs) sym,
+    DPT_DATASET_LIST(DPT__DATASET_ENUM)
+#undef DPT__DATASET_ENUM
+    DPT_DATASET_COUNT
+} dpt_dataset_id_t;
+/* clang-format on */
+#define DPT_CHOICES_DATASET (DPT_DATASET_LIST(DPT__CHOICE3) + 1)
+
 /* How PPO and DD-PPO standardize advantages (key normalize_advantages). */
 #define DPT_ADV_NORM_LIST(X)                                                     \
     X(DPT_ADV_NORM_MINIBATCH, "minibatch") /* each minibatch over its rows */    \
@@ -182,7 +202,7 @@ typedef enum dpt_adv_norm {
     X(comm_timeout_s, FLOAT, DPT_JOBS_ALL, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "300", 0.01,   \
       1e6, "", "seconds a participant waits for the others in a collective before failing")        \
     /* supervised */                                                                               \
-    X(dataset, ENUM, DPT_JOBS_DATA, 0, "fashion_mnist", 0, 0, "fashion_mnist|csv|spirals|bags",    \
+    X(dataset, ENUM, DPT_JOBS_DATA, 0, "fashion_mnist", 0, 0, DPT_CHOICES_DATASET,                 \
       "data: Fashion-MNIST IDX files, CSV files, two interleaved spirals made from the seed, or "  \
       "(sync_replicas) bags of ids from a large vocabulary whose target is a hidden function of "  \
       "the ids, learned through an embedding table with sparse gradients")                         \
@@ -568,10 +588,30 @@ typedef struct dpt_eval_result {
 typedef struct dpt_trainer dpt_trainer_t;
 
 /* Where a trainer runs. Caller's storage; zero it (or use NULL) for the
- * defaults: a single process with the job's own threads. */
+ * defaults: a single process with the job's own threads.
+ *
+ * A trainer learns its rank and the number of processes from `comm` alone
+ * (never from the launcher's environment): with no communicator, or one of
+ * a single participant, it is one process. What each job does with a
+ * communicator of several processes (rank r of P):
+ *   supervised     data-parallel over the ranks: each rank its share of every
+ *                  batch, split among its towers; gradients all-reduced over
+ *                  comm from the thread that calls the trainer; the same
+ *                  weights on every rank.
+ *   ppo            refuses (one sampler, one process): DPT_EINVAL.
+ *   ddppo          every rank a trainer; comm tells it to span the ranks, and
+ *                  it builds its workers' own communicators (MPI, or threads x
+ *                  MPI with several worker threads) beside it.
+ *   appo, impala   rank 0 only (the learner; its samplers are the other
+ *                  ranks, run by dpt_train_run): DPT_EINVAL on another rank.
+ *   sync_replicas  rank 0 only (the first service, running the loop; the
+ *                  other services and the workers are the other ranks, run by
+ *                  dpt_train_run): DPT_EINVAL on another rank.
+ * Changed in 0.2.x: ranks came from the launcher's environment when use_mpi
+ * was set, and ddppo ignored comm (docs/CHANGES.md). */
 typedef struct dpt_trainer_env {
-    /* Multi-process: an MPI world joined by dpt_train_run (or by the
-     * caller: dpt_comm_mpi_init); 0 = one process. */
+    /* Kept for callers of 0.2: 1 states that comm is set. use_mpi = 1 with
+     * comm NULL is refused (DPT_EINVAL) rather than read as one process. */
     int use_mpi;
     /* The run's stop request (dpt_run_options_t), for trainers that want
      * to cut a long iteration short; may be NULL. The run loop agrees on it
@@ -579,12 +619,7 @@ typedef struct dpt_trainer_env {
     const volatile sig_atomic_t *stop_flag;
     /* The process-level communicator across the MPI ranks (one participant
      * per process; borrowed, valid until the trainer is destroyed); NULL for
-     * one process. dpt_train_run passes the run's. The supervised job
-     * trains data-parallel over it (each rank its share of every batch,
-     * split among its num_devices towers; gradients all-reduced from the
-     * thread that calls the trainer, identical weights on every rank); without it
-     * the supervised job refuses a world of several processes. ddppo builds
-     * its own communicators and ignores it. */
+     * one process. dpt_train_run passes the run's (dpt_comm_mpi_create). */
     dpt_comm_t *comm;
     /* sync_replicas, for benchmarks of stragglers: when straggler_delay_s
      * > 0, worker straggler_worker sleeps that long before each push of a
@@ -648,7 +683,8 @@ int dpt_trainer_get_weights(dpt_trainer_t *t, float *out, size_t count);
 int dpt_trainer_evaluate(dpt_trainer_t *t, size_t episodes, uint64_t seed, dpt_eval_result_t *out);
 /* The trainer's config (finalized; borrowed). */
 const dpt_config_t *dpt_trainer_config(const dpt_trainer_t *t);
-/* MPI rank and size of this process in the run (0 and 1 without MPI). */
+/* This process's rank in the trainer's communicator (dpt_trainer_env_t.comm);
+ * 0 without one. */
 int dpt_trainer_rank(const dpt_trainer_t *t);
 
 /* ---- evaluation of a saved model -------------------------------------------- */

@@ -7,7 +7,6 @@
 #include "dpt/train.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
-#include "rl_internal.h"
 #include "train_internal.h"
 
 #include <ctype.h>
@@ -19,45 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* ---- jobs ------------------------------------------------------------------ */
-
-static const char *const dpt__job_names[DPT_JOB_COUNT] = {
-#define DPT__JOB_NAME(sym, name, summary) [sym] = name,
-    DPT_JOB_LIST(DPT__JOB_NAME)
-#undef DPT__JOB_NAME
-};
-
-static const char *const dpt__job_summaries[DPT_JOB_COUNT] = {
-#define DPT__JOB_SUMMARY(sym, name, summary) [sym] = summary,
-    DPT_JOB_LIST(DPT__JOB_SUMMARY)
-#undef DPT__JOB_SUMMARY
-};
-
-const char *dpt_job_name(dpt_job_t job)
-{
-    return (unsigned)job < DPT_JOB_COUNT ? dpt__job_names[job] : "unknown";
-}
-
-const char *dpt_job_summary(dpt_job_t job)
-{
-    return (unsigned)job < DPT_JOB_COUNT ? dpt__job_summaries[job] : "";
-}
-
-int dpt_job_parse(const char *name, dpt_job_t *job)
-{
-    for (int j = 0; j < DPT_JOB_COUNT; j++)
-        if (strcmp(name, dpt__job_names[j]) == 0) {
-            *job = (dpt_job_t)j;
-            return DPT_OK;
-        }
-    char known[128] = "";
-    size_t len = 0;
-    for (int j = 0; j < DPT_JOB_COUNT && len < sizeof known; j++)
-        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", j ? ", " : "",
-                                dpt__job_names[j]);
-    return dpt_error(DPT_EINVAL, "unknown job \"%s\" (known: %s)", name, known);
-}
 
 /* ---- the key table ------------------------------------------------------------ */
 
@@ -100,10 +60,21 @@ int dpt_config_key_find(const char *name)
     return -1;
 }
 
+/* The bit of the keys of `job` in a key's `jobs` mask: a job outside
+ * DPT_JOB_LIST takes a listed job's keys; 0 for an unknown job. */
+static unsigned dpt__job_bit(dpt_job_t job)
+{
+    const dpt__job_t *d = dpt__job_get(job);
+    return d ? 1u << d->keys : 0u;
+}
+
 const char *dpt_config_default(dpt_config_key_t k, dpt_job_t job)
 {
     if ((unsigned)k >= DPT_CFG_COUNT)
         return "";
+    const dpt__job_t *d = dpt__job_get(job);
+    if (d)
+        job = d->keys;
     for (size_t i = 0; i < sizeof dpt__job_defaults / sizeof dpt__job_defaults[0]; i++)
         if (dpt__job_defaults[i].job == job && dpt__job_defaults[i].key == k)
             return dpt__job_defaults[i].value;
@@ -312,7 +283,8 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
                              ki->name, shown);
         break;
     case DPT_CFG_T_ENUM: {
-        int idx = dpt__choice_index(ki->choices, text);
+        /* The job key also knows a job registered by the tests. */
+        int idx = k == DPT_CFG_job ? dpt__job_find(text) : dpt__choice_index(ki->choices, text);
         if (idx < 0)
             return dpt_error(DPT_EINVAL, "%s: %s must be one of %s, got \"%s\"", where, ki->name,
                              ki->choices, shown);
@@ -536,7 +508,8 @@ dpt_job_t dpt_config_job(const dpt_config_t *c)
 
 int dpt_config_applies(const dpt_config_t *c, dpt_config_key_t k)
 {
-    return (unsigned)k < DPT_CFG_COUNT && (dpt__keys[k].jobs & (1u << dpt_config_job(c))) != 0;
+    return (unsigned)k < DPT_CFG_COUNT &&
+           (dpt__keys[k].jobs & dpt__job_bit(dpt_config_job(c))) != 0;
 }
 
 /* The jobs of a mask, as text ("supervised, ppo"). */
@@ -546,7 +519,7 @@ static void dpt__jobs_text(unsigned mask, char *buf, size_t n)
     for (int j = 0; j < DPT_JOB_COUNT; j++)
         if (mask & (1u << j)) {
             size_t len = strlen(buf);
-            snprintf(buf + len, n - len, "%s%s", len ? ", " : "", dpt__job_names[j]);
+            snprintf(buf + len, n - len, "%s%s", len ? ", " : "", dpt_job_name((dpt_job_t)j));
         }
 }
 
@@ -635,130 +608,88 @@ static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
     return DPT_OK;
 }
 
+/* The rules between keys that hold for every job that has the keys; the
+ * job's own rules follow (its descriptor's check). The enum keys' values
+ * are the enums' values (their lists make the choices). */
+static int dpt__towers_checks(const dpt_config_t *c)
+{
+    int async = c->v[DPT_CFG_towers_mode].i == DPT_TOWERS_ASYNC;
+    if (async && c->v[DPT_CFG_reduce_op].i == DPT_REDUCE_SUM)
+        return dpt_error(DPT_EINVAL, "reduce_op = sum does not apply to towers_mode = async "
+                                     "(each device applies its own gradient, scaled by "
+                                     "async_scale)");
+    if (!async && c->v[DPT_CFG_async_scale].f != 0.0)
+        return dpt_error(DPT_EINVAL,
+                         "async_scale = %g applies to towers_mode = async only "
+                         "(towers_mode = %s)",
+                         c->v[DPT_CFG_async_scale].f, c->v[DPT_CFG_towers_mode].s);
+    return DPT_OK;
+}
+
+static const unsigned dpt__dataset_jobs[DPT_DATASET_COUNT] = {
+#define DPT__DATASET_JOBS(sym, name, jobs) [sym] = jobs,
+    DPT_DATASET_LIST(DPT__DATASET_JOBS)
+#undef DPT__DATASET_JOBS
+};
+
+static int dpt__data_checks(const dpt_config_t *c)
+{
+    int64_t ds = c->v[DPT_CFG_dataset].i;
+    char jobs[64];
+    if (!(dpt__dataset_jobs[ds] & dpt__job_bit(dpt_config_job(c)))) {
+        dpt__jobs_text(dpt__dataset_jobs[ds], jobs, sizeof jobs);
+        return dpt_error(DPT_EINVAL, "dataset = %s is for job = %s%s", c->v[DPT_CFG_dataset].s,
+                         jobs,
+                         ds == DPT_DATASET_BAGS ? " (an embedding table trained with sparse "
+                                                  "gradients)"
+                                                : "");
+    }
+    int bags = ds == DPT_DATASET_BAGS;
+    if (bags && c->v[DPT_CFG_loss].i != DPT_LOSS_MSE)
+        return dpt_error(DPT_EINVAL,
+                         "dataset = bags is a regression with loss = mse "
+                         "(loss = %s)",
+                         c->v[DPT_CFG_loss].s);
+    int regress = !bags && c->v[DPT_CFG_loss].i != DPT_LOSS_SOFTMAX_XENT;
+    if (regress && (ds != DPT_DATASET_CSV || !c->v[DPT_CFG_target_columns].s[0]))
+        return dpt_error(DPT_EINVAL,
+                         "loss = %s regresses CSV targets: it needs dataset = csv "
+                         "and target_columns",
+                         c->v[DPT_CFG_loss].s);
+    if (!regress && c->v[DPT_CFG_target_columns].s[0])
+        return dpt_error(DPT_EINVAL,
+                         "target_columns = %s needs loss = mse or huber (loss = "
+                         "softmax_xent classifies label_column)",
+                         c->v[DPT_CFG_target_columns].s);
+    if (ds == DPT_DATASET_CSV && (!c->v[DPT_CFG_train_csv].s[0] || !c->v[DPT_CFG_test_csv].s[0]))
+        return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");
+    return DPT_OK;
+}
+
 static int dpt__cross_checks(const dpt_config_t *c)
 {
-    dpt_job_t job = dpt_config_job(c);
-    int async_rl = job == DPT_JOB_APPO || job == DPT_JOB_IMPALA;
-    if (job == DPT_JOB_SUPERVISED || job == DPT_JOB_PPO || async_rl) {
-        /* The enum keys' values are the enums' values (their lists make the
-         * choices). */
-        int async = c->v[DPT_CFG_towers_mode].i == DPT_TOWERS_ASYNC;
-        if (async && c->v[DPT_CFG_reduce_op].i == DPT_REDUCE_SUM)
-            return dpt_error(DPT_EINVAL, "reduce_op = sum does not apply to towers_mode = async "
-                                         "(each device applies its own gradient, scaled by "
-                                         "async_scale)");
-        if (!async && c->v[DPT_CFG_async_scale].f != 0.0)
-            return dpt_error(DPT_EINVAL,
-                             "async_scale = %g applies to towers_mode = async only "
-                             "(towers_mode = %s)",
-                             c->v[DPT_CFG_async_scale].f, c->v[DPT_CFG_towers_mode].s);
-    }
-    if (job == DPT_JOB_SUPERVISED || job == DPT_JOB_SYNC_REPLICAS) {
-        int sr = job == DPT_JOB_SYNC_REPLICAS;
-        int64_t b = c->v[DPT_CFG_batch_size].i;
-        int64_t d = sr ? c->v[DPT_CFG_replicas_to_aggregate].i : c->v[DPT_CFG_num_devices].i;
-        if (b % d)
-            return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by %s %lld",
-                             (long long)b, sr ? "replicas_to_aggregate" : "num_devices",
-                             (long long)d);
-        /* The dataset key's choices: fashion_mnist, csv, spirals, bags. */
-        int bags = c->v[DPT_CFG_dataset].i == 3;
-        if (bags && !sr)
-            return dpt_error(DPT_EINVAL, "dataset = bags is for job = sync_replicas (an "
-                                         "embedding table trained with sparse gradients)");
-        if (bags && c->v[DPT_CFG_loss].i != DPT_LOSS_MSE)
-            return dpt_error(DPT_EINVAL,
-                             "dataset = bags is a regression with loss = mse "
-                             "(loss = %s)",
-                             c->v[DPT_CFG_loss].s);
-        if (sr && c->v[DPT_CFG_eval_ema].i && c->v[DPT_CFG_ema_decay].f <= 0.0)
-            return dpt_error(DPT_EINVAL, "eval_ema = true needs ema_decay > 0 (there is no "
-                                         "moving average to evaluate)");
-        int regress = !bags && c->v[DPT_CFG_loss].i != DPT_LOSS_SOFTMAX_XENT;
-        if (regress && (c->v[DPT_CFG_dataset].i != 1 || !c->v[DPT_CFG_target_columns].s[0]))
-            return dpt_error(DPT_EINVAL,
-                             "loss = %s regresses CSV targets: it needs dataset = csv "
-                             "and target_columns",
-                             c->v[DPT_CFG_loss].s);
-        if (!regress && c->v[DPT_CFG_target_columns].s[0])
-            return dpt_error(DPT_EINVAL,
-                             "target_columns = %s needs loss = mse or huber (loss = "
-                             "softmax_xent classifies label_column)",
-                             c->v[DPT_CFG_target_columns].s);
-        if (c->v[DPT_CFG_dataset].i == 1 &&
-            (!c->v[DPT_CFG_train_csv].s[0] || !c->v[DPT_CFG_test_csv].s[0]))
-            return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");
-        size_t sizes[DPT__MAX_HIDDEN];
+    int rc = DPT_OK;
+    if (dpt_config_applies(c, DPT_CFG_towers_mode))
+        rc = dpt__towers_checks(c);
+    if (!rc && dpt_config_applies(c, DPT_CFG_dataset))
+        rc = dpt__data_checks(c);
+    if (!rc && dpt_config_applies(c, DPT_CFG_eval_ema) && c->v[DPT_CFG_eval_ema].i &&
+        c->v[DPT_CFG_ema_decay].f <= 0.0)
+        rc = dpt_error(DPT_EINVAL, "eval_ema = true needs ema_decay > 0 (there is no "
+                                   "moving average to evaluate)");
+    size_t sizes[DPT__MAX_HIDDEN > DPT_POLICY_MAX_HIDDEN ? DPT__MAX_HIDDEN : DPT_POLICY_MAX_HIDDEN];
+    if (!rc && dpt_config_applies(c, DPT_CFG_hidden)) {
         int n = dpt__config_sizes(c, DPT_CFG_hidden, sizes, DPT__MAX_HIDDEN);
-        if (n < 0)
-            return n;
-        return DPT_OK;
+        rc = n < 0 ? n : DPT_OK;
     }
-    int64_t envs = c->v[DPT_CFG_num_envs_per_worker].i;
-    int64_t frag = c->v[DPT_CFG_rollout_fragment_length].i;
-    if (async_rl) {
-        /* The learner trains on whole fragments (V-trace runs along each
-         * one), split across its devices by fragments. */
-        int64_t tb = c->v[DPT_CFG_train_batch_size].i, d = c->v[DPT_CFG_num_devices].i;
-        if (tb < frag || tb % frag)
-            return dpt_error(DPT_EINVAL,
-                             "train_batch_size %lld must be a positive multiple of "
-                             "rollout_fragment_length %lld (the learner trains on whole "
-                             "fragments)",
-                             (long long)tb, (long long)frag);
-        if (tb / frag < d || (tb / frag) % d)
-            return dpt_error(DPT_EINVAL,
-                             "train_batch_size %lld holds %lld fragments of %lld steps: that must "
-                             "be at least and divisible by num_devices %lld (each device trains "
-                             "on whole fragments)",
-                             (long long)tb, (long long)(tb / frag), (long long)frag, (long long)d);
-        int64_t stacks = c->v[DPT_CFG_num_multi_gpu_tower_stacks].i;
-        int64_t mbs = c->v[DPT_CFG_minibatch_buffer_size].i;
-        if (stacks > 1 && mbs > stacks)
-            return dpt_error(DPT_EINVAL,
-                             "minibatch_buffer_size %lld exceeds num_multi_gpu_tower_stacks %lld "
-                             "(each buffer slot holds a loaded stack; the learner would wait for "
-                             "a stack forever)",
-                             (long long)mbs, (long long)stacks);
-        if (stacks == 1 && c->v[DPT_CFG_num_data_load_threads].i > 1)
-            return dpt_error(DPT_EINVAL,
-                             "num_data_load_threads = %lld needs num_multi_gpu_tower_stacks > 1 "
-                             "(with one stack the learner loads each batch itself)",
-                             (long long)c->v[DPT_CFG_num_data_load_threads].i);
-        size_t sizes[DPT_POLICY_MAX_HIDDEN];
+    if (!rc && dpt_config_applies(c, DPT_CFG_policy_hidden)) {
         int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
-        if (n < 0)
-            return n;
-        dpt_rl_policies_t pol;
-        return dpt__rl_policies_from(c, &pol);
+        rc = n < 0 ? n : DPT_OK;
     }
-    int64_t rows = envs * frag, mb = c->v[DPT_CFG_sgd_minibatch_size].i;
-    if (mb > rows)
-        return dpt_error(DPT_EINVAL,
-                         "sgd_minibatch_size %lld exceeds the %lld rows of a%s batch "
-                         "(rollout_fragment_length %lld x num_envs_per_worker %lld)",
-                         (long long)mb, (long long)rows, job == DPT_JOB_DDPPO ? " worker's" : "",
-                         (long long)frag, (long long)envs);
-    if (job == DPT_JOB_PPO) {
-        int64_t tb = c->v[DPT_CFG_train_batch_size].i;
-        if (tb != 0 && tb != rows)
-            return dpt_error(DPT_EINVAL,
-                             "train_batch_size %lld must equal num_envs_per_worker x "
-                             "rollout_fragment_length = %lld (or be left out)",
-                             (long long)tb, (long long)rows);
-        int64_t d = c->v[DPT_CFG_num_devices].i;
-        if (mb % d)
-            return dpt_error(DPT_EINVAL,
-                             "sgd_minibatch_size %lld must be divisible by "
-                             "num_devices %lld",
-                             (long long)mb, (long long)d);
-    }
-    if (job == DPT_JOB_DDPPO && c->v[DPT_CFG_sync_frac].f < 1.0 && mb < 4)
-        return dpt_error(DPT_EINVAL, "sgd_minibatch_size must be >= 4 when sync_frac < 1 (a "
-                                     "preempted worker may hold a quarter of its rows)");
-    size_t sizes[DPT_POLICY_MAX_HIDDEN];
-    int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
-    return n < 0 ? n : DPT_OK;
+    const dpt__job_t *job = dpt__job_get(dpt_config_job(c));
+    if (!rc && job->check)
+        rc = job->check(c);
+    return rc;
 }
 
 int dpt_config_finalize(dpt_config_t *c)
@@ -766,16 +697,18 @@ int dpt_config_finalize(dpt_config_t *c)
     if (c->finalized)
         return DPT_OK;
     dpt_job_t job = dpt_config_job(c);
+    const dpt__job_t *desc = dpt__job_get(job);
+    if (!desc)
+        return dpt_error(DPT_EINVAL, "config: unknown job %d", (int)job);
     char jobs[64];
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         dpt__value_t *v = &c->v[k];
-        if (!(dpt__keys[k].jobs & (1u << job))) {
+        if (!(dpt__keys[k].jobs & dpt__job_bit(job))) {
             if (!v->given)
                 continue;
-            if (k == DPT_CFG_train_batch_size && job == DPT_JOB_DDPPO)
-                return dpt_error(DPT_EINVAL,
-                                 "train_batch_size is derived for ddppo (rollout_fragment_length "
-                                 "x num_envs_per_worker per worker); remove it from the config");
+            int rc = desc->refuse_key ? desc->refuse_key(c, (dpt_config_key_t)k) : DPT_OK;
+            if (rc)
+                return rc;
             dpt__jobs_text(dpt__keys[k].jobs, jobs, sizeof jobs);
             return dpt_error(DPT_EINVAL, "key %s does not apply to job %s (it is used by: %s)",
                              dpt__keys[k].name, dpt_job_name(job), jobs);
@@ -787,21 +720,19 @@ int dpt_config_finalize(dpt_config_t *c)
                 return rc;
         }
     }
-    /* The bags task is a regression: its loss, when not given, is mse. */
-    if (job == DPT_JOB_SYNC_REPLICAS && strcmp(c->v[DPT_CFG_dataset].s, "bags") == 0 &&
-        !c->v[DPT_CFG_loss].given) {
-        int rc = dpt__config_assign(c, DPT_CFG_loss, "mse", "default");
+    if (desc->fill) {
+        int rc = desc->fill(c);
         if (rc)
             return rc;
     }
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        if (!(dpt__keys[k].jobs & (1u << job)) || !dpt__is_path_key(c, (dpt_config_key_t)k))
+        if (!(dpt__keys[k].jobs & dpt__job_bit(job)) || !dpt__is_path_key(c, (dpt_config_key_t)k))
             continue;
         int rc = dpt__resolve_path(c, (dpt_config_key_t)k);
         if (rc)
             return rc;
     }
-    if (!(dpt__keys[DPT_CFG_env].jobs & (1u << job)))
+    if (!(dpt__keys[DPT_CFG_env].jobs & dpt__job_bit(job)))
         for (size_t i = 0; i < c->envc.n; i++)
             if (c->envc.e[i].given) {
                 dpt__jobs_text(dpt__keys[DPT_CFG_env].jobs, jobs, sizeof jobs);
@@ -908,7 +839,7 @@ size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size)
     DPT__APPEND(buf, size, len, "# dpt run configuration: job %s (the keys of this job)\n",
                 dpt_job_name(job));
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        if (!(dpt__keys[k].jobs & (1u << job)))
+        if (!(dpt__keys[k].jobs & dpt__job_bit(job)))
             continue;
         DPT__APPEND(buf, size, len, "%s = %s\n", dpt__keys[k].name, c->v[k].s);
         if (k == DPT_CFG_env)
@@ -932,7 +863,7 @@ size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size)
                 dpt_job_name(job), dpt_job_summary(job), dpt_job_name(job));
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         const dpt_config_key_info_t *ki = &dpt__keys[k];
-        if (k == DPT_CFG_job || !(ki->jobs & (1u << job)))
+        if (k == DPT_CFG_job || !(ki->jobs & dpt__job_bit(job)))
             continue;
         char type[200];
         if (ki->type == DPT_CFG_T_ENUM)

@@ -571,3 +571,15 @@ cleanup:
     dpt_env_class_destroy(cls);
     return rc;
 }
+
+int dpt__rl_check_minibatch(const dpt_config_t *c, const char *whose)
+{
+    int64_t envs = DPT_CI(c, num_envs_per_worker), frag = DPT_CI(c, rollout_fragment_length);
+    int64_t rows = envs * frag, mb = DPT_CI(c, sgd_minibatch_size);
+    if (mb > rows)
+        return dpt_error(DPT_EINVAL,
+                         "sgd_minibatch_size %lld exceeds the %lld rows of a%s batch "
+                         "(rollout_fragment_length %lld x num_envs_per_worker %lld)",
+                         (long long)mb, (long long)rows, whose, (long long)frag, (long long)envs);
+    return DPT_OK;
+}

@@ -30,6 +30,11 @@ int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
  * num_envs_per_worker, a policy that steps no env. */
 int dpt__rl_policies_from(const dpt_config_t *cfg, dpt_rl_policies_t *out);
 
+/* The rule PPO and DD-PPO share: sgd_minibatch_size at most the rows of a
+ * batch (rollout_fragment_length x num_envs_per_worker); `whose` qualifies
+ * the batch in the message (" worker's" or ""). DPT_EINVAL. */
+int dpt__rl_check_minibatch(const dpt_config_t *c, const char *whose);
+
 /* The names of the learner's metrics of one policy,
  * info/learner/<policy>/{cur_lr, policy_loss, vf_loss, entropy, kl,
  * clip_fraction, grad_gnorm, vf_explained_var}: static storage, as

@@ -94,16 +94,11 @@ static void *dpt__seed_worker(void *arg)
     }
 }
 
-/* Threads one run of cfg uses. */
+/* Threads one run of cfg keeps busy. */
 static size_t dpt__run_threads(const dpt_config_t *c)
 {
-    if (dpt_config_job(c) == DPT_JOB_DDPPO)
-        return (size_t)dpt_config_int(c, DPT_CFG_num_workers);
-    if (dpt_config_job(c) == DPT_JOB_SYNC_REPLICAS)
-        return (size_t)dpt_config_int(c, DPT_CFG_total_num_replicas);
-    if (dpt_config_applies(c, DPT_CFG_num_devices))
-        return (size_t)dpt_config_int(c, DPT_CFG_num_devices);
-    return 1;
+    const dpt__job_t *job = dpt__job_get(dpt_config_job(c));
+    return job && job->threads ? job->threads(c) : 1;
 }
 
 /* The folder of the runs when the config names none:
@@ -213,7 +208,10 @@ int dpt_train_seeds(const dpt_config_t *cfg, const uint64_t *seeds, size_t n, si
             parallel = 1;
         if (parallel > n)
             parallel = n;
-        pthread_mutex_init(&s.mu, NULL);
+        if (pthread_mutex_init(&s.mu, NULL) != 0)
+            rc = dpt_error(DPT_ETHREAD, "--seeds: cannot create a mutex");
+    }
+    if (!rc) {
         pthread_t *th = calloc(parallel, sizeof *th);
         size_t started = 0;
         if (th)

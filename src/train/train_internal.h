@@ -12,6 +12,7 @@
 #include "dpt/train.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -204,6 +205,28 @@ int dpt__metrics_truncate(const char *dir, const dpt_config_t *c, uint64_t itera
 int dpt__find_checkpoint(const char *dir, dpt_safetensors_t **st,
                          void (*note)(void *ctx, const char *text), void *ctx);
 
+/* The checkpoint iterations in dir/checkpoints, newest first (*its is
+ * malloc'ed; NULL with 0 when there are none). DPT_ENOMEM. */
+int dpt__list_checkpoints(const char *dir, uint64_t **its, size_t *n);
+
+/* ---- resume (resume.c) ---- */
+
+/* The config of a resumed run: dir/config.conf, checked against the config
+ * in the newest valid checkpoint (*st, NULL when the run stopped before its
+ * first), with the overrides in `given` (may be NULL; only resumable keys
+ * may differ). *cfg is the run's config (finalized), *saved the one in
+ * config.conf; the caller owns the three. Corrupt checkpoints skipped are
+ * reported through note. DPT_EINVAL naming the directory and the keys,
+ * DPT_ENOENT, DPT_EFORMAT. */
+int dpt__resume_config(const char *dir, const dpt_config_t *given, dpt_config_t **cfg,
+                       dpt_safetensors_t **st, dpt_config_t **saved,
+                       void (*note)(void *ctx, const char *text), void *ctx);
+/* Appends one line per key whose value differs between saved and cfg to
+ * dir/overrides.log ("resumed after iteration N: key = now (was before)").
+ * DPT_EIO naming the file. */
+int dpt__record_overrides(const char *dir, const dpt_config_t *cfg, const dpt_config_t *saved,
+                          uint64_t iteration);
+
 /* ---- processes ---- */
 
 /* The size of the MPI world this process was started in and its rank, from
@@ -212,14 +235,104 @@ int dpt__find_checkpoint(const char *dir, dpt_safetensors_t **st,
 int dpt__mpi_world_size(void);
 int dpt__mpi_rank(void);
 
-/* ---- trainers ---- */
+/* ---- jobs ---- */
 
-extern const dpt_trainer_ops_t dpt__supervised_ops;
-extern const dpt_trainer_ops_t dpt__ppo_ops;
-extern const dpt_trainer_ops_t dpt__ddppo_ops;
-extern const dpt_trainer_ops_t dpt__appo_ops;
-extern const dpt_trainer_ops_t dpt__impala_ops;
-extern const dpt_trainer_ops_t dpt__sync_replicas_ops;
+/* The part of a rank that is not a trainer (APPO's samplers, the
+ * sync-replicas services and workers above rank 0): runs until rank 0 ends
+ * the run (DPT_OK) or fails. comm is the run's process-level communicator
+ * (borrowed); stop_flag the run's stop request (may be NULL). */
+typedef int (*dpt__role_fn)(const dpt_config_t *c, dpt_comm_t *comm,
+                            const volatile sig_atomic_t *stop_flag);
+
+/* How a job runs under mpirun, filled by its plan(). Zeroed: every rank is
+ * a trainer and only the thread that calls the trainer calls MPI. */
+typedef struct dpt__mpi_plan {
+    /* Threads that call MPI (one at a time): 1 = the caller's thread alone
+     * (MPI_THREAD_FUNNELED), more = MPI_THREAD_SERIALIZED. */
+    int mpi_threads;
+    /* NULL: every rank runs the trainer. Otherwise rank 0 runs the trainer
+     * and the loop alone (its stop requests are not agreed) and every other
+     * rank runs role. */
+    dpt__role_fn role;
+} dpt__mpi_plan_t;
+
+/* A job: its trainer ops and every decision that depends on the job, so
+ * that the config's generic rules (config.c), the run (run.c, launch.c) and
+ * dpt_train_seeds (seeds.c) name no job. Each is defined beside its
+ * trainer's ops; the table in job.c lists them. Hooks may be NULL. */
+typedef struct dpt__job {
+    dpt_job_t id;
+    /* The config's `job` value and a one-line summary, for a job outside
+     * DPT_JOB_LIST (a test's): the listed jobs' come from the list. */
+    const char *name, *summary;
+    const dpt_trainer_ops_t *ops;
+    /* The job whose keys (applicability) and per-job defaults this one
+     * takes: itself for the jobs of DPT_JOB_LIST. */
+    dpt_job_t keys;
+    /* Rules between keys, on a config whose keys all hold a value (called
+     * by dpt_config_finalize after the generic rules). DPT_EINVAL naming
+     * the keys. */
+    int (*check)(const dpt_config_t *c);
+    /* Defaults that depend on other keys, set after the table's (a key the
+     * user gave is left alone). */
+    int (*fill)(dpt_config_t *c);
+    /* A key given that does not apply to the job: DPT_EINVAL with the job's
+     * own reason, or 0 for the generic message. */
+    int (*refuse_key)(const dpt_config_t *c, dpt_config_key_t k);
+    /* Threads one run of c keeps busy (dpt_train_seeds divides the cores by
+     * it); NULL = 1. */
+    size_t (*threads)(const dpt_config_t *c);
+    /* Under mpirun with `world` ranks: DPT_EINVAL with the reason when the
+     * job does not run there, else fills *p. NULL = not under mpirun. */
+    int (*plan)(const dpt_config_t *c, int world, dpt__mpi_plan_t *p);
+} dpt__job_t;
+
+extern const dpt__job_t dpt__supervised_job;
+extern const dpt__job_t dpt__ppo_job;
+extern const dpt__job_t dpt__ddppo_job;
+extern const dpt__job_t dpt__appo_job;
+extern const dpt__job_t dpt__impala_job;
+extern const dpt__job_t dpt__sync_replicas_job;
+
+/* The job with id `job` (static storage); NULL when there is none. */
+const dpt__job_t *dpt__job_get(dpt_job_t job);
+/* The job of a name (the listed jobs, then a registered test job); -1 when
+ * none has it. */
+int dpt__job_find(const char *name);
+/* ---- launch (launch.c) ---- */
+
+/* This process's part of a run: its rank in the world the launcher made
+ * (0 of 1 without one), the ranks' communicator once joined, and its role. */
+typedef struct dpt__launch {
+    int rank, world;
+    dpt_comm_t *comm;  /* the ranks' communicator (world > 1, once joined) */
+    int inited;        /* this launch initialized MPI */
+    int clean;         /* every rank failed the same way: MPI may be finalized */
+    int alone;         /* rank 0 runs the trainer and the loop alone */
+    dpt__role_fn role; /* this rank's part when it is not a trainer, else NULL */
+} dpt__launch_t;
+
+/* Reads rank and world from the launcher's environment. */
+void dpt__launch_init(dpt__launch_t *l);
+/* Under a launcher (world > 1): the job's plan (DPT_EINVAL with its reason
+ * when it does not run there), MPI at the plan's thread level, the ranks'
+ * communicator, and the agreement of every rank on the config, build and
+ * resume_dir (DPT_EINVAL naming what differs). A stall while joining is
+ * reported through o->on_stall past comm_timeout_s. Nothing to do for one
+ * process. */
+int dpt__launch_join(dpt__launch_t *l, const dpt_config_t *c, const char *resume_dir,
+                     const dpt_run_options_t *o);
+/* Runs this rank's role (l->role must be set) until rank 0 ends the run. */
+int dpt__launch_role(dpt__launch_t *l, const dpt_config_t *c, const dpt_run_options_t *o);
+/* Releases the communicator and finalizes MPI after a success or a failure
+ * every rank saw (rc is the run's status); after another failure MPI stays
+ * initialized for the caller to abort the job. */
+void dpt__launch_end(dpt__launch_t *l, int rc);
+
+/* Test hook: registers one more job, whose id must be DPT_JOB_COUNT (not in
+ * DPT_JOB_LIST, the enum or --help) and whose name is new; NULL removes it.
+ * DPT_EINVAL otherwise. Not thread-safe: call before any config names it. */
+int dpt__job_register_test(const dpt__job_t *job);
 
 /* A built-in env by name, or a plug-in by path (a shared library exporting
  * DPT_ENV_PLUGIN_SYMBOL whose DPT_ENV_PLUGIN_ABI_SYMBOL matches
@@ -260,10 +373,6 @@ int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st,
 int dpt__sr_mpi_check(const dpt_config_t *c, int world);
 int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
                        const volatile sig_atomic_t *stop_flag);
-/* appo and impala under mpirun (src/train/trainer_appo.c): a sampler
- * rank's whole part of the run (rank 0 learns): DPT_OK once rank 0 said
- * stop, or the error (an env's, sent to rank 0 first; rank 0's silence). */
-int dpt__appo_mpi_sampler(const dpt_config_t *cfg, dpt_comm_t *comm);
 /* The most hidden layers of the supervised MLP (sizes in key hidden). */
 #define DPT__SUP_MAX_LAYERS (2 * DPT__MAX_HIDDEN + 1)
 

@@ -14,17 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const dpt_trainer_ops_t *const dpt__ops[DPT_JOB_COUNT] = {
-    [DPT_JOB_SUPERVISED] = &dpt__supervised_ops, [DPT_JOB_PPO] = &dpt__ppo_ops,
-    [DPT_JOB_DDPPO] = &dpt__ddppo_ops,           [DPT_JOB_APPO] = &dpt__appo_ops,
-    [DPT_JOB_IMPALA] = &dpt__impala_ops,         [DPT_JOB_SYNC_REPLICAS] = &dpt__sync_replicas_ops,
-};
-
-const dpt_trainer_ops_t *dpt_trainer_ops(dpt_job_t job)
-{
-    return (unsigned)job < DPT_JOB_COUNT ? dpt__ops[job] : NULL;
-}
-
 struct dpt_trainer {
     const dpt_trainer_ops_t *ops;
     void *self;
@@ -59,6 +48,11 @@ int dpt_trainer_create(dpt_trainer_t **out, const dpt_config_t *cfg, const dpt_t
     const dpt_trainer_ops_t *ops = dpt_trainer_ops(dpt_config_job(cfg));
     if (!ops)
         return dpt_error(DPT_EINVAL, "trainer: unknown job %d", (int)dpt_config_job(cfg));
+    /* Rank and world come from the communicator alone. */
+    if (env && env->use_mpi && !env->comm)
+        return dpt_error(DPT_EINVAL,
+                         "trainer: use_mpi = 1 needs the ranks' communicator in "
+                         "dpt_trainer_env_t.comm (dpt_comm_mpi_create; dpt_train_run passes it)");
     dpt_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return dpt_error(DPT_ENOMEM, "trainer: cannot allocate");
@@ -219,6 +213,5 @@ const dpt_config_t *dpt_trainer_config(const dpt_trainer_t *t)
 
 int dpt_trainer_rank(const dpt_trainer_t *t)
 {
-    (void)t;
-    return dpt__mpi_rank();
+    return t->env.comm ? dpt_comm_rank(t->env.comm) : 0;
 }

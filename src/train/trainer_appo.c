@@ -49,10 +49,10 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
     *self = NULL;
     const char *job = dpt_job_name(dpt_config_job(cfg));
     /* Under mpirun dpt_train_run hands rank 0 (the learner) the ranks'
-     * communicator; the other ranks run dpt__appo_mpi_sampler. */
+     * communicator; the other ranks run dpt__appo_role. */
     dpt_comm_t *comm = NULL;
-    if (env && env->use_mpi && dpt__mpi_world_size() > 1) {
-        if (!env->comm || dpt_comm_rank(env->comm) != 0)
+    if (env && env->comm && dpt_comm_size(env->comm) > 1) {
+        if (dpt_comm_rank(env->comm) != 0)
             return dpt_error(DPT_EINVAL,
                              "%s under mpirun runs through dpt_train_run (rank 0 learns, the "
                              "other ranks sample)",
@@ -89,8 +89,13 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
     return DPT_OK;
 }
 
-int dpt__appo_mpi_sampler(const dpt_config_t *cfg, dpt_comm_t *comm)
+/* A sampler rank's whole part of the run under mpirun (rank 0 learns):
+ * DPT_OK once rank 0 said stop, or the error (an env's, sent to rank 0
+ * first; rank 0's silence). Rank 0 decides when the samplers stop. */
+static int dpt__appo_role(const dpt_config_t *cfg, dpt_comm_t *comm,
+                          const volatile sig_atomic_t *stop_flag)
 {
+    (void)stop_flag;
     dpt_rl_config_t rc_cfg;
     dpt_env_class_t *env = NULL;
     dpt_appo_t *a = NULL;
@@ -209,5 +214,74 @@ static int dpt__appo_describe(void *self, dpt_safetensors_writer_t *w)
         .describe = dpt__appo_describe, .eval_checkpoint = dpt__rl_eval_checkpoint, \
     }
 
-const dpt_trainer_ops_t dpt__appo_ops = DPT__APPO_OPS(DPT_JOB_APPO);
-const dpt_trainer_ops_t dpt__impala_ops = DPT__APPO_OPS(DPT_JOB_IMPALA);
+static const dpt_trainer_ops_t dpt__appo_ops = DPT__APPO_OPS(DPT_JOB_APPO);
+static const dpt_trainer_ops_t dpt__impala_ops = DPT__APPO_OPS(DPT_JOB_IMPALA);
+
+static int dpt__appo_check(const dpt_config_t *c)
+{
+    /* The learner trains on whole fragments (V-trace runs along each one),
+     * split across its devices by fragments. */
+    int64_t frag = DPT_CI(c, rollout_fragment_length);
+    int64_t tb = DPT_CI(c, train_batch_size), d = DPT_CI(c, num_devices);
+    if (tb < frag || tb % frag)
+        return dpt_error(DPT_EINVAL,
+                         "train_batch_size %lld must be a positive multiple of "
+                         "rollout_fragment_length %lld (the learner trains on whole "
+                         "fragments)",
+                         (long long)tb, (long long)frag);
+    if (tb / frag < d || (tb / frag) % d)
+        return dpt_error(DPT_EINVAL,
+                         "train_batch_size %lld holds %lld fragments of %lld steps: that must "
+                         "be at least and divisible by num_devices %lld (each device trains "
+                         "on whole fragments)",
+                         (long long)tb, (long long)(tb / frag), (long long)frag, (long long)d);
+    int64_t stacks = DPT_CI(c, num_multi_gpu_tower_stacks);
+    int64_t mbs = DPT_CI(c, minibatch_buffer_size);
+    if (stacks > 1 && mbs > stacks)
+        return dpt_error(DPT_EINVAL,
+                         "minibatch_buffer_size %lld exceeds num_multi_gpu_tower_stacks %lld "
+                         "(each buffer slot holds a loaded stack; the learner would wait for "
+                         "a stack forever)",
+                         (long long)mbs, (long long)stacks);
+    if (stacks == 1 && DPT_CI(c, num_data_load_threads) > 1)
+        return dpt_error(DPT_EINVAL,
+                         "num_data_load_threads = %lld needs num_multi_gpu_tower_stacks > 1 "
+                         "(with one stack the learner loads each batch itself)",
+                         (long long)DPT_CI(c, num_data_load_threads));
+    dpt_rl_policies_t pol;
+    return dpt__rl_policies_from(c, &pol);
+}
+
+static size_t dpt__appo_threads(const dpt_config_t *c)
+{
+    return (size_t)DPT_CI(c, num_devices);
+}
+
+/* Rank 0 learns and runs the loop alone; every other rank is a sampler
+ * until rank 0 says stop. */
+static int dpt__appo_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+{
+    (void)c;
+    (void)world;
+    p->mpi_threads = 1;
+    p->role = dpt__appo_role;
+    return DPT_OK;
+}
+
+const dpt__job_t dpt__appo_job = {
+    .id = DPT_JOB_APPO,
+    .ops = &dpt__appo_ops,
+    .keys = DPT_JOB_APPO,
+    .check = dpt__appo_check,
+    .threads = dpt__appo_threads,
+    .plan = dpt__appo_plan,
+};
+
+const dpt__job_t dpt__impala_job = {
+    .id = DPT_JOB_IMPALA,
+    .ops = &dpt__impala_ops,
+    .keys = DPT_JOB_IMPALA,
+    .check = dpt__appo_check,
+    .threads = dpt__appo_threads,
+    .plan = dpt__appo_plan,
+};

@@ -340,7 +340,9 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
         goto fail;
     }
     d->sync_ready = 1;
-    int mpi = env && env->use_mpi && dpt__mpi_world_size() > 1;
+    /* Over several processes the workers' communicators span the ranks
+     * (built here, beside the run's, which DD-PPO does not use itself). */
+    int mpi = env && env->comm && dpt_comm_size(env->comm) > 1;
     if ((rc = dpt__dd_comms(d, mpi)) != 0 || (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
         goto fail;
     d->size = dpt_comm_size(d->wk[0].comm);
@@ -453,7 +455,7 @@ static int dpt__dd_describe(void *self, dpt_safetensors_writer_t *w)
     return rc;
 }
 
-const dpt_trainer_ops_t dpt__ddppo_ops = {
+static const dpt_trainer_ops_t dpt__ddppo_ops = {
     .job = DPT_JOB_DDPPO,
     .create = dpt__dd_create,
     .destroy = dpt__dd_destroy,
@@ -465,4 +467,47 @@ const dpt_trainer_ops_t dpt__ddppo_ops = {
     .evaluate = dpt__dd_evaluate,
     .describe = dpt__dd_describe,
     .eval_checkpoint = dpt__rl_eval_checkpoint,
+};
+
+static int dpt__dd_check(const dpt_config_t *c)
+{
+    int rc = dpt__rl_check_minibatch(c, " worker's");
+    if (!rc && DPT_CF(c, sync_frac) < 1.0 && DPT_CI(c, sgd_minibatch_size) < 4)
+        rc = dpt_error(DPT_EINVAL, "sgd_minibatch_size must be >= 4 when sync_frac < 1 (a "
+                                   "preempted worker may hold a quarter of its rows)");
+    return rc;
+}
+
+static int dpt__dd_refuse_key(const dpt_config_t *c, dpt_config_key_t k)
+{
+    (void)c;
+    if (k == DPT_CFG_train_batch_size)
+        return dpt_error(DPT_EINVAL,
+                         "train_batch_size is derived for ddppo (rollout_fragment_length "
+                         "x num_envs_per_worker per worker); remove it from the config");
+    return DPT_OK;
+}
+
+static size_t dpt__dd_threads(const dpt_config_t *c)
+{
+    return (size_t)DPT_CI(c, num_workers);
+}
+
+/* Every rank is a trainer; with several worker threads each calls MPI
+ * (through the hierarchical communicator, one at a time). */
+static int dpt__dd_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+{
+    (void)world;
+    p->mpi_threads = (int)DPT_CI(c, num_workers);
+    return DPT_OK;
+}
+
+const dpt__job_t dpt__ddppo_job = {
+    .id = DPT_JOB_DDPPO,
+    .ops = &dpt__ddppo_ops,
+    .keys = DPT_JOB_DDPPO,
+    .check = dpt__dd_check,
+    .refuse_key = dpt__dd_refuse_key,
+    .threads = dpt__dd_threads,
+    .plan = dpt__dd_plan,
 };

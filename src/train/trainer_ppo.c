@@ -28,14 +28,22 @@ static void dpt__ppo_destroy(void *self)
     free(t);
 }
 
+/* One sampler feeds one set of towers: several processes would each train
+ * their own model and write the same run directory. */
+static int dpt__ppo_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+{
+    (void)c;
+    (void)world;
+    (void)p;
+    return dpt_error(DPT_EINVAL, "ppo does not run under mpirun (one sampler, one "
+                                 "process); use job = ddppo to train across processes");
+}
+
 static int dpt__ppo_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
 {
     *self = NULL;
-    /* One sampler feeds one set of towers: several processes would each
-     * train their own model and write the same run directory. */
-    if (env && env->use_mpi && dpt__mpi_world_size() > 1)
-        return dpt_error(DPT_EINVAL, "ppo does not run under mpirun (one sampler, one "
-                                     "process); use job = ddppo to train across processes");
+    if (env && env->comm && dpt_comm_size(env->comm) > 1)
+        return dpt__ppo_plan(cfg, dpt_comm_size(env->comm), NULL);
     dpt__ppo_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return dpt_error(DPT_ENOMEM, "ppo: cannot allocate the trainer");
@@ -107,7 +115,7 @@ static int dpt__ppo_describe(void *self, dpt_safetensors_writer_t *w)
     return dpt__describe_policy(w, dpt_ppo_policy(t->ppo), t->cfg);
 }
 
-const dpt_trainer_ops_t dpt__ppo_ops = {
+static const dpt_trainer_ops_t dpt__ppo_ops = {
     .job = DPT_JOB_PPO,
     .create = dpt__ppo_create,
     .destroy = dpt__ppo_destroy,
@@ -119,4 +127,39 @@ const dpt_trainer_ops_t dpt__ppo_ops = {
     .evaluate = dpt__ppo_evaluate,
     .describe = dpt__ppo_describe,
     .eval_checkpoint = dpt__rl_eval_checkpoint,
+};
+
+static int dpt__ppo_check(const dpt_config_t *c)
+{
+    int rc = dpt__rl_check_minibatch(c, "");
+    if (rc)
+        return rc;
+    int64_t rows = DPT_CI(c, num_envs_per_worker) * DPT_CI(c, rollout_fragment_length);
+    int64_t tb = DPT_CI(c, train_batch_size), mb = DPT_CI(c, sgd_minibatch_size);
+    if (tb != 0 && tb != rows)
+        return dpt_error(DPT_EINVAL,
+                         "train_batch_size %lld must equal num_envs_per_worker x "
+                         "rollout_fragment_length = %lld (or be left out)",
+                         (long long)tb, (long long)rows);
+    int64_t d = DPT_CI(c, num_devices);
+    if (mb % d)
+        return dpt_error(DPT_EINVAL,
+                         "sgd_minibatch_size %lld must be divisible by "
+                         "num_devices %lld",
+                         (long long)mb, (long long)d);
+    return DPT_OK;
+}
+
+static size_t dpt__ppo_threads(const dpt_config_t *c)
+{
+    return (size_t)DPT_CI(c, num_devices);
+}
+
+const dpt__job_t dpt__ppo_job = {
+    .id = DPT_JOB_PPO,
+    .ops = &dpt__ppo_ops,
+    .keys = DPT_JOB_PPO,
+    .check = dpt__ppo_check,
+    .threads = dpt__ppo_threads,
+    .plan = dpt__ppo_plan,
 };

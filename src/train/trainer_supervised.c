@@ -492,12 +492,6 @@ static int sup_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
 {
     *out = NULL;
     dpt_comm_t *comm = env ? env->comm : NULL;
-    /* Without the ranks' communicator every rank would train alone. */
-    if (env && env->use_mpi && dpt__mpi_world_size() > 1 && !comm)
-        return dpt_error(DPT_EINVAL,
-                         "supervised training under mpirun is not supported without "
-                         "the ranks' communicator (dpt_trainer_env_t.comm; dpt_train_run "
-                         "passes it)");
     sup_t *s = calloc(1, sizeof *s);
     if (!s)
         return dpt_error(DPT_ENOMEM, "supervised: cannot allocate the trainer");
@@ -917,7 +911,7 @@ done:
     return rc;
 }
 
-const dpt_trainer_ops_t dpt__supervised_ops = {
+static const dpt_trainer_ops_t sup_ops = {
     .job = DPT_JOB_SUPERVISED,
     .create = sup_create,
     .destroy = sup_destroy,
@@ -929,6 +923,47 @@ const dpt_trainer_ops_t dpt__supervised_ops = {
     .evaluate = sup_evaluate,
     .describe = sup_describe,
     .eval_checkpoint = sup_eval_checkpoint,
+};
+
+/* ---- the job ------------------------------------------------------------------ */
+
+static int sup_check(const dpt_config_t *c)
+{
+    int64_t b = DPT_CI(c, batch_size), d = DPT_CI(c, num_devices);
+    if (b % d)
+        return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by num_devices %lld",
+                         (long long)b, (long long)d);
+    return DPT_OK;
+}
+
+static size_t sup_threads(const dpt_config_t *c)
+{
+    return (size_t)DPT_CI(c, num_devices);
+}
+
+static int sup_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+{
+    (void)world;
+    if ((dpt_towers_mode_t)DPT_CI(c, towers_mode) == DPT_TOWERS_ASYNC)
+        return dpt_error(DPT_EINVAL,
+                         "towers_mode = async does not run under mpirun: its devices apply "
+                         "their updates without waiting for each other, so the ranks' weights "
+                         "would drift apart; set towers_mode = ps or replicated (the ranks "
+                         "then average their gradients at every step)");
+    /* The towers all-reduce gradient buckets from their communication
+     * thread (one thread at a time) when bucket_bytes > 0; otherwise from
+     * their device 0, the caller's thread. */
+    p->mpi_threads = DPT_CI(c, bucket_bytes) > 0 ? 2 : 1;
+    return DPT_OK;
+}
+
+const dpt__job_t dpt__supervised_job = {
+    .id = DPT_JOB_SUPERVISED,
+    .ops = &sup_ops,
+    .keys = DPT_JOB_SUPERVISED,
+    .check = sup_check,
+    .threads = sup_threads,
+    .plan = sup_plan,
 };
 
 /* ---- shared with the sync_replicas trainer (train_internal.h) ---------------- */

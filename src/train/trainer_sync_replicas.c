@@ -653,10 +653,10 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
 {
     *out = NULL;
     srt_role_t role = SRT_LOCAL;
-    if (env && env->use_mpi && dpt__mpi_world_size() > 1) {
+    if (env && env->comm && dpt_comm_size(env->comm) > 1) {
         /* dpt_train_run hands rank 0 the ranks' communicator; the other
          * ranks run dpt__sr_mpi_worker instead of a trainer. */
-        if (!env->comm || dpt_comm_rank(env->comm) != 0)
+        if (dpt_comm_rank(env->comm) != 0)
             return dpt_error(DPT_EINVAL,
                              "job sync_replicas under mpirun runs through dpt_train_run "
                              "(rank 0 is the service, the other ranks its workers)");
@@ -1851,7 +1851,7 @@ int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
     return rc;
 }
 
-const dpt_trainer_ops_t dpt__sync_replicas_ops = {
+static const dpt_trainer_ops_t srt_ops = {
     .job = DPT_JOB_SYNC_REPLICAS,
     .create = srt_create,
     .destroy = srt_destroy,
@@ -1863,4 +1863,51 @@ const dpt_trainer_ops_t dpt__sync_replicas_ops = {
     .evaluate = srt_evaluate,
     .describe = srt_describe,
     .eval_checkpoint = srt_eval_checkpoint,
+};
+
+/* ---- the job ---------------------------------------------------------------------- */
+
+static int srt_check(const dpt_config_t *c)
+{
+    int64_t b = DPT_CI(c, batch_size), d = DPT_CI(c, replicas_to_aggregate);
+    if (b % d)
+        return dpt_error(DPT_EINVAL,
+                         "batch_size %lld must be divisible by replicas_to_aggregate %lld",
+                         (long long)b, (long long)d);
+    return DPT_OK;
+}
+
+/* The bags task is a regression: its loss, when not given, is mse. */
+static int srt_fill(dpt_config_t *c)
+{
+    if (DPT_CI(c, dataset) != DPT_DATASET_BAGS || dpt_config_given(c, DPT_CFG_loss))
+        return DPT_OK;
+    return dpt__config_assign(c, DPT_CFG_loss, "mse", "default");
+}
+
+static size_t srt_threads(const dpt_config_t *c)
+{
+    return (size_t)DPT_CI(c, total_num_replicas);
+}
+
+/* Rank 0 is the first service and runs the loop alone; the other ranks are
+ * the other services and the workers until rank 0 says the run is over. */
+static int srt_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+{
+    int rc = dpt__sr_mpi_check(c, world);
+    if (rc)
+        return rc;
+    p->mpi_threads = 1;
+    p->role = dpt__sr_mpi_worker;
+    return DPT_OK;
+}
+
+const dpt__job_t dpt__sync_replicas_job = {
+    .id = DPT_JOB_SYNC_REPLICAS,
+    .ops = &srt_ops,
+    .keys = DPT_JOB_SYNC_REPLICAS,
+    .check = srt_check,
+    .fill = srt_fill,
+    .threads = srt_threads,
+    .plan = srt_plan,
 };
