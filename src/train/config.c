@@ -60,14 +60,6 @@ int dpt_config_key_find(const char *name)
     return -1;
 }
 
-/* The bit of the keys of `job` in a key's `jobs` mask: a job outside
- * DPT_JOB_LIST takes a listed job's keys; 0 for an unknown job. */
-static unsigned dpt__job_bit(dpt_job_t job)
-{
-    const dpt__job_t *d = dpt__job_get(job);
-    return d ? 1u << d->keys : 0u;
-}
-
 const char *dpt_config_default(dpt_config_key_t k, dpt_job_t job)
 {
     if ((unsigned)k >= DPT_CFG_COUNT)
@@ -509,11 +501,10 @@ dpt_job_t dpt_config_job(const dpt_config_t *c)
 int dpt_config_applies(const dpt_config_t *c, dpt_config_key_t k)
 {
     return (unsigned)k < DPT_CFG_COUNT &&
-           (dpt__keys[k].jobs & dpt__job_bit(dpt_config_job(c))) != 0;
+           (dpt__keys[k].jobs & dpt__job_keys_bit(dpt_config_job(c))) != 0;
 }
 
-/* The jobs of a mask, as text ("supervised, ppo"). */
-static void dpt__jobs_text(unsigned mask, char *buf, size_t n)
+void dpt__jobs_text(unsigned mask, char *buf, size_t n)
 {
     buf[0] = '\0';
     for (int j = 0; j < DPT_JOB_COUNT; j++)
@@ -608,90 +599,6 @@ static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
     return DPT_OK;
 }
 
-/* The rules between keys that hold for every job that has the keys; the
- * job's own rules follow (its descriptor's check). The enum keys' values
- * are the enums' values (their lists make the choices). */
-static int dpt__towers_checks(const dpt_config_t *c)
-{
-    int async = c->v[DPT_CFG_towers_mode].i == DPT_TOWERS_ASYNC;
-    if (async && c->v[DPT_CFG_reduce_op].i == DPT_REDUCE_SUM)
-        return dpt_error(DPT_EINVAL, "reduce_op = sum does not apply to towers_mode = async "
-                                     "(each device applies its own gradient, scaled by "
-                                     "async_scale)");
-    if (!async && c->v[DPT_CFG_async_scale].f != 0.0)
-        return dpt_error(DPT_EINVAL,
-                         "async_scale = %g applies to towers_mode = async only "
-                         "(towers_mode = %s)",
-                         c->v[DPT_CFG_async_scale].f, c->v[DPT_CFG_towers_mode].s);
-    return DPT_OK;
-}
-
-static const unsigned dpt__dataset_jobs[DPT_DATASET_COUNT] = {
-#define DPT__DATASET_JOBS(sym, name, jobs) [sym] = jobs,
-    DPT_DATASET_LIST(DPT__DATASET_JOBS)
-#undef DPT__DATASET_JOBS
-};
-
-static int dpt__data_checks(const dpt_config_t *c)
-{
-    int64_t ds = c->v[DPT_CFG_dataset].i;
-    char jobs[64];
-    if (!(dpt__dataset_jobs[ds] & dpt__job_bit(dpt_config_job(c)))) {
-        dpt__jobs_text(dpt__dataset_jobs[ds], jobs, sizeof jobs);
-        return dpt_error(DPT_EINVAL, "dataset = %s is for job = %s%s", c->v[DPT_CFG_dataset].s,
-                         jobs,
-                         ds == DPT_DATASET_BAGS ? " (an embedding table trained with sparse "
-                                                  "gradients)"
-                                                : "");
-    }
-    int bags = ds == DPT_DATASET_BAGS;
-    if (bags && c->v[DPT_CFG_loss].i != DPT_LOSS_MSE)
-        return dpt_error(DPT_EINVAL,
-                         "dataset = bags is a regression with loss = mse "
-                         "(loss = %s)",
-                         c->v[DPT_CFG_loss].s);
-    int regress = !bags && c->v[DPT_CFG_loss].i != DPT_LOSS_SOFTMAX_XENT;
-    if (regress && (ds != DPT_DATASET_CSV || !c->v[DPT_CFG_target_columns].s[0]))
-        return dpt_error(DPT_EINVAL,
-                         "loss = %s regresses CSV targets: it needs dataset = csv "
-                         "and target_columns",
-                         c->v[DPT_CFG_loss].s);
-    if (!regress && c->v[DPT_CFG_target_columns].s[0])
-        return dpt_error(DPT_EINVAL,
-                         "target_columns = %s needs loss = mse or huber (loss = "
-                         "softmax_xent classifies label_column)",
-                         c->v[DPT_CFG_target_columns].s);
-    if (ds == DPT_DATASET_CSV && (!c->v[DPT_CFG_train_csv].s[0] || !c->v[DPT_CFG_test_csv].s[0]))
-        return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");
-    return DPT_OK;
-}
-
-static int dpt__cross_checks(const dpt_config_t *c)
-{
-    int rc = DPT_OK;
-    if (dpt_config_applies(c, DPT_CFG_towers_mode))
-        rc = dpt__towers_checks(c);
-    if (!rc && dpt_config_applies(c, DPT_CFG_dataset))
-        rc = dpt__data_checks(c);
-    if (!rc && dpt_config_applies(c, DPT_CFG_eval_ema) && c->v[DPT_CFG_eval_ema].i &&
-        c->v[DPT_CFG_ema_decay].f <= 0.0)
-        rc = dpt_error(DPT_EINVAL, "eval_ema = true needs ema_decay > 0 (there is no "
-                                   "moving average to evaluate)");
-    size_t sizes[DPT__MAX_HIDDEN > DPT_POLICY_MAX_HIDDEN ? DPT__MAX_HIDDEN : DPT_POLICY_MAX_HIDDEN];
-    if (!rc && dpt_config_applies(c, DPT_CFG_hidden)) {
-        int n = dpt__config_sizes(c, DPT_CFG_hidden, sizes, DPT__MAX_HIDDEN);
-        rc = n < 0 ? n : DPT_OK;
-    }
-    if (!rc && dpt_config_applies(c, DPT_CFG_policy_hidden)) {
-        int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
-        rc = n < 0 ? n : DPT_OK;
-    }
-    const dpt__job_t *job = dpt__job_get(dpt_config_job(c));
-    if (!rc && job->check)
-        rc = job->check(c);
-    return rc;
-}
-
 int dpt_config_finalize(dpt_config_t *c)
 {
     if (c->finalized)
@@ -703,7 +610,7 @@ int dpt_config_finalize(dpt_config_t *c)
     char jobs[64];
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         dpt__value_t *v = &c->v[k];
-        if (!(dpt__keys[k].jobs & dpt__job_bit(job))) {
+        if (!(dpt__keys[k].jobs & dpt__job_keys_bit(job))) {
             if (!v->given)
                 continue;
             int rc = desc->refuse_key ? desc->refuse_key(c, (dpt_config_key_t)k) : DPT_OK;
@@ -726,13 +633,14 @@ int dpt_config_finalize(dpt_config_t *c)
             return rc;
     }
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        if (!(dpt__keys[k].jobs & dpt__job_bit(job)) || !dpt__is_path_key(c, (dpt_config_key_t)k))
+        if (!(dpt__keys[k].jobs & dpt__job_keys_bit(job)) ||
+            !dpt__is_path_key(c, (dpt_config_key_t)k))
             continue;
         int rc = dpt__resolve_path(c, (dpt_config_key_t)k);
         if (rc)
             return rc;
     }
-    if (!(dpt__keys[DPT_CFG_env].jobs & dpt__job_bit(job)))
+    if (!(dpt__keys[DPT_CFG_env].jobs & dpt__job_keys_bit(job)))
         for (size_t i = 0; i < c->envc.n; i++)
             if (c->envc.e[i].given) {
                 dpt__jobs_text(dpt__keys[DPT_CFG_env].jobs, jobs, sizeof jobs);
@@ -741,7 +649,7 @@ int dpt_config_finalize(dpt_config_t *c)
                                  "used by: %s)",
                                  c->envc.e[i].name, dpt_job_name(job), jobs);
             }
-    int rc = dpt__cross_checks(c);
+    int rc = dpt__config_rules(c);
     if (rc)
         return rc;
     c->finalized = 1;
@@ -839,7 +747,7 @@ size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size)
     DPT__APPEND(buf, size, len, "# dpt run configuration: job %s (the keys of this job)\n",
                 dpt_job_name(job));
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        if (!(dpt__keys[k].jobs & dpt__job_bit(job)))
+        if (!(dpt__keys[k].jobs & dpt__job_keys_bit(job)))
             continue;
         DPT__APPEND(buf, size, len, "%s = %s\n", dpt__keys[k].name, c->v[k].s);
         if (k == DPT_CFG_env)
@@ -863,7 +771,7 @@ size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size)
                 dpt_job_name(job), dpt_job_summary(job), dpt_job_name(job));
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         const dpt_config_key_info_t *ki = &dpt__keys[k];
-        if (k == DPT_CFG_job || !(ki->jobs & dpt__job_bit(job)))
+        if (k == DPT_CFG_job || !(ki->jobs & dpt__job_keys_bit(job)))
             continue;
         char type[200];
         if (ki->type == DPT_CFG_T_ENUM)

@@ -39,6 +39,12 @@ const dpt__job_t *dpt__job_get(dpt_job_t job)
     return job == DPT_JOB_COUNT ? dpt__test_job : NULL;
 }
 
+unsigned dpt__job_keys_bit(dpt_job_t job)
+{
+    const dpt__job_t *d = dpt__job_get(job);
+    return d ? 1u << d->keys : 0u;
+}
+
 int dpt__job_find(const char *name)
 {
     for (int j = 0; j < DPT_JOB_COUNT; j++)

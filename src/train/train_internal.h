@@ -93,6 +93,13 @@ uint64_t dpt__config_env_hash(const dpt_config_t *c);
  * dpt__config_env_class. (src/train/rl_common.c) */
 int dpt__config_resolve_env(dpt_config_t *c);
 
+/* The rules between keys (config_rules.c): the generic ones, keyed on which
+ * keys the config's job has, then the job's descriptor's check. DPT_EINVAL
+ * naming the keys. */
+int dpt__config_rules(const dpt_config_t *c);
+/* The jobs of a mask of DPT_JOBS_* bits, as text ("supervised, ppo"). */
+void dpt__jobs_text(unsigned mask, char *buf, size_t n);
+
 /* Most hidden layers a "hidden" or "policy_hidden" list may name. */
 #define DPT__MAX_HIDDEN 8
 
@@ -296,6 +303,10 @@ extern const dpt__job_t dpt__sync_replicas_job;
 
 /* The job with id `job` (static storage); NULL when there is none. */
 const dpt__job_t *dpt__job_get(dpt_job_t job);
+/* The bit of the keys of `job` in a key's DPT_JOBS_* mask: a job outside
+ * DPT_JOB_LIST takes a listed job's keys (its descriptor's `keys`); 0 for an
+ * unknown job. */
+unsigned dpt__job_keys_bit(dpt_job_t job);
 /* The job of a name (the listed jobs, then a registered test job); -1 when
  * none has it. */
 int dpt__job_find(const char *name);

@@ -1,0 +1,97 @@
+/*
+ * The rules between config keys that hold for every job that has the keys
+ * (dpt_config_finalize calls them once every key holds a value), then the
+ * job's own rules (its descriptor's check). They read the config through
+ * its accessors and name no job.
+ */
+#include "dpt/rl.h"
+#include "dpt/status.h"
+#include "dpt/train.h"
+#include "train_internal.h"
+
+#include <stdint.h>
+
+/* The rules between keys that hold for every job that has the keys; the
+ * job's own rules follow (its descriptor's check). The enum keys' values
+ * are the enums' values (their lists make the choices). */
+static int dpt__towers_checks(const dpt_config_t *c)
+{
+    int async = DPT_CI(c, towers_mode) == DPT_TOWERS_ASYNC;
+    if (async && DPT_CI(c, reduce_op) == DPT_REDUCE_SUM)
+        return dpt_error(DPT_EINVAL, "reduce_op = sum does not apply to towers_mode = async "
+                                     "(each device applies its own gradient, scaled by "
+                                     "async_scale)");
+    if (!async && DPT_CF(c, async_scale) != 0.0)
+        return dpt_error(DPT_EINVAL,
+                         "async_scale = %g applies to towers_mode = async only "
+                         "(towers_mode = %s)",
+                         DPT_CF(c, async_scale), DPT_CS(c, towers_mode));
+    return DPT_OK;
+}
+
+static const unsigned dpt__dataset_jobs[DPT_DATASET_COUNT] = {
+#define DPT__DATASET_JOBS(sym, name, jobs) [sym] = jobs,
+    DPT_DATASET_LIST(DPT__DATASET_JOBS)
+#undef DPT__DATASET_JOBS
+};
+
+static int dpt__data_checks(const dpt_config_t *c)
+{
+    int64_t ds = DPT_CI(c, dataset);
+    char jobs[64];
+    if (!(dpt__dataset_jobs[ds] & dpt__job_keys_bit(dpt_config_job(c)))) {
+        dpt__jobs_text(dpt__dataset_jobs[ds], jobs, sizeof jobs);
+        return dpt_error(DPT_EINVAL, "dataset = %s is for job = %s%s", DPT_CS(c, dataset),
+                         jobs,
+                         ds == DPT_DATASET_BAGS ? " (an embedding table trained with sparse "
+                                                  "gradients)"
+                                                : "");
+    }
+    int bags = ds == DPT_DATASET_BAGS;
+    if (bags && DPT_CI(c, loss) != DPT_LOSS_MSE)
+        return dpt_error(DPT_EINVAL,
+                         "dataset = bags is a regression with loss = mse "
+                         "(loss = %s)",
+                         DPT_CS(c, loss));
+    int regress = !bags && DPT_CI(c, loss) != DPT_LOSS_SOFTMAX_XENT;
+    if (regress && (ds != DPT_DATASET_CSV || !DPT_CS(c, target_columns)[0]))
+        return dpt_error(DPT_EINVAL,
+                         "loss = %s regresses CSV targets: it needs dataset = csv "
+                         "and target_columns",
+                         DPT_CS(c, loss));
+    if (!regress && DPT_CS(c, target_columns)[0])
+        return dpt_error(DPT_EINVAL,
+                         "target_columns = %s needs loss = mse or huber (loss = "
+                         "softmax_xent classifies label_column)",
+                         DPT_CS(c, target_columns));
+    if (ds == DPT_DATASET_CSV && (!DPT_CS(c, train_csv)[0] || !DPT_CS(c, test_csv)[0]))
+        return dpt_error(DPT_EINVAL, "dataset = csv needs train_csv and test_csv");
+    return DPT_OK;
+}
+
+int dpt__config_rules(const dpt_config_t *c)
+{
+    int rc = DPT_OK;
+    if (dpt_config_applies(c, DPT_CFG_towers_mode))
+        rc = dpt__towers_checks(c);
+    if (!rc && dpt_config_applies(c, DPT_CFG_dataset))
+        rc = dpt__data_checks(c);
+    if (!rc && dpt_config_applies(c, DPT_CFG_eval_ema) && DPT_CI(c, eval_ema) &&
+        DPT_CF(c, ema_decay) <= 0.0)
+        rc = dpt_error(DPT_EINVAL, "eval_ema = true needs ema_decay > 0 (there is no "
+                                   "moving average to evaluate)");
+    size_t sizes[DPT__MAX_HIDDEN > DPT_POLICY_MAX_HIDDEN ? DPT__MAX_HIDDEN : DPT_POLICY_MAX_HIDDEN];
+    if (!rc && dpt_config_applies(c, DPT_CFG_hidden)) {
+        int n = dpt__config_sizes(c, DPT_CFG_hidden, sizes, DPT__MAX_HIDDEN);
+        rc = n < 0 ? n : DPT_OK;
+    }
+    if (!rc && dpt_config_applies(c, DPT_CFG_policy_hidden)) {
+        int n = dpt__config_sizes(c, DPT_CFG_policy_hidden, sizes, DPT_POLICY_MAX_HIDDEN);
+        rc = n < 0 ? n : DPT_OK;
+    }
+    const dpt__job_t *job = dpt__job_get(dpt_config_job(c));
+    if (!rc && job->check)
+        rc = job->check(c);
+    return rc;
+}
+
