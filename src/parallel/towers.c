@@ -140,6 +140,67 @@ static int dpt__check_config(const dpt_model_t *model, const dpt_batch_t *layout
     return DPT_OK;
 }
 
+/* Device i's own buffers: its gradient, its parameters and optimizer where
+ * the mode gives it a copy, its communicator (replicated), and the columns of
+ * every stack. Freed by dpt_towers_destroy. */
+static int dpt__tower_init(dpt_towers_t *t, int i, int shared)
+{
+    const dpt_towers_config_t *cfg = &t->cfg;
+    const dpt_model_t *model = &t->model;
+    const dpt_batch_t *layout = &t->layout;
+    size_t ncols = layout->ncols;
+    int rc;
+    dpt__tower_t *w = &t->towers[i];
+    w->index = i;
+    w->ctx = model->ctx;
+    if (i > 0 && model->replicate) {
+        if ((rc = model->replicate(model->ctx, &w->ctx)) != 0)
+            return rc;
+        w->own_ctx = 1;
+    }
+    /* With an external communicator the gradient travels with one more
+     * float (rows, or the failure mark): see dpt__job_step_comm(). */
+    if ((rc = dpt_arena_init(&w->grads, t->nparams + (cfg->comm ? 1 : 0))) != 0)
+        return rc;
+    if (!shared || cfg->mode == DPT_TOWERS_ASYNC || (t->mirrored && i > 0)) {
+        if ((rc = dpt_arena_init(&w->own_params, t->nparams)) != 0)
+            return rc;
+    }
+    if (t->mirrored) {
+        if ((rc = dpt_arena_init(&w->sum, t->nparams)) != 0 ||
+            (i > 0 && (rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0))
+            return rc;
+    }
+    /* ps towers read t->params, whose arena changes place when the fused
+     * update swaps it with t->params_next: no pointer is kept here. */
+    w->params = cfg->mode == DPT_TOWERS_PS && !(t->mirrored && i > 0) ? NULL : w->own_params.data;
+    if (!shared) {
+        if ((rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0)
+            return rc;
+        if (!cfg->comm && (rc = dpt_comm_threads_join(t->group, i, &w->comm)) != 0)
+            return rc;
+    }
+    w->stack_data = calloc((size_t)cfg->num_stacks * ncols, sizeof *w->stack_data);
+    if (!w->stack_data)
+        return dpt_error(DPT_ENOMEM, "towers: cannot allocate stack buffers");
+    /* A device holds at most cap_rows rows, so at most cap_rows / seq_len
+     * whole sequences: per-sequence columns (an RNN's state, wide) are
+     * sized by that. */
+    size_t cap_seqs = layout->seq_len ? t->cap_rows / layout->seq_len : t->cap_rows;
+    if (cap_seqs == 0)
+        cap_seqs = 1;
+    for (int s = 0; s < cfg->num_stacks; s++)
+        for (size_t c = 0; c < ncols; c++) {
+            size_t bytes, cap = layout->cols[c].per_sequence ? cap_seqs : t->cap_rows;
+            if (dpt_mul_size(cap, dpt__col_row_bytes(&layout->cols[c]), &bytes) ||
+                !(w->stack_data[(size_t)s * ncols + c] = dpt_alloc_aligned(bytes)))
+                return dpt_error(DPT_ENOMEM,
+                                 "towers: cannot allocate column \"%s\" for %zu rows on device %d",
+                                 layout->cols[c].name, t->cap_rows, i);
+        }
+    return DPT_OK;
+}
+
 int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_batch_t *layout,
                       const dpt_towers_config_t *cfg)
 {
@@ -204,63 +265,9 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
         if ((rc = dpt_comm_threads_group_create(&t->group, n, &co)) != 0)
             goto fail;
     }
-    size_t ncols = layout->ncols;
-    for (int i = 0; i < n; i++) {
-        dpt__tower_t *w = &t->towers[i];
-        w->index = i;
-        w->ctx = model->ctx;
-        if (i > 0 && model->replicate) {
-            if ((rc = model->replicate(model->ctx, &w->ctx)) != 0)
-                goto fail;
-            w->own_ctx = 1;
-        }
-        /* With an external communicator the gradient travels with one more
-         * float (rows, or the failure mark): see dpt__job_step_comm(). */
-        if ((rc = dpt_arena_init(&w->grads, t->nparams + (cfg->comm ? 1 : 0))) != 0)
+    for (int i = 0; i < n; i++)
+        if ((rc = dpt__tower_init(t, i, shared)) != 0)
             goto fail;
-        if (!shared || cfg->mode == DPT_TOWERS_ASYNC || (t->mirrored && i > 0)) {
-            if ((rc = dpt_arena_init(&w->own_params, t->nparams)) != 0)
-                goto fail;
-        }
-        if (t->mirrored) {
-            if ((rc = dpt_arena_init(&w->sum, t->nparams)) != 0 ||
-                (i > 0 && (rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0))
-                goto fail;
-        }
-        /* ps towers read t->params, whose arena changes place when the fused
-         * update swaps it with t->params_next: no pointer is kept here. */
-        w->params =
-            cfg->mode == DPT_TOWERS_PS && !(t->mirrored && i > 0) ? NULL : w->own_params.data;
-        if (!shared) {
-            if ((rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0)
-                goto fail;
-            if (!cfg->comm && (rc = dpt_comm_threads_join(t->group, i, &w->comm)) != 0)
-                goto fail;
-        }
-        w->stack_data = calloc((size_t)cfg->num_stacks * ncols, sizeof *w->stack_data);
-        if (!w->stack_data) {
-            rc = dpt_error(DPT_ENOMEM, "towers: cannot allocate stack buffers");
-            goto fail;
-        }
-        /* A device holds at most cap_rows rows, so at most cap_rows / seq_len
-         * whole sequences: per-sequence columns (an RNN's state, wide) are
-         * sized by that. */
-        size_t cap_seqs = layout->seq_len ? t->cap_rows / layout->seq_len : t->cap_rows;
-        if (cap_seqs == 0)
-            cap_seqs = 1;
-        for (int s = 0; s < cfg->num_stacks; s++)
-            for (size_t c = 0; c < ncols; c++) {
-                size_t bytes, cap = layout->cols[c].per_sequence ? cap_seqs : t->cap_rows;
-                if (dpt_mul_size(cap, dpt__col_row_bytes(&layout->cols[c]), &bytes) ||
-                    !(w->stack_data[(size_t)s * ncols + c] = dpt_alloc_aligned(bytes))) {
-                    rc =
-                        dpt_error(DPT_ENOMEM,
-                                  "towers: cannot allocate column \"%s\" for %zu rows on device %d",
-                                  layout->cols[c].name, t->cap_rows, i);
-                    goto fail;
-                }
-            }
-    }
     if ((rc = dpt_device_pool_create(&t->pool, n, cfg->pin_devices)) != 0 ||
         (rc = dpt__buckets_create(t)) != 0)
         goto fail;

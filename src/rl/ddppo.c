@@ -263,6 +263,83 @@ static int dpt__ddppo_should_stop(void *ctx)
     return (double)done > w->cfg.sync_frac * (double)w->shared->workers;
 }
 
+/* One iteration's figures over every worker into res: sums in one
+ * all-reduce, extremes through an all-gather of (-min, max, rows). */
+static int dpt__ddppo_aggregate(dpt_ddppo_t *w, size_t rows, int preempted, size_t nseq,
+                                const dpt_towers_load_info_t *li, const dpt__rl_learn_stats_t *ls,
+                                double ev, dpt_rl_result_t *res)
+{
+    int rc;
+    double wm, wmin, wmax, wl, w20;
+    size_t wc;
+    dpt__rollout_episode_stats(&w->ro, &wm, &wmin, &wmax, &wl, &w20, &wc);
+    float st[ST_COUNT + 15] = {0};
+    st[ST_ROWS] = (float)rows;
+    st[ST_EPIS_THIS] = (float)w->ro.episodes_this_iter;
+    st[ST_EPIS_TOTAL] = (float)w->ro.episodes_total;
+    st[ST_WIN_COUNT] = (float)wc;
+    st[ST_WIN_RET] = (float)(wm * (double)wc);
+    st[ST_WIN_LEN] = (float)(wl * (double)wc);
+    st[ST_N20] = wc ? (float)(wc < 20 ? wc : 20) : 0.0f;
+    st[ST_RET20] = (float)(w20 * (double)st[ST_N20]);
+    st[ST_PG] = (float)ls->policy_loss;
+    st[ST_VF] = (float)ls->vf_loss;
+    st[ST_ENT] = (float)ls->entropy;
+    st[ST_KL] = (float)ls->kl;
+    st[ST_CLIP] = (float)ls->clipfrac;
+    st[ST_GNORM] = (float)ls->grad_norm;
+    st[ST_EV] = (float)ev;
+    st[ST_PREEMPTED] = (float)preempted;
+    st[ST_SEQS] = (float)nseq;
+    st[ST_PADDED] = (float)(w->L ? nseq * w->L - rows : 0);
+    st[ST_DROPPED] = (float)(w->L ? li->rows_dropped : 0);
+    if ((rc = dpt_comm_allreduce(w->comm, st, ST_COUNT, DPT_REDUCE_SUM)) != 0)
+        return rc;
+    w->minmax[0] = wc ? (float)-wmin : -FLT_MAX;
+    w->minmax[1] = wc ? (float)wmax : -FLT_MAX;
+    w->minmax[2] = (float)rows;
+    w->minmax[3] = 0.0f;
+    if ((rc = dpt_comm_allgather(w->comm, w->minmax, 4, w->gathered)) != 0)
+        return rc;
+    double gmin = DBL_MAX, gmax = -DBL_MAX, rmin = DBL_MAX;
+    for (int r = 0; r < w->size; r++) {
+        const float *m = w->gathered + (size_t)r * 4;
+        if (m[0] > -FLT_MAX) {
+            gmin = fmin(gmin, -(double)m[0]);
+            gmax = fmax(gmax, (double)m[1]);
+        }
+        rmin = fmin(rmin, (double)m[2]);
+    }
+    w->iteration++;
+    uint64_t total_rows = (uint64_t)st[ST_ROWS];
+    w->timesteps += total_rows;
+    double P = (double)w->size, cnt = (double)st[ST_WIN_COUNT];
+    res->iteration = w->iteration;
+    res->timesteps_total = w->timesteps;
+    res->timesteps_this_iter = total_rows;
+    res->episodes_this_iter = (uint64_t)st[ST_EPIS_THIS];
+    res->episodes_total = (uint64_t)st[ST_EPIS_TOTAL];
+    res->episodes_in_window = (size_t)cnt;
+    res->episode_reward_mean = cnt > 0 ? (double)st[ST_WIN_RET] / cnt : 0.0;
+    res->episode_len_mean = cnt > 0 ? (double)st[ST_WIN_LEN] / cnt : 0.0;
+    res->episode_reward_mean_20 = st[ST_N20] > 0 ? (double)st[ST_RET20] / (double)st[ST_N20] : 0.0;
+    res->episode_reward_min = gmin < DBL_MAX ? gmin : 0.0;
+    res->episode_reward_max = gmax > -DBL_MAX ? gmax : 0.0;
+    res->policy_loss = (double)st[ST_PG] / P;
+    res->vf_loss = (double)st[ST_VF] / P;
+    res->entropy = (double)st[ST_ENT] / P;
+    res->kl = (double)st[ST_KL] / P;
+    res->clipfrac = (double)st[ST_CLIP] / P;
+    res->grad_norm = (double)st[ST_GNORM] / P;
+    res->vf_explained_var = (double)st[ST_EV] / P;
+    res->preempted_workers = (uint64_t)st[ST_PREEMPTED];
+    res->rows_min = (uint64_t)rmin;
+    res->sequences = (uint64_t)st[ST_SEQS];
+    res->rows_padded = (uint64_t)st[ST_PADDED];
+    res->rows_dropped = (uint64_t)st[ST_DROPPED];
+    return DPT_OK;
+}
+
 int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
 {
     const dpt_rl_config_t *c = &w->cfg;
@@ -344,75 +421,8 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     if ((rc = dpt_towers_get_weights(w->towers, w->params.data, w->nparams)) != 0)
         return rc;
     double t2 = dpt_now();
-    /* Aggregate statistics over workers: sums in one all-reduce, extremes
-     * through an all-gather of (-min, max, rows). */
-    double wm, wmin, wmax, wl, w20;
-    size_t wc;
-    dpt__rollout_episode_stats(&w->ro, &wm, &wmin, &wmax, &wl, &w20, &wc);
-    float st[ST_COUNT + 15] = {0};
-    st[ST_ROWS] = (float)rows;
-    st[ST_EPIS_THIS] = (float)w->ro.episodes_this_iter;
-    st[ST_EPIS_TOTAL] = (float)w->ro.episodes_total;
-    st[ST_WIN_COUNT] = (float)wc;
-    st[ST_WIN_RET] = (float)(wm * (double)wc);
-    st[ST_WIN_LEN] = (float)(wl * (double)wc);
-    st[ST_N20] = wc ? (float)(wc < 20 ? wc : 20) : 0.0f;
-    st[ST_RET20] = (float)(w20 * (double)st[ST_N20]);
-    st[ST_PG] = (float)ls.policy_loss;
-    st[ST_VF] = (float)ls.vf_loss;
-    st[ST_ENT] = (float)ls.entropy;
-    st[ST_KL] = (float)ls.kl;
-    st[ST_CLIP] = (float)ls.clipfrac;
-    st[ST_GNORM] = (float)ls.grad_norm;
-    st[ST_EV] = (float)ev;
-    st[ST_PREEMPTED] = (float)preempted;
-    st[ST_SEQS] = (float)nseq;
-    st[ST_PADDED] = (float)(w->L ? nseq * w->L - rows : 0);
-    st[ST_DROPPED] = (float)(w->L ? li.rows_dropped : 0);
-    if ((rc = dpt_comm_allreduce(w->comm, st, ST_COUNT, DPT_REDUCE_SUM)) != 0)
+    if ((rc = dpt__ddppo_aggregate(w, rows, preempted, nseq, &li, &ls, ev, res)) != 0)
         return rc;
-    w->minmax[0] = wc ? (float)-wmin : -FLT_MAX;
-    w->minmax[1] = wc ? (float)wmax : -FLT_MAX;
-    w->minmax[2] = (float)rows;
-    w->minmax[3] = 0.0f;
-    if ((rc = dpt_comm_allgather(w->comm, w->minmax, 4, w->gathered)) != 0)
-        return rc;
-    double gmin = DBL_MAX, gmax = -DBL_MAX, rmin = DBL_MAX;
-    for (int r = 0; r < w->size; r++) {
-        const float *m = w->gathered + (size_t)r * 4;
-        if (m[0] > -FLT_MAX) {
-            gmin = fmin(gmin, -(double)m[0]);
-            gmax = fmax(gmax, (double)m[1]);
-        }
-        rmin = fmin(rmin, (double)m[2]);
-    }
-    w->iteration++;
-    uint64_t total_rows = (uint64_t)st[ST_ROWS];
-    w->timesteps += total_rows;
-    double P = (double)w->size, cnt = (double)st[ST_WIN_COUNT];
-    res->iteration = w->iteration;
-    res->timesteps_total = w->timesteps;
-    res->timesteps_this_iter = total_rows;
-    res->episodes_this_iter = (uint64_t)st[ST_EPIS_THIS];
-    res->episodes_total = (uint64_t)st[ST_EPIS_TOTAL];
-    res->episodes_in_window = (size_t)cnt;
-    res->episode_reward_mean = cnt > 0 ? (double)st[ST_WIN_RET] / cnt : 0.0;
-    res->episode_len_mean = cnt > 0 ? (double)st[ST_WIN_LEN] / cnt : 0.0;
-    res->episode_reward_mean_20 = st[ST_N20] > 0 ? (double)st[ST_RET20] / (double)st[ST_N20] : 0.0;
-    res->episode_reward_min = gmin < DBL_MAX ? gmin : 0.0;
-    res->episode_reward_max = gmax > -DBL_MAX ? gmax : 0.0;
-    res->policy_loss = (double)st[ST_PG] / P;
-    res->vf_loss = (double)st[ST_VF] / P;
-    res->entropy = (double)st[ST_ENT] / P;
-    res->kl = (double)st[ST_KL] / P;
-    res->clipfrac = (double)st[ST_CLIP] / P;
-    res->grad_norm = (double)st[ST_GNORM] / P;
-    res->vf_explained_var = (double)st[ST_EV] / P;
-    res->preempted_workers = (uint64_t)st[ST_PREEMPTED];
-    res->rows_min = (uint64_t)rmin;
-    res->sequences = (uint64_t)st[ST_SEQS];
-    res->rows_padded = (uint64_t)st[ST_PADDED];
-    res->rows_dropped = (uint64_t)st[ST_DROPPED];
     if (w->L && c->sgd_minibatch_size < w->L)
         snprintf(res->note, sizeof res->note,
                  "sgd_minibatch_size %zu is shorter than a sequence (max_seq_len %zu); "
@@ -424,7 +434,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     res->sample_time_s = t1 - t0;
     res->learn_time_s = t2 - t1;
     res->iteration_time_s = t3 - t0;
-    res->env_steps_per_s = (double)total_rows / (t3 - t0);
+    res->env_steps_per_s = (double)res->timesteps_this_iter / (t3 - t0);
     if (c->check_weights_every > 0 && w->iteration % (uint64_t)c->check_weights_every == 0)
         return dpt_ddppo_check_weights(w);
     return DPT_OK;

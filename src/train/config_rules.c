@@ -41,8 +41,7 @@ static int dpt__data_checks(const dpt_config_t *c)
     char jobs[64];
     if (!(dpt__dataset_jobs[ds] & dpt__job_keys_bit(dpt_config_job(c)))) {
         dpt__jobs_text(dpt__dataset_jobs[ds], jobs, sizeof jobs);
-        return dpt_error(DPT_EINVAL, "dataset = %s is for job = %s%s", DPT_CS(c, dataset),
-                         jobs,
+        return dpt_error(DPT_EINVAL, "dataset = %s is for job = %s%s", DPT_CS(c, dataset), jobs,
                          ds == DPT_DATASET_BAGS ? " (an embedding table trained with sparse "
                                                   "gradients)"
                                                 : "");
@@ -94,4 +93,3 @@ int dpt__config_rules(const dpt_config_t *c)
         rc = job->check(c);
     return rc;
 }
-
