@@ -11,6 +11,7 @@
 
 #include "dpt/arena.h"
 #include "dpt/batch.h"
+#include "dpt/conv.h"
 #include "dpt/gemm.h"
 #include "dpt/learner.h"
 #include "dpt/lstm.h"

@@ -1,0 +1,201 @@
+/*
+ * Max and average pooling (dpt/conv.h) on NCHW batches.
+ *
+ * Each (image, channel) plane is pooled on its own, window by window in
+ * row-major order. A window is clipped to the image first (padding never
+ * takes part: it is -infinity for max and zero for average), so the loops
+ * only visit the window's elements inside the image. The geometry check
+ * keeps each padding below the window, so every clipped window is non-empty.
+ *
+ * Max pooling keeps no index buffer: the backward pass finds each window's
+ * chosen element again with the same function the forward used
+ * (window_argmax), so both agree bit for bit, ties and NaNs included.
+ */
+#include "conv_impl.h"
+#include "dpt/conv.h"
+#include "dpt/status.h"
+
+#include <math.h>
+
+/* A window clipped to the image: rows [r0, r1), columns [c0, c1). */
+typedef struct window {
+    size_t r0, r1, c0, c1;
+} window_t;
+
+/* Sizes derived from a checked geometry. */
+typedef struct pool_geom {
+    size_t h, w, oh, ow, kh, kw, sh, sw, pt, pl;
+    size_t planes; /* batch * channels */
+} pool_geom_t;
+
+int dpt_pool2d_check(const dpt_pool2d_t *p)
+{
+    if (!p)
+        return dpt_error(DPT_EINVAL, "pool2d: no geometry given");
+    if (p->channels == 0)
+        return dpt_error(DPT_EINVAL, "pool2d: 0 channels (must be >= 1)");
+    int rc = dpt__conv_axis_check("pool2d", "height", p->in_h, p->kh, p->stride_h, p->pad_top,
+                                  p->pad_bottom);
+    if (rc == 0)
+        rc = dpt__conv_axis_check("pool2d", "width", p->in_w, p->kw, p->stride_w, p->pad_left,
+                                  p->pad_right);
+    return rc;
+}
+
+size_t dpt_pool2d_out_h(const dpt_pool2d_t *p)
+{
+    return dpt__conv_axis_out(p->in_h, p->kh, p->stride_h, p->pad_top, p->pad_bottom);
+}
+
+size_t dpt_pool2d_out_w(const dpt_pool2d_t *p)
+{
+    return dpt__conv_axis_out(p->in_w, p->kw, p->stride_w, p->pad_left, p->pad_right);
+}
+
+/* Checks the geometry and the arrays; fills *g. */
+static int pool_begin(const dpt_pool2d_t *p, const char *what, const void *a, const void *b,
+                      size_t batch, pool_geom_t *g)
+{
+    int rc = dpt_pool2d_check(p);
+    if (rc != 0)
+        return rc;
+    if (batch > 0 && (!a || !b))
+        return dpt_error(DPT_EINVAL, "pool2d: %s: an array is NULL", what);
+    *g = (pool_geom_t){
+        .h = p->in_h,
+        .w = p->in_w,
+        .oh = dpt_pool2d_out_h(p),
+        .ow = dpt_pool2d_out_w(p),
+        .kh = p->kh,
+        .kw = p->kw,
+        .sh = p->stride_h,
+        .sw = p->stride_w,
+        .pt = p->pad_top,
+        .pl = p->pad_left,
+        .planes = batch * p->channels,
+    };
+    return DPT_OK;
+}
+
+/* Output (i, j)'s window, clipped to the image. The padding is below the
+ * window on each side, so i*sh + kh > pt and the window is never empty. */
+static window_t window_at(const pool_geom_t *g, size_t i, size_t j)
+{
+    size_t rs = i * g->sh, cs = j * g->sw;
+    window_t win = {
+        .r0 = rs >= g->pt ? rs - g->pt : 0,
+        .r1 = rs + g->kh - g->pt,
+        .c0 = cs >= g->pl ? cs - g->pl : 0,
+        .c1 = cs + g->kw - g->pl,
+    };
+    win.r1 = win.r1 < g->h ? win.r1 : g->h;
+    win.c1 = win.c1 < g->w ? win.c1 : g->w;
+    return win;
+}
+
+/* Index in the plane of the window's largest element: the first in
+ * row-major order among equals; the first NaN when there is one. */
+static size_t window_argmax(const float *x, size_t w, window_t win)
+{
+    size_t best = win.r0 * w + win.c0;
+    float m = x[best];
+    for (size_t r = win.r0; r < win.r1; r++) {
+        for (size_t c = win.c0; c < win.c1; c++) {
+            float v = x[r * w + c];
+            if (v > m || (isnan(v) && !isnan(m))) {
+                m = v;
+                best = r * w + c;
+            }
+        }
+    }
+    return best;
+}
+
+int dpt_maxpool2d_forward(const dpt_pool2d_t *p, float *y, const float *x, size_t batch)
+{
+    pool_geom_t g;
+    int rc = pool_begin(p, "max forward", y, x, batch, &g);
+    if (rc != 0)
+        return rc;
+    for (size_t pl = 0; pl < g.planes; pl++) {
+        const float *xp = x + pl * g.h * g.w;
+        float *yp = y + pl * g.oh * g.ow;
+        for (size_t i = 0; i < g.oh; i++)
+            for (size_t j = 0; j < g.ow; j++)
+                yp[i * g.ow + j] = xp[window_argmax(xp, g.w, window_at(&g, i, j))];
+    }
+    return DPT_OK;
+}
+
+int dpt_maxpool2d_backward(const dpt_pool2d_t *p, float *dx, const float *dy, const float *x,
+                           size_t batch)
+{
+    pool_geom_t g;
+    int rc = pool_begin(p, "max backward", dx, dy, batch, &g);
+    if (rc != 0)
+        return rc;
+    if (batch > 0 && !x)
+        return dpt_error(DPT_EINVAL, "pool2d: max backward: x (the forward's input) is NULL");
+    for (size_t pl = 0; pl < g.planes; pl++) {
+        const float *xp = x + pl * g.h * g.w;
+        const float *dyp = dy + pl * g.oh * g.ow;
+        float *dxp = dx + pl * g.h * g.w;
+        for (size_t i = 0; i < g.oh; i++)
+            for (size_t j = 0; j < g.ow; j++)
+                dxp[window_argmax(xp, g.w, window_at(&g, i, j))] += dyp[i * g.ow + j];
+    }
+    return DPT_OK;
+}
+
+/* The divisor of a window: kh*kw, or its elements inside the image. */
+static float window_divisor(const dpt_pool2d_t *p, window_t win)
+{
+    if (p->count_pad)
+        return (float)(p->kh * p->kw);
+    return (float)((win.r1 - win.r0) * (win.c1 - win.c0));
+}
+
+int dpt_avgpool2d_forward(const dpt_pool2d_t *p, float *y, const float *x, size_t batch)
+{
+    pool_geom_t g;
+    int rc = pool_begin(p, "average forward", y, x, batch, &g);
+    if (rc != 0)
+        return rc;
+    for (size_t pl = 0; pl < g.planes; pl++) {
+        const float *xp = x + pl * g.h * g.w;
+        float *yp = y + pl * g.oh * g.ow;
+        for (size_t i = 0; i < g.oh; i++) {
+            for (size_t j = 0; j < g.ow; j++) {
+                window_t win = window_at(&g, i, j);
+                float s = 0.0f;
+                for (size_t r = win.r0; r < win.r1; r++)
+                    for (size_t c = win.c0; c < win.c1; c++)
+                        s += xp[r * g.w + c];
+                yp[i * g.ow + j] = s / window_divisor(p, win);
+            }
+        }
+    }
+    return DPT_OK;
+}
+
+int dpt_avgpool2d_backward(const dpt_pool2d_t *p, float *dx, const float *dy, size_t batch)
+{
+    pool_geom_t g;
+    int rc = pool_begin(p, "average backward", dx, dy, batch, &g);
+    if (rc != 0)
+        return rc;
+    for (size_t pl = 0; pl < g.planes; pl++) {
+        const float *dyp = dy + pl * g.oh * g.ow;
+        float *dxp = dx + pl * g.h * g.w;
+        for (size_t i = 0; i < g.oh; i++) {
+            for (size_t j = 0; j < g.ow; j++) {
+                window_t win = window_at(&g, i, j);
+                float d = dyp[i * g.ow + j] / window_divisor(p, win);
+                for (size_t r = win.r0; r < win.r1; r++)
+                    for (size_t c = win.c0; c < win.c1; c++)
+                        dxp[r * g.w + c] += d;
+            }
+        }
+    }
+    return DPT_OK;
+}
