@@ -46,7 +46,13 @@ int dpt_cli_exit_code(int rc);
 int dpt_cli_parse_u64(const char *cmd, const char *option, const char *s, uint64_t lo, uint64_t hi,
                       uint64_t *out);
 
-/* Progress display: a live line on a terminal, plain lines otherwise. */
+/* This process's rank in the world a launcher (mpirun, srun) started, and
+ * the world's size in *world: 0 and 1 when there is no launcher. */
+int dpt_cli_launcher_rank(int *world);
+
+/* Progress display: a live line on a terminal, plain lines otherwise and
+ * under a launcher (which gives each rank a pseudo-terminal, though its
+ * output goes where mpirun's does: often a log). */
 typedef struct dpt_progress {
     int tty, quiet;
     double last_print, start;

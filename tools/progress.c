@@ -28,9 +28,31 @@ int dpt_cli_parse_u64(const char *cmd, const char *option, const char *s, uint64
     return DPT_EXIT_OK;
 }
 
+/* A positive integer from the first of two environment variables set. */
+static int dpt__cli_env_int(const char *a, const char *b, int fallback)
+{
+    const char *s = getenv(a);
+    if (!s)
+        s = getenv(b);
+    char *end;
+    long v = s ? strtol(s, &end, 10) : -1;
+    return s && *s && !*end && v >= 0 && v < 1 << 24 ? (int)v : fallback;
+}
+
+int dpt_cli_launcher_rank(int *world)
+{
+    /* Open MPI's names, then the PMI ones of MPICH, Intel MPI and Slurm. */
+    *world = dpt__cli_env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
+    if (*world < 1)
+        *world = 1;
+    return *world > 1 ? dpt__cli_env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0) : 0;
+}
+
 void dpt_progress_init(dpt_progress_t *p, int quiet)
 {
-    p->tty = isatty(STDOUT_FILENO);
+    int world;
+    dpt_cli_launcher_rank(&world);
+    p->tty = isatty(STDOUT_FILENO) && world == 1;
     p->quiet = quiet;
     p->start = dpt_now();
     p->last_print = -1e9;
