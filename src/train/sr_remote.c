@@ -14,14 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Messages between the service (rank 0) and its worker ranks. A worker
- * asks for a step (TOKEN) and is told GO {step, chunk, shuffle position,
- * finish}; asks for the variables (FETCH {n, ids[n]}: the bags' rows it
- * needs) and gets PARAMS {dense variables packed in table order, rows
- * [n, E]}; pushes PUSH {local step, n, loss, correct, dense gradient
- * packed, ids[n], rows [n, E]}; reports its own failure (FAIL, a message)
- * and, told to finish, says BYE. Native byte order: the ranks run the same
- * build. */
+/* ---- the messages ------------------------------------------------------------------ */
+
+/* Between the services and the worker ranks. A worker asks rank 0 for a
+ * step (TOKEN) and is told GO; asks every service for its variables
+ * (FETCH, with the ids of the bags' rows it needs to the service with the
+ * table) and gets PARAMS {its dense variables packed in table order, then
+ * the rows [n, E]}; pushes PUSH to every service; reports its own failure
+ * to rank 0 (FAIL, a message) and, told to finish, says BYE. */
 #define SRT_TAG_TOKEN 101
 #define SRT_TAG_GO 102
 #define SRT_TAG_FETCH 103
@@ -29,8 +29,8 @@
 #define SRT_TAG_PUSH 105
 #define SRT_TAG_FAIL 106
 #define SRT_TAG_BYE 107
-/* rank 0 to the other services (num_ps > 1): GATHER {min step} asks for
- * the variables it keeps, with their optimizer slots and EMA, once its
+/* Rank 0 to the other services (num_ps > 1): GATHER {min step} asks for
+ * the variables it keeps, with their EMA and optimizer slots, once its
  * global step reached min step (the answer: GATHERED {optimizer step, then
  * the floats}); SCATTER {global step, optimizer step, floats} sets them (a
  * resumed run); FINISH ends it. */
@@ -38,31 +38,192 @@
 #define SRT_TAG_GATHERED 109
 #define SRT_TAG_SCATTER 110
 #define SRT_TAG_FINISH 111
-#define SRT_GO_WORDS 4
+
+/* The layouts: every field little-endian, integers and doubles 8 bytes at
+ * the offsets below, then the arrays (float32 values, int64 ids), packed
+ * with no padding.
+ *
+ *   GO        step | chunk | shuffle position | finish              32 bytes
+ *   FETCH     min step | n | ids[n]                                 16 + 8 n
+ *   PARAMS    dense variables | rows [n, E]                         floats
+ *   PUSH      local step | n | loss | correct | dense gradient |
+ *             ids[n] | rows [n, E]                                  32 + ...
+ *   GATHER    min step                                              8 bytes
+ *   GATHERED  optimizer step | floats                               8 + ...
+ *   SCATTER   global step | optimizer step | floats                 16 + ... */
+#define SRT_GO_BYTES 32
+#define SRT_FETCH_HEAD 16
+#define SRT_PUSH_HEAD 32
+#define SRT_GATHER_BYTES 8
+#define SRT_GATHERED_HEAD 8
+#define SRT_SCATTER_HEAD 16
+
+typedef struct srt_go {
+    uint64_t step, chunk, shuffle_pos, finish;
+} srt_go_t;
+
+typedef struct srt_fetch_head {
+    uint64_t min_step, n;
+} srt_fetch_head_t;
+
+typedef struct srt_push_head {
+    uint64_t step, n;
+    double loss, correct;
+} srt_push_head_t;
+
+static void srt_put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t srt_get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void srt_put_f64(unsigned char *p, double x)
+{
+    uint64_t v;
+    memcpy(&v, &x, sizeof v);
+    srt_put_u64(p, v);
+}
+
+static double srt_get_f64(const unsigned char *p)
+{
+    uint64_t v = srt_get_u64(p);
+    double x;
+    memcpy(&x, &v, sizeof x);
+    return x;
+}
+
+/* Arrays: a copy where the host is little-endian, else value by value. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SRT_HOST_LE 1
+#else
+#define SRT_HOST_LE 0
+#endif
+
+static void srt_put_f32s(unsigned char *p, const float *x, size_t n)
+{
+    if (SRT_HOST_LE) {
+        memcpy(p, x, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v;
+        memcpy(&v, &x[i], sizeof v);
+        for (int j = 0; j < 4; j++)
+            p[4 * i + (size_t)j] = (unsigned char)(v >> (8 * j));
+    }
+}
+
+static void srt_get_f32s(float *x, const unsigned char *p, size_t n)
+{
+    if (SRT_HOST_LE) {
+        memcpy(x, p, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = 0;
+        for (int j = 0; j < 4; j++)
+            v |= (uint32_t)p[4 * i + (size_t)j] << (8 * j);
+        memcpy(&x[i], &v, sizeof v);
+    }
+}
+
+static void srt_put_i64s(unsigned char *p, const int64_t *x, size_t n)
+{
+    if (SRT_HOST_LE) {
+        memcpy(p, x, n * sizeof(int64_t));
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        srt_put_u64(p + 8 * i, (uint64_t)x[i]);
+}
+
+static void srt_get_i64s(int64_t *x, const unsigned char *p, size_t n)
+{
+    if (SRT_HOST_LE) {
+        memcpy(x, p, n * sizeof(int64_t));
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = (int64_t)srt_get_u64(p + 8 * i);
+}
+
+static void srt_go_put(unsigned char *p, const srt_go_t *g)
+{
+    srt_put_u64(p, g->step);
+    srt_put_u64(p + 8, g->chunk);
+    srt_put_u64(p + 16, g->shuffle_pos);
+    srt_put_u64(p + 24, g->finish);
+}
+
+static void srt_go_get(const unsigned char *p, srt_go_t *g)
+{
+    g->step = srt_get_u64(p);
+    g->chunk = srt_get_u64(p + 8);
+    g->shuffle_pos = srt_get_u64(p + 16);
+    g->finish = srt_get_u64(p + 24);
+}
+
+static void srt_fetch_put(unsigned char *p, const srt_fetch_head_t *h)
+{
+    srt_put_u64(p, h->min_step);
+    srt_put_u64(p + 8, h->n);
+}
+
+static void srt_fetch_get(const unsigned char *p, srt_fetch_head_t *h)
+{
+    h->min_step = srt_get_u64(p);
+    h->n = srt_get_u64(p + 8);
+}
+
+static void srt_push_put(unsigned char *p, const srt_push_head_t *h)
+{
+    srt_put_u64(p, h->step);
+    srt_put_u64(p + 8, h->n);
+    srt_put_f64(p + 16, h->loss);
+    srt_put_f64(p + 24, h->correct);
+}
+
+static void srt_push_get(const unsigned char *p, srt_push_head_t *h)
+{
+    h->step = srt_get_u64(p);
+    h->n = srt_get_u64(p + 8);
+    h->loss = srt_get_f64(p + 16);
+    h->correct = srt_get_f64(p + 24);
+}
 
 /* Packing of the variables of service k (all services when k < 0), in
- * table order: the dense ones only, or all (with the table). */
-static size_t srt_pack(const srt_t *t, int k, int dense_only, const float *full, float *packed)
+ * table order, as the floats of a message: the dense ones only, or all
+ * (with the table). Returns the floats. */
+static size_t srt_pack(const srt_t *t, int k, int dense_only, const float *full, unsigned char *out)
 {
     size_t n = 0;
     for (size_t i = 0; i < t->vars->nvars; i++) {
         const dpt_var_t *v = &t->vars->vars[i];
         if ((k >= 0 && t->place[i] != k) || (dense_only && t->bags && i == 0))
             continue;
-        memcpy(packed + n, full + v->offset, v->count * sizeof(float));
+        srt_put_f32s(out + n * sizeof(float), full + v->offset, v->count);
         n += v->count;
     }
     return n;
 }
 
-static size_t srt_unpack(const srt_t *t, int k, int dense_only, const float *packed, float *full)
+static size_t srt_unpack(const srt_t *t, int k, int dense_only, const unsigned char *in,
+                         float *full)
 {
     size_t n = 0;
     for (size_t i = 0; i < t->vars->nvars; i++) {
         const dpt_var_t *v = &t->vars->vars[i];
         if ((k >= 0 && t->place[i] != k) || (dense_only && t->bags && i == 0))
             continue;
-        memcpy(full + v->offset, packed + n, v->count * sizeof(float));
+        srt_get_f32s(full + v->offset, in + n * sizeof(float), v->count);
         n += v->count;
     }
     return n;
@@ -136,12 +297,12 @@ int dpt__sr_remote_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
      * reached the step this gradient is for. */
     size_t E = t->edim;
     for (int k = 0; k < t->P; k++) {
-        uint64_t head[2] = {t->cur_step, dpt__sr_has_table(t, k) ? (uint64_t)n : 0};
-        memcpy(t->msg, head, sizeof head);
-        if (head[1])
-            memcpy(t->msg + sizeof head, ids, n * sizeof(int64_t));
+        srt_fetch_head_t h = {t->cur_step, dpt__sr_has_table(t, k) ? (uint64_t)n : 0};
+        srt_fetch_put(t->msg, &h);
+        if (h.n)
+            srt_put_i64s(t->msg + SRT_FETCH_HEAD, ids, h.n);
         if ((rc = dpt_comm_send(t->comm, k, SRT_TAG_FETCH, t->msg,
-                                sizeof head + head[1] * sizeof(int64_t))) != 0)
+                                SRT_FETCH_HEAD + h.n * sizeof(int64_t))) != 0)
             return rc;
     }
     for (int k = 0; k < t->P; k++) {
@@ -152,11 +313,11 @@ int dpt__sr_remote_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
                            (t->svc_dense[k] + rows * E) * sizeof(float),
                            "reply with the variables")) != 0)
             return rc;
-        memcpy(t->pack, buf, got);
-        free(buf);
-        srt_unpack(t, k, 1, t->pack, w->params.data);
+        const unsigned char *m = buf;
+        srt_unpack(t, k, 1, m, w->params.data);
         if (rows)
-            memcpy(w->rows, t->pack + t->svc_dense[k], rows * E * sizeof(float));
+            srt_get_f32s(w->rows, m + t->svc_dense[k] * sizeof(float), rows * E);
+        free(buf);
     }
     return DPT_OK;
 }
@@ -166,20 +327,18 @@ int dpt__sr_remote_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
 /* Tells worker w to compute its next gradient at `step` (or to finish). */
 static int srt_go(srt_t *t, int w, uint64_t step, int finish)
 {
-    uint64_t *go = malloc(SRT_GO_WORDS * sizeof *go);
-    if (!go)
+    unsigned char *m = malloc(SRT_GO_BYTES);
+    if (!m)
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer worker %d", w);
-    go[0] = step;
-    go[1] = 0;
-    go[2] = t->shuffle_pos;
-    go[3] = (uint64_t)finish;
+    srt_go_t go = {step, 0, t->shuffle_pos, (uint64_t)finish};
     if (!finish) {
-        go[1] = (t->assigned[w] * (uint64_t)t->N + (uint64_t)w) % t->nchunks;
+        go.chunk = (t->assigned[w] * (uint64_t)t->N + (uint64_t)w) % t->nchunks;
         t->assigned[w]++;
     }
+    srt_go_put(m, &go);
     /* Replies never wait for the worker: one stopped (SIGSTOP) must not
      * stop the service. */
-    return dpt_comm_send_async(t->comm, w + t->P, SRT_TAG_GO, go, SRT_GO_WORDS * sizeof *go);
+    return dpt_comm_send_async(t->comm, w + t->P, SRT_TAG_GO, m, SRT_GO_BYTES);
 }
 
 /* Answers worker w's fetch {min step, n, ids} with this service's dense
@@ -188,33 +347,37 @@ static int srt_go(srt_t *t, int w, uint64_t step, int finish)
  * error. */
 static int srt_answer_fetch(srt_t *t, int w, const unsigned char *m, size_t n)
 {
-    uint64_t head[2];
+    srt_fetch_head_t h = {0, 0};
     size_t E = t->edim;
-    if (n < sizeof head || (memcpy(head, m, sizeof head), n != sizeof head + head[1] * 8) ||
-        head[1] > t->b * t->nids || (head[1] && !dpt__sr_has_table(t, t->svc)))
+    if (n >= SRT_FETCH_HEAD)
+        srt_fetch_get(m, &h);
+    if (n < SRT_FETCH_HEAD || n != SRT_FETCH_HEAD + h.n * sizeof(int64_t) || h.n > t->b * t->nids ||
+        (h.n && !dpt__sr_has_table(t, t->svc)))
         return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed fetch from rank %d", w + t->P);
-    if (dpt_sr_global_step(t->sr) < head[0])
+    if (dpt_sr_global_step(t->sr) < h.min_step)
         return 1;
-    uint64_t k = head[1];
     int rc = dpt_sr_fetch(t->sr, t->in_grads.data);
     if (rc)
         return rc;
-    size_t dense = srt_pack(t, t->svc, 1, t->in_grads.data, t->pack);
-    if (k) {
-        int64_t *ids = malloc(k * sizeof *ids);
+    if (h.n) {
+        /* The rows, staged in t->pack. */
+        int64_t *ids = malloc(h.n * sizeof *ids);
         if (!ids)
             return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
-        memcpy(ids, m + sizeof head, k * sizeof *ids);
-        rc = dpt_sr_fetch_rows(t->sr, 0, ids, k, t->pack + dense);
+        srt_get_i64s(ids, m + SRT_FETCH_HEAD, h.n);
+        rc = dpt_sr_fetch_rows(t->sr, 0, ids, h.n, t->pack);
         free(ids);
         if (rc)
             return rc;
     }
-    size_t bytes = (dense + k * E) * sizeof(float);
-    void *reply = malloc(bytes ? bytes : 1);
+    size_t dense = t->svc_dense[t->svc];
+    size_t bytes = (dense + h.n * E) * sizeof(float);
+    unsigned char *reply = malloc(bytes ? bytes : 1);
     if (!reply)
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
-    memcpy(reply, t->pack, bytes);
+    srt_pack(t, t->svc, 1, t->in_grads.data, reply);
+    if (h.n)
+        srt_put_f32s(reply + dense * sizeof(float), t->pack, h.n * E);
     return dpt_comm_send_async(t->comm, w + t->P, SRT_TAG_PARAMS, reply, bytes);
 }
 
@@ -252,10 +415,64 @@ static int srt_lose(srt_t *t, int w)
     return rc ? rc : lost;
 }
 
+/* Worker w's push to this service: its part of the dense gradient and,
+ * on the service with the table, the sparse rows. A gradient the service
+ * refuses as bad loses the worker, not the service. */
+static int srt_take_push(srt_t *t, int w, const unsigned char *m, size_t n)
+{
+    size_t E = t->edim;
+    srt_push_head_t h;
+    int rc;
+    if (n < SRT_PUSH_HEAD)
+        return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed push from rank %d", w + t->P);
+    srt_push_get(m, &h);
+    uint64_t k = h.n;
+    size_t dense = t->svc_dense[t->svc];
+    size_t want = SRT_PUSH_HEAD + dense * sizeof(float) + k * (sizeof(int64_t) + E * sizeof(float));
+    if (n != want || (!dpt__sr_has_table(t, t->svc) && k) || k > t->b * t->nids)
+        return dpt_error(DPT_EFORMAT, "sync_replicas: a push of %zu bytes from rank %d", n,
+                         w + t->P);
+    const unsigned char *ids = m + SRT_PUSH_HEAD + dense * sizeof(float);
+    const unsigned char *rows = ids + k * sizeof(int64_t);
+    srt_unpack(t, t->svc, 1, m + SRT_PUSH_HEAD, t->in_grads.data);
+    const dpt_sparse_rows_t *list[1] = {&t->in_rows};
+    if (t->bags) {
+        /* (empty on a service without the table, which ignores it) */
+        dpt_sparse_rows_clear(&t->in_rows);
+        for (uint64_t j = 0; j < k; j++) {
+            float *row;
+            int64_t id = (int64_t)srt_get_u64(ids + j * sizeof(int64_t));
+            if ((rc = dpt_sparse_rows_add(&t->in_rows, id, NULL, &row)) != 0)
+                return rc;
+            srt_get_f32s(row, rows + j * E * sizeof(float), E);
+        }
+    }
+    int accepted = 0;
+    rc = dpt_sr_push(t->sr, w, h.step, t->in_grads.data, t->bags ? list : NULL, &accepted);
+    dpt_sr_stats_t st;
+    dpt_sr_get_stats(t->sr, &st);
+    if ((rc == DPT_EINVAL || rc == DPT_ENUMERIC) && !st.failed) {
+        /* That worker's gradient is bad (not the service): it is lost,
+         * the others go on. */
+        snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %s", w, w + t->P,
+                 dpt_last_error());
+        return srt_lose(t, w);
+    }
+    if (rc)
+        return rc;
+    t->rpushes[w]++;
+    t->w[w].rows_touched += k;
+    if (accepted) {
+        t->rloss[w] += h.loss * (double)t->b;
+        t->rcorrect[w] += h.correct;
+        t->rrows[w] += t->b;
+    }
+    return DPT_OK;
+}
+
 /* One message of worker w (rank w + P) to this service. */
 static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
 {
-    size_t E = t->edim;
     int rc;
     switch (tag) {
     case SRT_TAG_TOKEN:
@@ -281,59 +498,7 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
         t->fmsg_n[w] = n;
         return DPT_OK;
     }
-    case SRT_TAG_PUSH: {
-        uint64_t local, k;
-        double loss, correct;
-        if (n < 32)
-            return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed push from rank %d", w + t->P);
-        memcpy(&local, m, 8);
-        memcpy(&k, m + 8, 8);
-        memcpy(&loss, m + 16, 8);
-        memcpy(&correct, m + 24, 8);
-        size_t dense = t->svc_dense[t->svc];
-        size_t want = 32 + dense * sizeof(float) + k * (sizeof(int64_t) + E * 4);
-        if (n != want || (!dpt__sr_has_table(t, t->svc) && k) || k > t->b * t->nids)
-            return dpt_error(DPT_EFORMAT, "sync_replicas: a push of %zu bytes from rank %d", n,
-                             w + t->P);
-        const unsigned char *p = m + 32;
-        memcpy(t->pack, p, dense * sizeof(float));
-        srt_unpack(t, t->svc, 1, t->pack, t->in_grads.data);
-        p += dense * sizeof(float);
-        const dpt_sparse_rows_t *list[1] = {&t->in_rows};
-        if (t->bags) {
-            /* (empty on a service without the table, which ignores it) */
-            dpt_sparse_rows_clear(&t->in_rows);
-            for (uint64_t j = 0; j < k; j++) {
-                int64_t id;
-                float *row;
-                memcpy(&id, p + j * sizeof(int64_t), sizeof id);
-                if ((rc = dpt_sparse_rows_add(&t->in_rows, id, NULL, &row)) != 0)
-                    return rc;
-                memcpy(row, p + k * sizeof(int64_t) + j * E * sizeof(float), E * sizeof(float));
-            }
-        }
-        int accepted = 0;
-        rc = dpt_sr_push(t->sr, w, local, t->in_grads.data, t->bags ? list : NULL, &accepted);
-        dpt_sr_stats_t st;
-        dpt_sr_get_stats(t->sr, &st);
-        if ((rc == DPT_EINVAL || rc == DPT_ENUMERIC) && !st.failed) {
-            /* That worker's gradient is bad (not the service): it is lost,
-             * the others go on. */
-            snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %s", w, w + t->P,
-                     dpt_last_error());
-            return srt_lose(t, w);
-        }
-        if (rc)
-            return rc;
-        t->rpushes[w]++;
-        t->w[w].rows_touched += k;
-        if (accepted) {
-            t->rloss[w] += loss * (double)t->b;
-            t->rcorrect[w] += correct;
-            t->rrows[w] += t->b;
-        }
-        return DPT_OK;
-    }
+    case SRT_TAG_PUSH: return srt_take_push(t, w, m, n);
     case SRT_TAG_FAIL:
         snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %.*s", w, w + t->P,
                  (int)(n < 280 ? n : 280), (const char *)m);
@@ -443,24 +608,24 @@ static size_t srt_state_floats(const srt_t *t, int k)
     return t->svc_all[k] * (size_t)(1 + (t->ema_decay > 0.0f) + slots);
 }
 
-static void srt_state_pack(srt_t *t, int k, float *out)
+static void srt_state_pack(srt_t *t, int k, unsigned char *out)
 {
     dpt_optim_t *o = dpt_sr_optimizer(t->sr);
     size_t n = srt_pack(t, k, 0, dpt_sr_params(t->sr), out);
     if (t->ema_decay > 0.0f)
-        n += srt_pack(t, k, 0, dpt_sr_ema(t->sr), out + n);
+        n += srt_pack(t, k, 0, dpt_sr_ema(t->sr), out + n * sizeof(float));
     for (int j = 0; j < dpt_optim_num_slots(o); j++)
-        n += srt_pack(t, k, 0, dpt_optim_slot(o, j), out + n);
+        n += srt_pack(t, k, 0, dpt_optim_slot(o, j), out + n * sizeof(float));
 }
 
-static void srt_state_unpack(srt_t *t, int k, const float *in)
+static void srt_state_unpack(srt_t *t, int k, const unsigned char *in)
 {
     dpt_optim_t *o = dpt_sr_optimizer(t->sr);
     size_t n = srt_unpack(t, k, 0, in, dpt_sr_params(t->sr));
     if (t->ema_decay > 0.0f)
-        n += srt_unpack(t, k, 0, in + n, dpt_sr_ema(t->sr));
+        n += srt_unpack(t, k, 0, in + n * sizeof(float), dpt_sr_ema(t->sr));
     for (int j = 0; j < dpt_optim_num_slots(o); j++)
-        n += srt_unpack(t, k, 0, in + n, dpt_optim_slot(o, j));
+        n += srt_unpack(t, k, 0, in + n * sizeof(float), dpt_optim_slot(o, j));
 }
 
 /* Rank 0: the other services' variables (and EMA and slots) once each
@@ -468,15 +633,19 @@ static void srt_state_unpack(srt_t *t, int k, const float *in)
 int dpt__sr_gather(srt_t *t, uint64_t min)
 {
     int rc = DPT_OK;
+    unsigned char ask[SRT_GATHER_BYTES];
+    srt_put_u64(ask, min);
     for (int k = 1; !rc && k < t->P; k++)
-        rc = dpt_comm_send(t->comm, k, SRT_TAG_GATHER, &min, sizeof min);
+        rc = dpt_comm_send(t->comm, k, SRT_TAG_GATHER, ask, sizeof ask);
     for (int k = 1; !rc && k < t->P; k++) {
         void *m = NULL;
         size_t n = 0;
-        rc = srt_recv(t, k, SRT_TAG_GATHERED, &m, &n, 8 + srt_state_floats(t, k) * sizeof(float),
+        rc = srt_recv(t, k, SRT_TAG_GATHERED, &m, &n,
+                      SRT_GATHERED_HEAD + srt_state_floats(t, k) * sizeof(float),
                       "variables of a service");
+        /* (the service's optimizer step, its head, is rank 0's too) */
         if (!rc)
-            srt_state_unpack(t, k, (const float *)((const unsigned char *)m + 8));
+            srt_state_unpack(t, k, (const unsigned char *)m + SRT_GATHERED_HEAD);
         free(m);
     }
     return rc;
@@ -486,13 +655,13 @@ int dpt__sr_gather(srt_t *t, uint64_t min)
 int dpt__sr_scatter(srt_t *t)
 {
     for (int k = 1; k < t->P; k++) {
-        size_t bytes = 16 + srt_state_floats(t, k) * sizeof(float);
+        size_t bytes = SRT_SCATTER_HEAD + srt_state_floats(t, k) * sizeof(float);
         unsigned char *m = malloc(bytes);
         if (!m)
             return dpt_error(DPT_ENOMEM, "sync_replicas: cannot send a service its state");
-        uint64_t head[2] = {dpt_sr_global_step(t->sr), dpt_optim_get_t(dpt_sr_optimizer(t->sr))};
-        memcpy(m, head, sizeof head);
-        srt_state_pack(t, k, (float *)(m + 16));
+        srt_put_u64(m, dpt_sr_global_step(t->sr));
+        srt_put_u64(m + 8, dpt_optim_get_t(dpt_sr_optimizer(t->sr)));
+        srt_state_pack(t, k, m + SRT_SCATTER_HEAD);
         int rc = dpt_comm_send(t->comm, k, SRT_TAG_SCATTER, m, bytes);
         free(m);
         if (rc)
@@ -526,15 +695,15 @@ int dpt__sr_shard_loop(srt_t *t)
         if (src == 0 && tag == SRT_TAG_FINISH) {
             free(m);
             return DPT_OK;
-        } else if (src == 0 && tag == SRT_TAG_GATHER && n == 8) {
-            memcpy(&gather_min, m, 8);
+        } else if (src == 0 && tag == SRT_TAG_GATHER && n == SRT_GATHER_BYTES) {
+            gather_min = srt_get_u64(m);
             gather = 1;
-        } else if (src == 0 && tag == SRT_TAG_SCATTER && n == 16 + state * sizeof(float)) {
-            uint64_t head[2];
-            memcpy(head, m, sizeof head);
-            srt_state_unpack(t, t->svc, (const float *)((const unsigned char *)m + 16));
-            dpt_optim_set_t(dpt_sr_optimizer(t->sr), head[1]);
-            dpt_sr_set_global_step(t->sr, head[0]);
+        } else if (src == 0 && tag == SRT_TAG_SCATTER &&
+                   n == SRT_SCATTER_HEAD + state * sizeof(float)) {
+            const unsigned char *p = m;
+            srt_state_unpack(t, t->svc, p + SRT_SCATTER_HEAD);
+            dpt_optim_set_t(dpt_sr_optimizer(t->sr), srt_get_u64(p + 8));
+            dpt_sr_set_global_step(t->sr, srt_get_u64(p));
             rc = dpt_sr_begin(t->sr, -1, UINT64_MAX);
         } else if (src == 0) {
             rc = dpt_error(DPT_EFORMAT,
@@ -548,13 +717,12 @@ int dpt__sr_shard_loop(srt_t *t)
         if (!rc)
             rc = srt_answer_waiting(t);
         if (!rc && gather && dpt_sr_global_step(t->sr) >= gather_min) {
-            size_t bytes = 8 + state * sizeof(float);
+            size_t bytes = SRT_GATHERED_HEAD + state * sizeof(float);
             unsigned char *out = malloc(bytes);
             if (!out)
                 return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a gather");
-            uint64_t ot = dpt_optim_get_t(dpt_sr_optimizer(t->sr));
-            memcpy(out, &ot, 8);
-            srt_state_pack(t, t->svc, (float *)(out + 8));
+            srt_put_u64(out, dpt_optim_get_t(dpt_sr_optimizer(t->sr)));
+            srt_state_pack(t, t->svc, out + SRT_GATHERED_HEAD);
             rc = dpt_comm_send_async(t->comm, 0, SRT_TAG_GATHERED, out, bytes);
             gather = 0;
         }
@@ -564,76 +732,80 @@ int dpt__sr_shard_loop(srt_t *t)
 
 /* ---- a worker rank ---------------------------------------------------------------- */
 
+/* Receives the service's next word (GO). */
+static int srt_recv_go(srt_t *t, srt_go_t *go)
+{
+    void *m = NULL;
+    size_t n = 0;
+    int rc = srt_recv(t, 0, SRT_TAG_GO, &m, &n, SRT_GO_BYTES, "word from the service");
+    if (!rc)
+        srt_go_get(m, go);
+    free(m);
+    return rc;
+}
+
 /* Waits for the service's word to finish, answering nothing (a worker that
  * failed, or one whose gradients are no longer wanted). */
 static int srt_wait_finish(srt_t *t)
 {
     for (;;) {
-        void *m = NULL;
-        size_t n = 0;
-        int rc = srt_recv(t, 0, SRT_TAG_GO, &m, &n, SRT_GO_WORDS * 8, "word from the service");
-        uint64_t go[SRT_GO_WORDS];
-        if (!rc)
-            memcpy(go, m, sizeof go);
-        free(m);
+        srt_go_t go;
+        int rc = srt_recv_go(t, &go);
         if (rc)
             return rc;
-        if (go[3])
+        if (go.finish)
             return dpt_comm_send(t->comm, 0, SRT_TAG_BYE, NULL, 0);
     }
+}
+
+/* PUSH of the gradient for `step` to every service: its dense part, and
+ * the sparse rows to the one with the table. */
+static int srt_push(srt_t *t, srt_worker_t *w, uint64_t step, double loss, double correct)
+{
+    size_t E = t->edim;
+    int rc = DPT_OK;
+    for (int ks = 0; !rc && ks < t->P; ks++) {
+        srt_push_head_t h = {step, dpt__sr_has_table(t, ks) ? w->grad_rows.n : 0, loss, correct};
+        unsigned char *p = t->msg;
+        srt_push_put(p, &h);
+        p += SRT_PUSH_HEAD;
+        p += srt_pack(t, ks, 1, w->grads.data, p) * sizeof(float);
+        if (h.n) {
+            srt_put_i64s(p, w->grad_rows.indices, h.n);
+            p += h.n * sizeof(int64_t);
+            srt_put_f32s(p, w->grad_rows.values, h.n * E);
+            p += h.n * E * sizeof(float);
+        }
+        rc = dpt_comm_send(t->comm, ks, SRT_TAG_PUSH, t->msg, (size_t)(p - t->msg));
+    }
+    return rc;
 }
 
 int dpt__sr_worker_loop(srt_t *t)
 {
     srt_worker_t *w = &t->w[0];
     uint64_t pos = UINT64_MAX;
-    size_t E = t->edim;
     int rc = dpt_comm_send(t->comm, 0, SRT_TAG_TOKEN, NULL, 0);
     while (!rc) {
-        void *m = NULL;
-        size_t n = 0;
-        uint64_t go[SRT_GO_WORDS];
-        if ((rc = srt_recv(t, 0, SRT_TAG_GO, &m, &n, sizeof go, "word from the service")) != 0)
+        srt_go_t go;
+        if ((rc = srt_recv_go(t, &go)) != 0)
             break;
-        memcpy(go, m, sizeof go);
-        free(m);
-        if (go[3])
+        if (go.finish)
             return dpt_comm_send(t->comm, 0, SRT_TAG_BYE, NULL, 0);
-        if (go[2] != pos) {
-            pos = go[2];
+        if (go.shuffle_pos != pos) {
+            pos = go.shuffle_pos;
             dpt__sr_perm(t, pos);
         }
         double loss = 0.0, correct = 0.0;
-        t->cur_step = go[0];
-        if ((rc = dpt__sr_grad(w, (size_t)go[1], &loss, &correct)) != 0) {
+        t->cur_step = go.step;
+        if ((rc = dpt__sr_grad(w, (size_t)go.chunk, &loss, &correct)) != 0) {
             /* This worker is out; the service decides whether the others
              * go on. */
             const char *e = dpt_last_error();
             rc = dpt_comm_send(t->comm, 0, SRT_TAG_FAIL, e, strlen(e) + 1);
             return rc ? rc : srt_wait_finish(t);
         }
-        /* PUSH to every service: its dense part, and the sparse rows to
-         * the one with the table. */
-        for (int ks = 0; !rc && ks < t->P; ks++) {
-            uint64_t k = dpt__sr_has_table(t, ks) ? w->grad_rows.n : 0;
-            unsigned char *p = t->msg;
-            memcpy(p, &go[0], 8);
-            memcpy(p + 8, &k, 8);
-            memcpy(p + 16, &loss, 8);
-            memcpy(p + 24, &correct, 8);
-            p += 32;
-            size_t dense = srt_pack(t, ks, 1, w->grads.data, t->pack);
-            memcpy(p, t->pack, dense * sizeof(float));
-            p += dense * sizeof(float);
-            if (k) {
-                memcpy(p, w->grad_rows.indices, k * sizeof(int64_t));
-                p += k * sizeof(int64_t);
-                memcpy(p, w->grad_rows.values, k * E * sizeof(float));
-                p += k * E * sizeof(float);
-            }
-            rc = dpt_comm_send(t->comm, ks, SRT_TAG_PUSH, t->msg, (size_t)(p - t->msg));
-        }
-        if (rc)
+        if ((rc = srt_push(t, w, go.step, loss, correct)) != 0)
             break;
         rc = dpt_comm_send(t->comm, 0, SRT_TAG_TOKEN, NULL, 0);
     }
