@@ -57,6 +57,26 @@ typedef struct srt_worker {
     char err[384];
 } srt_worker_t;
 
+/* Under mpirun (a role other than SRT_LOCAL): a service's view of the
+ * worker ranks, and the message buffers of both sides (sr_remote.c). The
+ * arrays have one entry per worker. */
+typedef struct srt_ranks {
+    unsigned char *pending, *need_start, *rlost;
+    unsigned char *told, *byed; /* rank 0: told to finish; said BYE */
+    uint64_t *assigned;         /* gradients assigned to each this session */
+    double *rloss, *rcorrect;   /* this session's figures of the accepted gradients */
+    uint64_t *rrows, *rpushes;
+    void **fmsg; /* a worker's fetch waiting for this service's step */
+    size_t *fmsg_n;
+    dpt_sparse_rows_t in_rows; /* a push's sparse rows */
+    dpt_arena_t in_grads;      /* a push's dense gradient, table layout; a fetch's variables */
+    char remote_err[320];      /* the last worker rank lost, and why */
+    float *pack;               /* [dense_count + max rows * E] the rows answering a fetch */
+    unsigned char *msg;        /* [msg_cap] a FETCH or PUSH being built */
+    size_t msg_cap;
+    uint64_t cur_step; /* a worker rank: the step of the gradient under way */
+} srt_ranks_t;
+
 struct srt {
     int bags;
     char where[DPT_CONFIG_STR_MAX + 32];
@@ -93,23 +113,9 @@ struct srt {
     int *place;         /* [nvars] the service of each variable */
     size_t *svc_dense;  /* [P] floats of the dense variables of each service */
     size_t *svc_all;    /* [P] floats of all the variables of each service */
-    void **fmsg;        /* [N] a worker's fetch waiting for this service's step */
-    size_t *fmsg_n;
-    uint64_t cur_step; /* a worker: the step of the gradient under way */
     double timeout_s;
-    /* The service's view of its worker ranks (SRT_SERVICE). */
-    unsigned char *pending, *need_start, *rlost;
-    unsigned char *told, *byed; /* rank 0: told to finish; said BYE */
-    uint64_t *assigned;         /* gradients assigned to each this session */
-    double *rloss, *rcorrect;
-    uint64_t *rrows, *rpushes;
-    float *pack;        /* [dense_count + max rows * E] a message's floats */
-    unsigned char *msg; /* a GO or PUSH being built */
-    size_t msg_cap;
-    dpt_sparse_rows_t in_rows; /* a remote push's sparse rows */
-    dpt_arena_t in_grads;      /* a remote push's dense gradient, table layout */
-    uint64_t shuffle_pos;      /* the epoch's shuffle position (sent in GO) */
-    char remote_err[320];
+    srt_ranks_t rk;       /* under mpirun */
+    uint64_t shuffle_pos; /* the epoch's shuffle position (sent in GO) */
     /* Counters of the run before this process's service (restored from a
      * checkpoint; the service counts from 0). */
     uint64_t base_stale, *base_contrib; /* [N] */
@@ -161,14 +167,16 @@ void dpt__sr_perm(srt_t *t, uint64_t pos);
 
 /* ---- sr_remote.c: the services and the worker ranks (mpirun) ---------------------- */
 
-/* The message buffers and the service's view of its worker ranks (a role
- * other than SRT_LOCAL), freed by the trainer's destroy. */
+/* t->rk for a role other than SRT_LOCAL: the message buffers and the
+ * service's view of its worker ranks. dpt__sr_remote_free frees them (also
+ * half built, or never built). */
 int dpt__sr_remote_init(srt_t *t);
+void dpt__sr_remote_free(srt_t *t);
 /* 1 when service k keeps the embedding table (bags). */
 int dpt__sr_has_table(const srt_t *t, int k);
 /* A worker rank's fetch: the dense variables into w->params and, for bags,
  * rows ids[0..n) of the table into w->rows, from every service once its
- * global step reached t->cur_step. */
+ * global step reached t->rk.cur_step. */
 int dpt__sr_remote_fetch(srt_worker_t *w, const int64_t *ids, size_t n);
 /* Rank 0: one session of the service for its worker ranks, until the
  * global step reaches `until`. */

@@ -260,30 +260,53 @@ int dpt__sr_remote_init(srt_t *t)
     size_t N = (size_t)t->N, maxrows = t->bags ? t->b * t->nids : 0;
     size_t floats = t->dense_count + maxrows * t->edim;
     int rc;
-    t->msg_cap = 64 + floats * sizeof(float) + maxrows * sizeof(int64_t);
-    t->pack = malloc(floats * sizeof(float) + 64);
-    t->msg = malloc(t->msg_cap);
-    t->pending = calloc(N, 1);
-    t->told = calloc(N, 1);
-    t->byed = calloc(N, 1);
-    t->need_start = calloc(N, 1);
-    t->rlost = calloc(N, 1);
-    t->assigned = calloc(N, sizeof(uint64_t));
-    t->rloss = calloc(N, sizeof(double));
-    t->rcorrect = calloc(N, sizeof(double));
-    t->rrows = calloc(N, sizeof(uint64_t));
-    t->rpushes = calloc(N, sizeof(uint64_t));
-    t->fmsg = calloc(N, sizeof(void *));
-    t->fmsg_n = calloc(N, sizeof(size_t));
-    if (!t->pack || !t->msg || !t->pending || !t->told || !t->byed || !t->need_start || !t->rlost ||
-        !t->assigned || !t->rloss || !t->rcorrect || !t->rrows || !t->rpushes || !t->fmsg ||
-        !t->fmsg_n)
+    t->rk.msg_cap = 64 + floats * sizeof(float) + maxrows * sizeof(int64_t);
+    t->rk.pack = malloc(floats * sizeof(float) + 64);
+    t->rk.msg = malloc(t->rk.msg_cap);
+    t->rk.pending = calloc(N, 1);
+    t->rk.told = calloc(N, 1);
+    t->rk.byed = calloc(N, 1);
+    t->rk.need_start = calloc(N, 1);
+    t->rk.rlost = calloc(N, 1);
+    t->rk.assigned = calloc(N, sizeof(uint64_t));
+    t->rk.rloss = calloc(N, sizeof(double));
+    t->rk.rcorrect = calloc(N, sizeof(double));
+    t->rk.rrows = calloc(N, sizeof(uint64_t));
+    t->rk.rpushes = calloc(N, sizeof(uint64_t));
+    t->rk.fmsg = calloc(N, sizeof(void *));
+    t->rk.fmsg_n = calloc(N, sizeof(size_t));
+    if (!t->rk.pack || !t->rk.msg || !t->rk.pending || !t->rk.told || !t->rk.byed ||
+        !t->rk.need_start || !t->rk.rlost || !t->rk.assigned || !t->rk.rloss || !t->rk.rcorrect ||
+        !t->rk.rrows || !t->rk.rpushes || !t->rk.fmsg || !t->rk.fmsg_n)
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the message buffers");
     if (t->role != SRT_WORKER &&
-        ((rc = dpt_arena_init(&t->in_grads, t->vars->total)) != 0 ||
-         (t->bags && (rc = dpt_sparse_rows_init(&t->in_rows, t->edim, maxrows)) != 0)))
+        ((rc = dpt_arena_init(&t->rk.in_grads, t->vars->total)) != 0 ||
+         (t->bags && (rc = dpt_sparse_rows_init(&t->rk.in_rows, t->edim, maxrows)) != 0)))
         return rc;
     return DPT_OK;
+}
+
+void dpt__sr_remote_free(srt_t *t)
+{
+    if (t->rk.fmsg)
+        for (int i = 0; i < t->N; i++)
+            free(t->rk.fmsg[i]);
+    free(t->rk.fmsg);
+    free(t->rk.fmsg_n);
+    free(t->rk.pending);
+    free(t->rk.told);
+    free(t->rk.byed);
+    free(t->rk.need_start);
+    free(t->rk.rlost);
+    free(t->rk.assigned);
+    free(t->rk.rloss);
+    free(t->rk.rcorrect);
+    free(t->rk.rrows);
+    free(t->rk.rpushes);
+    free(t->rk.pack);
+    free(t->rk.msg);
+    dpt_sparse_rows_deinit(&t->rk.in_rows);
+    dpt_arena_deinit(&t->rk.in_grads);
 }
 
 /* ---- a worker rank's fetch ---------------------------------------------------------- */
@@ -297,11 +320,11 @@ int dpt__sr_remote_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
      * reached the step this gradient is for. */
     size_t E = t->edim;
     for (int k = 0; k < t->P; k++) {
-        srt_fetch_head_t h = {t->cur_step, dpt__sr_has_table(t, k) ? (uint64_t)n : 0};
-        srt_fetch_put(t->msg, &h);
+        srt_fetch_head_t h = {t->rk.cur_step, dpt__sr_has_table(t, k) ? (uint64_t)n : 0};
+        srt_fetch_put(t->rk.msg, &h);
         if (h.n)
-            srt_put_i64s(t->msg + SRT_FETCH_HEAD, ids, h.n);
-        if ((rc = dpt_comm_send(t->comm, k, SRT_TAG_FETCH, t->msg,
+            srt_put_i64s(t->rk.msg + SRT_FETCH_HEAD, ids, h.n);
+        if ((rc = dpt_comm_send(t->comm, k, SRT_TAG_FETCH, t->rk.msg,
                                 SRT_FETCH_HEAD + h.n * sizeof(int64_t))) != 0)
             return rc;
     }
@@ -332,8 +355,8 @@ static int srt_go(srt_t *t, int w, uint64_t step, int finish)
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer worker %d", w);
     srt_go_t go = {step, 0, t->shuffle_pos, (uint64_t)finish};
     if (!finish) {
-        go.chunk = (t->assigned[w] * (uint64_t)t->N + (uint64_t)w) % t->nchunks;
-        t->assigned[w]++;
+        go.chunk = (t->rk.assigned[w] * (uint64_t)t->N + (uint64_t)w) % t->nchunks;
+        t->rk.assigned[w]++;
     }
     srt_go_put(m, &go);
     /* Replies never wait for the worker: one stopped (SIGSTOP) must not
@@ -356,16 +379,16 @@ static int srt_answer_fetch(srt_t *t, int w, const unsigned char *m, size_t n)
         return dpt_error(DPT_EFORMAT, "sync_replicas: a malformed fetch from rank %d", w + t->P);
     if (dpt_sr_global_step(t->sr) < h.min_step)
         return 1;
-    int rc = dpt_sr_fetch(t->sr, t->in_grads.data);
+    int rc = dpt_sr_fetch(t->sr, t->rk.in_grads.data);
     if (rc)
         return rc;
     if (h.n) {
-        /* The rows, staged in t->pack. */
+        /* The rows, staged in t->rk.pack. */
         int64_t *ids = malloc(h.n * sizeof *ids);
         if (!ids)
             return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
         srt_get_i64s(ids, m + SRT_FETCH_HEAD, h.n);
-        rc = dpt_sr_fetch_rows(t->sr, 0, ids, h.n, t->pack);
+        rc = dpt_sr_fetch_rows(t->sr, 0, ids, h.n, t->rk.pack);
         free(ids);
         if (rc)
             return rc;
@@ -375,9 +398,9 @@ static int srt_answer_fetch(srt_t *t, int w, const unsigned char *m, size_t n)
     unsigned char *reply = malloc(bytes ? bytes : 1);
     if (!reply)
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot answer a fetch");
-    srt_pack(t, t->svc, 1, t->in_grads.data, reply);
+    srt_pack(t, t->svc, 1, t->rk.in_grads.data, reply);
     if (h.n)
-        srt_put_f32s(reply + dense * sizeof(float), t->pack, h.n * E);
+        srt_put_f32s(reply + dense * sizeof(float), t->rk.pack, h.n * E);
     return dpt_comm_send_async(t->comm, w + t->P, SRT_TAG_PARAMS, reply, bytes);
 }
 
@@ -385,13 +408,13 @@ static int srt_answer_fetch(srt_t *t, int w, const unsigned char *m, size_t n)
 static int srt_answer_waiting(srt_t *t)
 {
     for (int w = 0; w < t->N; w++) {
-        if (!t->fmsg[w])
+        if (!t->rk.fmsg[w])
             continue;
-        int rc = srt_answer_fetch(t, w, t->fmsg[w], t->fmsg_n[w]);
+        int rc = srt_answer_fetch(t, w, t->rk.fmsg[w], t->rk.fmsg_n[w]);
         if (rc == 1)
             continue;
-        free(t->fmsg[w]);
-        t->fmsg[w] = NULL;
+        free(t->rk.fmsg[w]);
+        t->rk.fmsg[w] = NULL;
         if (rc)
             return rc;
     }
@@ -403,14 +426,14 @@ static int srt_answer_waiting(srt_t *t)
  * service fails when fewer than R workers remain. */
 static int srt_lose(srt_t *t, int w)
 {
-    if (t->rlost[w])
+    if (t->rk.rlost[w])
         return DPT_OK;
-    t->rlost[w] = 1;
-    free(t->fmsg[w]);
-    t->fmsg[w] = NULL;
-    t->pending[w] = 0;
-    int rc = t->svc == 0 && !t->told[w] ? srt_go(t, w, 0, 1) : DPT_OK;
-    t->told[w] = 1;
+    t->rk.rlost[w] = 1;
+    free(t->rk.fmsg[w]);
+    t->rk.fmsg[w] = NULL;
+    t->rk.pending[w] = 0;
+    int rc = t->svc == 0 && !t->rk.told[w] ? srt_go(t, w, 0, 1) : DPT_OK;
+    t->rk.told[w] = 1;
     int lost = dpt_sr_worker_lost(t->sr, w);
     return rc ? rc : lost;
 }
@@ -434,38 +457,38 @@ static int srt_take_push(srt_t *t, int w, const unsigned char *m, size_t n)
                          w + t->P);
     const unsigned char *ids = m + SRT_PUSH_HEAD + dense * sizeof(float);
     const unsigned char *rows = ids + k * sizeof(int64_t);
-    srt_unpack(t, t->svc, 1, m + SRT_PUSH_HEAD, t->in_grads.data);
-    const dpt_sparse_rows_t *list[1] = {&t->in_rows};
+    srt_unpack(t, t->svc, 1, m + SRT_PUSH_HEAD, t->rk.in_grads.data);
+    const dpt_sparse_rows_t *list[1] = {&t->rk.in_rows};
     if (t->bags) {
         /* (empty on a service without the table, which ignores it) */
-        dpt_sparse_rows_clear(&t->in_rows);
+        dpt_sparse_rows_clear(&t->rk.in_rows);
         for (uint64_t j = 0; j < k; j++) {
             float *row;
             int64_t id = (int64_t)srt_get_u64(ids + j * sizeof(int64_t));
-            if ((rc = dpt_sparse_rows_add(&t->in_rows, id, NULL, &row)) != 0)
+            if ((rc = dpt_sparse_rows_add(&t->rk.in_rows, id, NULL, &row)) != 0)
                 return rc;
             srt_get_f32s(row, rows + j * E * sizeof(float), E);
         }
     }
     int accepted = 0;
-    rc = dpt_sr_push(t->sr, w, h.step, t->in_grads.data, t->bags ? list : NULL, &accepted);
+    rc = dpt_sr_push(t->sr, w, h.step, t->rk.in_grads.data, t->bags ? list : NULL, &accepted);
     dpt_sr_stats_t st;
     dpt_sr_get_stats(t->sr, &st);
     if ((rc == DPT_EINVAL || rc == DPT_ENUMERIC) && !st.failed) {
         /* That worker's gradient is bad (not the service): it is lost,
          * the others go on. */
-        snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %s", w, w + t->P,
+        snprintf(t->rk.remote_err, sizeof t->rk.remote_err, "worker %d (rank %d): %s", w, w + t->P,
                  dpt_last_error());
         return srt_lose(t, w);
     }
     if (rc)
         return rc;
-    t->rpushes[w]++;
+    t->rk.rpushes[w]++;
     t->w[w].rows_touched += k;
     if (accepted) {
-        t->rloss[w] += h.loss * (double)t->b;
-        t->rcorrect[w] += h.correct;
-        t->rrows[w] += t->b;
+        t->rk.rloss[w] += h.loss * (double)t->b;
+        t->rk.rcorrect[w] += h.correct;
+        t->rk.rrows[w] += t->b;
     }
     return DPT_OK;
 }
@@ -476,13 +499,13 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
     int rc;
     switch (tag) {
     case SRT_TAG_TOKEN:
-        if (t->need_start[w]) {
+        if (t->rk.need_start[w]) {
             /* Its first step of the session: the global step (the chief's
              * init), no token. */
-            t->need_start[w] = 0;
+            t->rk.need_start[w] = 0;
             return srt_go(t, w, dpt_sr_global_step(t->sr), 0);
         }
-        t->pending[w] = 1;
+        t->rk.pending[w] = 1;
         return DPT_OK;
     case SRT_TAG_FETCH: {
         rc = srt_answer_fetch(t, w, m, n);
@@ -493,17 +516,17 @@ static int srt_serve(srt_t *t, int w, int tag, const unsigned char *m, size_t n)
         if (!copy)
             return dpt_error(DPT_ENOMEM, "sync_replicas: cannot keep a fetch");
         memcpy(copy, m, n);
-        free(t->fmsg[w]);
-        t->fmsg[w] = copy;
-        t->fmsg_n[w] = n;
+        free(t->rk.fmsg[w]);
+        t->rk.fmsg[w] = copy;
+        t->rk.fmsg_n[w] = n;
         return DPT_OK;
     }
     case SRT_TAG_PUSH: return srt_take_push(t, w, m, n);
     case SRT_TAG_FAIL:
-        snprintf(t->remote_err, sizeof t->remote_err, "worker %d (rank %d): %.*s", w, w + t->P,
-                 (int)(n < 280 ? n : 280), (const char *)m);
+        snprintf(t->rk.remote_err, sizeof t->rk.remote_err, "worker %d (rank %d): %.*s", w,
+                 w + t->P, (int)(n < 280 ? n : 280), (const char *)m);
         return srt_lose(t, w);
-    case SRT_TAG_BYE: t->byed[w] = 1; return DPT_OK;
+    case SRT_TAG_BYE: t->rk.byed[w] = 1; return DPT_OK;
     default: return DPT_OK; /* a late message of a finished exchange */
     }
 }
@@ -515,14 +538,14 @@ int dpt__sr_remote_session(srt_t *t, uint64_t until)
 {
     int rc = dpt_sr_begin(t->sr, -1, until);
     for (int w = 0; !rc && w < t->N; w++) {
-        t->assigned[w] = 0;
-        t->rloss[w] = t->rcorrect[w] = 0.0;
-        t->rrows[w] = t->rpushes[w] = 0;
+        t->rk.assigned[w] = 0;
+        t->rk.rloss[w] = t->rk.rcorrect[w] = 0.0;
+        t->rk.rrows[w] = t->rk.rpushes[w] = 0;
         t->w[w].rows_touched = 0;
-        t->need_start[w] = !t->rlost[w];
-        if (t->pending[w] && !t->rlost[w]) {
-            t->pending[w] = 0;
-            t->need_start[w] = 0;
+        t->rk.need_start[w] = !t->rk.rlost[w];
+        if (t->rk.pending[w] && !t->rk.rlost[w]) {
+            t->rk.pending[w] = 0;
+            t->rk.need_start[w] = 0;
             rc = srt_go(t, w, dpt_sr_global_step(t->sr), 0);
         }
     }
@@ -538,20 +561,20 @@ int dpt__sr_remote_session(srt_t *t, uint64_t until)
                            "(global step %" PRIu64 ", session until %" PRIu64 ")",
                            t->timeout_s, dpt_sr_global_step(t->sr), until);
         if (!rc && src >= t->P && src < t->P + t->N &&
-            (!t->rlost[src - t->P] || tag == SRT_TAG_BYE))
+            (!t->rk.rlost[src - t->P] || tag == SRT_TAG_BYE))
             rc = srt_serve(t, src - t->P, tag, m, n);
         free(m);
         if (!rc)
             rc = srt_answer_waiting(t);
         for (int w = 0; !rc && w < t->N; w++) {
             uint64_t step;
-            if (!t->pending[w] || t->rlost[w])
+            if (!t->rk.pending[w] || t->rk.rlost[w])
                 continue;
             int got = dpt_sr_poll_token(t->sr, w, &step);
             if (got < 0)
                 rc = got;
             else if (got) {
-                t->pending[w] = 0;
+                t->rk.pending[w] = 0;
                 rc = srt_go(t, w, step, 0);
             }
         }
@@ -566,12 +589,12 @@ int dpt__sr_remote_session(srt_t *t, uint64_t until)
 void dpt__sr_remote_finish(srt_t *t)
 {
     int left = 0;
-    if (!t->comm || !t->told || !t->byed)
+    if (!t->comm || !t->rk.told || !t->rk.byed)
         return;
     for (int w = 0; w < t->N; w++) {
-        if (!t->told[w] && srt_go(t, w, 0, 1) == DPT_OK)
-            t->told[w] = 1;
-        if (t->told[w] && !t->byed[w])
+        if (!t->rk.told[w] && srt_go(t, w, 0, 1) == DPT_OK)
+            t->rk.told[w] = 1;
+        if (t->rk.told[w] && !t->rk.byed[w])
             left++;
     }
     double until = dpt_now() + t->timeout_s;
@@ -583,11 +606,11 @@ void dpt__sr_remote_finish(srt_t *t)
                           &src, &tag) != DPT_OK)
             break;
         int w = src - t->P;
-        if (w >= 0 && w < t->N && !t->byed[w]) {
+        if (w >= 0 && w < t->N && !t->rk.byed[w]) {
             if (tag == SRT_TAG_BYE) {
-                t->byed[w] = 1;
+                t->rk.byed[w] = 1;
                 left--;
-            } else if (tag == SRT_TAG_FETCH && !t->rlost[w]) {
+            } else if (tag == SRT_TAG_FETCH && !t->rk.rlost[w]) {
                 srt_serve(t, w, tag, m, n);
             }
         }
@@ -710,7 +733,7 @@ int dpt__sr_shard_loop(srt_t *t)
                            "sync_replicas: service %d: a malformed message (tag %d) "
                            "from rank 0",
                            t->svc, tag);
-        } else if (src >= t->P && src < t->P + t->N && !t->rlost[src - t->P]) {
+        } else if (src >= t->P && src < t->P + t->N && !t->rk.rlost[src - t->P]) {
             rc = srt_serve(t, src - t->P, tag, m, n);
         }
         free(m);
@@ -766,7 +789,7 @@ static int srt_push(srt_t *t, srt_worker_t *w, uint64_t step, double loss, doubl
     int rc = DPT_OK;
     for (int ks = 0; !rc && ks < t->P; ks++) {
         srt_push_head_t h = {step, dpt__sr_has_table(t, ks) ? w->grad_rows.n : 0, loss, correct};
-        unsigned char *p = t->msg;
+        unsigned char *p = t->rk.msg;
         srt_push_put(p, &h);
         p += SRT_PUSH_HEAD;
         p += srt_pack(t, ks, 1, w->grads.data, p) * sizeof(float);
@@ -776,7 +799,7 @@ static int srt_push(srt_t *t, srt_worker_t *w, uint64_t step, double loss, doubl
             srt_put_f32s(p, w->grad_rows.values, h.n * E);
             p += h.n * E * sizeof(float);
         }
-        rc = dpt_comm_send(t->comm, ks, SRT_TAG_PUSH, t->msg, (size_t)(p - t->msg));
+        rc = dpt_comm_send(t->comm, ks, SRT_TAG_PUSH, t->rk.msg, (size_t)(p - t->rk.msg));
     }
     return rc;
 }
@@ -797,7 +820,7 @@ int dpt__sr_worker_loop(srt_t *t)
             dpt__sr_perm(t, pos);
         }
         double loss = 0.0, correct = 0.0;
-        t->cur_step = go.step;
+        t->rk.cur_step = go.step;
         if ((rc = dpt__sr_grad(w, (size_t)go.chunk, &loss, &correct)) != 0) {
             /* This worker is out; the service decides whether the others
              * go on. */

@@ -79,25 +79,7 @@ static void srt_destroy(void *self)
     free(t->place);
     free(t->svc_dense);
     free(t->svc_all);
-    if (t->fmsg)
-        for (int i = 0; i < t->N; i++)
-            free(t->fmsg[i]);
-    free(t->fmsg);
-    free(t->fmsg_n);
-    free(t->pending);
-    free(t->told);
-    free(t->byed);
-    free(t->need_start);
-    free(t->rlost);
-    free(t->assigned);
-    free(t->rloss);
-    free(t->rcorrect);
-    free(t->rrows);
-    free(t->rpushes);
-    free(t->pack);
-    free(t->msg);
-    dpt_sparse_rows_deinit(&t->in_rows);
-    dpt_arena_deinit(&t->in_grads);
+    dpt__sr_remote_free(t);
     free(t->w);
     free(t->base_contrib);
     dpt_sr_destroy(t->sr);
@@ -386,8 +368,8 @@ static int srt_train_epoch(srt_t *t, uint64_t until)
         rc = dpt__sr_remote_session(t, until);
         if (!rc && t->P > 1)
             rc = dpt__sr_gather(t, until);
-        if (rc && t->remote_err[0])
-            return dpt_error(rc, "%s (%s)", dpt_last_error(), t->remote_err);
+        if (rc && t->rk.remote_err[0])
+            return dpt_error(rc, "%s (%s)", dpt_last_error(), t->rk.remote_err);
         return rc;
     }
     if ((rc = dpt_sr_begin(t->sr, -1, until)) != 0)
@@ -405,14 +387,14 @@ static void srt_settle_workers(srt_t *t, int lost_before, srt_epoch_t *e)
     if (t->role == SRT_SERVICE) {
         int lost_now = 0;
         for (int i = 0; i < t->N; i++)
-            lost_now += t->rlost[i];
+            lost_now += t->rk.rlost[i];
         e->newly_lost = lost_now - lost_before;
         t->lost += e->newly_lost;
         for (int i = 0; i < t->N; i++) {
-            t->w[i].loss = t->rloss[i];
-            t->w[i].correct = t->rcorrect[i];
-            t->w[i].rows_used = t->rrows[i];
-            t->w[i].pushes = t->rpushes[i];
+            t->w[i].loss = t->rk.rloss[i];
+            t->w[i].correct = t->rk.rcorrect[i];
+            t->w[i].rows_used = t->rk.rrows[i];
+            t->w[i].pushes = t->rk.rpushes[i];
         }
     }
     for (int i = 0; i < t->nw; i++) {
@@ -436,7 +418,7 @@ static void srt_note(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r
     r->note[0] = '\0';
     if (e->newly_lost && t->role == SRT_SERVICE)
         snprintf(r->note, sizeof r->note, "a worker failed, left out (%d of %d lost): %.120s",
-                 t->lost, t->N, t->remote_err);
+                 t->lost, t->N, t->rk.remote_err);
     else if (e->newly_lost)
         snprintf(r->note, sizeof r->note,
                  "worker %d failed, left out (%d of %d lost, R = %d go on): %.60s", e->first_failed,
@@ -582,8 +564,8 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
     dpt_sr_get_stats(t->sr, &e.s0);
     e.until = e.s0.global_step + t->steps_per_epoch;
     int rc, lost_before = 0;
-    for (int i = 0; i < t->N && t->rlost; i++)
-        lost_before += t->rlost[i];
+    for (int i = 0; i < t->N && t->rk.rlost; i++)
+        lost_before += t->rk.rlost[i];
     if ((rc = srt_train_epoch(t, e.until)) != 0)
         return rc;
     e.train_time = dpt_now() - e.t0;
