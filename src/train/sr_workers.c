@@ -1,0 +1,254 @@
+/*
+ * The sync_replicas job's workers: the gradient of one chunk of the epoch's
+ * order (an MLP dataset, or the bags task with its distinct rows fetched
+ * and its table gradient as sparse rows), and the worker threads of one
+ * process, created for an epoch and joined at its end. Each thread loops:
+ * fetch, gradient, push tagged with its local step, take a token; a thread
+ * whose step fails is marked lost (dpt_sr_worker_lost) and the service
+ * goes on while replicas_to_aggregate workers remain.
+ */
+#include "sr_internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- buffers ---------------------------------------------------------------------- */
+
+void dpt__sr_worker_free(srt_worker_t *w)
+{
+    dpt_mlp_destroy(w->mlp);
+    dpt_seq_destroy(w->seq);
+    dpt_arena_deinit(&w->params);
+    dpt_arena_deinit(&w->grads);
+    free(w->x);
+    free(w->y);
+    free(w->labels);
+    free(w->ids);
+    free(w->uniq);
+    free(w->offsets);
+    free(w->rows);
+    free(w->dpooled);
+    free(w->dy);
+    dpt_sparse_rows_deinit(&w->grad_rows);
+}
+
+int dpt__sr_worker_build(srt_t *t, srt_worker_t *w)
+{
+    size_t b = t->b, n = t->vars->total;
+    int rc;
+    if ((rc = dpt_arena_init(&w->params, n)) != 0 || (rc = dpt_arena_init(&w->grads, n)) != 0)
+        return rc;
+    if (t->bags) {
+        if ((rc = dpt__sr_bags_seq(t, b, &w->seq)) != 0)
+            return rc;
+        size_t L = t->nids, E = t->edim;
+        w->ids = malloc(b * L * sizeof(int64_t));
+        w->uniq = malloc(b * L * sizeof(int64_t));
+        w->offsets = malloc((b + 1) * sizeof(size_t));
+        w->rows = malloc(b * L * E * sizeof(float));
+        w->x = malloc(b * E * sizeof(float));
+        w->dpooled = malloc(b * E * sizeof(float));
+        w->y = malloc(b * sizeof(float));
+        w->dy = malloc(b * sizeof(float));
+        if (!w->ids || !w->uniq || !w->offsets || !w->rows || !w->x || !w->dpooled || !w->y ||
+            !w->dy)
+            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate worker %d", w->id);
+        return dpt_sparse_rows_init(&w->grad_rows, E, b * L);
+    }
+    if ((rc = dpt_mlp_create(&w->mlp, t->dim, t->layers, t->nlayers, t->loss, b)) != 0)
+        return rc;
+    w->x = malloc(b * t->dim * sizeof(float));
+    if (t->ydim)
+        w->y = malloc(b * t->ydim * sizeof(float));
+    else
+        w->labels = malloc(b * sizeof(int32_t));
+    if (!w->x || !(w->y || w->labels))
+        return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate worker %d", w->id);
+    return DPT_OK;
+}
+
+/* ---- one gradient --------------------------------------------------------------- */
+
+static int srt_cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The variables worker w needs: the dense ones into w->params and, for
+ * bags, rows ids[0..n) of the table into w->rows. From the service of this
+ * process, or from the services' ranks. */
+static int srt_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
+{
+    srt_t *t = w->t;
+    int rc;
+    if (t->role == SRT_LOCAL) {
+        rc = dpt_sr_fetch(t->sr, w->params.data);
+        if (!rc && t->bags)
+            rc = dpt_sr_fetch_rows(t->sr, 0, ids, n, w->rows);
+        return rc;
+    }
+    return dpt__sr_remote_fetch(w, ids, n);
+}
+
+/* Worker w's gradient on chunk `chunk` of the epoch's order, at the
+ * variables it fetched. Fills w->grads (dense) and w->grad_rows (bags). */
+int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
+{
+    srt_t *t = w->t;
+    size_t b = t->b;
+    const size_t *rows = t->perm + chunk * b;
+    int rc;
+    if (!t->bags) {
+        if ((rc = srt_fetch(w, NULL, 0)) != 0)
+            return rc;
+        size_t dim = t->dim, yd = t->ydim;
+        for (size_t i = 0; i < b; i++) {
+            size_t r = rows[i];
+            memcpy(w->x + i * dim, t->train.x + r * dim, dim * sizeof(float));
+            if (yd)
+                memcpy(w->y + i * yd, t->train.targets + r * yd, yd * sizeof(float));
+            else
+                w->labels[i] = t->train.labels[r];
+        }
+        dpt_batch_t batch = dpt__sup_batch(b, dim, w->x, w->labels, w->y, yd);
+        dpt_model_t m = dpt_mlp_model(w->mlp);
+        dpt_loss_out_t o;
+        if ((rc = m.loss_grad(m.ctx, w->params.data, w->grads.data, &batch, &o)) != 0)
+            return rc;
+        *loss = o.loss;
+        *correct = o.correct;
+        return DPT_OK;
+    }
+    /* Bags: the distinct ids of the batch, their rows fetched, the batch
+     * renumbered into them. */
+    size_t L = t->nids, E = t->edim, n = b * L;
+    for (size_t i = 0; i < b; i++) {
+        memcpy(w->uniq + i * L, t->train_ids + rows[i] * L, L * sizeof(int64_t));
+        w->y[i] = t->train_y[rows[i]];
+        w->offsets[i] = i * L;
+    }
+    w->offsets[b] = n;
+    memcpy(w->ids, w->uniq, n * sizeof(int64_t));
+    qsort(w->uniq, n, sizeof(int64_t), srt_cmp_i64);
+    size_t u = 0;
+    for (size_t k = 0; k < n; k++)
+        if (u == 0 || w->uniq[u - 1] != w->uniq[k])
+            w->uniq[u++] = w->uniq[k];
+    for (size_t k = 0; k < n; k++) {
+        const int64_t *hit = bsearch(&w->ids[k], w->uniq, u, sizeof(int64_t), srt_cmp_i64);
+        w->ids[k] = hit - w->uniq;
+    }
+    w->rows_touched += u;
+    if ((rc = srt_fetch(w, w->uniq, u)) != 0 ||
+        (rc = dpt_embedding_bag_forward(w->rows, u, E, w->ids, w->offsets, b, DPT_EMBED_MEAN,
+                                        w->x)) != 0)
+        return rc;
+    const float *pred;
+    double l;
+    if ((rc = dpt_seq_forward(w->seq, w->params.data, w->x, b, &pred)) != 0)
+        return rc;
+    dpt_vec_zero(w->dy, b);
+    if ((rc = dpt_loss_mse(pred, w->y, b, 1, w->dy, &l)) != 0)
+        return rc;
+    dpt_vec_zero(w->dpooled, b * E);
+    if ((rc = dpt_seq_backward_ex(w->seq, w->params.data, w->grads.data, w->dy, w->dpooled, 1)) !=
+        0)
+        return rc;
+    dpt_sparse_rows_clear(&w->grad_rows);
+    if ((rc = dpt_embedding_bag_backward(E, w->ids, w->offsets, b, DPT_EMBED_MEAN, w->dpooled,
+                                         &w->grad_rows)) != 0)
+        return rc;
+    for (size_t k = 0; k < w->grad_rows.n; k++)
+        w->grad_rows.indices[k] = w->uniq[w->grad_rows.indices[k]];
+    if ((rc = dpt_sparse_rows_coalesce(&w->grad_rows)) != 0)
+        return rc;
+    *loss = l;
+    *correct = 0.0;
+    return DPT_OK;
+}
+
+/* ---- the worker threads of one process ------------------------------------------ */
+
+/* One worker thread for an epoch: until the service closes its session. */
+static void *srt_worker_main(void *arg)
+{
+    srt_worker_t *w = arg;
+    srt_t *t = w->t;
+    uint64_t local = dpt_sr_global_step(t->sr);
+    const dpt_sparse_rows_t *list[1] = {&w->grad_rows};
+    int rc = DPT_OK;
+    for (uint64_t k = 0;; k++) {
+        size_t chunk = (size_t)((k * (uint64_t)t->N + (uint64_t)w->id) % t->nchunks);
+        double loss = 0.0, correct = 0.0;
+        int accepted = 0;
+        if ((rc = dpt__sr_grad(w, chunk, &loss, &correct)) != 0)
+            break;
+        if (w->id == t->straggler) {
+            struct timespec ts;
+            ts.tv_sec = (time_t)t->straggler_s;
+            ts.tv_nsec = (long)((t->straggler_s - (double)ts.tv_sec) * 1e9);
+            nanosleep(&ts, NULL);
+        }
+        rc = dpt_sr_push(t->sr, w->id, local, w->grads.data, t->bags ? list : NULL, &accepted);
+        if (rc)
+            break;
+        w->pushes++;
+        if (accepted) {
+            w->accepted++;
+            w->loss += loss * (double)t->b;
+            w->correct += correct;
+            w->rows_used += t->b;
+        }
+        if ((rc = dpt_sr_take_token(t->sr, w->id, &local)) != 0)
+            break;
+    }
+    if (rc == DPT_ECLOSED) {
+        rc = DPT_OK;
+    } else {
+        snprintf(w->err, sizeof w->err, "%s", dpt_last_error());
+        /* This engine goes on without a failed worker while enough remain
+         * (if not, the service wakes the others with the reason). */
+        dpt_sr_worker_lost(t->sr, w->id);
+    }
+    w->rc = rc;
+    return NULL;
+}
+
+/* Starts the workers that are not lost and waits for all of them. */
+int dpt__sr_run_workers(srt_t *t)
+{
+    int started = 0, rc = DPT_OK;
+    for (int i = 0; i < t->N; i++) {
+        srt_worker_t *w = &t->w[i];
+        w->loss = w->correct = 0.0;
+        w->rows_used = w->pushes = w->accepted = w->rows_touched = 0;
+        w->rc = 0;
+        w->err[0] = '\0';
+        if (w->lost)
+            continue;
+        if (pthread_create(&w->th, NULL, srt_worker_main, w) != 0) {
+            rc = dpt_error(DPT_ETHREAD, "sync_replicas: cannot start worker %d", i);
+            dpt_sr_close(t->sr);
+            break;
+        }
+        started = i + 1;
+    }
+    for (int i = 0; i < started; i++)
+        if (!t->w[i].lost)
+            pthread_join(t->w[i].th, NULL);
+    return rc;
+}
+
+/* The epoch's order: the rows shuffled from shuffle position pos. */
+void dpt__sr_perm(srt_t *t, uint64_t pos)
+{
+    for (size_t i = 0; i < t->rows; i++)
+        t->perm[i] = i;
+    dpt_rng_seek(&t->shuffle_rng, pos);
+    if (t->shuffle)
+        dpt_rng_shuffle(&t->shuffle_rng, t->perm, t->rows);
+}
