@@ -130,12 +130,10 @@ void dpt_appo_destroy(dpt_appo_t *a)
     free(a);
 }
 
-/* The engine with `nsamplers` samplers numbered from `first` (their env
- * seeds' stream index). */
-int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
-                  int nsamplers, int first)
+/* The config's rules for an APPO/IMPALA run. in_group[p] gets the number
+ * of a sampler's envs that policy p steps. */
+static int dpt__appo_check_config(const dpt_rl_config_t *cfg, size_t in_group[DPT_RL_MAX_POLICIES])
 {
-    *out = NULL;
     size_t T = cfg->rollout_fragment_length;
     const dpt_rl_policies_t *pl = &cfg->policies;
     if (cfg->policy.use_lstm)
@@ -162,8 +160,8 @@ int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
                          "appo: the policies (%d) or their mapping do not fit "
                          "num_envs_per_worker",
                          pl->count);
-    size_t in_group[DPT_RL_MAX_POLICIES] = {0};
     int ntrain = 0;
+    memset(in_group, 0, DPT_RL_MAX_POLICIES * sizeof in_group[0]);
     for (size_t i = 0; i < cfg->num_envs; i++)
         in_group[dpt_rl_policy_of_env(pl, i)]++;
     for (int p = 0; p < pl->count; p++) {
@@ -174,34 +172,14 @@ int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     }
     if (ntrain == 0)
         return dpt_error(DPT_EINVAL, "appo: no policy to train");
-    dpt_appo_t *a = calloc(1, sizeof *a);
-    if (!a)
-        return dpt_error(DPT_ENOMEM, "appo: cannot allocate");
-    pthread_mutex_init(&a->wmu, NULL);
-    pthread_mutex_init(&a->lmu, NULL);
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
-    a->cfg = *cfg;
-    a->cls = cls;
-    a->sent_version = UINT64_MAX;
-    a->T = T;
-    a->seqs = seqs;
-    a->od = cls->obs_dim;
-    a->aw = cls->action_kind == DPT_ACTION_DISCRETE ? 1 : cls->action_dim;
-    a->nsamplers = nsamplers;
-    a->npols = pl->count;
-    a->main = dpt_rl_policies_main(pl);
-    a->K = cfg->tower_stacks > 1 ? cfg->tower_stacks : 1;
-    a->nloaders = a->K > 1 ? (cfg->load_threads > 1 ? cfg->load_threads : 1) : 0;
-    size_t rows = seqs * (T + 1);
-    int rc;
-    a->samplers = calloc(nsamplers > 0 ? (size_t)nsamplers : 1, sizeof *a->samplers);
-    a->pols = calloc((size_t)a->npols, sizeof *a->pols);
-    if (!a->samplers || !a->pols) {
-        rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d samplers and %d policies",
-                       a->nsamplers, a->npols);
-        goto fail;
-    }
+    return DPT_OK;
+}
+
+/* The learner thread and, with K > 1 tower stacks, the loaders' inqueue
+ * and the loaders. */
+static int dpt__appo_new_learner(dpt_appo_t *a)
+{
+    const dpt_rl_config_t *cfg = &a->cfg;
     dpt_learner_options_t lo;
     dpt_learner_options_init(&lo);
     lo.learner_queue_size = cfg->learner_queue_size;
@@ -212,28 +190,46 @@ int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     lo.release = dpt__appo_learner_release;
     lo.check = dpt__appo_learner_check;
     lo.ctx = a;
-    if ((rc = dpt_learner_create(&a->learner_thread, &lo)) != 0)
-        goto fail;
-    if (a->K > 1) {
-        /* RLlib's multi-GPU learner: the samplers' batches wait in the
-         * loaders' inqueue; the learner's own queue holds loaded stacks. */
-        if (cfg->minibatch_buffer_size > (size_t)a->K) {
-            rc =
-                dpt_error(DPT_EINVAL, "appo: minibatch_buffer_size %zu exceeds the %d tower stacks",
-                          cfg->minibatch_buffer_size, a->K);
-            goto fail;
-        }
-        if ((rc = dpt_queue_create(&a->sample_q, cfg->learner_queue_size)) != 0)
-            goto fail;
-        if (!(a->loaders = calloc((size_t)a->nloaders, sizeof *a->loaders))) {
-            rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d loaders", a->nloaders);
-            goto fail;
-        }
-        for (int k = 0; k < a->nloaders; k++) {
-            a->loaders[k].a = a;
-            a->loaders[k].index = k;
-        }
+    int rc = dpt_learner_create(&a->learner_thread, &lo);
+    if (rc || a->K == 1)
+        return rc;
+    /* RLlib's multi-GPU learner: the samplers' batches wait in the
+     * loaders' inqueue; the learner's own queue holds loaded stacks. */
+    if (cfg->minibatch_buffer_size > (size_t)a->K)
+        return dpt_error(DPT_EINVAL, "appo: minibatch_buffer_size %zu exceeds the %d tower stacks",
+                         cfg->minibatch_buffer_size, a->K);
+    if ((rc = dpt_queue_create(&a->sample_q, cfg->learner_queue_size)) != 0)
+        return rc;
+    if (!(a->loaders = calloc((size_t)a->nloaders, sizeof *a->loaders)))
+        return dpt_error(DPT_ENOMEM, "appo: cannot allocate %d loaders", a->nloaders);
+    for (int k = 0; k < a->nloaders; k++) {
+        a->loaders[k].a = a;
+        a->loaders[k].index = k;
     }
+    return DPT_OK;
+}
+
+/* Policy p: its learner model and published weights and, when it is
+ * trained, its towers (tc), its checkpoint optimizer and (K > 1) its idle
+ * stacks. Its initial weights draw from stream (seed, 0, p): the one
+ * policy of a default run starts as it always did. */
+static int dpt__appo_new_policy(dpt_appo_t *a, int p, const dpt_towers_config_t *tc)
+{
+    const dpt_rl_config_t *cfg = &a->cfg;
+    size_t rows = a->seqs * (a->T + 1), D = (size_t)cfg->num_devices;
+    dpt__appo_pol_t *pol = &a->pols[p];
+    pol->train = cfg->policies.train[p];
+    int rc = dpt_policy_create_ex(&pol->learner, a->cls, &cfg->policy, pol->train ? rows / D : 1);
+    if (rc)
+        return rc;
+    size_t n = dpt_policy_vars(pol->learner)->total;
+    if ((rc = dpt_arena_init(&pol->pub, n)) != 0 || (rc = dpt_arena_init(&pol->ck_params, n)) != 0)
+        return rc;
+    dpt_rng_t init;
+    dpt_rng_init(&init, cfg->seed, 0, (uint32_t)p, DPT_RNG_INIT);
+    dpt_policy_init_params(pol->learner, pol->pub.data, &init);
+    if (!pol->train)
+        return DPT_OK;
     dpt_vtrace_loss_params_t hp = {
         .impala = cfg->impala,
         .clip_param = cfg->loss.clip_param,
@@ -242,60 +238,93 @@ int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
         .clip_rho = cfg->vtrace_clip_rho,
         .clip_pg_rho = cfg->vtrace_clip_pg_rho,
     };
-    dpt_towers_config_t tc = dpt__rl_towers_config(cfg, rows / D, rows);
-    tc.num_stacks = a->K;
-    size_t n = 0;
-    /* Policy p's initial weights draw from stream (seed, 0, p): the one
-     * policy of a default run starts as it always did. */
+    dpt_model_t model = dpt_policy_vtrace_model(pol->learner, &hp);
+    dpt_batch_t lay;
+    if ((rc = dpt_vtrace_batch(&lay, a->cls, 0, a->T, NULL, NULL, NULL, NULL, NULL)) != 0 ||
+        (rc = dpt_towers_create(&pol->towers, &model, &lay, tc)) != 0 ||
+        (rc = dpt_towers_set_weights(pol->towers, pol->pub.data, n)) != 0 ||
+        (rc = dpt_optim_create(&pol->ck_opt, &tc->optim, n)) != 0)
+        return rc;
+    if (a->K > 1) {
+        if ((rc = dpt_queue_create(&pol->idle, (size_t)a->K)) != 0)
+            return rc;
+        for (int k = 0; k < a->K; k++)
+            (void)dpt_queue_push(pol->idle, (void *)(uintptr_t)(k + 1), 0.0);
+    }
+    return DPT_OK;
+}
+
+/* Sampler k (numbered first + k): one group of envs per policy. Its envs
+ * of policy p draw from the env streams of index index * npolicies + p:
+ * with one policy, the sampler's as they always did. */
+static int dpt__appo_new_sampler(dpt_appo_t *a, int k, int first,
+                                 const size_t in_group[DPT_RL_MAX_POLICIES])
+{
+    const dpt_rl_config_t *cfg = &a->cfg;
+    dpt__appo_sampler_t *s = &a->samplers[k];
+    s->a = a;
+    s->index = first + k;
+    if (!(s->groups = calloc((size_t)a->npols, sizeof *s->groups)))
+        return dpt_error(DPT_ENOMEM, "appo: cannot allocate sampler %d", k);
     for (int p = 0; p < a->npols; p++) {
-        dpt__appo_pol_t *pol = &a->pols[p];
-        pol->train = pl->train[p];
-        if ((rc = dpt_policy_create_ex(&pol->learner, cls, &cfg->policy,
-                                       pol->train ? rows / D : 1)) != 0)
-            goto fail;
-        n = dpt_policy_vars(pol->learner)->total;
-        if ((rc = dpt_arena_init(&pol->pub, n)) != 0 ||
-            (rc = dpt_arena_init(&pol->ck_params, n)) != 0)
-            goto fail;
-        dpt_rng_t init;
-        dpt_rng_init(&init, cfg->seed, 0, (uint32_t)p, DPT_RNG_INIT);
-        dpt_policy_init_params(pol->learner, pol->pub.data, &init);
-        if (!pol->train)
-            continue;
-        dpt_model_t model = dpt_policy_vtrace_model(pol->learner, &hp);
-        dpt_batch_t lay;
-        if ((rc = dpt_vtrace_batch(&lay, cls, 0, T, NULL, NULL, NULL, NULL, NULL)) != 0 ||
-            (rc = dpt_towers_create(&pol->towers, &model, &lay, &tc)) != 0 ||
-            (rc = dpt_towers_set_weights(pol->towers, pol->pub.data, n)) != 0 ||
-            (rc = dpt_optim_create(&pol->ck_opt, &tc.optim, n)) != 0)
-            goto fail;
-        if (a->K > 1) {
-            if ((rc = dpt_queue_create(&pol->idle, (size_t)a->K)) != 0)
-                goto fail;
-            for (int k = 0; k < a->K; k++)
-                (void)dpt_queue_push(pol->idle, (void *)(uintptr_t)(k + 1), 0.0);
-        }
+        dpt__appo_group_t *g = &s->groups[p];
+        uint32_t stream = (uint32_t)s->index * (uint32_t)a->npols + (uint32_t)p;
+        int rc;
+        g->version = UINT64_MAX;
+        if ((rc = dpt__rollout_init(&g->ro, a->cls, in_group[p], a->T, cfg->seed, stream, 0)) !=
+                0 ||
+            (rc = dpt_policy_create_ex(&g->actor, a->cls, &cfg->policy, in_group[p])) != 0 ||
+            (rc = dpt_arena_init(&g->params, a->pols[p].pub.count)) != 0)
+            return rc;
     }
-    /* Sampler k's envs of policy p draw from the env streams of index
-     * k * npolicies + p: with one policy, k's as they always did. */
-    for (int k = 0; k < a->nsamplers; k++) {
-        dpt__appo_sampler_t *s = &a->samplers[k];
-        s->a = a;
-        s->index = first + k;
-        if (!(s->groups = calloc((size_t)a->npols, sizeof *s->groups))) {
-            rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate sampler %d", k);
-            goto fail;
-        }
-        for (int p = 0; p < a->npols; p++) {
-            dpt__appo_group_t *g = &s->groups[p];
-            uint32_t stream = (uint32_t)s->index * (uint32_t)a->npols + (uint32_t)p;
-            g->version = UINT64_MAX;
-            if ((rc = dpt__rollout_init(&g->ro, cls, in_group[p], T, cfg->seed, stream, 0)) != 0 ||
-                (rc = dpt_policy_create_ex(&g->actor, cls, &cfg->policy, in_group[p])) != 0 ||
-                (rc = dpt_arena_init(&g->params, n)) != 0)
-                goto fail;
-        }
+    return DPT_OK;
+}
+
+int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+                  int nsamplers, int first)
+{
+    *out = NULL;
+    size_t in_group[DPT_RL_MAX_POLICIES];
+    int rc = dpt__appo_check_config(cfg, in_group);
+    if (rc)
+        return rc;
+    dpt_appo_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return dpt_error(DPT_ENOMEM, "appo: cannot allocate");
+    pthread_mutex_init(&a->wmu, NULL);
+    pthread_mutex_init(&a->lmu, NULL);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    a->cfg = *cfg;
+    a->cls = cls;
+    a->sent_version = UINT64_MAX;
+    a->T = cfg->rollout_fragment_length;
+    a->seqs = cfg->train_batch_size / a->T;
+    a->od = cls->obs_dim;
+    a->aw = cls->action_kind == DPT_ACTION_DISCRETE ? 1 : cls->action_dim;
+    a->nsamplers = nsamplers;
+    a->npols = cfg->policies.count;
+    a->main = dpt_rl_policies_main(&cfg->policies);
+    a->K = cfg->tower_stacks > 1 ? cfg->tower_stacks : 1;
+    a->nloaders = a->K > 1 ? (cfg->load_threads > 1 ? cfg->load_threads : 1) : 0;
+    a->samplers = calloc(nsamplers > 0 ? (size_t)nsamplers : 1, sizeof *a->samplers);
+    a->pols = calloc((size_t)a->npols, sizeof *a->pols);
+    if (!a->samplers || !a->pols) {
+        rc = dpt_error(DPT_ENOMEM, "appo: cannot allocate %d samplers and %d policies",
+                       a->nsamplers, a->npols);
+        goto fail;
     }
+    if ((rc = dpt__appo_new_learner(a)) != 0)
+        goto fail;
+    size_t rows = a->seqs * (a->T + 1);
+    dpt_towers_config_t tc = dpt__rl_towers_config(cfg, rows / (size_t)cfg->num_devices, rows);
+    tc.num_stacks = a->K;
+    for (int p = 0; p < a->npols; p++)
+        if ((rc = dpt__appo_new_policy(a, p, &tc)) != 0)
+            goto fail;
+    for (int k = 0; k < a->nsamplers; k++)
+        if ((rc = dpt__appo_new_sampler(a, k, first, in_group)) != 0)
+            goto fail;
     *out = a;
     return DPT_OK;
 fail:
@@ -387,17 +416,12 @@ static int dpt__appo_health(dpt_appo_t *a)
     return rc;
 }
 
-int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
+/* Opens an iteration (mu held): the first one takes the counters as they
+ * are for its report's start. Returns the env steps at the last report;
+ * *target gets the count the iteration waits for. */
+static uint64_t dpt__appo_begin(dpt_appo_t *a, uint64_t *target)
 {
-    memset(res, 0, sizeof *res);
-    memset(as, 0, sizeof *as);
     const dpt_rl_config_t *c = &a->cfg;
-    if (a->stuck || atomic_load(&a->stop))
-        return dpt_error(DPT_ESTATE, "appo: the engine has stopped");
-    pthread_mutex_lock(&a->mu);
-    /* The learner goes on between two calls: an iteration reports what it
-     * did since the last report (and when it reached total_timesteps
-     * meanwhile, only reports). */
     if (!a->lstarted) {
         a->rep.t = dpt_now();
         a->rep.timesteps = a->timesteps;
@@ -411,14 +435,19 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         for (int p = 0; p < a->npols; p++)
             a->pols[p].updates_rep = a->pols[p].updates;
     }
-    uint64_t start = a->rep.timesteps, target = start + c->steps_per_iteration;
-    if (c->total_timesteps && target > c->total_timesteps)
-        target = c->total_timesteps;
-    pthread_mutex_unlock(&a->mu);
-    int rc = a->lstarted ? DPT_OK : dpt__appo_start(a);
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&a->mu);
+    uint64_t start = a->rep.timesteps;
+    *target = start + c->steps_per_iteration;
+    if (c->total_timesteps && *target > c->total_timesteps)
+        *target = c->total_timesteps;
+    return start;
+}
+
+/* Waits until the learner has trained `target` env steps, draining its
+ * results and checking the health of every thread meanwhile; rank 0 under
+ * mpirun pumps the sampler ranks' batches in. Called with mu held, and
+ * returns with it held, on an error too. */
+static int dpt__appo_wait(dpt_appo_t *a, uint64_t target)
+{
     while (a->timesteps < target) {
         pthread_mutex_unlock(&a->mu);
         /* The learner's results: nothing to add (the step keeps the
@@ -426,21 +455,19 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         dpt_learner_result_t lr;
         while (dpt_learner_pop_result(a->learner_thread, &lr, 0.0) == DPT_OK)
             ;
-        if ((rc = dpt__appo_health(a)) != 0) {
-            dpt__appo_stop(a);
-            return rc;
-        }
+        int rc = dpt__appo_health(a);
         pthread_mutex_lock(&a->mu);
+        if (rc)
+            return rc;
         if (a->timesteps >= target)
             break;
         if (a->comm) {
             /* Rank 0 under mpirun: the sampler ranks' batches come in here. */
             pthread_mutex_unlock(&a->mu);
-            if ((rc = dpt__appo_pump(a, 0.05)) != 0) {
-                dpt__appo_stop(a);
-                return rc;
-            }
+            rc = dpt__appo_pump(a, 0.05);
             pthread_mutex_lock(&a->mu);
+            if (rc)
+                return rc;
             continue;
         }
         /* Woken when the learner reaches the target; the time limit bounds
@@ -458,8 +485,14 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
         }
         pthread_cond_timedwait(&a->cv, &a->mu, &until);
     }
-    a->wake_at = 0;
-    double t1 = dpt_now(), wall = t1 - a->rep.t;
+    return DPT_OK;
+}
+
+/* The iteration's results (mu held): env steps and episodes since the
+ * last report (start: its env steps), the newest episodes, the mean
+ * learner results. */
+static void dpt__appo_report(dpt_appo_t *a, uint64_t start, double wall, dpt_rl_result_t *res)
+{
     a->iteration++;
     res->iteration = a->iteration;
     res->timesteps_total = a->timesteps;
@@ -483,9 +516,40 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
     res->kl = a->ls_sum.kl * inv;
     res->clipfrac = a->ls_sum.clipfrac * inv;
     res->grad_norm = a->ls_sum.grad_norm * inv;
-    res->cur_lr = dpt__rl_lr(c, a->timesteps);
+    res->cur_lr = dpt__rl_lr(&a->cfg, a->timesteps);
     res->iteration_time_s = wall;
     res->env_steps_per_s = wall > 0.0 ? (double)res->timesteps_this_iter / wall : 0.0;
+}
+
+/* Policy p's figures since the last report (mu held), which then start
+ * the next one. */
+static void dpt__appo_report_policy(dpt_appo_t *a, int p, dpt_appo_policy_stats_t *ps)
+{
+    dpt__appo_pol_t *pol = &a->pols[p];
+    double pinv = pol->ls_count ? 1.0 / (double)pol->ls_count : 0.0;
+    ps->trained = pol->train;
+    ps->updates = pol->updates - pol->updates_rep;
+    ps->policy_loss = pol->ls_sum.policy_loss * pinv;
+    ps->vf_loss = pol->ls_sum.vf_loss * pinv;
+    ps->entropy = pol->ls_sum.entropy * pinv;
+    ps->kl = pol->ls_sum.kl * pinv;
+    ps->clipfrac = pol->ls_sum.clipfrac * pinv;
+    ps->grad_norm = pol->ls_sum.grad_norm * pinv;
+    double sum = 0.0;
+    for (size_t j = 0; j < pol->wcount; j++)
+        sum += pol->ret_window[j];
+    ps->episodes_in_window = pol->wcount;
+    ps->reward_mean = pol->wcount ? sum / (double)pol->wcount : (double)NAN;
+    pol->updates_rep = pol->updates;
+    memset(&pol->ls_sum, 0, sizeof pol->ls_sum);
+    pol->ls_count = 0;
+}
+
+/* The engine's figures since the last report (mu held): the learner's,
+ * the loaders' (whose counters then start the next report) and each
+ * policy's. */
+static void dpt__appo_report_stats(dpt_appo_t *a, dpt_appo_stats_t *as)
+{
     dpt_learner_stats_t ls;
     dpt_learner_get_stats(a->learner_thread, &ls);
     as->updates = a->updates - a->rep.updates;
@@ -514,27 +578,36 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
     as->queue_std = ls.size_std;
     memcpy(as->queue_quantiles, ls.size_quantiles, sizeof as->queue_quantiles);
     as->npolicies = a->npols;
-    for (int p = 0; p < a->npols; p++) {
-        dpt__appo_pol_t *pol = &a->pols[p];
-        dpt_appo_policy_stats_t *ps = &as->policy[p];
-        double pinv = pol->ls_count ? 1.0 / (double)pol->ls_count : 0.0;
-        ps->trained = pol->train;
-        ps->updates = pol->updates - pol->updates_rep;
-        ps->policy_loss = pol->ls_sum.policy_loss * pinv;
-        ps->vf_loss = pol->ls_sum.vf_loss * pinv;
-        ps->entropy = pol->ls_sum.entropy * pinv;
-        ps->kl = pol->ls_sum.kl * pinv;
-        ps->clipfrac = pol->ls_sum.clipfrac * pinv;
-        ps->grad_norm = pol->ls_sum.grad_norm * pinv;
-        double sum = 0.0;
-        for (size_t j = 0; j < pol->wcount; j++)
-            sum += pol->ret_window[j];
-        ps->episodes_in_window = pol->wcount;
-        ps->reward_mean = pol->wcount ? sum / (double)pol->wcount : (double)NAN;
-        pol->updates_rep = pol->updates;
-        memset(&pol->ls_sum, 0, sizeof pol->ls_sum);
-        pol->ls_count = 0;
+    for (int p = 0; p < a->npols; p++)
+        dpt__appo_report_policy(a, p, &as->policy[p]);
+}
+
+int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *as)
+{
+    memset(res, 0, sizeof *res);
+    memset(as, 0, sizeof *as);
+    if (a->stuck || atomic_load(&a->stop))
+        return dpt_error(DPT_ESTATE, "appo: the engine has stopped");
+    /* The learner goes on between two calls: an iteration reports what it
+     * did since the last report (and when it reached total_timesteps
+     * meanwhile, only reports). */
+    uint64_t target;
+    pthread_mutex_lock(&a->mu);
+    uint64_t start = dpt__appo_begin(a, &target);
+    pthread_mutex_unlock(&a->mu);
+    int rc = a->lstarted ? DPT_OK : dpt__appo_start(a);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&a->mu);
+    if ((rc = dpt__appo_wait(a, target)) != 0) {
+        pthread_mutex_unlock(&a->mu);
+        dpt__appo_stop(a);
+        return rc;
     }
+    a->wake_at = 0;
+    double t1 = dpt_now();
+    dpt__appo_report(a, start, t1 - a->rep.t, res);
+    dpt__appo_report_stats(a, as);
     res->learn_time_s = as->grad_time_ms * 1e-3 * (double)as->updates;
     res->sample_time_s = as->dequeue_time_ms * 1e-3 * (double)as->updates;
     /* The next iteration starts here. */
