@@ -23,7 +23,9 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "appo_internal.h"
+#include "core/clock.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +43,9 @@ static void dpt__appo_sleep(double s)
 
 /* Stops every thread. A sampler still inside an env step after
  * DPT__APPO_JOIN_S (a hung env) is detached, and the engine is then never
- * freed (a->stuck): the thread may still touch it when the step returns. */
+ * freed (a->stuck): the thread may still touch it when the step returns.
+ * A thread that cannot be joined or detached (pthread says no: not
+ * expected) is taken as still running, with the same consequence. */
 static void dpt__appo_stop(dpt_appo_t *a)
 {
     atomic_store(&a->stop, 1);
@@ -54,7 +58,8 @@ static void dpt__appo_stop(dpt_appo_t *a)
     /* The loaders see the stop within 0.2 s wherever they wait. */
     for (int k = 0; k < a->nloaders; k++)
         if (a->loaders[k].started) {
-            pthread_join(a->loaders[k].thread, NULL);
+            if (pthread_join(a->loaders[k].thread, NULL) != 0)
+                a->stuck = 1;
             a->loaders[k].started = 0;
         }
     double deadline = dpt_now() + DPT__APPO_JOIN_S;
@@ -65,10 +70,10 @@ static void dpt__appo_stop(dpt_appo_t *a)
         while (atomic_load(&s->running) && dpt_now() < deadline)
             dpt__appo_sleep(0.01);
         if (atomic_load(&s->running)) {
-            pthread_detach(s->thread);
+            (void)pthread_detach(s->thread); /* a failure leaves it as stuck */
             a->stuck = 1;
-        } else {
-            pthread_join(s->thread, NULL);
+        } else if (pthread_join(s->thread, NULL) != 0) {
+            a->stuck = 1;
         }
         s->started = 0;
     }
@@ -280,6 +285,30 @@ static int dpt__appo_new_sampler(dpt_appo_t *a, int k, int first,
     return DPT_OK;
 }
 
+/* The engine's mutexes, and its condition variable on the monotonic clock
+ * (dpt__appo_wait's deadlines). On a failure none is left initialised. */
+static int dpt__appo_init_sync(dpt_appo_t *a)
+{
+    if (pthread_mutex_init(&a->wmu, NULL) != 0)
+        goto fail_wmu;
+    if (pthread_mutex_init(&a->lmu, NULL) != 0)
+        goto fail_lmu;
+    if (pthread_mutex_init(&a->mu, NULL) != 0)
+        goto fail_mu;
+    if (dpt__cond_init_monotonic(&a->cv) != 0)
+        goto fail_cv;
+    return DPT_OK;
+
+fail_cv:
+    pthread_mutex_destroy(&a->mu);
+fail_mu:
+    pthread_mutex_destroy(&a->lmu);
+fail_lmu:
+    pthread_mutex_destroy(&a->wmu);
+fail_wmu:
+    return dpt_error(DPT_ETHREAD, "appo: cannot initialise its mutexes or condition variable");
+}
+
 int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
                   int nsamplers, int first)
 {
@@ -291,10 +320,10 @@ int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     dpt_appo_t *a = calloc(1, sizeof *a);
     if (!a)
         return dpt_error(DPT_ENOMEM, "appo: cannot allocate");
-    pthread_mutex_init(&a->wmu, NULL);
-    pthread_mutex_init(&a->lmu, NULL);
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
+    if ((rc = dpt__appo_init_sync(a)) != 0) {
+        free(a);
+        return rc;
+    }
     a->cfg = *cfg;
     a->cls = cls;
     a->sent_version = UINT64_MAX;
@@ -476,14 +505,10 @@ static int dpt__appo_wait(dpt_appo_t *a, uint64_t target)
          * the learner until this thread woke (at 5,000 updates a second,
          * 200 ms of waits stalled a third of the learner's time). */
         a->wake_at = target;
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 10000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&a->cv, &a->mu, &until);
+        struct timespec until = dpt__deadline(0.01);
+        int w = pthread_cond_timedwait(&a->cv, &a->mu, &until);
+        if (w != 0 && w != ETIMEDOUT)
+            return dpt_error(DPT_ETHREAD, "appo: waiting for the learner failed (%d)", w);
     }
     return DPT_OK;
 }

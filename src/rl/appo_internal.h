@@ -138,7 +138,7 @@ struct dpt_appo {
     /* mu guards the policies' learners and the counters below */
     int lstarted;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* signalled once timesteps reaches wake_at */
+    pthread_cond_t cv; /* monotonic clock; signalled once timesteps reaches wake_at */
     uint64_t wake_at;  /* what dpt_appo_train waits for (0: nobody waits) */
     uint64_t updates, timesteps, timesteps_sampled, episodes_total;
     double lag_sum, lag_count, load_s;
