@@ -181,7 +181,7 @@ void dpt__appo_tb_free(dpt__appo_tb_t *b);
  * with one tower stack, the loaders' with several. */
 int dpt__appo_push(struct dpt_appo *a, dpt__appo_tb_t *tb, double timeout_s);
 /* A sampler's thread function (arg: its dpt__appo_sampler_t); a sampler
- * rank runs it on its own thread. */
+ * rank calls it on its caller's thread (dpt_appo_run_sampler). */
 void *dpt__appo_sampler_main(void *arg);
 /* The first sampler that stopped on an error, or 0. */
 int dpt__appo_samplers_failed(struct dpt_appo *a);
