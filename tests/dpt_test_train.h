@@ -118,8 +118,10 @@ static inline int dpt_test_checkpoint(dpt_trainer_t *t, const char *path, int wr
  * every other one must be bitwise equal after a resume. */
 static inline int dpt_test_timing_metric(const char *name)
 {
+    size_t n = strlen(name);
     return strcmp(name, "env_steps_per_s") == 0 || strcmp(name, "samples_per_s") == 0 ||
-           strcmp(name, "time_this_iter_s") == 0 || strncmp(name, "timing_breakdown/", 17) == 0;
+           strcmp(name, "time_this_iter_s") == 0 || strncmp(name, "timing_breakdown/", 17) == 0 ||
+           (n > 3 && strcmp(name + n - 3, "_ms") == 0); /* sync_replicas' token_wait_ms */
 }
 
 /* 1 when a and b have the same metrics, in the same order, with bitwise

@@ -79,6 +79,7 @@ typedef struct srt_ranks {
 
 struct srt {
     int bags;
+    char dataset[32]; /* the dataset key's value, for the checkpoint metadata */
     char where[DPT_CONFIG_STR_MAX + 32];
     char layers_text[160];
     dpt_layer_spec_t layers[DPT__SUP_MAX_LAYERS];

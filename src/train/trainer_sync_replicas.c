@@ -268,7 +268,8 @@ static int srt_new(srt_t **out, const dpt_config_t *c, const dpt_trainer_env_t *
     t->svc = role == SRT_SERVICE ? 0 : role == SRT_SHARD ? dpt_comm_rank(comm) : -1;
     t->straggler = env && env->straggler_delay_s > 0 ? env->straggler_worker : -1;
     t->straggler_s = env ? env->straggler_delay_s : 0.0;
-    t->bags = strcmp(DPT_CS(c, dataset), "bags") == 0;
+    t->bags = DPT_CI(c, dataset) == DPT_DATASET_BAGS;
+    snprintf(t->dataset, sizeof t->dataset, "%s", DPT_CS(c, dataset));
     if (t->bags) {
         t->loss = DPT_LOSS_MSE;
         t->vocab = (size_t)DPT_CI(c, bags_vocab);
@@ -727,7 +728,7 @@ static int srt_describe(void *self, dpt_safetensors_writer_t *w)
         snprintf(ema, sizeof ema, "decay %g: tensors ema.<variable>, updated after each step",
                  (double)t->ema_decay);
     int rc;
-    if ((rc = dpt_safetensors_set_meta(w, "dataset", t->bags ? "bags" : "")) != 0 ||
+    if ((rc = dpt_safetensors_set_meta(w, "dataset", t->dataset)) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "data_location", t->where)) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "loss", dpt_loss_kind_name(t->loss))) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "layers", t->layers_text)) != 0 ||
