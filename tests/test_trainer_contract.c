@@ -86,8 +86,8 @@ static int weights_are_checkpoint(dpt_trainer_t *t, const dpt_safetensors_t *st)
         char name[DPT_VAR_NAME_MAX + 16];
         snprintf(name, sizeof name, "params.%s", vars->vars[i].name);
         const dpt_safetensors_tensor_t *x = dpt_safetensors_find(st, name);
-        same = x && memcmp(x->data, w + vars->vars[i].offset,
-                           vars->vars[i].count * sizeof(float)) == 0;
+        same = x &&
+               memcmp(x->data, w + vars->vars[i].offset, vars->vars[i].count * sizeof(float)) == 0;
     }
     free(w);
     return same;
