@@ -484,6 +484,41 @@ static void test_check_equal(void)
     }
 }
 
+/* allgather_u64: every bit of every value arrives, NaN patterns included. */
+static uint64_t u64_value(int r, size_t i)
+{
+    static const uint64_t pat[] = {UINT64_MAX, 0x7ff0000000000001ull, 0xfff8000000000000ull, 0,
+                                   0x8000000000000000ull};
+    return pat[i % 5] ^ ((uint64_t)r << 40) ^ (uint64_t)i;
+}
+
+static void allgather_u64_worker(worker_t *w)
+{
+    int P = dpt_comm_size(w->comm);
+    uint64_t mine[7], all[7 * 8];
+    for (size_t i = 0; i < 7; i++)
+        mine[i] = u64_value(w->rank, i);
+    WCHECK_OK(w, dpt_comm_allgather_u64(w->comm, mine, 7, all));
+    for (int q = 0; q < P; q++)
+        for (size_t i = 0; i < 7; i++)
+            if (all[(size_t)q * 7 + i] != u64_value(q, i))
+                werr(w, "wrong result", "allgather_u64", 0);
+    WCHECK_OK(w, dpt_comm_allgather_u64(w->comm, NULL, 0, NULL));
+}
+
+static void test_allgather_u64(void)
+{
+    late_ctx_t c = {.fn = allgather_u64_worker};
+    static const int sizes[] = {1, 2, 3, 8};
+    for (size_t k = 0; k < 4; k++) {
+        worker_t *w = run_group(sizes[k], NULL, &c, NULL);
+        if (w) {
+            CHECK(report(w, sizes[k], "allgather_u64") == 0);
+            free(w);
+        }
+    }
+}
+
 static void test_bad_arguments(void)
 {
     dpt_comm_threads_group_t *g = NULL;
@@ -579,6 +614,7 @@ int main(void)
         DPT_TEST(test_waiting_blocks),
         DPT_TEST(test_mismatched_calls),
         DPT_TEST(test_check_equal),
+        DPT_TEST(test_allgather_u64),
     };
     (void)SANITIZED;
     return DPT_TEST_RUN(cases);

@@ -78,18 +78,18 @@ static void test_foreign_and_short(void)
     dpt__msg_t in;
     dpt__msg_init(&in);
     /* Bytes without the header, on the protocol's tag. */
-    CHECK_OK(dpt_comm_send(rank[2], 0, DPT__MSG_TAG(DPT__MSG_PROTO_TEST, DPT__MSG_FIRST), "xyz",
-                           3));
-    CHECK_ERR(dpt__msg_recv(rank[0], 2, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST, 5.0, &in),
-              DPT_EFORMAT, "rank 2 sent a message (tag");
+    CHECK_OK(
+        dpt_comm_send(rank[2], 0, DPT__MSG_TAG(DPT__MSG_PROTO_TEST, DPT__MSG_FIRST), "xyz", 3));
+    CHECK_ERR(dpt__msg_recv(rank[0], 2, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST, 5.0, &in), DPT_EFORMAT,
+              "rank 2 sent a message (tag");
     /* Another header version. */
     dpt__msg_t m;
     dpt__msg_init(&m);
     dpt__msg_begin(&m, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST);
     m.buf[4] = 9;
     CHECK_OK(dpt__msg_send(rank[2], 0, &m));
-    CHECK_ERR(dpt__msg_recv(rank[0], 2, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST, 5.0, &in),
-              DPT_EFORMAT, "speaks message version 9");
+    CHECK_ERR(dpt__msg_recv(rank[0], 2, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST, 5.0, &in), DPT_EFORMAT,
+              "speaks message version 9");
     /* Another protocol's message is not taken by an any-kind receive. */
     dpt__msg_begin(&m, DPT__MSG_PROTO_SR, DPT__MSG_FIRST);
     CHECK_OK(dpt__msg_send(rank[2], 0, &m));

@@ -257,6 +257,11 @@ int dpt_comm_broadcast(dpt_comm_t *comm, float *buf, size_t count, int root);
  * recv + rank * count (in place); other overlaps are not allowed. */
 int dpt_comm_allgather(dpt_comm_t *comm, const float *send, size_t count, float *recv);
 
+/* The same for `count` 64-bit integers a participant (hashes, counters):
+ * recv holds count * size of them, in rank order, bit for bit. `send` must
+ * not overlap `recv`. Errors as dpt_comm_allgather's. */
+int dpt_comm_allgather_u64(dpt_comm_t *comm, const uint64_t *send, size_t count, uint64_t *recv);
+
 /* Reduces the `count` floats of every participant's `send` and leaves block
  * `rank` of the result (dpt_comm_block_size(count, size, rank) floats,
  * possibly 0) in `recv`. `recv` must not overlap `send`; it may be NULL when

@@ -310,6 +310,26 @@ int dpt_comm_allgather(dpt_comm_t *comm, const float *send, size_t count, float 
     return comm->ops->allgather(comm, send, count, recv);
 }
 
+_Static_assert(sizeof(uint64_t) == 2 * sizeof(float), "a 64-bit value is two floats' bits");
+
+int dpt_comm_allgather_u64(dpt_comm_t *comm, const uint64_t *send, size_t count, uint64_t *recv)
+{
+    int rc;
+    if ((rc = check_comm(comm, "allgather_u64")) < 0)
+        return rc;
+    if (count > 0 && (!send || !recv))
+        return dpt_error(DPT_EINVAL, "comm rank %d: allgather_u64: NULL buffer", comm->rank);
+    if (count > 0 && count > SIZE_MAX / sizeof(uint64_t) / (size_t)comm->size)
+        return dpt_error(DPT_EOVERFLOW,
+                         "comm rank %d: allgather_u64: count %zu times size %d overflows",
+                         comm->rank, count, comm->size);
+    /* Every backend's allgather moves bits (memcpy, MPI transfers of
+     * MPI_FLOAT between like machines) and computes nothing, so a 64-bit
+     * value travels exactly as the bits of two floats. */
+    return comm->ops->allgather(comm, (const float *)(const void *)send, 2 * count,
+                                (float *)(void *)recv);
+}
+
 int dpt_comm_reduce_scatter(dpt_comm_t *comm, const float *send, size_t count, float *recv,
                             dpt_reduce_op_t op)
 {
@@ -463,20 +483,16 @@ int dpt_comm_check_equal(dpt_comm_t *comm, const float *buf, size_t count)
     if ((rc = check_comm(comm, "check_equal")) < 0 ||
         (rc = check_buf(comm, "check_equal", "buf", buf, count)) < 0)
         return rc;
-    /* The 64-bit fingerprint travels as four 16-bit pieces, each exactly
-     * representable in a float: all[0 .. 4 * size) receives them, this
-     * participant's are at all + 4 * size. */
     uint64_t h = dpt_comm_fingerprint(buf, count);
-    float *all = malloc(sizeof(float) * 4 * ((size_t)comm->size + 1));
+    uint64_t *all = malloc(sizeof(uint64_t) * ((size_t)comm->size + 1));
     if (all == NULL)
         return dpt_error(DPT_ENOMEM, "comm rank %d: check_equal: out of memory", comm->rank);
-    float *mine = all + 4 * (size_t)comm->size;
-    for (int k = 0; k < 4; k++)
-        mine[k] = (float)((h >> (16 * k)) & 0xffffu);
-    int xrc = rc = dpt_comm_allgather(comm, mine, 4, all);
+    uint64_t *mine = all + comm->size;
+    *mine = h;
+    int xrc = rc = dpt_comm_allgather_u64(comm, mine, 1, all);
     if (rc == 0) {
         for (int q = 1; q < comm->size; q++) {
-            if (memcmp(all, all + 4 * q, sizeof(float) * 4) != 0) {
+            if (all[q] != all[0]) {
                 rc = dpt_error(DPT_ECOMM,
                                "comm rank %d: check_equal: rank %d's %zu values differ from "
                                "rank 0's",

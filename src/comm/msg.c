@@ -167,8 +167,9 @@ static int dpt__msg_take(dpt__msg_t *m, void *data, size_t n, int src, int tag, 
     m->src = src;
     const unsigned char *p = data;
     if (n < DPT__MSG_HEADER || memcmp(p, "dptm", 4) != 0)
-        return dpt_error(DPT_EFORMAT, "rank %d sent a message (tag %d, %zu bytes) without dpt's "
-                                      "message header",
+        return dpt_error(DPT_EFORMAT,
+                         "rank %d sent a message (tag %d, %zu bytes) without dpt's "
+                         "message header",
                          src, tag, n);
     unsigned version = (unsigned)dpt__le_get(p + 4, 2);
     if (version != DPT__MSG_VERSION)
@@ -187,8 +188,7 @@ static int dpt__msg_take(dpt__msg_t *m, void *data, size_t n, int src, int tag, 
     return DPT_OK;
 }
 
-int dpt__msg_recv(dpt_comm_t *comm, int src, int proto, int kind, double timeout_s,
-                  dpt__msg_t *m)
+int dpt__msg_recv(dpt_comm_t *comm, int src, int proto, int kind, double timeout_s, dpt__msg_t *m)
 {
     int lo = DPT__MSG_TAG(proto, 0), hi = DPT__MSG_TAG(proto, DPT__MSG_KINDS - 1);
     double until = dpt_now() + timeout_s;
@@ -297,8 +297,9 @@ size_t dpt__msg_left(const dpt__msg_t *m)
 int dpt__msg_check(const dpt__msg_t *m, int whole, const char *what)
 {
     if (m->failed)
-        return dpt_error(DPT_EFORMAT, "%s from rank %d: the message (%zu bytes) is shorter than "
-                                      "its fields",
+        return dpt_error(DPT_EFORMAT,
+                         "%s from rank %d: the message (%zu bytes) is shorter than "
+                         "its fields",
                          what, m->src, m->len);
     if (whole && m->pos != m->len)
         return dpt_error(DPT_EFORMAT, "%s from rank %d: %zu bytes left after its fields", what,

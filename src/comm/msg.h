@@ -55,7 +55,7 @@ typedef enum dpt__msg_proto {
  * DPT__MSG_FIRST. */
 enum { DPT__MSG_FAIL = 0, DPT__MSG_STOP = 1, DPT__MSG_BYE = 2, DPT__MSG_FIRST = 3 };
 #define DPT__MSG_KINDS 64
-#define DPT__MSG_TAG(proto, kind) ((int)(proto) * DPT__MSG_KINDS + (int)(kind))
+#define DPT__MSG_TAG(proto, kind) ((int)(proto)*DPT__MSG_KINDS + (int)(kind))
 
 /* A message being written or read. Zeroed (or dpt__msg_init) is empty. */
 typedef struct dpt__msg {
@@ -97,8 +97,7 @@ int dpt__msg_send_async(dpt_comm_t *comm, int dest, dpt__msg_t *m);
  * dpt_comm_recv's; DPT_EFORMAT naming the sender when the header is not
  * this protocol's of this version. A FAIL is returned as a message like any
  * other (kind DPT__MSG_FAIL): turn it into an error with dpt__msg_error. */
-int dpt__msg_recv(dpt_comm_t *comm, int src, int proto, int kind, double timeout_s,
-                  dpt__msg_t *m);
+int dpt__msg_recv(dpt_comm_t *comm, int src, int proto, int kind, double timeout_s, dpt__msg_t *m);
 
 /* Reads fields in the order they were written; past the end m is marked
  * failed, the value is 0 and dpt__msg_check reports it. */

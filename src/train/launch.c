@@ -139,24 +139,21 @@ static uint64_t dpt__agree_hash(const dpt_config_t *c, int i, const char *resume
     }
 }
 
-/* All-gathers the hashes (16 bits per float, exact) and fails on every rank
- * when any differs from rank 0's; rank 0's message names each key and rank. */
+/* All-gathers the hashes and fails on every rank when any differs from
+ * rank 0's; rank 0's message names each key and rank. */
 static int dpt__agree(const dpt__launch_t *l, const dpt_config_t *c, const char *resume_dir)
 {
-    size_t nf = (size_t)DPT__AGREE_COUNT * 4;
-    float *mine = malloc(nf * sizeof *mine);
-    float *all = malloc(nf * (size_t)l->world * sizeof *all);
+    size_t n = DPT__AGREE_COUNT;
+    uint64_t *mine = malloc(n * sizeof *mine);
+    uint64_t *all = malloc(n * (size_t)l->world * sizeof *all);
     if (!mine || !all) {
         free(mine);
         free(all);
         return dpt_error(DPT_ENOMEM, "cannot allocate the config comparison");
     }
-    for (int i = 0; i < DPT__AGREE_COUNT; i++) {
-        uint64_t h = dpt__agree_hash(c, i, resume_dir);
-        for (int q = 0; q < 4; q++)
-            mine[4 * i + q] = (float)((h >> (16 * q)) & 0xffff);
-    }
-    int rc = dpt_comm_allgather(l->comm, mine, nf, all);
+    for (int i = 0; i < DPT__AGREE_COUNT; i++)
+        mine[i] = dpt__agree_hash(c, i, resume_dir);
+    int rc = dpt_comm_allgather_u64(l->comm, mine, n, all);
     if (rc) {
         free(mine);
         free(all);
@@ -166,7 +163,7 @@ static int dpt__agree(const dpt__launch_t *l, const dpt_config_t *c, const char 
     int differ = 0;
     for (int i = 0; i < DPT__AGREE_COUNT; i++)
         for (int q = 1; q < l->world; q++)
-            if (memcmp(all + 4 * i, all + (size_t)q * nf + 4 * i, 4 * sizeof(float)) != 0) {
+            if (all[i] != all[(size_t)q * n + i]) {
                 size_t len = strlen(msg);
                 if (differ++ < 12)
                     snprintf(msg + len, sizeof msg - len, "%s%s (rank %d)", len ? ", " : "",
