@@ -6,7 +6,8 @@
 # supervised and ddppo on 2 ranks, sync_replicas with N = R = 2 on 3 ranks;
 # appo and impala, asynchronous, must resume and reach iteration 4); its
 # checkpoint names the job, the dataset or env and the model, and `dpt eval`
-# evaluates it with no config. ppo is refused (exit 2) naming ddppo.
+# evaluates it with no config. ppo is refused (exit 2) naming ddppo, and
+# a config error is printed once (or by the one rank that has it).
 # Skipped (77) without MPI.
 # usage: mpi_contract_test.sh PATH_TO_DPT CKPT_COMPARE MPIEXEC WORK_DIR
 dpt="$1" cmp="$2" mpiexec="$3" work="$4"
@@ -95,6 +96,31 @@ if [ $rc -eq 2 ] && grep -q "ppo does not run under mpirun.*job = ddppo" ppo.log
     ok "ppo under mpirun: refused (exit 2) naming ddppo, no directory"
 else
     bad "ppo under mpirun: exit $rc: $(tail -2 ppo.log)"
+fi
+
+# Under a launcher a failure every rank shares is printed once (rank 0), a
+# rank that failed otherwise is named, and no directory is made.
+"$mpiexec" --oversubscribe -np 3 "$dpt" train "$examples/cartpole_ddppo.conf" \
+    --set nosuchkey=1 --set output_dir=once > once.log 2>&1
+rc=$?
+n=$(grep -c 'dpt train: .*unknown key "nosuchkey"' once.log)
+if [ $rc -eq 2 ] && [ "$n" -eq 1 ] && [ ! -d once ]; then
+    ok "a config error on 3 ranks: exit 2, printed once"
+else
+    bad "a config error on 3 ranks: exit $rc, printed $n times: $(grep 'dpt train' once.log)"
+fi
+printf '#!/bin/sh\nif [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec "$@" --set nosuchkey=1; fi\nexec "$@"\n' \
+    > rank1.sh
+chmod +x rank1.sh
+"$mpiexec" --oversubscribe -np 3 ./rank1.sh "$dpt" train "$examples/cartpole_ddppo.conf" \
+    --set output_dir=one > one.log 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "dpt train: rank 1 could not start the run" one.log &&
+    grep -q 'dpt train: rank 1: .*unknown key "nosuchkey"' one.log &&
+    [ "$(grep -c 'dpt train' one.log)" -eq 2 ] && [ ! -d one ]; then
+    ok "a config error on rank 1 alone: rank 0 names rank 1, rank 1 says why, exit 2"
+else
+    bad "a config error on rank 1 alone: exit $rc: $(grep 'dpt train' one.log)"
 fi
 
 echo "$passes passed, $fails failed"

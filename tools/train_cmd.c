@@ -389,15 +389,21 @@ int dpt_cmd_train(int argc, char **argv)
                         "its saved config; change keys with --set)\n");
         goto out;
     }
-    if (config_path && (rc = dpt_config_load(c, config_path)) != 0) {
+    /* Under a launcher a bad config goes to the run, which compares it
+     * with the other ranks' starts so that it is printed once. */
+    int world, start_error = 0;
+    char start_text[1024] = "";
+    dpt_cli_launcher_rank(&world);
+    if (config_path && (rc = dpt_config_load(c, config_path)) != 0)
+        start_error = rc;
+    for (int i = 0; !start_error && i < nsets; i++)
+        start_error = dpt_config_set(c, sets[i]);
+    if (start_error && (world == 1 || seeds)) {
         fprintf(stderr, "dpt train: %s\n", dpt_last_error());
         goto out;
     }
-    for (int i = 0; i < nsets; i++)
-        if ((rc = dpt_config_set(c, sets[i])) != 0) {
-            fprintf(stderr, "dpt train: %s\n", dpt_last_error());
-            goto out;
-        }
+    if (start_error)
+        snprintf(start_text, sizeof start_text, "%s", dpt_last_error());
     ui.job = dpt_config_job(c);
     if (seeds && resume_dir) {
         fprintf(stderr, "dpt train: --seeds starts new runs; resume each run directory on its "
@@ -433,11 +439,14 @@ int dpt_cmd_train(int argc, char **argv)
     o.user = &ui;
     o.stop_flag = &dpt__stop_flag;
     o.on_stall = train_on_stall;
+    o.start_error = start_error;
+    o.start_error_text = start_text;
     dpt_run_reason_t why;
     rc = dpt_train_run(c, &o, &why);
     if (rc) {
         dpt_progress_done(&ui.progress);
-        fprintf(stderr, "dpt train: %s\n", dpt_last_error());
+        if (!dpt_train_error_shared()) /* else rank 0 prints it */
+            fprintf(stderr, "dpt train: %s\n", dpt_last_error());
         code = dpt_cli_exit_code(rc);
         /* Under mpirun a failed run leaves MPI up when a peer may hang:
          * end every rank of the job rather than wait for it. */

@@ -745,7 +745,21 @@ typedef struct dpt_run_options {
      * process (the dpt command prints it and exits 1). May be NULL: the
      * join then waits as long as MPI does. */
     void (*on_stall)(void *user, const char *what);
+    /* A failure the caller met before the run, in this process (a config
+     * file that did not load, a bad override): its status (a negative
+     * DPT_E... code) and message; 0 for none. Without a launcher
+     * dpt_train_run returns it as it is. Under one, the run still joins the
+     * other ranks, which compare how each started, so that a failure every
+     * rank shares is reported once (dpt_train_error_shared). */
+    int start_error;
+    const char *start_error_text;
 } dpt_run_options_t;
+
+/* 1 when the last dpt_train_run of this thread failed, under a launcher, in
+ * a way rank 0 reports for it (the same failure as rank 0's, or one rank 0
+ * names), so that a command prints the failure once; 0 otherwise (print
+ * it). */
+int dpt_train_error_shared(void);
 
 /* Why a run ended (dpt_train_run's *reason). */
 #define DPT_RUN_REASON_LIST(X)                    \

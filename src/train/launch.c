@@ -193,37 +193,97 @@ void dpt__launch_init(dpt__launch_t *l)
     l->rank = l->world > 1 ? dpt__mpi_rank() : 0;
 }
 
+/* How every rank started: each rank's status and a hash of its message,
+ * all-gathered. Any failure fails every rank (all then leave cleanly); the
+ * failure rank 0 reports covers the ranks whose failure is the same, and a
+ * rank that failed otherwise reports its own, named. */
+static int dpt__launch_starts(dpt__launch_t *l, int rc)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", rc ? dpt_last_error() : "");
+    uint64_t mine[2] = {(uint64_t)(int64_t)rc, rc ? dpt__hash_str(msg) : 0};
+    uint64_t *all = malloc(2 * (size_t)l->world * sizeof *all);
+    if (!all)
+        return dpt_error(DPT_ENOMEM, "cannot allocate the ranks' start");
+    int xrc = dpt_comm_allgather_u64(l->comm, mine, 2, all);
+    if (xrc) {
+        free(all);
+        return xrc;
+    }
+    int first = -1; /* the first rank that failed */
+    for (int q = 0; q < l->world && first < 0; q++)
+        if (all[2 * q])
+            first = q;
+    int same0 = all[0] == mine[0] && all[1] == mine[1];
+    int code0 = (int)(int64_t)all[0], codef = first >= 0 ? (int)(int64_t)all[2 * first] : 0;
+    free(all);
+    if (first < 0)
+        return DPT_OK;
+    l->clean = 1;
+    if (rc) {
+        l->shared = l->rank > 0 && same0;
+        return l->rank > 0 && !same0 ? dpt_error(rc, "rank %d: %s", l->rank, msg)
+                                     : dpt_error(rc, "%s", msg);
+    }
+    if (l->rank == 0)
+        return dpt_error(codef, "rank %d could not start the run (it says why)", first);
+    l->shared = 1;
+    return dpt_error(code0 ? code0 : codef, "rank %d: rank %d could not start the run", l->rank,
+                     first);
+}
+
+/* The communicator's timeout and algorithm: the config's, or the defaults
+ * when this rank has no config (its start failed). */
+static void dpt__launch_options(const dpt_config_t *c, dpt_comm_mpi_options_t *mo)
+{
+    dpt_comm_mpi_options_init(mo);
+    mo->timeout_s =
+        c ? dpt_config_float(c, DPT_CFG_comm_timeout_s)
+          : strtod(dpt_config_default(DPT_CFG_comm_timeout_s, DPT_JOB_SUPERVISED), NULL);
+    if (c)
+        mo->algorithm = (dpt_comm_algorithm_t)dpt_config_int(c, DPT_CFG_allreduce_algorithm);
+}
+
 int dpt__launch_join(dpt__launch_t *l, const dpt_config_t *c, const char *resume_dir,
-                     const dpt_run_options_t *o)
+                     const dpt_run_options_t *o, int start_rc)
 {
     if (l->world <= 1)
-        return DPT_OK;
-    const dpt__job_t *job = dpt__job_get(dpt_config_job(c));
+        return start_rc;
     dpt__mpi_plan_t plan;
     memset(&plan, 0, sizeof plan);
     plan.mpi_threads = 1;
-    int rc = job->plan
+    int rc = start_rc;
+    if (!rc) {
+        const dpt__job_t *job = dpt__job_get(dpt_config_job(c));
+        rc = job->plan
                  ? job->plan(c, l->world, &plan)
                  : dpt_error(DPT_EINVAL, "job %s does not run under mpirun", dpt_job_name(job->id));
-    if (rc)
-        return rc;
-    double timeout_s = dpt_config_float(c, DPT_CFG_comm_timeout_s);
-    dpt__watchdog_t watch;
-    dpt__watchdog_start(&watch, l, o, timeout_s);
-    rc = dpt_comm_mpi_init(NULL, NULL,
-                           plan.mpi_threads > 1 ? DPT_COMM_MPI_SERIALIZED : DPT_COMM_MPI_FUNNELED);
-    l->inited = rc == 0;
+        if (rc) {
+            plan.mpi_threads = 1;
+            plan.role = NULL;
+        }
+    }
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", rc ? dpt_last_error() : "");
     dpt_comm_mpi_options_t mo;
-    dpt_comm_mpi_options_init(&mo);
-    mo.timeout_s = timeout_s;
-    mo.algorithm = (dpt_comm_algorithm_t)dpt_config_int(c, DPT_CFG_allreduce_algorithm);
-    if (!rc)
-        rc = dpt_comm_mpi_create(&l->comm, &mo);
+    dpt__launch_options(rc ? NULL : c, &mo);
+    dpt__watchdog_t watch;
+    dpt__watchdog_start(&watch, l, o, mo.timeout_s);
+    int jrc = dpt_comm_mpi_init(
+        NULL, NULL, plan.mpi_threads > 1 ? DPT_COMM_MPI_SERIALIZED : DPT_COMM_MPI_FUNNELED);
+    l->inited = jrc == 0;
+    if (!jrc)
+        jrc = dpt_comm_mpi_create(&l->comm, &mo);
     dpt__watchdog_stop(&watch);
+    if (jrc)
+        return rc ? dpt_error(rc, "%s", msg) : jrc;
     if (rc)
+        dpt_error(rc, "%s", msg);
+    if ((rc = dpt__launch_starts(l, rc)) != 0)
         return rc;
     if ((rc = dpt__agree(l, c, resume_dir)) != 0) {
         l->clean = 1; /* every rank saw the difference: they all leave cleanly */
+        l->shared = l->rank > 0;
         return rc;
     }
     if (plan.role) {

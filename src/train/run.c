@@ -434,6 +434,14 @@ static int dpt__evaluate_during(dpt__run_t *r, dpt_train_result_t *res, int *imp
 
 /* ---- the phases of a run ----------------------------------------------------------- */
 
+/* Whether this thread's last run failed in a way rank 0 reports. */
+static _Thread_local int dpt__error_shared;
+
+int dpt_train_error_shared(void)
+{
+    return dpt__error_shared;
+}
+
 /* Keeps the first failure's message while later clean-up runs. */
 static int dpt__fail(int rc, const char *what)
 {
@@ -662,6 +670,7 @@ static int dpt__run_close(dpt__run_t *r, int rc)
     dpt_config_destroy(r->saved);
     dpt_config_destroy(r->cfg);
     dpt__launch_end(&r->launch, rc);
+    dpt__error_shared = rc && r->launch.shared;
     return rc;
 }
 
@@ -680,9 +689,11 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
     dpt_train_result_t res;
     if (reason)
         *reason = DPT_RUN_DONE;
-    int rc = dpt__run_config(&r, cfg_in);
-    if (!rc)
-        rc = dpt__launch_join(&r.launch, r.cfg, r.resume_dir, o);
+    int rc = o && o->start_error
+                 ? dpt_error(o->start_error, "%s",
+                             o->start_error_text ? o->start_error_text : "the run cannot start")
+                 : dpt__run_config(&r, cfg_in);
+    rc = dpt__launch_join(&r.launch, rc ? NULL : r.cfg, r.resume_dir, o, rc);
     if (!rc && r.launch.role) /* this rank is not a trainer */
         return dpt__run_close(&r, dpt__launch_role(&r.launch, r.cfg, o));
     if (!rc)

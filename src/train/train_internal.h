@@ -321,18 +321,21 @@ typedef struct dpt__launch {
     int clean;         /* every rank failed the same way: MPI may be finalized */
     int alone;         /* rank 0 runs the trainer and the loop alone */
     dpt__role_fn role; /* this rank's part when it is not a trainer, else NULL */
+    int shared;        /* this rank's failure is reported by rank 0 */
 } dpt__launch_t;
 
 /* Reads rank and world from the launcher's environment. */
 void dpt__launch_init(dpt__launch_t *l);
 /* Under a launcher (world > 1): the job's plan (DPT_EINVAL with its reason
  * when it does not run there), MPI at the plan's thread level, the ranks'
- * communicator, and the agreement of every rank on the config, build and
- * resume_dir (DPT_EINVAL naming what differs). A stall while joining is
- * reported through o->on_stall past comm_timeout_s. Nothing to do for one
- * process. */
+ * communicator, then how every rank started (start_rc: this rank's failure
+ * so far, c NULL then) and the agreement of every rank on the config, build
+ * and resume_dir (DPT_EINVAL naming what differs). A failure of any rank
+ * fails every rank; l->shared marks those that rank 0 reports. A stall
+ * while joining is reported through o->on_stall past comm_timeout_s. For one
+ * process: start_rc. */
 int dpt__launch_join(dpt__launch_t *l, const dpt_config_t *c, const char *resume_dir,
-                     const dpt_run_options_t *o);
+                     const dpt_run_options_t *o, int start_rc);
 /* Runs this rank's role (l->role must be set) until rank 0 ends the run. */
 int dpt__launch_role(dpt__launch_t *l, const dpt_config_t *c, const dpt_run_options_t *o);
 /* Releases the communicator and finalizes MPI after a success or a failure
