@@ -8,15 +8,10 @@
  *   MPI, num_workers > 1                 hier backend, num_workers threads per process
  * Worker 0 runs on the calling thread, so the thread that initialized MPI
  * is the only one that calls it (hier's thread 0; FUNNELED suffices).
- * Workers 1..T-1 are persistent threads that sleep on a condition variable
- * until the calling thread publishes a command (a new generation number);
- * each runs its part and the last one to finish wakes the caller:
- *
- *   caller: lock; cmd, gen++, pending = T-1; broadcast; unlock
- *           run worker 0's part
- *           lock; wait until pending == 0; unlock; collect every rc
- *   thread: lock; wait until gen changes; unlock; run its part;
- *           lock; if --pending == 0 signal the caller; unlock
+ * Workers 1..T-1 are the persistent threads of a device pool (dpt/device.h,
+ * the pool the towers use): each command is one job of the pool, worker i
+ * on device i, and the pool returns when the last worker is done; the
+ * caller then collects every worker's outcome.
  *
  * A worker that fails never leaves the others blocked: it aborts the
  * workers' communicator (dpt_comm_abort), and otherwise the collectives time
@@ -26,11 +21,11 @@
 #include "dpt/arena.h"
 #include "core/prof.h"
 #include "dpt/comm.h"
+#include "dpt/device.h"
 #include "dpt/status.h"
 #include "rl_internal.h"
 #include "train_internal.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +34,7 @@ typedef enum dpt__dd_cmd {
     DPT__DD_CREATE,
     DPT__DD_ITERATE,
     DPT__DD_CHECKPOINT,
-    DPT__DD_RESTORE,
-    DPT__DD_QUIT
+    DPT__DD_RESTORE
 } dpt__dd_cmd_t;
 
 struct dpt__dd_trainer;
@@ -50,9 +44,8 @@ typedef struct dpt__dd_worker {
     int index; /* thread of this process, 0..T-1 */
     dpt_comm_t *comm;
     dpt_ddppo_t *w;
-    pthread_t thread;
     /* The outcome of the last command: written by the worker, read by the
-     * caller after the command's hand-back under the mutex. */
+     * caller once the pool's run has returned. */
     int rc;
     int peer_only; /* failed only because another worker did */
     char msg[512]; /* dpt_last_error() is per thread: a copy */
@@ -72,14 +65,10 @@ typedef struct dpt__dd_trainer {
     dpt_comm_hier_group_t *hg;
     dpt_ddppo_shared_t *shared;
     dpt__dd_worker_t *wk; /* [T] */
-    int nstarted;         /* threads running: workers 1..nstarted */
-    int sync_ready;       /* mu and the condition variables are initialized */
-    pthread_mutex_t mu;
-    pthread_cond_t cmd_cv;  /* a new command (gen changed) */
-    pthread_cond_t done_cv; /* pending reached 0 */
-    uint64_t gen;
-    dpt__dd_cmd_t cmd;
-    int pending;
+    /* The workers' threads: worker i runs on device i of the pool (worker
+     * 0 on the calling thread), one command at a time. */
+    dpt_device_pool_t *pool;
+    dpt__dd_cmd_t cmd; /* the command in flight */
     /* Arguments of the command in flight (read-only for the workers). */
     dpt_safetensors_writer_t *writer;
     const dpt_safetensors_t *st;
@@ -166,7 +155,6 @@ static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
         break;
     case DPT__DD_CHECKPOINT: rc = dpt__dd_checkpoint_part(wk); break;
     case DPT__DD_RESTORE: rc = dpt__dd_restore_part(wk); break;
-    case DPT__DD_QUIT: break;
     }
     wk->rc = rc;
     if (rc)
@@ -180,48 +168,22 @@ static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
         (void)dpt_comm_abort(wk->comm, wk->msg);
 }
 
-static void *dpt__dd_thread_main(void *arg)
+static int dpt__dd_job(void *arg, int device)
 {
-    dpt__dd_worker_t *wk = arg;
-    dpt__dd_trainer_t *d = wk->d;
-    uint64_t seen = 0;
-    dpt__prof_bind(wk->index); /* its device 0's slot: one device per worker */
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        while (d->gen == seen)
-            pthread_cond_wait(&d->cmd_cv, &d->mu);
-        seen = d->gen;
-        dpt__dd_cmd_t cmd = d->cmd;
-        pthread_mutex_unlock(&d->mu);
-        if (cmd == DPT__DD_QUIT)
-            return NULL;
-        dpt__dd_do(wk, cmd);
-        pthread_mutex_lock(&d->mu);
-        if (--d->pending == 0)
-            pthread_cond_signal(&d->done_cv);
-    }
+    dpt__dd_trainer_t *d = arg;
+    dpt__dd_do(&d->wk[device], d->cmd);
+    return DPT_OK; /* the worker's outcome is in its slot */
 }
 
-/* Runs cmd on every worker (worker 0 here, the others on their threads)
- * and returns the first failure: a worker's own error before one that only
- * reports another worker's. */
+/* Runs cmd on every worker (worker 0 here, the others on the pool's
+ * threads) and returns the first failure: a worker's own error before one
+ * that only reports another worker's. */
 static int dpt__dd_run(dpt__dd_trainer_t *d, dpt__dd_cmd_t cmd)
 {
-    if (d->T > 1) {
-        pthread_mutex_lock(&d->mu);
-        d->cmd = cmd;
-        d->gen++;
-        d->pending = d->T - 1;
-        pthread_cond_broadcast(&d->cmd_cv);
-        pthread_mutex_unlock(&d->mu);
-    }
-    dpt__dd_do(&d->wk[0], cmd);
-    if (d->T > 1) {
-        pthread_mutex_lock(&d->mu);
-        while (d->pending > 0)
-            pthread_cond_wait(&d->done_cv, &d->mu);
-        pthread_mutex_unlock(&d->mu);
-    }
+    d->cmd = cmd;
+    int rc = dpt_device_pool_run(d->pool, dpt__dd_job, d);
+    if (rc)
+        return rc;
     const dpt__dd_worker_t *bad = NULL;
     for (int pass = 0; pass < 2 && !bad; pass++)
         for (int i = 0; i < d->T && !bad; i++)
@@ -240,15 +202,7 @@ static void dpt__dd_destroy(void *self)
     dpt__dd_trainer_t *d = self;
     if (!d)
         return;
-    if (d->nstarted > 0) {
-        pthread_mutex_lock(&d->mu);
-        d->cmd = DPT__DD_QUIT;
-        d->gen++;
-        pthread_cond_broadcast(&d->cmd_cv);
-        pthread_mutex_unlock(&d->mu);
-        for (int i = 1; i <= d->nstarted; i++)
-            pthread_join(d->wk[i].thread, NULL);
-    }
+    dpt_device_pool_destroy(d->pool); /* joins the workers' threads */
     for (int i = 0; d->wk && i < d->T; i++) {
         dpt_ddppo_worker_destroy(d->wk[i].w);
         /* Handles go before their group; MPI calls stay on this thread. */
@@ -259,11 +213,6 @@ static void dpt__dd_destroy(void *self)
     dpt_comm_threads_group_destroy(d->tg);
     dpt_comm_hier_group_destroy(d->hg);
     dpt_ddppo_shared_destroy(d->shared);
-    if (d->sync_ready) {
-        pthread_cond_destroy(&d->done_cv);
-        pthread_cond_destroy(&d->cmd_cv);
-        pthread_mutex_destroy(&d->mu);
-    }
     free(d->wk);
     dpt_env_class_destroy(d->cls);
     free(d);
@@ -324,36 +273,14 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
         d->wk[i].d = d;
         d->wk[i].index = i;
     }
-    if (pthread_mutex_init(&d->mu, NULL) != 0) {
-        rc = dpt_error(DPT_ETHREAD, "ddppo: cannot create a mutex");
-        goto fail;
-    }
-    if (pthread_cond_init(&d->cmd_cv, NULL) != 0) {
-        pthread_mutex_destroy(&d->mu);
-        rc = dpt_error(DPT_ETHREAD, "ddppo: cannot create a condition variable");
-        goto fail;
-    }
-    if (pthread_cond_init(&d->done_cv, NULL) != 0) {
-        pthread_cond_destroy(&d->cmd_cv);
-        pthread_mutex_destroy(&d->mu);
-        rc = dpt_error(DPT_ETHREAD, "ddppo: cannot create a condition variable");
-        goto fail;
-    }
-    d->sync_ready = 1;
     /* Over several processes the workers' communicators span the ranks
      * (built here, beside the run's, which DD-PPO does not use itself). */
     int mpi = env && env->comm && dpt_comm_size(env->comm) > 1;
     if ((rc = dpt__dd_comms(d, mpi)) != 0 || (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
         goto fail;
     d->size = dpt_comm_size(d->wk[0].comm);
-    for (int i = 1; i < d->T; i++) {
-        if (pthread_create(&d->wk[i].thread, NULL, dpt__dd_thread_main, &d->wk[i]) != 0) {
-            rc = dpt_error(DPT_ETHREAD, "ddppo: cannot start worker thread %d of %d", i, d->T);
-            goto fail;
-        }
-        d->nstarted = i;
-    }
-    if ((rc = dpt__dd_run(d, DPT__DD_CREATE)) != 0)
+    if ((rc = dpt_device_pool_create(&d->pool, d->T, 0)) != 0 ||
+        (rc = dpt__dd_run(d, DPT__DD_CREATE)) != 0)
         goto fail;
     d->state_bytes = dpt_ddppo_state_bytes(d->wk[0].w);
     d->state_floats = (d->state_bytes + sizeof(float) - 1) / sizeof(float);
@@ -493,8 +420,9 @@ static size_t dpt__dd_threads(const dpt_config_t *c)
     return (size_t)DPT_CI(c, num_workers);
 }
 
-/* Every rank is a trainer; with several worker threads each calls MPI
- * (through the hierarchical communicator, one at a time). */
+/* Every rank is a trainer. With several worker threads the hierarchical
+ * communicator's leader (worker 0, the calling thread) alone calls MPI, so
+ * FUNNELED would do; SERIALIZED is asked for them as it always was. */
 static int dpt__dd_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
 {
     (void)world;
