@@ -1,11 +1,11 @@
 /* Rollout collection with truncation bootstrapping; see rollout.h. */
 #include "rollout.h"
+#include "rl_trainers.h"
 #include "core/prof.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
 #include "env_internal.h"
 
-#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,13 +250,8 @@ static void dpt__rollout_finish(dpt__rollout_t *r, double gamma, double lambda)
     size_t got;
     r->episodes_this_iter = 0;
     while ((got = dpt_vecenv_pop_episodes(r->env, rets, lens, 64, NULL)) > 0) {
-        for (size_t e = 0; e < got; e++) {
-            r->ret_window[r->wnext] = rets[e];
-            r->len_window[r->wnext] = lens[e];
-            r->wnext = (r->wnext + 1) % DPT__EPISODE_WINDOW;
-            if (r->wcount < DPT__EPISODE_WINDOW)
-                r->wcount++;
-        }
+        for (size_t e = 0; e < got; e++)
+            dpt__episode_window_push(&r->window, rets[e], lens[e]);
         r->episodes_this_iter += got;
         r->episodes_total += got;
     }
@@ -502,34 +497,9 @@ void dpt__rollout_gather_seq(const dpt__rollout_t *r, const dpt__chunk_t *chunks
     }
 }
 
-void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
-                                double *len_mean, double *mean20, size_t *count)
-{
-    double s = 0.0, l = 0.0, lo = DBL_MAX, hi = -DBL_MAX, s20 = 0.0;
-    size_t n20 = 0;
-    for (size_t j = 0; j < r->wcount; j++) {
-        /* j-th most recent */
-        size_t idx = (r->wnext + DPT__EPISODE_WINDOW - 1 - j) % DPT__EPISODE_WINDOW;
-        double v = r->ret_window[idx];
-        s += v;
-        l += r->len_window[idx];
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-        if (j < 20) {
-            s20 += v;
-            n20++;
-        }
-    }
-    *count = r->wcount;
-    *mean = r->wcount ? s / (double)r->wcount : 0.0;
-    *len_mean = r->wcount ? l / (double)r->wcount : 0.0;
-    *min = r->wcount ? lo : 0.0;
-    *max = r->wcount ? hi : 0.0;
-    *mean20 = n20 ? s20 / (double)n20 : 0.0;
-}
-
-/* Layout: [u64 magic][u64 act_rng position][u64 wcount][u64 wnext]
- * [u64 episodes_total][double ret_window[100]][u32 len_window[100]]
+/* Layout: [u64 magic][u64 act_rng position][u64 window.count]
+ * [u64 window.next][u64 episodes_total][double window.ret[100]]
+ * [u32 window.len[100]]
  * [float cur_obs[N * obs_dim]], for a recurrent policy [float h[N * H]]
  * [float c[N * H]][4-byte prev_act[N * act_w]][float prev_rew[N]] (what the
  * envs carry into their next step), then [vecenv state]. */
@@ -543,7 +513,7 @@ static size_t dpt__rollout_rnn_bytes(const dpt__rollout_t *r)
 
 static size_t dpt__rollout_fixed_bytes(const dpt__rollout_t *r)
 {
-    return 5 * sizeof(uint64_t) + sizeof r->ret_window + sizeof r->len_window +
+    return 5 * sizeof(uint64_t) + sizeof r->window.ret + sizeof r->window.len +
            r->N * r->obs_dim * sizeof(float) + dpt__rollout_rnn_bytes(r);
 }
 
@@ -567,14 +537,14 @@ int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes)
         return dpt_error(DPT_EINVAL, "rollout state: %zu bytes given, %zu needed", bytes,
                          dpt__rollout_state_bytes(r));
     char *p = buf;
-    uint64_t head[5] = {DPT__ROLLOUT_MAGIC, dpt_rng_tell(&r->act_rng), r->wcount, r->wnext,
-                        r->episodes_total};
+    uint64_t head[5] = {DPT__ROLLOUT_MAGIC, dpt_rng_tell(&r->act_rng), r->window.count,
+                        r->window.next, r->episodes_total};
     memcpy(p, head, sizeof head);
     p += sizeof head;
-    memcpy(p, r->ret_window, sizeof r->ret_window);
-    p += sizeof r->ret_window;
-    memcpy(p, r->len_window, sizeof r->len_window);
-    p += sizeof r->len_window;
+    memcpy(p, r->window.ret, sizeof r->window.ret);
+    p += sizeof r->window.ret;
+    memcpy(p, r->window.len, sizeof r->window.len);
+    p += sizeof r->window.len;
     memcpy(p, r->cur_obs, r->N * r->obs_dim * sizeof(float));
     p += r->N * r->obs_dim * sizeof(float);
     void *part[4];
@@ -596,8 +566,7 @@ int dpt__rollout_check_state(const dpt__rollout_t *r, const void *buf, size_t by
                          bytes, dpt__rollout_state_bytes(r));
     uint64_t head[5];
     memcpy(head, buf, sizeof head);
-    if (head[0] != DPT__ROLLOUT_MAGIC || head[2] > DPT__EPISODE_WINDOW ||
-        head[3] >= DPT__EPISODE_WINDOW)
+    if (head[0] != DPT__ROLLOUT_MAGIC || !dpt__episode_window_valid(head[2], head[3]))
         return dpt_error(DPT_EFORMAT, "rollout state: bad header");
     return dpt__vecenv_check_state(r->env, (const char *)buf + dpt__rollout_fixed_bytes(r),
                                    dpt_vecenv_state_bytes(r->env));
@@ -617,13 +586,13 @@ int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes)
                                     dpt_vecenv_state_bytes(r->env))) != 0)
         return rc;
     dpt_rng_seek(&r->act_rng, head[1]);
-    r->wcount = (size_t)head[2];
-    r->wnext = (size_t)head[3];
+    r->window.count = (size_t)head[2];
+    r->window.next = (size_t)head[3];
     r->episodes_total = head[4];
-    memcpy(r->ret_window, p, sizeof r->ret_window);
-    p += sizeof r->ret_window;
-    memcpy(r->len_window, p, sizeof r->len_window);
-    p += sizeof r->len_window;
+    memcpy(r->window.ret, p, sizeof r->window.ret);
+    p += sizeof r->window.ret;
+    memcpy(r->window.len, p, sizeof r->window.len);
+    p += sizeof r->window.len;
     memcpy(r->cur_obs, p, r->N * r->obs_dim * sizeof(float));
     p += r->N * r->obs_dim * sizeof(float);
     void *part[4];

@@ -64,7 +64,7 @@ typedef struct dpt__dd_worker {
 
 typedef struct dpt__dd_trainer {
     const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
-    dpt_rl_config_t rc;
+    dpt_ddppo_config_t rc;
     dpt_env_class_t *cls; /* the configured env; workers borrow it */
     int T;                /* workers in this process */
     int size;             /* workers in the run (all processes) */
@@ -277,16 +277,16 @@ static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
     if (mpi && d->T == 1) {
         dpt_comm_mpi_options_t mo;
         dpt_comm_mpi_options_init(&mo);
-        mo.timeout_s = d->rc.comm_timeout_s;
-        mo.algorithm = d->rc.allreduce_algorithm;
+        mo.timeout_s = d->rc.common.comm_timeout_s;
+        mo.algorithm = d->rc.common.allreduce_algorithm;
         return dpt_comm_mpi_create(&d->wk[0].comm, &mo);
     }
     if (mpi) {
         dpt_comm_hier_options_t ho;
         dpt_comm_hier_options_init(&ho);
-        ho.threads.timeout_s = d->rc.comm_timeout_s;
-        ho.mpi.timeout_s = d->rc.comm_timeout_s;
-        ho.mpi.algorithm = d->rc.allreduce_algorithm;
+        ho.threads.timeout_s = d->rc.common.comm_timeout_s;
+        ho.mpi.timeout_s = d->rc.common.comm_timeout_s;
+        ho.mpi.algorithm = d->rc.common.allreduce_algorithm;
         rc = dpt_comm_hier_group_create(&d->hg, d->T, &ho);
         for (int i = 0; !rc && i < d->T; i++)
             rc = dpt_comm_hier_join(d->hg, i, &d->wk[i].comm);
@@ -294,11 +294,32 @@ static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
     }
     dpt_comm_threads_options_t to;
     dpt_comm_threads_options_init(&to);
-    to.timeout_s = d->rc.comm_timeout_s;
-    to.algorithm = d->rc.allreduce_algorithm;
+    to.timeout_s = d->rc.common.comm_timeout_s;
+    to.algorithm = d->rc.common.allreduce_algorithm;
     rc = dpt_comm_threads_group_create(&d->tg, d->T, &to);
     for (int i = 0; !rc && i < d->T; i++)
         rc = dpt_comm_threads_join(d->tg, i, &d->wk[i].comm);
+    return rc;
+}
+
+int dpt__ddppo_config_from(const dpt_config_t *c, dpt_ddppo_config_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (dpt_config_job(c) != DPT_JOB_DDPPO)
+        return dpt__rl_job_error(c, "ddppo");
+    dpt__rl_ppo_learn_from(c, &out->learn);
+    out->sync_frac = DPT_CF(c, sync_frac);
+    out->check_weights_every = (int)DPT_CI(c, check_weights_every);
+    return dpt__rl_common_from(c, &out->common);
+}
+
+int dpt__ddppo_defaults(dpt_ddppo_config_t *out)
+{
+    dpt_config_t *c;
+    int rc = dpt__rl_default_config(DPT_JOB_DDPPO, &c);
+    if (!rc)
+        rc = dpt__ddppo_config_from(c, out);
+    dpt_config_destroy(c);
     return rc;
 }
 
@@ -309,7 +330,7 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
     if (!d)
         return dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the trainer");
     d->cfg = cfg;
-    int rc = dpt__rl_config_from(cfg, &d->rc);
+    int rc = dpt__ddppo_config_from(cfg, &d->rc);
     if (!rc)
         rc = dpt__rl_make_env(cfg, &d->cls);
     if (rc)
@@ -388,7 +409,8 @@ static int dpt__dd_iterate(void *self, dpt_train_result_t *r)
     if (rc)
         return rc;
     /* Every worker holds the same aggregated result. */
-    dpt__rl_fill_result(&d->wk[0].res, d->rc.total_timesteps, 1, dpt__rl_default_learner_names, r);
+    dpt__rl_fill_result(&d->wk[0].res, d->rc.common.total_timesteps, 1,
+                        dpt__rl_default_learner_names, r);
     return DPT_OK;
 }
 
