@@ -250,7 +250,7 @@ static int dpt__appo_describe(void *self, dpt_safetensors_writer_t *w)
     }
 
 static const dpt_trainer_ops_t dpt__appo_ops = DPT__APPO_OPS(DPT_JOB_APPO);
-static const dpt_trainer_ops_t dpt__impala_ops = DPT__APPO_OPS(DPT_JOB_IMPALA);
+static const dpt_trainer_ops_t dpt__appo_impala_ops = DPT__APPO_OPS(DPT_JOB_IMPALA);
 
 static int dpt__appo_check(const dpt_config_t *c)
 {
@@ -314,7 +314,7 @@ const dpt__job_t dpt__appo_job = {
 
 const dpt__job_t dpt__impala_job = {
     .id = DPT_JOB_IMPALA,
-    .ops = &dpt__impala_ops,
+    .ops = &dpt__appo_impala_ops,
     .keys = DPT_JOB_IMPALA,
     .check = dpt__appo_check,
     .threads = dpt__appo_threads,

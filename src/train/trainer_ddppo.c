@@ -35,18 +35,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum dpt__dd_cmd {
-    DPT__DD_CREATE,
-    DPT__DD_ITERATE,
-    DPT__DD_CHECKPOINT,
-    DPT__DD_RESTORE,
-    DPT__DD_QUIT
-} dpt__dd_cmd_t;
+typedef enum dpt__ddppo_cmd {
+    DPT__DDPPO_CREATE,
+    DPT__DDPPO_ITERATE,
+    DPT__DDPPO_CHECKPOINT,
+    DPT__DDPPO_RESTORE,
+    DPT__DDPPO_QUIT
+} dpt__ddppo_cmd_t;
 
-struct dpt__dd_trainer;
+struct dpt__ddppo_trainer;
 
-typedef struct dpt__dd_worker {
-    struct dpt__dd_trainer *d;
+typedef struct dpt__ddppo_worker {
+    struct dpt__ddppo_trainer *d;
     int index; /* thread of this process, 0..T-1 */
     dpt_comm_t *comm;
     dpt_ddppo_t *w;
@@ -60,9 +60,9 @@ typedef struct dpt__dd_worker {
     float *state;    /* checkpoint: this worker's private state [state_floats] */
     float *gathered; /* checkpoint: every worker's [size * state_floats]; worker 0's
                          * is borrowed by the writer until it saves */
-} dpt__dd_worker_t;
+} dpt__ddppo_worker_t;
 
-typedef struct dpt__dd_trainer {
+typedef struct dpt__ddppo_trainer {
     const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
     dpt_ddppo_config_t rc;
     dpt_env_class_t *cls; /* the configured env; workers borrow it */
@@ -71,29 +71,29 @@ typedef struct dpt__dd_trainer {
     dpt_comm_threads_group_t *tg;
     dpt_comm_hier_group_t *hg;
     dpt_ddppo_shared_t *shared;
-    dpt__dd_worker_t *wk; /* [T] */
-    int nstarted;         /* threads running: workers 1..nstarted */
-    int sync_ready;       /* mu and the condition variables are initialized */
+    dpt__ddppo_worker_t *wk; /* [T] */
+    int nstarted;            /* threads running: workers 1..nstarted */
+    int sync_ready;          /* mu and the condition variables are initialized */
     pthread_mutex_t mu;
     pthread_cond_t cmd_cv;  /* a new command (gen changed) */
     pthread_cond_t done_cv; /* pending reached 0 */
     uint64_t gen;
-    dpt__dd_cmd_t cmd;
+    dpt__ddppo_cmd_t cmd;
     int pending;
     /* Arguments of the command in flight (read-only for the workers). */
     dpt_safetensors_writer_t *writer;
     const dpt_safetensors_t *st;
     size_t state_bytes, state_floats;
-} dpt__dd_trainer_t;
+} dpt__ddppo_trainer_t;
 
 /* ---- one worker's part of each command ------------------------------------------- */
 
 /* Collective checkpoint: the weights are compared (so the saved parameters
  * are every worker's), then every worker's private state is all-gathered
  * and global rank 0 adds the common part and one blob per worker. */
-static int dpt__dd_checkpoint_part(dpt__dd_worker_t *wk)
+static int dpt__ddppo_checkpoint_part(dpt__ddppo_worker_t *wk)
 {
-    dpt__dd_trainer_t *d = wk->d;
+    dpt__ddppo_trainer_t *d = wk->d;
     size_t nf = d->state_floats;
     /* Both buffers were allocated at create: nothing here fails before the
      * all-gather but the comparison, which is itself collective. */
@@ -121,9 +121,9 @@ static int dpt__dd_checkpoint_part(dpt__dd_worker_t *wk)
 /* Every worker validates its part first; one all-reduce tells all whether
  * every worker of every process can restore, and only then do they apply
  * it, so a failed restore changes no worker. */
-static int dpt__dd_restore_part(dpt__dd_worker_t *wk)
+static int dpt__ddppo_restore_part(dpt__ddppo_worker_t *wk)
 {
-    dpt__dd_trainer_t *d = wk->d;
+    dpt__ddppo_trainer_t *d = wk->d;
     char name[32];
     const void *blob = NULL;
     size_t bytes = 0;
@@ -149,24 +149,24 @@ static int dpt__dd_restore_part(dpt__dd_worker_t *wk)
     return rc;
 }
 
-static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
+static void dpt__ddppo_do(dpt__ddppo_worker_t *wk, dpt__ddppo_cmd_t cmd)
 {
-    dpt__dd_trainer_t *d = wk->d;
+    dpt__ddppo_trainer_t *d = wk->d;
     int rc = DPT_OK;
     wk->peer_only = 0;
     switch (cmd) {
-    case DPT__DD_CREATE:
+    case DPT__DDPPO_CREATE:
         rc = dpt_ddppo_worker_create(&wk->w, d->cls, &d->rc, wk->comm, d->shared);
         break;
-    case DPT__DD_ITERATE:
+    case DPT__DDPPO_ITERATE:
         rc = dpt_ddppo_worker_train(wk->w, &wk->res);
         /* A worker whose own step failed makes the others' steps fail with
          * DPT_ECOMM (dpt/towers.h) or time out: report its error first. */
         wk->peer_only = rc == DPT_ECOMM || rc == DPT_ETIMEDOUT;
         break;
-    case DPT__DD_CHECKPOINT: rc = dpt__dd_checkpoint_part(wk); break;
-    case DPT__DD_RESTORE: rc = dpt__dd_restore_part(wk); break;
-    case DPT__DD_QUIT: break;
+    case DPT__DDPPO_CHECKPOINT: rc = dpt__ddppo_checkpoint_part(wk); break;
+    case DPT__DDPPO_RESTORE: rc = dpt__ddppo_restore_part(wk); break;
+    case DPT__DDPPO_QUIT: break;
     }
     wk->rc = rc;
     if (rc)
@@ -176,14 +176,14 @@ static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
      * threads of this process on hier; MPI ranks learn of it when the
      * command ends the job). Checkpoint and restore agree on failures in a
      * collective every worker enters. */
-    if (rc && !wk->peer_only && wk->comm && (cmd == DPT__DD_CREATE || cmd == DPT__DD_ITERATE))
+    if (rc && !wk->peer_only && wk->comm && (cmd == DPT__DDPPO_CREATE || cmd == DPT__DDPPO_ITERATE))
         (void)dpt_comm_abort(wk->comm, wk->msg);
 }
 
-static void *dpt__dd_thread_main(void *arg)
+static void *dpt__ddppo_thread_main(void *arg)
 {
-    dpt__dd_worker_t *wk = arg;
-    dpt__dd_trainer_t *d = wk->d;
+    dpt__ddppo_worker_t *wk = arg;
+    dpt__ddppo_trainer_t *d = wk->d;
     uint64_t seen = 0;
     dpt__prof_bind(wk->index); /* its device 0's slot: one device per worker */
     pthread_mutex_lock(&d->mu);
@@ -191,11 +191,11 @@ static void *dpt__dd_thread_main(void *arg)
         while (d->gen == seen)
             pthread_cond_wait(&d->cmd_cv, &d->mu);
         seen = d->gen;
-        dpt__dd_cmd_t cmd = d->cmd;
+        dpt__ddppo_cmd_t cmd = d->cmd;
         pthread_mutex_unlock(&d->mu);
-        if (cmd == DPT__DD_QUIT)
+        if (cmd == DPT__DDPPO_QUIT)
             return NULL;
-        dpt__dd_do(wk, cmd);
+        dpt__ddppo_do(wk, cmd);
         pthread_mutex_lock(&d->mu);
         if (--d->pending == 0)
             pthread_cond_signal(&d->done_cv);
@@ -205,7 +205,7 @@ static void *dpt__dd_thread_main(void *arg)
 /* Runs cmd on every worker (worker 0 here, the others on their threads)
  * and returns the first failure: a worker's own error before one that only
  * reports another worker's. */
-static int dpt__dd_run(dpt__dd_trainer_t *d, dpt__dd_cmd_t cmd)
+static int dpt__ddppo_run(dpt__ddppo_trainer_t *d, dpt__ddppo_cmd_t cmd)
 {
     if (d->T > 1) {
         pthread_mutex_lock(&d->mu);
@@ -215,14 +215,14 @@ static int dpt__dd_run(dpt__dd_trainer_t *d, dpt__dd_cmd_t cmd)
         pthread_cond_broadcast(&d->cmd_cv);
         pthread_mutex_unlock(&d->mu);
     }
-    dpt__dd_do(&d->wk[0], cmd);
+    dpt__ddppo_do(&d->wk[0], cmd);
     if (d->T > 1) {
         pthread_mutex_lock(&d->mu);
         while (d->pending > 0)
             pthread_cond_wait(&d->done_cv, &d->mu);
         pthread_mutex_unlock(&d->mu);
     }
-    const dpt__dd_worker_t *bad = NULL;
+    const dpt__ddppo_worker_t *bad = NULL;
     for (int pass = 0; pass < 2 && !bad; pass++)
         for (int i = 0; i < d->T && !bad; i++)
             if (d->wk[i].rc && (pass == 1 || !d->wk[i].peer_only))
@@ -235,14 +235,14 @@ static int dpt__dd_run(dpt__dd_trainer_t *d, dpt__dd_cmd_t cmd)
 
 /* ---- trainer ops ----------------------------------------------------------------- */
 
-static void dpt__dd_destroy(void *self)
+static void dpt__ddppo_destroy(void *self)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     if (!d)
         return;
     if (d->nstarted > 0) {
         pthread_mutex_lock(&d->mu);
-        d->cmd = DPT__DD_QUIT;
+        d->cmd = DPT__DDPPO_QUIT;
         d->gen++;
         pthread_cond_broadcast(&d->cmd_cv);
         pthread_mutex_unlock(&d->mu);
@@ -271,7 +271,7 @@ static void dpt__dd_destroy(void *self)
 
 /* The communicator of every worker of this process (see the table at the
  * top of this file). */
-static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
+static int dpt__ddppo_comms(dpt__ddppo_trainer_t *d, int mpi)
 {
     int rc;
     if (mpi && d->T == 1) {
@@ -323,10 +323,10 @@ int dpt__ddppo_defaults(dpt_ddppo_config_t *out)
     return rc;
 }
 
-static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
+static int dpt__ddppo_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
 {
     *self = NULL;
-    dpt__dd_trainer_t *d = calloc(1, sizeof *d);
+    dpt__ddppo_trainer_t *d = calloc(1, sizeof *d);
     if (!d)
         return dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the trainer");
     d->cfg = cfg;
@@ -364,17 +364,18 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
     /* Over several processes the workers' communicators span the ranks
      * (built here, beside the run's, which DD-PPO does not use itself). */
     int mpi = env && env->comm && dpt_comm_size(env->comm) > 1;
-    if ((rc = dpt__dd_comms(d, mpi)) != 0 || (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
+    if ((rc = dpt__ddppo_comms(d, mpi)) != 0 ||
+        (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
         goto fail;
     d->size = dpt_comm_size(d->wk[0].comm);
     for (int i = 1; i < d->T; i++) {
-        if (pthread_create(&d->wk[i].thread, NULL, dpt__dd_thread_main, &d->wk[i]) != 0) {
+        if (pthread_create(&d->wk[i].thread, NULL, dpt__ddppo_thread_main, &d->wk[i]) != 0) {
             rc = dpt_error(DPT_ETHREAD, "ddppo: cannot start worker thread %d of %d", i, d->T);
             goto fail;
         }
         d->nstarted = i;
     }
-    if ((rc = dpt__dd_run(d, DPT__DD_CREATE)) != 0)
+    if ((rc = dpt__ddppo_run(d, DPT__DDPPO_CREATE)) != 0)
         goto fail;
     d->state_bytes = dpt_ddppo_state_bytes(d->wk[0].w);
     d->state_floats = (d->state_bytes + sizeof(float) - 1) / sizeof(float);
@@ -384,7 +385,7 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
         goto fail;
     }
     for (int i = 0; i < d->T; i++) {
-        dpt__dd_worker_t *wk = &d->wk[i];
+        dpt__ddppo_worker_t *wk = &d->wk[i];
         wk->state = calloc(d->state_floats, sizeof(float));
         wk->gathered = calloc(all, sizeof(float));
         if (!wk->state || !wk->gathered) {
@@ -398,14 +399,14 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
     *self = d;
     return DPT_OK;
 fail:
-    dpt__dd_destroy(d);
+    dpt__ddppo_destroy(d);
     return rc;
 }
 
-static int dpt__dd_iterate(void *self, dpt_train_result_t *r)
+static int dpt__ddppo_iterate(void *self, dpt_train_result_t *r)
 {
-    dpt__dd_trainer_t *d = self;
-    int rc = dpt__dd_run(d, DPT__DD_ITERATE);
+    dpt__ddppo_trainer_t *d = self;
+    int rc = dpt__ddppo_run(d, DPT__DDPPO_ITERATE);
     if (rc)
         return rc;
     /* Every worker holds the same aggregated result. */
@@ -414,18 +415,18 @@ static int dpt__dd_iterate(void *self, dpt_train_result_t *r)
     return DPT_OK;
 }
 
-static int dpt__dd_checkpoint(void *self, dpt_safetensors_writer_t *w)
+static int dpt__ddppo_checkpoint(void *self, dpt_safetensors_writer_t *w)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     d->writer = w;
-    int rc = dpt__dd_run(d, DPT__DD_CHECKPOINT);
+    int rc = dpt__ddppo_run(d, DPT__DDPPO_CHECKPOINT);
     d->writer = NULL;
     return rc;
 }
 
-static int dpt__dd_restore(void *self, const dpt_safetensors_t *st)
+static int dpt__ddppo_restore(void *self, const dpt_safetensors_t *st)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     /* Checked before any collective: every process reads the same file, so
      * all of them return here together. */
     uint64_t workers = 0;
@@ -438,21 +439,21 @@ static int dpt__dd_restore(void *self, const dpt_safetensors_t *st)
                          "run has %d (num_workers x processes)",
                          dpt_safetensors_path(st), (unsigned long long)workers, d->size);
     d->st = st;
-    rc = dpt__dd_run(d, DPT__DD_RESTORE);
+    rc = dpt__ddppo_run(d, DPT__DDPPO_RESTORE);
     d->st = NULL;
     return rc;
 }
 
-static const dpt_vartable_t *dpt__dd_vars(void *self)
+static const dpt_vartable_t *dpt__ddppo_vars(void *self)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     return dpt_policy_vars(dpt_ddppo_policy(d->wk[0].w));
 }
 
-static int dpt__dd_get_weights(void *self, float *out, size_t count)
+static int dpt__ddppo_get_weights(void *self, float *out, size_t count)
 {
-    dpt__dd_trainer_t *d = self;
-    size_t n = dpt__dd_vars(self)->total;
+    dpt__ddppo_trainer_t *d = self;
+    size_t n = dpt__ddppo_vars(self)->total;
     if (count != n)
         return dpt_error(DPT_EINVAL, "ddppo weights: %zu floats asked, the policy has %zu", count,
                          n);
@@ -460,17 +461,17 @@ static int dpt__dd_get_weights(void *self, float *out, size_t count)
     return DPT_OK;
 }
 
-static int dpt__dd_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+static int dpt__ddppo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     /* The workers are idle between commands: worker 0's policy is free. */
     return dpt__rl_evaluate_into(dpt_ddppo_policy(d->wk[0].w), dpt_ddppo_weights(d->wk[0].w),
                                  episodes, seed, (int)DPT_CI(d->cfg, eval_stochastic), out);
 }
 
-static int dpt__dd_describe(void *self, dpt_safetensors_writer_t *w)
+static int dpt__ddppo_describe(void *self, dpt_safetensors_writer_t *w)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     int rc = dpt__describe_policy(w, dpt_ddppo_policy(d->wk[0].w), d->cfg);
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "workers", (uint64_t)d->size);
@@ -479,19 +480,19 @@ static int dpt__dd_describe(void *self, dpt_safetensors_writer_t *w)
 
 static const dpt_trainer_ops_t dpt__ddppo_ops = {
     .job = DPT_JOB_DDPPO,
-    .create = dpt__dd_create,
-    .destroy = dpt__dd_destroy,
-    .iterate = dpt__dd_iterate,
-    .checkpoint = dpt__dd_checkpoint,
-    .restore = dpt__dd_restore,
-    .vars = dpt__dd_vars,
-    .get_weights = dpt__dd_get_weights,
-    .evaluate = dpt__dd_evaluate,
-    .describe = dpt__dd_describe,
+    .create = dpt__ddppo_create,
+    .destroy = dpt__ddppo_destroy,
+    .iterate = dpt__ddppo_iterate,
+    .checkpoint = dpt__ddppo_checkpoint,
+    .restore = dpt__ddppo_restore,
+    .vars = dpt__ddppo_vars,
+    .get_weights = dpt__ddppo_get_weights,
+    .evaluate = dpt__ddppo_evaluate,
+    .describe = dpt__ddppo_describe,
     .eval_checkpoint = dpt__rl_eval_checkpoint,
 };
 
-static int dpt__dd_check(const dpt_config_t *c)
+static int dpt__ddppo_check(const dpt_config_t *c)
 {
     int rc = dpt__rl_check_minibatch(c, " worker's");
     if (!rc && DPT_CF(c, sync_frac) < 1.0 && DPT_CI(c, sgd_minibatch_size) < 4)
@@ -500,7 +501,7 @@ static int dpt__dd_check(const dpt_config_t *c)
     return rc;
 }
 
-static int dpt__dd_refuse_key(const dpt_config_t *c, dpt_config_key_t k)
+static int dpt__ddppo_refuse_key(const dpt_config_t *c, dpt_config_key_t k)
 {
     (void)c;
     if (k == DPT_CFG_train_batch_size)
@@ -510,14 +511,14 @@ static int dpt__dd_refuse_key(const dpt_config_t *c, dpt_config_key_t k)
     return DPT_OK;
 }
 
-static size_t dpt__dd_threads(const dpt_config_t *c)
+static size_t dpt__ddppo_threads(const dpt_config_t *c)
 {
     return (size_t)DPT_CI(c, num_workers);
 }
 
 /* Every rank is a trainer; with several worker threads each calls MPI
  * (through the hierarchical communicator, one at a time). */
-static int dpt__dd_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+static int dpt__ddppo_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
 {
     (void)world;
     p->mpi_threads = (int)DPT_CI(c, num_workers);
@@ -528,8 +529,8 @@ const dpt__job_t dpt__ddppo_job = {
     .id = DPT_JOB_DDPPO,
     .ops = &dpt__ddppo_ops,
     .keys = DPT_JOB_DDPPO,
-    .check = dpt__dd_check,
-    .refuse_key = dpt__dd_refuse_key,
-    .threads = dpt__dd_threads,
-    .plan = dpt__dd_plan,
+    .check = dpt__ddppo_check,
+    .refuse_key = dpt__ddppo_refuse_key,
+    .threads = dpt__ddppo_threads,
+    .plan = dpt__ddppo_plan,
 };
