@@ -622,7 +622,6 @@ static void test_learner_backpressure(void)
     REQUIRE_OK(dpt_learner_start(l));
     pthread_join(th, NULL);
     CHECK_OK(p.rc);
-    CHECK(p.elapsed >= 0.03);
     dpt_learner_result_t r;
     for (int k = 1; k <= 3; k++) {
         REQUIRE_OK(dpt_learner_pop_result(l, &r, 30.0));

@@ -13,7 +13,8 @@
 #include "dpt/rl.h"
 #include "dpt/towers.h"
 #include "dpt/train.h"
-#include "rl/rollout.h"
+#include "rl/rl_engine.h"
+#include "train/rl_internal.h"
 
 #include <stdint.h>
 
@@ -707,15 +708,15 @@ static void test_towers_errors(void)
 static void test_ppo_engine_sequences(void)
 {
     dpt_env_class_t cls = discrete_cls();
-    dpt_rl_config_t cfg;
-    REQUIRE_OK(dpt_rl_defaults(DPT_JOB_PPO, &cfg));
-    cfg.num_envs = 2;
-    cfg.rollout_fragment_length = 8;
-    cfg.sgd_minibatch_size = 12; /* 4 sequences of 3: 6 made, 4 kept */
-    cfg.policy.use_lstm = 1;
-    cfg.policy.lstm_cell_size = 8;
-    cfg.policy.max_seq_len = 3;
-    cfg.policy.lstm_use_prev_action = 1;
+    dpt_ppo_config_t cfg;
+    REQUIRE_OK(dpt__ppo_defaults(&cfg));
+    cfg.common.num_envs = 2;
+    cfg.common.rollout_fragment_length = 8;
+    cfg.learn.sgd_minibatch_size = 12; /* 4 sequences of 3: 6 made, 4 kept */
+    cfg.common.policy.use_lstm = 1;
+    cfg.common.policy.lstm_cell_size = 8;
+    cfg.common.policy.max_seq_len = 3;
+    cfg.common.policy.lstm_use_prev_action = 1;
     dpt_ppo_t *p;
     REQUIRE_OK(dpt_ppo_create(&p, &cls, &cfg));
     dpt_rl_result_t r;
@@ -727,7 +728,7 @@ static void test_ppo_engine_sequences(void)
     CHECK(r.iteration == 2 && r.sequences >= 6);
     dpt_ppo_destroy(p);
     /* A minibatch shorter than a sequence: the towers raise it and say so. */
-    cfg.sgd_minibatch_size = 2;
+    cfg.learn.sgd_minibatch_size = 2;
     REQUIRE_OK(dpt_ppo_create(&p, &cls, &cfg));
     REQUIRE_OK(dpt_ppo_train(p, &r));
     CHECK(r.rows_dropped == 0);

@@ -19,7 +19,7 @@
 #include "dpt_test_train.h"
 
 #include "dpt/train.h"
-#include "rl/rl_trainers.h"
+#include "train/rl_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -170,17 +170,17 @@ static void test_keys(void)
     CHECK_OK(dpt_config_set(c, "async_scale=0.25"));
     CHECK_OK(dpt_config_set(c, "allreduce_algorithm=tree"));
     REQUIRE_OK(dpt_config_finalize(c));
-    dpt_rl_config_t rc;
-    CHECK_OK(dpt__rl_config_from(c, &rc));
-    CHECK(rc.async_scale == 0.25f && rc.reduce_sum == 0);
-    CHECK(rc.allreduce_algorithm == DPT_ALLREDUCE_TREE);
+    dpt_ppo_config_t rc;
+    CHECK_OK(dpt__ppo_config_from(c, &rc));
+    CHECK(rc.towers.async_scale == 0.25f && rc.towers.reduce_sum == 0);
+    CHECK(rc.common.allreduce_algorithm == DPT_ALLREDUCE_TREE);
     dpt_config_destroy(c);
     REQUIRE_OK(dpt_config_create(&c));
     CHECK_OK(dpt_config_set(c, "job=ppo"));
     CHECK_OK(dpt_config_set(c, "reduce_op=sum"));
     REQUIRE_OK(dpt_config_finalize(c));
-    CHECK_OK(dpt__rl_config_from(c, &rc));
-    CHECK(rc.reduce_sum == 1);
+    CHECK_OK(dpt__ppo_config_from(c, &rc));
+    CHECK(rc.towers.reduce_sum == 1);
     dpt_config_destroy(c);
 }
 

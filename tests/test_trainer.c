@@ -19,6 +19,7 @@
 #include "dpt/stats.h"
 #include "dpt/train.h"
 #include "rl/rl_trainers.h"
+#include "train/rl_internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -520,7 +521,7 @@ enum { MAXW = 4 };
 
 typedef struct dd_run {
     int workers, iterations;
-    dpt_rl_config_t cfg;
+    dpt_ddppo_config_t cfg;
     const dpt_env_class_t *cls;
     dpt_comm_threads_group_t *group;
     dpt_ddppo_shared_t *shared;
@@ -599,6 +600,20 @@ static void dd_free(dd_run_t *run)
         free(run->weights[i]);
 }
 
+/* DD-PPO workers with PPO's settings (CleanRL's CartPole), without
+ * preemption or weight checks. */
+static int ppo_settings_for_ddppo(dpt_ddppo_config_t *cfg)
+{
+    dpt_ppo_config_t p;
+    int rc = dpt__ppo_defaults(&p);
+    memset(cfg, 0, sizeof *cfg);
+    cfg->common = p.common;
+    cfg->learn = p.learn;
+    cfg->sync_frac = 1.0;
+    cfg->check_weights_every = 0;
+    return rc;
+}
+
 static void test_ddppo_threads_identical_and_repeatable(void)
 {
     dd_run_t a, b;
@@ -606,9 +621,9 @@ static void test_ddppo_threads_identical_and_repeatable(void)
     a.workers = 2;
     a.iterations = 60;
     a.cls = dpt_env_find("CartPole-v1");
-    REQUIRE_OK(dpt_rl_defaults(DPT_JOB_PPO, &a.cfg));
-    a.cfg.num_envs = 2;
-    a.cfg.total_timesteps = 60 * 2 * 256;
+    REQUIRE_OK(ppo_settings_for_ddppo(&a.cfg));
+    a.cfg.common.num_envs = 2;
+    a.cfg.common.total_timesteps = 60 * 2 * 256;
     a.cfg.check_weights_every = 7;
     a.cfg.sync_frac = 0.6;
     b = a;
@@ -653,10 +668,10 @@ static void test_ddppo_preempts_straggler(void)
     a.workers = 3;
     a.iterations = 3;
     a.cls = &slow_cartpole;
-    REQUIRE_OK(dpt_rl_defaults(DPT_JOB_PPO, &a.cfg));
-    a.cfg.num_envs = 1;
-    a.cfg.rollout_fragment_length = 128;
-    a.cfg.sgd_minibatch_size = 32;
+    REQUIRE_OK(ppo_settings_for_ddppo(&a.cfg));
+    a.cfg.common.num_envs = 1;
+    a.cfg.common.rollout_fragment_length = 128;
+    a.cfg.learn.sgd_minibatch_size = 32;
     a.cfg.sync_frac = 0.6; /* 2 of 3 finished (0.67 > 0.6): the third stops */
     REQUIRE_OK(dd_go(&a));
     printf("preempted workers over 3 iterations: %llu; fewest rows %llu\n",
@@ -680,20 +695,33 @@ static void test_ddppo_batch_rule(void)
 /* The engine settings come from the key table: PPO's are CleanRL's. */
 static void test_rl_defaults_from_key_table(void)
 {
-    dpt_rl_config_t p, d;
-    REQUIRE_OK(dpt_rl_defaults(DPT_JOB_PPO, &p));
-    CHECK(p.num_envs == 4 && p.rollout_fragment_length == 128 && p.sgd_minibatch_size == 128);
-    CHECK(p.num_sgd_iter == 4 && p.lr == 2.5e-4f && p.anneal_lr && p.adam_eps == 1e-5f);
-    CHECK(p.grad_clip == 0.5 && p.normalize_advantages == DPT_ADV_NORM_MINIBATCH);
-    CHECK(p.policy.nhidden == 2 && p.policy.hidden[0] == 64 && p.policy.hidden[1] == 64);
-    CHECK(p.num_devices == 1 && p.towers_mode == DPT_TOWERS_PS && p.total_timesteps == 500000);
-    CHECK(p.reduce_sum == 0 && p.async_scale == 0.0f &&
-          p.allreduce_algorithm == DPT_ALLREDUCE_AUTO);
-    REQUIRE_OK(dpt_rl_defaults(DPT_JOB_DDPPO, &d));
-    CHECK(d.allreduce_algorithm == DPT_ALLREDUCE_AUTO);
-    CHECK(d.num_envs == 5 && d.rollout_fragment_length == 100 && d.sgd_minibatch_size == 50);
-    CHECK(d.num_sgd_iter == 10 && d.sync_frac == 0.6 && d.check_weights_every == 10);
-    CHECK_ERR(dpt_rl_defaults(DPT_JOB_SUPERVISED, &d), DPT_EINVAL, "is not an RL job");
+    dpt_ppo_config_t p;
+    dpt_ddppo_config_t d;
+    REQUIRE_OK(dpt__ppo_defaults(&p));
+    CHECK(p.common.num_envs == 4 && p.common.rollout_fragment_length == 128 &&
+          p.learn.sgd_minibatch_size == 128);
+    CHECK(p.common.num_sgd_iter == 4 && p.common.lr == 2.5e-4f && p.common.anneal_lr &&
+          p.common.adam_eps == 1e-5f);
+    CHECK(p.common.grad_clip == 0.5 && p.learn.normalize_advantages == DPT_ADV_NORM_MINIBATCH);
+    CHECK(p.common.policy.nhidden == 2 && p.common.policy.hidden[0] == 64 &&
+          p.common.policy.hidden[1] == 64);
+    CHECK(p.towers.num_devices == 1 && p.towers.towers_mode == DPT_TOWERS_PS &&
+          p.common.total_timesteps == 500000);
+    CHECK(p.towers.reduce_sum == 0 && p.towers.async_scale == 0.0f &&
+          p.common.allreduce_algorithm == DPT_ALLREDUCE_AUTO);
+    REQUIRE_OK(dpt__ddppo_defaults(&d));
+    CHECK(d.common.allreduce_algorithm == DPT_ALLREDUCE_AUTO);
+    CHECK(d.common.num_envs == 5 && d.common.rollout_fragment_length == 100 &&
+          d.learn.sgd_minibatch_size == 50);
+    CHECK(d.common.num_sgd_iter == 10 && d.sync_frac == 0.6 && d.check_weights_every == 10);
+    /* Each job's settings come from a config of that job. */
+    dpt_config_t *c;
+    REQUIRE_OK(dpt__rl_default_config(DPT_JOB_SUPERVISED, &c));
+    CHECK_ERR(dpt__ppo_config_from(c, &p), DPT_EINVAL, "job supervised");
+    dpt_config_destroy(c);
+    REQUIRE_OK(dpt__rl_default_config(DPT_JOB_PPO, &c));
+    CHECK_ERR(dpt__ddppo_config_from(c, &d), DPT_EINVAL, "ddppo engine's settings");
+    dpt_config_destroy(c);
 }
 
 int main(void)

@@ -274,6 +274,22 @@ int dpt_vtrace(const float *behaviour_logp, const float *target_logp, const floa
                size_t N, double clip_rho_threshold, double clip_pg_rho_threshold, float *vs,
                float *pg_advantages);
 
+/* How PPO and DD-PPO standardize advantages (dpt_train's key
+ * normalize_advantages). */
+#define DPT_ADV_NORM_LIST(X)                                                     \
+    X(DPT_ADV_NORM_MINIBATCH, "minibatch") /* each minibatch over its rows */    \
+    X(DPT_ADV_NORM_BATCH, "batch")         /* the whole batch of an iteration */ \
+    X(DPT_ADV_NORM_OFF, "off")
+
+/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
+typedef enum dpt_adv_norm {
+#define DPT__ADV_NORM_ENUM(sym, name) sym,
+    DPT_ADV_NORM_LIST(DPT__ADV_NORM_ENUM)
+#undef DPT__ADV_NORM_ENUM
+    DPT_ADV_NORM_COUNT
+} dpt_adv_norm_t;
+/* clang-format on */
+
 /* Normalises x[0..n) to zero mean and unit standard deviation
  * (x - mean) / (std + 1e-8), population std, sums in double. */
 void dpt_normalize(float *x, size_t n);

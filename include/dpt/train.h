@@ -69,6 +69,7 @@
 #include "dpt/comm.h"
 #include "dpt/env.h"
 #include "dpt/optim.h"
+#include "dpt/rl.h"
 #include "dpt/towers.h"
 
 #ifdef __cplusplus
@@ -154,20 +155,7 @@ typedef enum dpt_dataset_id {
 /* clang-format on */
 #define DPT_CHOICES_DATASET (DPT_DATASET_LIST(DPT__CHOICE3) + 1)
 
-/* How PPO and DD-PPO standardize advantages (key normalize_advantages). */
-#define DPT_ADV_NORM_LIST(X)                                                     \
-    X(DPT_ADV_NORM_MINIBATCH, "minibatch") /* each minibatch over its rows */    \
-    X(DPT_ADV_NORM_BATCH, "batch")         /* the whole batch of an iteration */ \
-    X(DPT_ADV_NORM_OFF, "off")
-
-/* clang-format off */ /* (it misreads an enum made from an X-macro list) */
-typedef enum dpt_adv_norm {
-#define DPT__ADV_NORM_ENUM(sym, name) sym,
-    DPT_ADV_NORM_LIST(DPT__ADV_NORM_ENUM)
-#undef DPT__ADV_NORM_ENUM
-    DPT_ADV_NORM_COUNT
-} dpt_adv_norm_t;
-/* clang-format on */
+/* The choices of normalize_advantages: dpt_adv_norm_t (dpt/rl.h). */
 #define DPT_CHOICES_ADV_NORM (DPT_ADV_NORM_LIST(DPT__CHOICE2) + 1)
 
 /* Keys that may change when a run is resumed: stop conditions, checkpoint

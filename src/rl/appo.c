@@ -137,13 +137,14 @@ void dpt_appo_destroy(dpt_appo_t *a)
 
 /* The config's rules for an APPO/IMPALA run. in_group[p] gets the number
  * of a sampler's envs that policy p steps. */
-static int dpt__appo_check_config(const dpt_rl_config_t *cfg, size_t in_group[DPT_RL_MAX_POLICIES])
+static int dpt__appo_check_config(const dpt_appo_config_t *cfg,
+                                  size_t in_group[DPT_RL_MAX_POLICIES])
 {
-    size_t T = cfg->rollout_fragment_length;
+    size_t T = cfg->common.rollout_fragment_length;
     const dpt_rl_policies_t *pl = &cfg->policies;
-    if (cfg->policy.use_lstm)
+    if (cfg->common.policy.use_lstm)
         return dpt_error(DPT_EINVAL, "appo: recurrent policies (use_lstm) are not supported");
-    if (cfg->num_workers < 1 || cfg->num_envs < 1 || T < 1)
+    if (cfg->num_workers < 1 || cfg->common.num_envs < 1 || T < 1)
         return dpt_error(DPT_EINVAL, "appo: num_workers, num_envs_per_worker and "
                                      "rollout_fragment_length must be >= 1");
     if (cfg->train_batch_size < T || cfg->train_batch_size % T)
@@ -151,29 +152,29 @@ static int dpt__appo_check_config(const dpt_rl_config_t *cfg, size_t in_group[DP
                          "appo: train_batch_size %zu must be a positive multiple of "
                          "rollout_fragment_length %zu",
                          cfg->train_batch_size, T);
-    size_t seqs = cfg->train_batch_size / T, D = (size_t)cfg->num_devices;
+    size_t seqs = cfg->train_batch_size / T, D = (size_t)cfg->towers.num_devices;
     if (D < 1 || seqs < D || seqs % D)
         return dpt_error(DPT_EINVAL,
                          "appo: the %zu fragments of a train batch must be at least and "
                          "divisible by num_devices %zu",
                          seqs, D);
-    if (cfg->num_sgd_iter < 1 || cfg->broadcast_interval < 1)
+    if (cfg->common.num_sgd_iter < 1 || cfg->broadcast_interval < 1)
         return dpt_error(DPT_EINVAL, "appo: num_sgd_iter and broadcast_interval must be >= 1");
     if (pl->count < 1 || pl->count > DPT_RL_MAX_POLICIES ||
-        (pl->mapping_len && pl->mapping_len != cfg->num_envs))
+        (pl->mapping_len && pl->mapping_len != cfg->common.num_envs))
         return dpt_error(DPT_EINVAL,
                          "appo: the policies (%d) or their mapping do not fit "
                          "num_envs_per_worker",
                          pl->count);
     int ntrain = 0;
     memset(in_group, 0, DPT_RL_MAX_POLICIES * sizeof in_group[0]);
-    for (size_t i = 0; i < cfg->num_envs; i++)
-        in_group[dpt_rl_policy_of_env(pl, i)]++;
+    for (size_t i = 0; i < cfg->common.num_envs; i++)
+        in_group[dpt__rl_policy_of_env(pl, i)]++;
     for (int p = 0; p < pl->count; p++) {
         ntrain += pl->train[p] != 0;
         if (in_group[p] == 0)
             return dpt_error(DPT_EINVAL, "appo: policy %s steps none of the %zu envs of a sampler",
-                             pl->name[p], cfg->num_envs);
+                             pl->name[p], cfg->common.num_envs);
     }
     if (ntrain == 0)
         return dpt_error(DPT_EINVAL, "appo: no policy to train");
@@ -184,13 +185,13 @@ static int dpt__appo_check_config(const dpt_rl_config_t *cfg, size_t in_group[DP
  * and the loaders. */
 static int dpt__appo_new_learner(dpt_appo_t *a)
 {
-    const dpt_rl_config_t *cfg = &a->cfg;
+    const dpt_appo_config_t *cfg = &a->cfg;
     dpt_learner_options_t lo;
     dpt_learner_options_init(&lo);
     lo.learner_queue_size = cfg->learner_queue_size;
     lo.learner_queue_timeout = cfg->learner_queue_timeout;
     lo.minibatch_buffer_size = cfg->minibatch_buffer_size;
-    lo.num_sgd_iter = cfg->num_sgd_iter;
+    lo.num_sgd_iter = cfg->common.num_sgd_iter;
     lo.step = dpt__appo_learner_step;
     lo.release = dpt__appo_learner_release;
     lo.check = dpt__appo_learner_check;
@@ -220,30 +221,23 @@ static int dpt__appo_new_learner(dpt_appo_t *a)
  * policy of a default run starts as it always did. */
 static int dpt__appo_new_policy(dpt_appo_t *a, int p, const dpt_towers_config_t *tc)
 {
-    const dpt_rl_config_t *cfg = &a->cfg;
-    size_t rows = a->seqs * (a->T + 1), D = (size_t)cfg->num_devices;
+    const dpt_appo_config_t *cfg = &a->cfg;
+    size_t rows = a->seqs * (a->T + 1), D = (size_t)cfg->towers.num_devices;
     dpt__appo_pol_t *pol = &a->pols[p];
     pol->train = cfg->policies.train[p];
-    int rc = dpt_policy_create_ex(&pol->learner, a->cls, &cfg->policy, pol->train ? rows / D : 1);
+    int rc =
+        dpt_policy_create_ex(&pol->learner, a->cls, &cfg->common.policy, pol->train ? rows / D : 1);
     if (rc)
         return rc;
     size_t n = dpt_policy_vars(pol->learner)->total;
     if ((rc = dpt_arena_init(&pol->pub, n)) != 0 || (rc = dpt_arena_init(&pol->ck_params, n)) != 0)
         return rc;
     dpt_rng_t init;
-    dpt_rng_init(&init, cfg->seed, 0, (uint32_t)p, DPT_RNG_INIT);
+    dpt_rng_init(&init, cfg->common.seed, 0, (uint32_t)p, DPT_RNG_INIT);
     dpt_policy_init_params(pol->learner, pol->pub.data, &init);
     if (!pol->train)
         return DPT_OK;
-    dpt_vtrace_loss_params_t hp = {
-        .impala = cfg->impala,
-        .clip_param = cfg->loss.clip_param,
-        .vf_coef = cfg->loss.vf_coef,
-        .ent_coef = cfg->loss.ent_coef,
-        .clip_rho = cfg->vtrace_clip_rho,
-        .clip_pg_rho = cfg->vtrace_clip_pg_rho,
-    };
-    dpt_model_t model = dpt_policy_vtrace_model(pol->learner, &hp);
+    dpt_model_t model = dpt_policy_vtrace_model(pol->learner, &cfg->loss);
     dpt_batch_t lay;
     if ((rc = dpt_vtrace_batch(&lay, a->cls, 0, a->T, NULL, NULL, NULL, NULL, NULL)) != 0 ||
         (rc = dpt_towers_create(&pol->towers, &model, &lay, tc)) != 0 ||
@@ -265,7 +259,7 @@ static int dpt__appo_new_policy(dpt_appo_t *a, int p, const dpt_towers_config_t 
 static int dpt__appo_new_sampler(dpt_appo_t *a, int k, int first,
                                  const size_t in_group[DPT_RL_MAX_POLICIES])
 {
-    const dpt_rl_config_t *cfg = &a->cfg;
+    const dpt_appo_config_t *cfg = &a->cfg;
     dpt__appo_sampler_t *s = &a->samplers[k];
     s->a = a;
     s->index = first + k;
@@ -276,9 +270,9 @@ static int dpt__appo_new_sampler(dpt_appo_t *a, int k, int first,
         uint32_t stream = (uint32_t)s->index * (uint32_t)a->npols + (uint32_t)p;
         int rc;
         g->version = UINT64_MAX;
-        if ((rc = dpt__rollout_init(&g->ro, a->cls, in_group[p], a->T, cfg->seed, stream, 0)) !=
-                0 ||
-            (rc = dpt_policy_create_ex(&g->actor, a->cls, &cfg->policy, in_group[p])) != 0 ||
+        if ((rc = dpt__rollout_init(&g->ro, a->cls, in_group[p], a->T, cfg->common.seed, stream,
+                                    0)) != 0 ||
+            (rc = dpt_policy_create_ex(&g->actor, a->cls, &cfg->common.policy, in_group[p])) != 0 ||
             (rc = dpt_arena_init(&g->params, a->pols[p].pub.count)) != 0)
             return rc;
     }
@@ -309,7 +303,7 @@ fail_wmu:
     return dpt_error(DPT_ETHREAD, "appo: cannot initialise its mutexes or condition variable");
 }
 
-int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_appo_config_t *cfg,
                   int nsamplers, int first)
 {
     *out = NULL;
@@ -327,13 +321,13 @@ int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     a->cfg = *cfg;
     a->cls = cls;
     a->sent_version = UINT64_MAX;
-    a->T = cfg->rollout_fragment_length;
+    a->T = cfg->common.rollout_fragment_length;
     a->seqs = cfg->train_batch_size / a->T;
     a->od = cls->obs_dim;
     a->aw = cls->action_kind == DPT_ACTION_DISCRETE ? 1 : cls->action_dim;
     a->nsamplers = nsamplers;
     a->npols = cfg->policies.count;
-    a->main = dpt_rl_policies_main(&cfg->policies);
+    a->main = dpt__rl_policies_main(&cfg->policies);
     a->K = cfg->tower_stacks > 1 ? cfg->tower_stacks : 1;
     a->nloaders = a->K > 1 ? (cfg->load_threads > 1 ? cfg->load_threads : 1) : 0;
     a->samplers = calloc(nsamplers > 0 ? (size_t)nsamplers : 1, sizeof *a->samplers);
@@ -346,7 +340,8 @@ int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     if ((rc = dpt__appo_new_learner(a)) != 0)
         goto fail;
     size_t rows = a->seqs * (a->T + 1);
-    dpt_towers_config_t tc = dpt__rl_towers_config(cfg, rows / (size_t)cfg->num_devices, rows);
+    dpt_towers_config_t tc = dpt__rl_towers_config(&cfg->common, &cfg->towers,
+                                                   rows / (size_t)cfg->towers.num_devices, rows);
     tc.num_stacks = a->K;
     for (int p = 0; p < a->npols; p++)
         if ((rc = dpt__appo_new_policy(a, p, &tc)) != 0)
@@ -361,7 +356,7 @@ fail:
     return rc;
 }
 
-int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg)
+int dpt_appo_create(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_appo_config_t *cfg)
 {
     return dpt__appo_new(out, cls, cfg, cfg->num_workers, 0);
 }
@@ -450,7 +445,7 @@ static int dpt__appo_health(dpt_appo_t *a)
  * *target gets the count the iteration waits for. */
 static uint64_t dpt__appo_begin(dpt_appo_t *a, uint64_t *target)
 {
-    const dpt_rl_config_t *c = &a->cfg;
+    const dpt_appo_config_t *c = &a->cfg;
     if (!a->lstarted) {
         a->rep.t = dpt_now();
         a->rep.timesteps = a->timesteps;
@@ -466,8 +461,8 @@ static uint64_t dpt__appo_begin(dpt_appo_t *a, uint64_t *target)
     }
     uint64_t start = a->rep.timesteps;
     *target = start + c->steps_per_iteration;
-    if (c->total_timesteps && *target > c->total_timesteps)
-        *target = c->total_timesteps;
+    if (c->common.total_timesteps && *target > c->common.total_timesteps)
+        *target = c->common.total_timesteps;
     return start;
 }
 
@@ -524,16 +519,7 @@ static void dpt__appo_report(dpt_appo_t *a, uint64_t start, double wall, dpt_rl_
     res->timesteps_this_iter = a->timesteps - start;
     res->episodes_total = a->episodes_total;
     res->episodes_this_iter = a->episodes_iter;
-    /* The window of the newest episodes, as the rollout keeps it. */
-    dpt__rollout_t w;
-    memset(&w, 0, sizeof w);
-    memcpy(w.ret_window, a->ret_window, sizeof w.ret_window);
-    memcpy(w.len_window, a->len_window, sizeof w.len_window);
-    w.wcount = a->wcount;
-    w.wnext = a->wnext;
-    dpt__rollout_episode_stats(&w, &res->episode_reward_mean, &res->episode_reward_min,
-                               &res->episode_reward_max, &res->episode_len_mean,
-                               &res->episode_reward_mean_20, &res->episodes_in_window);
+    dpt__rl_result_episodes(res, &a->window);
     double inv = a->ls_count ? 1.0 / (double)a->ls_count : 0.0;
     res->policy_loss = a->ls_sum.policy_loss * inv;
     res->vf_loss = a->ls_sum.vf_loss * inv;
@@ -541,7 +527,7 @@ static void dpt__appo_report(dpt_appo_t *a, uint64_t start, double wall, dpt_rl_
     res->kl = a->ls_sum.kl * inv;
     res->clipfrac = a->ls_sum.clipfrac * inv;
     res->grad_norm = a->ls_sum.grad_norm * inv;
-    res->cur_lr = dpt__rl_lr(&a->cfg, a->timesteps);
+    res->cur_lr = dpt__rl_lr(&a->cfg.common, a->timesteps);
     res->iteration_time_s = wall;
     res->env_steps_per_s = wall > 0.0 ? (double)res->timesteps_this_iter / wall : 0.0;
 }
@@ -560,11 +546,10 @@ static void dpt__appo_report_policy(dpt_appo_t *a, int p, dpt_appo_policy_stats_
     ps->kl = pol->ls_sum.kl * pinv;
     ps->clipfrac = pol->ls_sum.clipfrac * pinv;
     ps->grad_norm = pol->ls_sum.grad_norm * pinv;
-    double sum = 0.0;
-    for (size_t j = 0; j < pol->wcount; j++)
-        sum += pol->ret_window[j];
-    ps->episodes_in_window = pol->wcount;
-    ps->reward_mean = pol->wcount ? sum / (double)pol->wcount : (double)NAN;
+    dpt__episode_stats_t es;
+    dpt__episode_window_stats(&pol->window, &es);
+    ps->episodes_in_window = es.count;
+    ps->reward_mean = es.count ? es.reward_mean : (double)NAN;
     pol->updates_rep = pol->updates;
     memset(&pol->ls_sum, 0, sizeof pol->ls_sum);
     pol->ls_count = 0;

@@ -21,7 +21,7 @@
 #include "dpt/learner.h"
 #include "dpt/queue.h"
 #include "rl_trainers.h"
-#include "rollout.h"
+#include "rl_engine.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -87,8 +87,7 @@ typedef struct dpt__appo_pol {
     uint64_t updates;
     dpt__rl_learn_stats_t ls_sum;
     uint64_t ls_count, updates_rep;
-    double ret_window[DPT__EPISODE_WINDOW];
-    size_t wcount, wnext;
+    dpt__episode_window_t window;
     /* checkpoints */
     dpt_arena_t ck_params;
     dpt_optim_t *ck_opt; /* NULL when not trained */
@@ -111,7 +110,7 @@ typedef struct dpt__appo_loader {
 } dpt__appo_loader_t;
 
 struct dpt_appo {
-    dpt_rl_config_t cfg;
+    dpt_appo_config_t cfg;
     const dpt_env_class_t *cls;
     size_t T, od, aw, seqs; /* steps per fragment, obs and action widths, sequences per batch */
     int nsamplers;
@@ -133,7 +132,7 @@ struct dpt_appo {
     /* the policies (cfg.policies); wmu guards their published weights */
     pthread_mutex_t wmu;
     dpt__appo_pol_t *pols;
-    int npols, main; /* main: the first trained policy (dpt_rl_policies_main) */
+    int npols, main; /* main: the first trained policy (dpt__rl_policies_main) */
 
     /* mu guards the policies' learners and the counters below */
     int lstarted;
@@ -142,9 +141,7 @@ struct dpt_appo {
     uint64_t wake_at;  /* what dpt_appo_train waits for (0: nobody waits) */
     uint64_t updates, timesteps, timesteps_sampled, episodes_total;
     double lag_sum, lag_count, load_s;
-    double ret_window[DPT__EPISODE_WINDOW];
-    uint32_t len_window[DPT__EPISODE_WINDOW];
-    size_t wcount, wnext;
+    dpt__episode_window_t window; /* the newest episodes of every policy */
     uint64_t episodes_iter;
     /* the learner's results since the last report (dpt_appo_train) */
     dpt__rl_learn_stats_t ls_sum;
@@ -168,7 +165,7 @@ struct dpt_appo {
 
 /* The engine with `nsamplers` samplers numbered from `first` (their env
  * seeds' stream index). */
-int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_appo_config_t *cfg,
                   int nsamplers, int first);
 
 /* ---- appo_sampler.c ---- */

@@ -142,10 +142,10 @@ int dpt__appo_learner_step(void *ctx, void *item, dpt_learner_result_t *res)
 {
     struct dpt_appo *a = ctx;
     dpt__appo_tb_t *tb = item;
-    const dpt_rl_config_t *c = &a->cfg;
+    const dpt_appo_config_t *c = &a->cfg;
     dpt__appo_pol_t *pol = &a->pols[tb->policy];
     pthread_mutex_lock(&a->mu);
-    if (c->total_timesteps && a->timesteps >= c->total_timesteps) {
+    if (c->common.total_timesteps && a->timesteps >= c->common.total_timesteps) {
         /* Done: the rest is not trained on (the run ends at this count). */
         pthread_mutex_unlock(&a->mu);
         return DPT_OK;
@@ -166,7 +166,7 @@ int dpt__appo_learner_step(void *ctx, void *item, dpt_learner_result_t *res)
             a->load_s += dpt_now() - t0;
             stack = 0;
         }
-        float lr = dpt__rl_lr(c, a->timesteps);
+        float lr = dpt__rl_lr(&c->common, a->timesteps);
         if (!rc)
             rc = dpt_towers_optimize(pol->towers, stack, 0, lr, &st);
         if (rc) {
@@ -192,15 +192,8 @@ int dpt__appo_learner_step(void *ctx, void *item, dpt_learner_result_t *res)
             a->lag_count += (double)tb->seqs;
         }
         for (size_t j = 0; j < tb->episodes; j++) {
-            pol->ret_window[pol->wnext] = tb->ret[j];
-            pol->wnext = (pol->wnext + 1) % DPT__EPISODE_WINDOW;
-            if (pol->wcount < DPT__EPISODE_WINDOW)
-                pol->wcount++;
-            a->ret_window[a->wnext] = tb->ret[j];
-            a->len_window[a->wnext] = tb->len[j];
-            a->wnext = (a->wnext + 1) % DPT__EPISODE_WINDOW;
-            if (a->wcount < DPT__EPISODE_WINDOW)
-                a->wcount++;
+            dpt__episode_window_push(&pol->window, tb->ret[j], tb->len[j]);
+            dpt__episode_window_push(&a->window, tb->ret[j], tb->len[j]);
         }
         a->episodes_total += tb->episodes;
         a->episodes_iter += tb->episodes;

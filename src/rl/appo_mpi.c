@@ -118,12 +118,13 @@ int dpt__appo_sampler_poll(dpt__appo_sampler_t *s, int wait)
             return DPT_OK;
         void *m = NULL;
         size_t n = 0;
-        rc = dpt_comm_recv(a->comm, 0, DPT_COMM_ANY_TAG, a->cfg.comm_timeout_s, &m, &n, NULL, &tag);
+        rc = dpt_comm_recv(a->comm, 0, DPT_COMM_ANY_TAG, a->cfg.common.comm_timeout_s, &m, &n, NULL,
+                           &tag);
         if (rc == DPT_ETIMEDOUT)
             return dpt_error(rc,
                              "appo sampler (rank %d): no word from the learner (rank 0) for "
                              "comm_timeout_s = %g s",
-                             a->rank, a->cfg.comm_timeout_s);
+                             a->rank, a->cfg.common.comm_timeout_s);
         if (rc)
             return rc;
         wait = 0;
@@ -207,7 +208,7 @@ void dpt__appo_finish(struct dpt_appo *a, int wait)
     for (int r = 1; r < a->nranks; r++)
         if (dpt_comm_send_async(a->comm, r, DPT__APPO_TAG_STOP, NULL, 0) == DPT_OK)
             left++;
-    double until = dpt_now() + a->cfg.comm_timeout_s;
+    double until = dpt_now() + a->cfg.common.comm_timeout_s;
     while (wait && left > 0 && dpt_now() < until) {
         void *m = NULL;
         size_t n = 0;
@@ -221,7 +222,7 @@ void dpt__appo_finish(struct dpt_appo *a, int wait)
     }
 }
 
-int dpt_appo_create_mpi(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+int dpt_appo_create_mpi(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_appo_config_t *cfg,
                         dpt_comm_t *comm)
 {
     *out = NULL;
@@ -264,8 +265,8 @@ int dpt_appo_run_sampler(dpt_appo_t *a)
         void *m = NULL;
         size_t got = 0;
         int tag = -1;
-        while (dpt_comm_recv(a->comm, 0, DPT_COMM_ANY_TAG, a->cfg.comm_timeout_s, &m, &got, NULL,
-                             &tag) == DPT_OK) {
+        while (dpt_comm_recv(a->comm, 0, DPT_COMM_ANY_TAG, a->cfg.common.comm_timeout_s, &m, &got,
+                             NULL, &tag) == DPT_OK) {
             free(m);
             m = NULL;
             if (tag == DPT__APPO_TAG_STOP)

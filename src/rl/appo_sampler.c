@@ -70,17 +70,7 @@ static void dpt__appo_tb_episodes(dpt__appo_tb_t *b, const dpt__rollout_t *ro)
 {
     size_t e =
         ro->episodes_this_iter < DPT__EPISODE_WINDOW ? ro->episodes_this_iter : DPT__EPISODE_WINDOW;
-    for (size_t j = 0; j < e; j++) {
-        size_t idx = (ro->wnext + DPT__EPISODE_WINDOW - e + j) % DPT__EPISODE_WINDOW;
-        if (b->episodes == DPT__EPISODE_WINDOW) {
-            memmove(b->ret, b->ret + 1, (DPT__EPISODE_WINDOW - 1) * sizeof b->ret[0]);
-            memmove(b->len, b->len + 1, (DPT__EPISODE_WINDOW - 1) * sizeof b->len[0]);
-            b->episodes--;
-        }
-        b->ret[b->episodes] = ro->ret_window[idx];
-        b->len[b->episodes] = ro->len_window[idx];
-        b->episodes++;
-    }
+    dpt__episode_window_append_newest(&ro->window, e, b->ret, b->len, &b->episodes);
 }
 
 /* A full train batch into the learner's inqueue: the learner's own queue
@@ -113,7 +103,7 @@ void *dpt__appo_sampler_main(void *arg)
 {
     dpt__appo_sampler_t *s = arg;
     struct dpt_appo *a = s->a;
-    const dpt_rl_config_t *c = &a->cfg;
+    const dpt_appo_config_t *c = &a->cfg;
     int rc = DPT_OK;
     while (!rc && !atomic_load(&a->stop)) {
         if (a->comm) {
@@ -135,8 +125,8 @@ void *dpt__appo_sampler_main(void *arg)
          * after the other; a fragment goes to its policy's batch. */
         for (int p = 0; !rc && p < a->npols; p++) {
             dpt__appo_group_t *g = &s->groups[p];
-            if ((rc = dpt__rollout_collect(&g->ro, g->actor, g->params.data, c->gamma, 1.0,
-                                           c->reward_scale, a->T, NULL, NULL)) != 0)
+            if ((rc = dpt__rollout_collect(&g->ro, g->actor, g->params.data, c->common.gamma, 1.0,
+                                           c->common.reward_scale, a->T, NULL, NULL)) != 0)
                 break;
             for (size_t i = 0; !rc && i < g->ro.N; i++) {
                 if (!g->tb && !(g->tb = dpt__appo_tb_new(a))) {
@@ -147,7 +137,7 @@ void *dpt__appo_sampler_main(void *arg)
                 g->tb->policy = p;
                 if (i == 0)
                     dpt__appo_tb_episodes(g->tb, &g->ro);
-                dpt__appo_tb_add(g->tb, &g->ro, i, c->gamma, g->version);
+                dpt__appo_tb_add(g->tb, &g->ro, i, c->common.gamma, g->version);
                 if (g->tb->seqs == a->seqs)
                     rc = a->comm ? dpt__appo_sampler_send(s, g) : dpt__appo_sampler_push(s, g);
             }

@@ -32,7 +32,7 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "optim/optim_ckpt.h"
-#include "rollout.h"
+#include "rl_engine.h"
 
 #include <float.h>
 #include <math.h>
@@ -91,7 +91,7 @@ enum {
 };
 
 struct dpt_ddppo {
-    dpt_rl_config_t cfg;
+    dpt_ddppo_config_t cfg;
     const dpt_env_class_t *cls;
     dpt_comm_t *comm;
     dpt_ddppo_shared_t *shared;
@@ -156,15 +156,15 @@ int dpt_ddppo_check_batch(int worker, size_t rows, size_t expected, int preempte
 }
 
 int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
-                            const dpt_rl_config_t *cfg, dpt_comm_t *comm,
+                            const dpt_ddppo_config_t *cfg, dpt_comm_t *comm,
                             dpt_ddppo_shared_t *shared)
 {
     *out = NULL;
-    size_t rows = cfg->num_envs * cfg->rollout_fragment_length;
-    int rc = dpt__rl_check_config(cfg, rows);
+    size_t rows = cfg->common.num_envs * cfg->common.rollout_fragment_length;
+    int rc = dpt__rl_check_config(&cfg->common, &cfg->learn, rows);
     if (rc)
         return rc;
-    if (cfg->sync_frac < 1.0 && cfg->sgd_minibatch_size < 4)
+    if (cfg->sync_frac < 1.0 && cfg->learn.sgd_minibatch_size < 4)
         return dpt_error(DPT_EINVAL, "ddppo: sgd_minibatch_size must be >= 4 with preemption "
                                      "(a worker may hold a quarter of its rows)");
     dpt_ddppo_t *w = calloc(1, sizeof *w);
@@ -176,12 +176,13 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     w->shared = shared;
     w->rank = dpt_comm_rank(comm);
     w->size = dpt_comm_size(comm);
-    size_t mb = cfg->sgd_minibatch_size;
-    w->L = cfg->policy.use_lstm ? cfg->policy.max_seq_len : 0;
-    if ((rc = dpt__rollout_init(&w->ro, cls, cfg->num_envs, cfg->rollout_fragment_length, cfg->seed,
-                                (uint32_t)w->rank,
-                                cfg->policy.use_lstm ? cfg->policy.lstm_cell_size : 0)) != 0 ||
-        (rc = dpt__rl_policies(cls, cfg, mb, &w->actor, &w->learner)) != 0)
+    size_t mb = cfg->learn.sgd_minibatch_size;
+    w->L = cfg->common.policy.use_lstm ? cfg->common.policy.max_seq_len : 0;
+    if ((rc = dpt__rollout_init(
+             &w->ro, cls, cfg->common.num_envs, cfg->common.rollout_fragment_length,
+             cfg->common.seed, (uint32_t)w->rank,
+             cfg->common.policy.use_lstm ? cfg->common.policy.lstm_cell_size : 0)) != 0 ||
+        (rc = dpt__rl_policies(cls, &cfg->common, mb, &w->actor, &w->learner)) != 0)
         goto fail;
     /* A recurrent batch is padded to whole sequences: at most one per step,
      * L rows each; a minibatch holds at least one. */
@@ -195,15 +196,15 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     w->nparams = dpt_policy_vars(w->actor)->total;
     if ((rc = dpt_arena_init(&w->params, w->nparams)) != 0)
         goto fail;
-    dpt_model_t model = dpt_policy_ppo_model(w->learner, &cfg->loss);
+    dpt_model_t model = dpt_policy_ppo_model(w->learner, &cfg->learn.loss);
     dpt_towers_config_t tc = dpt_towers_defaults();
     tc.num_devices = 1;
     tc.mode = DPT_TOWERS_REPLICATED;
     tc.max_per_device_batch_size = mb;
     tc.max_load_rows = load_rows;
-    tc.grad_clip = cfg->grad_clip;
+    tc.grad_clip = cfg->common.grad_clip;
     tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
-    tc.optim.eps = cfg->adam_eps;
+    tc.optim.eps = cfg->common.adam_eps;
     tc.comm = comm;
     tc.weight_rows = 1;
     tc.check_every = 0; /* check_weights_every is the workers' check */
@@ -223,12 +224,12 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     }
     /* Every worker starts from rank 0's initial weights. */
     dpt_rng_t init;
-    dpt_rng_init(&init, cfg->seed, 0, 0, DPT_RNG_INIT);
+    dpt_rng_init(&init, cfg->common.seed, 0, 0, DPT_RNG_INIT);
     dpt_policy_init_params(w->actor, w->params.data, &init);
     if ((rc = dpt_comm_broadcast(comm, w->params.data, w->nparams, 0)) != 0 ||
         (rc = dpt_towers_set_weights(w->towers, w->params.data, w->nparams)) != 0)
         goto fail;
-    dpt_rng_init(&w->shuffle_rng, cfg->seed, (uint32_t)w->rank, 0, DPT_RNG_SHUFFLE);
+    dpt_rng_init(&w->shuffle_rng, cfg->common.seed, (uint32_t)w->rank, 0, DPT_RNG_SHUFFLE);
     *out = w;
     return DPT_OK;
 fail:
@@ -270,9 +271,11 @@ static int dpt__ddppo_aggregate(dpt_ddppo_t *w, size_t rows, int preempted, size
                                 double ev, dpt_rl_result_t *res)
 {
     int rc;
-    double wm, wmin, wmax, wl, w20;
-    size_t wc;
-    dpt__rollout_episode_stats(&w->ro, &wm, &wmin, &wmax, &wl, &w20, &wc);
+    dpt__episode_stats_t es;
+    dpt__episode_window_stats(&w->ro.window, &es);
+    double wm = es.reward_mean, wmin = es.reward_min, wmax = es.reward_max, wl = es.len_mean;
+    double w20 = es.reward_mean_20;
+    size_t wc = es.count;
     float st[ST_COUNT + 15] = {0};
     st[ST_ROWS] = (float)rows;
     st[ST_EPIS_THIS] = (float)w->ro.episodes_this_iter;
@@ -342,11 +345,11 @@ static int dpt__ddppo_aggregate(dpt_ddppo_t *w, size_t rows, int preempted, size
 
 int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
 {
-    const dpt_rl_config_t *c = &w->cfg;
+    const dpt_ddppo_config_t *c = &w->cfg;
     memset(res, 0, sizeof *res);
     dpt__prof_lap(DPT_PROF_OUTSIDE);
     double t0 = dpt_now();
-    size_t T = c->rollout_fragment_length, N = c->num_envs, expected = T * N;
+    size_t T = c->common.rollout_fragment_length, N = c->common.num_envs, expected = T * N;
     /* Preemption cuts fragments short, and a recurrent batch's sequences
      * depend on where: recurrent workers always collect whole fragments. */
     int preempt = w->shared && c->sync_frac < 1.0 && w->size > 1 && !w->L;
@@ -355,9 +358,9 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     w->finished_base = w->local_iters * (w->shared ? (uint64_t)w->shared->workers : 0);
     w->local_iters++;
     size_t min_steps = preempt ? (T + 3) / 4 : T;
-    int rc =
-        dpt__rollout_collect(&w->ro, w->actor, w->params.data, c->gamma, c->lambda, c->reward_scale,
-                             min_steps, preempt ? dpt__ddppo_should_stop : NULL, w);
+    int rc = dpt__rollout_collect(&w->ro, w->actor, w->params.data, c->common.gamma,
+                                  c->learn.lambda, c->common.reward_scale, min_steps,
+                                  preempt ? dpt__ddppo_should_stop : NULL, w);
     if (w->shared)
         atomic_fetch_add(&w->shared->finished, 1);
     if (rc)
@@ -368,7 +371,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
         return rc;
     double t1 = dpt_now();
     double ev = dpt_explained_variance(w->ro.values, w->ro.returns, rows);
-    if (c->normalize_advantages == DPT_ADV_NORM_BATCH)
+    if (c->learn.normalize_advantages == DPT_ADV_NORM_BATCH)
         dpt_normalize(w->ro.adv, rows);
     dpt_batch_t b;
     size_t nseq;
@@ -387,10 +390,10 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
      * (real steps) before it. */
     size_t nmb, pdb;
     if (!w->L) {
-        nmb = expected / c->sgd_minibatch_size;
-        pdb = rows / nmb < c->sgd_minibatch_size ? rows / nmb : c->sgd_minibatch_size;
+        nmb = expected / c->learn.sgd_minibatch_size;
+        pdb = rows / nmb < c->learn.sgd_minibatch_size ? rows / nmb : c->learn.sgd_minibatch_size;
     } else {
-        size_t q = c->sgd_minibatch_size / w->L, least = N * ((T + w->L - 1) / w->L);
+        size_t q = c->learn.sgd_minibatch_size / w->L, least = N * ((T + w->L - 1) / w->L);
         q = q ? q : 1;
         nmb = least / q ? least / q : 1;
         pdb = (nseq / nmb < q ? nseq / nmb : q) * w->L;
@@ -398,7 +401,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     dpt_towers_load_info_t plan, li;
     if ((rc = dpt_towers_plan(w->towers, &b, pdb, &plan)) != 0)
         return rc;
-    if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
+    if (c->learn.normalize_advantages == DPT_ADV_NORM_MINIBATCH)
         dpt__rl_normalize_minibatches_masked(w->batch.adv, w->L ? w->batch.mask : NULL, 1,
                                              plan.rows_loaded, pdb);
     dpt__prof_lap(DPT_PROF_BATCH);
@@ -411,23 +414,23 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
                          "%zu",
                          w->rank, li.rows_loaded, li.steps, li.per_device_batch, plan.rows_loaded,
                          nmb, pdb);
-    float lr = dpt__rl_lr(c, w->timesteps);
+    float lr = dpt__rl_lr(&c->common, w->timesteps);
     /* Every epoch shuffles all li.steps minibatches and visits the first
      * nmb: this worker's loss terms; the norm of the all-reduced gradient. */
     dpt__rl_learn_stats_t ls;
-    if ((rc = dpt__rl_learn(w->towers, c->num_sgd_iter, li.steps, nmb, pdb, lr, &w->shuffle_rng,
-                            w->order, &ls)) != 0)
+    if ((rc = dpt__rl_learn(w->towers, c->common.num_sgd_iter, li.steps, nmb, pdb, lr,
+                            &w->shuffle_rng, w->order, &ls)) != 0)
         return rc;
     if ((rc = dpt_towers_get_weights(w->towers, w->params.data, w->nparams)) != 0)
         return rc;
     double t2 = dpt_now();
     if ((rc = dpt__ddppo_aggregate(w, rows, preempted, nseq, &li, &ls, ev, res)) != 0)
         return rc;
-    if (w->L && c->sgd_minibatch_size < w->L)
+    if (w->L && c->learn.sgd_minibatch_size < w->L)
         snprintf(res->note, sizeof res->note,
                  "sgd_minibatch_size %zu is shorter than a sequence (max_seq_len %zu); "
                  "raised to %zu rows (one sequence per minibatch)",
-                 c->sgd_minibatch_size, w->L, w->L);
+                 c->learn.sgd_minibatch_size, w->L, w->L);
     res->cur_lr = lr;
     dpt__prof_lap(DPT_PROF_LEARN_OTHER);
     double t3 = dpt_now();
@@ -437,78 +440,6 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
     res->env_steps_per_s = (double)res->timesteps_this_iter / (t3 - t0);
     if (c->check_weights_every > 0 && w->iteration % (uint64_t)c->check_weights_every == 0)
         return dpt_ddppo_check_weights(w);
-    return DPT_OK;
-}
-
-int dpt_rl_evaluate(dpt_policy_t *policy, const float *params, uint64_t seed, size_t episodes,
-                    int stochastic, double *mean_return, double *mean_length)
-{
-    *mean_return = *mean_length = 0.0;
-    if (episodes == 0)
-        return DPT_OK;
-    const dpt_env_class_t *cls = dpt_policy_env_class(policy);
-    dpt_vecenv_t *env;
-    /* Evaluation envs use their own rank so they never replay training envs. */
-    int rc = dpt_vecenv_create(&env, cls, 1, seed, 0x45564131u);
-    if (rc)
-        return rc;
-    /* One env: the observation, the action and the previous action
-     * (action_dim floats each for box actions) and a recurrent policy's
-     * state, in one buffer (the class check bounds the dims, so the sums
-     * cannot overflow). */
-    int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
-    size_t ad = discrete ? 0 : cls->action_dim, ss = dpt_policy_state_size(policy);
-    float *obs = calloc(cls->obs_dim + 2 * ad + ss, sizeof *obs);
-    if (!obs) {
-        dpt_vecenv_destroy(env);
-        return dpt_error(DPT_ENOMEM, "evaluation: cannot allocate the observation of \"%s\"",
-                         cls->name);
-    }
-    float *fact = obs + cls->obs_dim, *prev_fact = fact + ad, *h = prev_fact + ad;
-    float rew, prev_rew = 0.0f;
-    int32_t iact, prev_iact = -1;
-    void *act = discrete ? (void *)&iact : (void *)fact;
-    uint8_t term, trunc;
-    double sum_r = 0.0, sum_l = 0.0;
-    size_t done = 0;
-    /* A recurrent policy carries its state (and previous action and
-     * reward) from step to step, from zeros at every episode's start. */
-    dpt_policy_state_t st = {h, h + ss / 2, discrete ? (void *)&prev_iact : (void *)prev_fact,
-                             &prev_rew};
-    /* Sampled actions come from their own stream (the evaluation envs'
-     * rank), so the same seed gives the same episodes. */
-    dpt_rng_t act_rng;
-    dpt_rng_init(&act_rng, seed, 0x45564131u, 0, DPT_RNG_ACTION);
-    dpt_vecenv_reset(env, obs);
-    while (done < episodes) {
-        if ((rc = dpt_policy_act_state(policy, params, obs, ss ? &st : NULL, 1,
-                                       stochastic ? &act_rng : NULL, act, NULL, NULL)) != 0 ||
-            (rc = dpt_vecenv_step(env, act, obs, &rew, &term, &trunc, NULL)) != 0)
-            break;
-        if (ss && (term || trunc)) {
-            dpt_vec_zero(h, ss);
-            prev_iact = -1;
-            dpt_vec_zero(prev_fact, ad);
-            prev_rew = 0.0f;
-        } else if (ss) {
-            prev_iact = iact;
-            memcpy(prev_fact, fact, ad * sizeof *fact);
-            prev_rew = rew;
-        }
-        double r;
-        uint32_t l;
-        while (done < episodes && dpt_vecenv_pop_episodes(env, &r, &l, 1, NULL) == 1) {
-            sum_r += r;
-            sum_l += l;
-            done++;
-        }
-    }
-    dpt_vecenv_destroy(env);
-    free(obs);
-    if (rc)
-        return rc;
-    *mean_return = sum_r / (double)episodes;
-    *mean_length = sum_l / (double)episodes;
     return DPT_OK;
 }
 

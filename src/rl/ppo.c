@@ -11,15 +11,14 @@
 #include "dpt/status.h"
 #include "optim/optim_ckpt.h"
 #include "core/prof.h"
-#include "rollout.h"
+#include "rl_engine.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct dpt_ppo {
-    dpt_rl_config_t cfg;
+    dpt_ppo_config_t cfg;
     const dpt_env_class_t *cls;
     dpt__rollout_t ro;
     dpt_policy_t *actor;   /* acting copy */
@@ -46,7 +45,7 @@ void dpt_ppo_destroy(dpt_ppo_t *p)
         return;
     dpt_towers_destroy(p->towers);
     dpt_policy_destroy(p->learner);
-    for (int d = 1; p->actors && d < p->cfg.num_devices; d++)
+    for (int d = 1; p->actors && d < p->cfg.towers.num_devices; d++)
         dpt_policy_destroy(p->actors[d]);
     free(p->actors);
     dpt_policy_destroy(p->actor);
@@ -60,83 +59,38 @@ void dpt_ppo_destroy(dpt_ppo_t *p)
     free(p);
 }
 
-int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch)
-{
-    if (c->num_envs < 1 || c->rollout_fragment_length < 1)
-        return dpt_error(DPT_EINVAL, "rl: num_envs and rollout_fragment_length must be >= 1");
-    if (c->sgd_minibatch_size < 1 || c->sgd_minibatch_size > rows_per_batch)
-        return dpt_error(DPT_EINVAL,
-                         "rl: sgd_minibatch_size %zu must be in [1, %zu] (the rows of a batch)",
-                         c->sgd_minibatch_size, rows_per_batch);
-    if (c->num_sgd_iter < 1)
-        return dpt_error(DPT_EINVAL, "rl: num_sgd_iter must be >= 1");
-    if (!(c->gamma >= 0.0 && c->gamma <= 1.0) || !(c->lambda >= 0.0 && c->lambda <= 1.0))
-        return dpt_error(DPT_EINVAL, "rl: gamma and lambda must be in [0, 1]");
-    if (!(c->lr >= 0.0f) || !(c->adam_eps > 0.0f))
-        return dpt_error(DPT_EINVAL, "rl: lr must be >= 0 and adam_eps > 0");
-    if (!(c->reward_scale > 0.0f) || !isfinite(c->reward_scale))
-        return dpt_error(DPT_EINVAL, "rl: reward_scale must be a positive number");
-    return DPT_OK;
-}
-
-int dpt__rl_policies(const dpt_env_class_t *cls, const dpt_rl_config_t *cfg, size_t per_device,
-                     dpt_policy_t **actor, dpt_policy_t **learner)
-{
-    *actor = *learner = NULL;
-    dpt_policy_spec_t act = cfg->policy, learn = cfg->policy;
-    size_t rows = per_device;
-    if (learn.use_lstm) {
-        /* Acting is one step of every env at a time; training takes whole
-         * sequences, at least one per device (the towers' raise). */
-        size_t L = learn.max_seq_len, q = per_device / L;
-        act.max_seq_len = 1;
-        rows = (q ? q : 1) * L;
-    }
-    int rc = dpt_policy_create_ex(actor, cls, &act, cfg->num_envs);
-    if (!rc)
-        rc = dpt_policy_create_ex(learner, cls, &learn, rows);
-    return rc;
-}
-
-int dpt__rl_layout(const dpt_policy_t *learner, dpt_batch_t *lay)
-{
-    const dpt_policy_spec_t *sp = dpt_policy_spec(learner);
-    int rc =
-        dpt_ppo_batch(lay, dpt_policy_env_class(learner), 0, NULL, NULL, NULL, NULL, NULL, NULL);
-    if (!rc && sp->use_lstm)
-        rc = dpt_ppo_batch_seq(lay, learner, sp->max_seq_len, NULL, NULL, NULL, NULL, NULL);
-    return rc;
-}
-
-int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg)
+int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_ppo_config_t *cfg)
 {
     *out = NULL;
-    size_t rows = cfg->num_envs * cfg->rollout_fragment_length;
-    int rc = dpt__rl_check_config(cfg, rows);
+    size_t rows = cfg->common.num_envs * cfg->common.rollout_fragment_length;
+    int rc = dpt__rl_check_config(&cfg->common, &cfg->learn, rows);
     if (rc)
         return rc;
-    if (cfg->num_devices < 1 || cfg->sgd_minibatch_size % (size_t)cfg->num_devices)
+    if (cfg->towers.num_devices < 1 ||
+        cfg->learn.sgd_minibatch_size % (size_t)cfg->towers.num_devices)
         return dpt_error(DPT_EINVAL,
                          "ppo: sgd_minibatch_size %zu must be divisible by "
                          "num_devices %d",
-                         cfg->sgd_minibatch_size, cfg->num_devices);
+                         cfg->learn.sgd_minibatch_size, cfg->towers.num_devices);
     dpt_ppo_t *p = calloc(1, sizeof *p);
     if (!p)
         return dpt_error(DPT_ENOMEM, "ppo: cannot allocate");
     p->cfg = *cfg;
     p->cls = cls;
     p->rows = rows;
-    p->L = cfg->policy.use_lstm ? cfg->policy.max_seq_len : 0;
-    size_t pdb = cfg->sgd_minibatch_size / (size_t)cfg->num_devices;
-    if ((rc = dpt__rollout_init(&p->ro, cls, cfg->num_envs, cfg->rollout_fragment_length, cfg->seed,
-                                0, cfg->policy.use_lstm ? cfg->policy.lstm_cell_size : 0)) != 0 ||
-        (rc = dpt__rl_policies(cls, cfg, pdb, &p->actor, &p->learner)) != 0)
+    p->L = cfg->common.policy.use_lstm ? cfg->common.policy.max_seq_len : 0;
+    size_t pdb = cfg->learn.sgd_minibatch_size / (size_t)cfg->towers.num_devices;
+    if ((rc = dpt__rollout_init(&p->ro, cls, cfg->common.num_envs,
+                                cfg->common.rollout_fragment_length, cfg->common.seed, 0,
+                                cfg->common.policy.use_lstm ? cfg->common.policy.lstm_cell_size
+                                                            : 0)) != 0 ||
+        (rc = dpt__rl_policies(cls, &cfg->common, pdb, &p->actor, &p->learner)) != 0)
         goto fail;
     size_t n = dpt_policy_vars(p->actor)->total;
     if ((rc = dpt_arena_init(&p->params, n)) != 0)
         goto fail;
     dpt_rng_t init;
-    dpt_rng_init(&init, cfg->seed, 0, 0, DPT_RNG_INIT);
+    dpt_rng_init(&init, cfg->common.seed, 0, 0, DPT_RNG_INIT);
     dpt_policy_init_params(p->actor, p->params.data, &init);
     /* A recurrent batch is padded to whole sequences: at most one per step
      * (every episode one step long), L rows each. */
@@ -145,8 +99,8 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
         rc = dpt_error(DPT_EOVERFLOW, "ppo: %zu sequences of %zu steps overflow", seqs, p->L);
         goto fail;
     }
-    dpt_model_t model = dpt_policy_ppo_model(p->learner, &cfg->loss);
-    dpt_towers_config_t tc = dpt__rl_towers_config(cfg, pdb, load_rows);
+    dpt_model_t model = dpt_policy_ppo_model(p->learner, &cfg->learn.loss);
+    dpt_towers_config_t tc = dpt__rl_towers_config(&cfg->common, &cfg->towers, pdb, load_rows);
     dpt_batch_t lay;
     if ((rc = dpt__rl_layout(p->learner, &lay)) != 0 ||
         (rc = dpt_towers_create(&p->towers, &model, &lay, &tc)) != 0 ||
@@ -155,7 +109,7 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
         goto fail;
     /* The order buffers: a load never holds more minibatches than rows /
      * sgd_minibatch_size, or with sequences than sequences. */
-    size_t nperm = p->L ? seqs : rows, nmb = p->L ? seqs : rows / cfg->sgd_minibatch_size;
+    size_t nperm = p->L ? seqs : rows, nmb = p->L ? seqs : rows / cfg->learn.sgd_minibatch_size;
     p->perm = malloc(nperm * sizeof *p->perm);
     p->order = malloc((nmb ? nmb : 1) * sizeof *p->order);
     p->chunks = p->L ? malloc(seqs * sizeof *p->chunks) : NULL;
@@ -165,21 +119,22 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_rl_con
     }
     /* Several devices, feed-forward: each device steps its own envs with
      * its own copy of the policy (dpt__rollout_collect_devices). */
-    if (cfg->num_devices > 1 && !p->L) {
-        p->actors = calloc((size_t)cfg->num_devices, sizeof *p->actors);
+    if (cfg->towers.num_devices > 1 && !p->L) {
+        p->actors = calloc((size_t)cfg->towers.num_devices, sizeof *p->actors);
         if (!p->actors) {
-            rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate %d acting policies", cfg->num_devices);
+            rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate %d acting policies",
+                           cfg->towers.num_devices);
             goto fail;
         }
         p->actors[0] = p->actor;
-        for (int d = 1; d < cfg->num_devices; d++)
+        for (int d = 1; d < cfg->towers.num_devices; d++)
             if ((rc = dpt_policy_create_ex(&p->actors[d], cls, dpt_policy_spec(p->actor),
-                                           cfg->num_envs)) != 0)
+                                           cfg->common.num_envs)) != 0)
                 goto fail;
-        if ((rc = dpt__rollout_init_devices(&p->ro, cfg->num_devices)) != 0)
+        if ((rc = dpt__rollout_init_devices(&p->ro, cfg->towers.num_devices)) != 0)
             goto fail;
     }
-    dpt_rng_init(&p->shuffle_rng, cfg->seed, 0, 0, DPT_RNG_SHUFFLE);
+    dpt_rng_init(&p->shuffle_rng, cfg->common.seed, 0, 0, DPT_RNG_SHUFFLE);
     *out = p;
     return DPT_OK;
 fail:
@@ -197,62 +152,6 @@ int dpt_ppo_get_weights(dpt_ppo_t *p, float *out, size_t count)
     return dpt_towers_get_weights(p->towers, out, count);
 }
 
-dpt_towers_config_t dpt__rl_towers_config(const dpt_rl_config_t *cfg, size_t per_device,
-                                          size_t load_rows)
-{
-    dpt_towers_config_t tc = dpt_towers_defaults();
-    tc.num_devices = cfg->num_devices;
-    tc.mode = cfg->towers_mode;
-    tc.max_per_device_batch_size = per_device;
-    tc.max_load_rows = load_rows;
-    tc.grad_clip = cfg->grad_clip;
-    tc.comm_timeout_s = cfg->comm_timeout_s;
-    tc.comm_algorithm = cfg->allreduce_algorithm;
-    tc.reduce_sum = cfg->reduce_sum;
-    tc.async_scale = cfg->async_scale;
-    tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
-    tc.optim.eps = cfg->adam_eps;
-    return tc;
-}
-
-/* The learning rate of an iteration that starts after `done` env steps. */
-float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done)
-{
-    if (!c->anneal_lr || c->total_timesteps == 0)
-        return c->lr;
-    double frac = 1.0 - (double)done / (double)c->total_timesteps;
-    return (float)((double)c->lr * (frac > 0.0 ? frac : 0.0));
-}
-
-int dpt__rl_make_batch(dpt__rollout_t *ro, const dpt_policy_t *learner, size_t L, dpt_rng_t *rng,
-                       size_t *perm, dpt__chunk_t *chunks, dpt__rl_batch_t *bb, dpt_batch_t *b,
-                       size_t *nseq)
-{
-    size_t rows = ro->steps * ro->N;
-    *nseq = 0;
-    if (!L) {
-        /* Shuffle the rows once; the epochs then permute whole minibatches. */
-        for (size_t i = 0; i < rows; i++)
-            perm[i] = i;
-        dpt_rng_shuffle(rng, perm, rows);
-        dpt__rollout_gather(ro, perm, rows, bb);
-        return dpt_ppo_batch(b, dpt_policy_env_class(learner), rows, bb->obs, bb->act, bb->logp,
-                             bb->adv, bb->ret, bb->val);
-    }
-    /* Sequences instead of rows: cut, shuffle whole sequences, pad. */
-    size_t n = dpt__rollout_chunk(ro, L, chunks);
-    for (size_t i = 0; i < n; i++)
-        perm[i] = i;
-    dpt_rng_shuffle(rng, perm, n);
-    dpt__rollout_gather_seq(ro, chunks, perm, n, L, bb);
-    *nseq = n;
-    int rc = dpt_ppo_batch(b, dpt_policy_env_class(learner), n * L, bb->obs, bb->act, bb->logp,
-                           bb->adv, bb->ret, bb->val);
-    return rc ? rc
-              : dpt_ppo_batch_seq(b, learner, L, bb->seq_lens, bb->h0, bb->c0, bb->prev_act,
-                                  bb->prev_rew);
-}
-
 /* dpt_towers_run for the rollout's device-parallel collect. */
 static int dpt__ppo_run_devices(void *towers, int (*fn)(void *arg, int device), void *arg)
 {
@@ -261,7 +160,7 @@ static int dpt__ppo_run_devices(void *towers, int (*fn)(void *arg, int device), 
 
 int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
 {
-    const dpt_rl_config_t *c = &p->cfg;
+    const dpt_ppo_config_t *c = &p->cfg;
     memset(res, 0, sizeof *res);
     dpt__prof_lap(DPT_PROF_OUTSIDE);
     double t0 = dpt_now();
@@ -270,17 +169,19 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     if (rc)
         return rc;
     if (p->actors)
-        rc = dpt__rollout_collect_devices(&p->ro, p->actors, p->params.data, c->gamma, c->lambda,
-                                          c->reward_scale, dpt__ppo_run_devices, p->towers);
+        rc = dpt__rollout_collect_devices(&p->ro, p->actors, p->params.data, c->common.gamma,
+                                          c->learn.lambda, c->common.reward_scale,
+                                          dpt__ppo_run_devices, p->towers);
     else
-        rc = dpt__rollout_collect(&p->ro, p->actor, p->params.data, c->gamma, c->lambda,
-                                  c->reward_scale, c->rollout_fragment_length, NULL, NULL);
+        rc = dpt__rollout_collect(&p->ro, p->actor, p->params.data, c->common.gamma,
+                                  c->learn.lambda, c->common.reward_scale,
+                                  c->common.rollout_fragment_length, NULL, NULL);
     if (rc)
         return rc;
     double t1 = dpt_now();
     size_t rows = p->rows;
     res->vf_explained_var = dpt_explained_variance(p->ro.values, p->ro.returns, rows);
-    if (c->normalize_advantages == DPT_ADV_NORM_BATCH)
+    if (c->learn.normalize_advantages == DPT_ADV_NORM_BATCH)
         dpt_normalize(p->ro.adv, rows);
     dpt_batch_t b;
     size_t nseq;
@@ -294,14 +195,14 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     dpt_towers_load_info_t plan, li;
     if ((rc = dpt_towers_plan(p->towers, &b, 0, &plan)) != 0)
         return rc;
-    if (c->normalize_advantages == DPT_ADV_NORM_MINIBATCH)
+    if (c->learn.normalize_advantages == DPT_ADV_NORM_MINIBATCH)
         dpt__rl_normalize_minibatches_masked(p->batch.adv, p->L ? p->batch.mask : NULL,
-                                             (size_t)c->num_devices, plan.rows_per_device,
+                                             (size_t)c->towers.num_devices, plan.rows_per_device,
                                              plan.per_device_batch);
     dpt__prof_lap(DPT_PROF_BATCH);
     if ((rc = dpt_towers_load(p->towers, 0, &b, &li)) != 0)
         return rc;
-    size_t cap = p->L ? nseq : rows / c->sgd_minibatch_size;
+    size_t cap = p->L ? nseq : rows / c->learn.sgd_minibatch_size;
     if (li.rows_loaded != plan.rows_loaded || li.per_device_batch != plan.per_device_batch ||
         li.steps > cap)
         return dpt_error(DPT_ESTATE,
@@ -309,10 +210,10 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
                          "rows per device; expected %zu rows in minibatches of %zu",
                          li.rows_loaded, li.steps, li.per_device_batch, plan.rows_loaded,
                          plan.per_device_batch);
-    float lr = dpt__rl_lr(c, p->timesteps);
+    float lr = dpt__rl_lr(&c->common, p->timesteps);
     dpt__rl_learn_stats_t ls;
-    if ((rc = dpt__rl_learn(p->towers, c->num_sgd_iter, li.steps, li.steps, li.per_device_batch, lr,
-                            &p->shuffle_rng, p->order, &ls)) != 0)
+    if ((rc = dpt__rl_learn(p->towers, c->common.num_sgd_iter, li.steps, li.steps,
+                            li.per_device_batch, lr, &p->shuffle_rng, p->order, &ls)) != 0)
         return rc;
     double t2 = dpt_now();
     p->iteration++;
@@ -322,9 +223,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     res->timesteps_this_iter = rows;
     res->episodes_total = p->ro.episodes_total;
     res->episodes_this_iter = p->ro.episodes_this_iter;
-    dpt__rollout_episode_stats(&p->ro, &res->episode_reward_mean, &res->episode_reward_min,
-                               &res->episode_reward_max, &res->episode_len_mean,
-                               &res->episode_reward_mean_20, &res->episodes_in_window);
+    dpt__rl_result_episodes(res, &p->ro.window);
     res->policy_loss = ls.policy_loss;
     res->vf_loss = ls.vf_loss;
     res->entropy = ls.entropy;
@@ -345,85 +244,6 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     snprintf(res->note, sizeof res->note, "%s", li.warning);
     dpt__prof_lap(DPT_PROF_LEARN_OTHER);
     return DPT_OK;
-}
-
-int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit, size_t per_device,
-                  float lr, dpt_rng_t *rng, size_t *order, dpt__rl_learn_stats_t *out)
-{
-    double sums[6] = {0};
-    size_t nsteps = 0;
-    memset(out, 0, sizeof *out);
-    for (int e = 0; e < epochs; e++) {
-        for (size_t j = 0; j < loaded; j++)
-            order[j] = j;
-        dpt_rng_shuffle(rng, order, loaded);
-        for (size_t j = 0; j < visit; j++) {
-            dpt_towers_stats_t st;
-            int rc = dpt_towers_optimize(towers, 0, order[j] * per_device, lr, &st);
-            if (rc)
-                return rc;
-            sums[0] += st.extra[DPT_PPO_STAT_POLICY_LOSS];
-            sums[1] += st.extra[DPT_PPO_STAT_VF_LOSS];
-            sums[2] += st.extra[DPT_PPO_STAT_ENTROPY];
-            sums[3] += st.extra[DPT_PPO_STAT_KL];
-            sums[4] += st.extra[DPT_PPO_STAT_CLIPFRAC];
-            sums[5] += st.grad_norm;
-            nsteps++;
-        }
-    }
-    double inv = nsteps ? 1.0 / (double)nsteps : 0.0;
-    out->policy_loss = sums[0] * inv;
-    out->vf_loss = sums[1] * inv;
-    out->entropy = sums[2] * inv;
-    out->kl = sums[3] * inv;
-    out->clipfrac = sums[4] * inv;
-    out->grad_norm = sums[5] * inv;
-    return DPT_OK;
-}
-
-void dpt__rl_normalize_minibatches(float *adv, size_t devices, size_t rows_per_device,
-                                   size_t per_device)
-{
-    dpt__rl_normalize_minibatches_masked(adv, NULL, devices, rows_per_device, per_device);
-}
-
-void dpt__rl_normalize_minibatches_masked(float *adv, const uint8_t *mask, size_t devices,
-                                          size_t rows_per_device, size_t per_device)
-{
-    if (devices * per_device == 0)
-        return;
-    /* The sums run device by device, row by row: with one device and no
-     * mask this is dpt_normalize() of each contiguous minibatch, bit for
-     * bit. */
-    for (size_t o = 0; o + per_device <= rows_per_device; o += per_device) {
-        double m = 0.0, s = 0.0, n = 0.0;
-        for (size_t d = 0; d < devices; d++)
-            for (size_t k = 0; k < per_device; k++) {
-                size_t i = d * rows_per_device + o + k;
-                if (!mask || mask[i]) {
-                    m += (double)adv[i];
-                    n += 1.0;
-                }
-            }
-        if (n == 0.0)
-            continue;
-        m /= n;
-        for (size_t d = 0; d < devices; d++)
-            for (size_t k = 0; k < per_device; k++) {
-                size_t i = d * rows_per_device + o + k;
-                if (!mask || mask[i]) {
-                    double x = (double)adv[i] - m;
-                    s += x * x;
-                }
-            }
-        double sd = sqrt(s / n) + 1e-8;
-        for (size_t d = 0; d < devices; d++)
-            for (size_t k = 0; k < per_device; k++) {
-                size_t i = d * rows_per_device + o + k;
-                if (!mask || mask[i])
-                    adv[i] = (float)(((double)adv[i] - m) / sd);
-            }
-    }
 }
 
 /* ---- checkpoints ------------------------------------------------------------------ */

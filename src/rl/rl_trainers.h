@@ -1,9 +1,16 @@
 /*
- * src/rl/rl_trainers.h — internal: the PPO and DD-PPO engines behind the
- * trainers of src/train/ (dpt/train.h: job = ppo, job = ddppo). Not
- * installed; tests include it for the lower-level DD-PPO hooks.
+ * src/rl/rl_trainers.h — internal: the PPO, DD-PPO and APPO/IMPALA engines
+ * and their settings. The trainers of the layer above (src/train: jobs ppo,
+ * ddppo, appo and impala) build each engine's config from theirs
+ * (src/train/rl_internal.h); this layer knows nothing of configs, jobs or
+ * trainers. Not installed; tests include it for the lower-level DD-PPO
+ * hooks.
  *
- * Both sample fixed-length fragments from vectorized C environments, compute
+ * Settings: every engine's config embeds dpt_rl_common_config_t (`common`);
+ * PPO and DD-PPO add dpt_ppo_learn_config_t (`learn`), PPO and APPO
+ * dpt_rl_towers_config_t (`towers`), and each engine its own fields.
+ *
+ * PPO and DD-PPO sample fixed-length fragments from vectorized C environments, compute
  * GAE(lambda) advantages (bootstrapping from the value of the last
  * observation when an episode is truncated), and run num_sgd_iter epochs of
  * shuffled minibatches of the PPO loss (dpt/rl.h) with Adam and global-norm
@@ -29,6 +36,10 @@
  *    others stop early, but every worker collects at least 25% of its
  *    fragment (DD-PPO paper, section 4).
  *
+ * APPO and IMPALA: see appo.c. What the engines share is in rl_engine.h,
+ * their rollouts in rollout.h, the window of recent episodes in
+ * episode_window.h.
+ *
  * The engines never print; each iteration fills a dpt_rl_result_t that the
  * trainers turn into RLlib's metric names (src/train/rl_common.c).
  */
@@ -43,32 +54,33 @@
 #include "dpt/env.h"
 #include "dpt/rl.h"
 #include "dpt/towers.h"
-#include "dpt/train.h"
 
 /* The policies of an APPO or IMPALA run (keys policies, policies_to_train,
  * policy_mapping; docs/RL.md). Every policy has the architecture of
  * policy_hidden. The default: one policy, "default_policy", trained. */
 #define DPT_RL_MAX_POLICIES 8
 #define DPT_RL_POLICY_NAME_MAX 64 /* bytes with the terminating 0 */
+/* Most envs an explicit policy mapping can name (the config layer checks
+ * that its longest value fits: one entry per two bytes). */
+#define DPT_RL_MAX_MAPPED_ENVS 512
 typedef struct dpt_rl_policies {
     int count; /* 1..DPT_RL_MAX_POLICIES */
     char name[DPT_RL_MAX_POLICIES][DPT_RL_POLICY_NAME_MAX];
     unsigned char train[DPT_RL_MAX_POLICIES]; /* 1: the learner updates it */
     size_t mapping_len;                       /* 0: round robin; else num_envs entries of map */
-    /* env i of each sampler -> policy map[i]; an explicit list holds at most
-     * one entry per two bytes of the config's value */
-    unsigned char map[DPT_CONFIG_STR_MAX / 2];
+    /* env i of each sampler -> policy map[i] */
+    unsigned char map[DPT_RL_MAX_MAPPED_ENVS];
 } dpt_rl_policies_t;
 
 /* The policy that steps env i of a sampler. */
-static inline int dpt_rl_policy_of_env(const dpt_rl_policies_t *p, size_t i)
+static inline int dpt__rl_policy_of_env(const dpt_rl_policies_t *p, size_t i)
 {
     return p->mapping_len ? (int)p->map[i] : (int)(i % (size_t)p->count);
 }
 
 /* The policy the trainer evaluates, exports and reports the weights of:
  * the first of policies_to_train (in the order of policies). */
-static inline int dpt_rl_policies_main(const dpt_rl_policies_t *p)
+static inline int dpt__rl_policies_main(const dpt_rl_policies_t *p)
 {
     for (int k = 0; k < p->count; k++)
         if (p->train[k])
@@ -81,59 +93,76 @@ static inline int dpt_rl_policies_main(const dpt_rl_policies_t *p)
  * optim/optim_ckpt.h); a run of one policy keeps the plain names. */
 #define DPT_RL_POLICY_NS_FMT "policy.%s."
 
-typedef struct dpt_rl_config {
+/* The settings every RL engine takes; each engine's config embeds them as
+ * `common` (src/train fills them from a finalized config: rl_internal.h). */
+typedef struct dpt_rl_common_config {
     uint64_t seed;
     size_t num_envs;                /* envs per sampler / worker */
     size_t rollout_fragment_length; /* steps per env per iteration */
-    size_t sgd_minibatch_size;      /* rows per minibatch (per worker in DD-PPO) */
-    int num_sgd_iter;               /* epochs per batch */
-    double gamma, lambda;
-    dpt_ppo_loss_params_t loss;
+    int num_sgd_iter;               /* epochs per batch (APPO: updates on each train batch) */
+    double gamma;
     float lr;
     int anneal_lr; /* linear decay to 0 over total_timesteps */
     float adam_eps;
-    double grad_clip; /* 0 = off */
-    dpt_adv_norm_t normalize_advantages;
+    double grad_clip;         /* 0 = off */
     float reward_scale;       /* rewards are multiplied by this for learning (1 = off);
-                                      * episode returns are reported unscaled */
+                               * episode returns are reported unscaled */
     dpt_policy_spec_t policy; /* hidden sizes, the LSTM (use_lstm, max_seq_len:
                                * the training sequences' length) */
     uint64_t total_timesteps; /* for annealing (all workers together) */
     double comm_timeout_s;    /* collectives (replicated towers, DD-PPO threads) */
     dpt_comm_algorithm_t allreduce_algorithm; /* of those collectives */
-    /* PPO only */
+} dpt_rl_common_config_t;
+
+/* PPO's learning settings, shared by PPO and DD-PPO. */
+typedef struct dpt_ppo_learn_config {
+    size_t sgd_minibatch_size; /* rows per minibatch (per worker in DD-PPO) */
+    double lambda;             /* GAE */
+    dpt_ppo_loss_params_t loss;
+    dpt_adv_norm_t normalize_advantages;
+} dpt_ppo_learn_config_t;
+
+/* A learner on a towers engine of several devices (PPO, APPO). */
+typedef struct dpt_rl_towers_config {
     int num_devices; /* towers */
     dpt_towers_mode_t towers_mode;
     int reduce_sum;    /* sum the devices' gradients instead of averaging */
     float async_scale; /* async: gradient scale; 0 = 1 / num_devices */
-    /* DD-PPO only */
+} dpt_rl_towers_config_t;
+
+/* job = ppo. */
+typedef struct dpt_ppo_config {
+    dpt_rl_common_config_t common;
+    dpt_ppo_learn_config_t learn;
+    dpt_rl_towers_config_t towers;
+} dpt_ppo_config_t;
+
+/* job = ddppo: every worker learns on a one-device replicated towers
+ * engine over the workers' communicator. */
+typedef struct dpt_ddppo_config {
+    dpt_rl_common_config_t common;
+    dpt_ppo_learn_config_t learn;
     double sync_frac;        /* preemption threshold; >= 1 disables it */
     int check_weights_every; /* identical-weights check period; 0 = off */
-    /* APPO and IMPALA only (num_sgd_iter: updates on each train batch) */
-    int impala;                   /* 1: IMPALA's policy gradient; 0: APPO's clipped surrogate */
-    int num_workers;              /* sampler threads */
-    size_t train_batch_size;      /* env steps per learner update (whole fragments) */
-    size_t learner_queue_size;    /* sample batches in the learner's queue */
-    double learner_queue_timeout; /* seconds */
-    size_t minibatch_buffer_size; /* train batches the learner cycles through */
-    int broadcast_interval;       /* learner updates between weight publications */
-    int tower_stacks;             /* K: above 1, loader threads fill the stacks */
-    int load_threads;             /* loader threads (K > 1) */
-    float vtrace_clip_rho, vtrace_clip_pg_rho;
-    uint64_t steps_per_iteration; /* env steps trained per reported iteration */
-    dpt_rl_policies_t policies;   /* the default (one policy) for the other jobs */
-} dpt_rl_config_t;
+} dpt_ddppo_config_t;
 
-/* The engine settings of a finalized config of job ppo or ddppo (the key
- * table is the only source of defaults). DPT_EINVAL naming the key when a
- * value does not fit (policy_hidden with more than DPT_POLICY_MAX_HIDDEN
- * layers), or when the config is not finalized or not an RL job. */
-int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out);
-/* The key table's defaults of `job` (DPT_JOB_PPO: CleanRL's CartPole
- * settings; DPT_JOB_DDPPO: the DD-PPO keys) as engine settings: a config
- * with only job set, finalized and converted. Errors: DPT_ENOMEM,
- * DPT_EINVAL (not an RL job). */
-int dpt_rl_defaults(dpt_job_t job, dpt_rl_config_t *out);
+/* job = appo and job = impala (loss.impala). */
+typedef struct dpt_appo_config {
+    dpt_rl_common_config_t common; /* policy: no LSTM */
+    dpt_rl_towers_config_t towers;
+    dpt_vtrace_loss_params_t loss; /* impala: IMPALA's policy gradient, no clip_param;
+                                    * 0: APPO's clipped surrogate */
+    int num_workers;               /* sampler threads */
+    size_t train_batch_size;       /* env steps per learner update (whole fragments) */
+    size_t learner_queue_size;     /* sample batches in the learner's queue */
+    double learner_queue_timeout;  /* seconds */
+    size_t minibatch_buffer_size;  /* train batches the learner cycles through */
+    int broadcast_interval;        /* learner updates between weight publications */
+    int tower_stacks;              /* K: above 1, loader threads fill the stacks */
+    int load_threads;              /* loader threads (K > 1) */
+    uint64_t steps_per_iteration;  /* env steps trained per reported iteration */
+    dpt_rl_policies_t policies;
+} dpt_appo_config_t;
 
 /* What an iteration did; for DD-PPO, aggregated over every worker. */
 typedef struct dpt_rl_result {
@@ -165,7 +194,7 @@ typedef struct dpt_ppo dpt_ppo_t;
  * minibatches per epoch), so no batch size is capped. Errors: DPT_EINVAL
  * naming the bad field (e.g. a minibatch larger than the batch), and those
  * of the towers engine. */
-int dpt_ppo_create(dpt_ppo_t **ppo, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg);
+int dpt_ppo_create(dpt_ppo_t **ppo, const dpt_env_class_t *cls, const dpt_ppo_config_t *cfg);
 void dpt_ppo_destroy(dpt_ppo_t *ppo);
 /* One iteration: sample, compute advantages, learn. */
 int dpt_ppo_train(dpt_ppo_t *ppo, dpt_rl_result_t *result);
@@ -239,13 +268,13 @@ typedef struct dpt_appo_stats {
  * `cls` (borrowed): num_workers samplers of num_envs envs each, the learner
  * on the towers engine. No thread runs until the first dpt_appo_train.
  * Errors: DPT_EINVAL naming the setting, DPT_ENOMEM, those of the towers. */
-int dpt_appo_create(dpt_appo_t **a, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg);
+int dpt_appo_create(dpt_appo_t **a, const dpt_env_class_t *cls, const dpt_appo_config_t *cfg);
 /* The same under mpirun: comm's rank 0 is the learner (no local samplers;
  * sample batches come from the other ranks); every other rank is one
  * sampler (num_workers must be 1) whose only call is
  * dpt_appo_run_sampler. comm is borrowed until destroy. Errors as
  * dpt_appo_create's, DPT_EINVAL (num_workers != 1, a world of one). */
-int dpt_appo_create_mpi(dpt_appo_t **a, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
+int dpt_appo_create_mpi(dpt_appo_t **a, const dpt_env_class_t *cls, const dpt_appo_config_t *cfg,
                         dpt_comm_t *comm);
 /* A sampler rank's whole part of the run: collects fragments with the
  * newest weights rank 0 sent, sends each full train batch to rank 0 (waiting
@@ -265,11 +294,11 @@ void dpt_appo_destroy(dpt_appo_t *a);
  * total_timesteps). A sampler or learner failure (an env error, the queue
  * timeout) stops every thread and is returned with its message. */
 int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *stats);
-/* The main policy's learner model (dpt_rl_policies_main; every policy has
+/* The main policy's learner model (dpt__rl_policies_main; every policy has
  * its table). */
 dpt_policy_t *dpt_appo_policy(dpt_appo_t *a);
 /* The learner's current weights (of the main policy,
- * dpt_rl_policies_main). */
+ * dpt__rl_policies_main). */
 int dpt_appo_get_weights(dpt_appo_t *a, float *out, size_t count);
 /* The current weights of policy `policy` (an index into cfg.policies):
  * the learner's for a trained one, the initial (or restored) ones for one
@@ -303,8 +332,9 @@ typedef struct dpt_ddppo dpt_ddppo_t;
  * "train_batch_size is derived for DD-PPO" is the caller's to report;
  * here: minibatch larger than the fragment, etc. Collective: every worker
  * must call it. */
-int dpt_ddppo_worker_create(dpt_ddppo_t **w, const dpt_env_class_t *cls, const dpt_rl_config_t *cfg,
-                            dpt_comm_t *comm, dpt_ddppo_shared_t *shared);
+int dpt_ddppo_worker_create(dpt_ddppo_t **w, const dpt_env_class_t *cls,
+                            const dpt_ddppo_config_t *cfg, dpt_comm_t *comm,
+                            dpt_ddppo_shared_t *shared);
 void dpt_ddppo_worker_destroy(dpt_ddppo_t *w);
 /* One iteration on every worker (collective). Every worker gets the same
  * aggregated result. */

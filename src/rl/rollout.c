@@ -1,11 +1,11 @@
 /* Rollout collection with truncation bootstrapping; see rollout.h. */
 #include "rollout.h"
+#include "rl_trainers.h"
 #include "core/prof.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
 #include "env_internal.h"
 
-#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +48,7 @@ void dpt__rollout_deinit(dpt__rollout_t *r)
 }
 
 /* calloc of a * b items of `size` bytes, the product checked. */
-static void *dpt__calloc2(size_t a, size_t b, size_t size)
+static void *dpt__rollout_calloc2(size_t a, size_t b, size_t size)
 {
     size_t n;
     return dpt_mul_size(a, b, &n) ? NULL : calloc(n ? n : 1, size);
@@ -56,7 +56,7 @@ static void *dpt__calloc2(size_t a, size_t b, size_t size)
 
 /* Row i of an action array says "no action": -1 for discrete actions
  * (dpt_policy_state_t), zeros for box actions. */
-static void dpt__no_action(const dpt__rollout_t *r, void *actions, size_t i)
+static void dpt__rollout_no_action(const dpt__rollout_t *r, void *actions, size_t i)
 {
     if (r->discrete)
         ((int32_t *)actions)[i] = -1;
@@ -68,17 +68,17 @@ static void dpt__no_action(const dpt__rollout_t *r, void *actions, size_t i)
 static int dpt__rollout_init_rnn(dpt__rollout_t *r, size_t rows)
 {
     size_t N = r->N, H = r->H, aw = r->act_w;
-    r->h = dpt__calloc2(N, H, sizeof(float));
-    r->c = dpt__calloc2(N, H, sizeof(float));
-    r->prev_act = dpt__calloc2(N, aw, 4);
+    r->h = dpt__rollout_calloc2(N, H, sizeof(float));
+    r->c = dpt__rollout_calloc2(N, H, sizeof(float));
+    r->prev_act = dpt__rollout_calloc2(N, aw, 4);
     r->prev_rew = calloc(N, sizeof(float));
-    r->step_h = dpt__calloc2(rows, H, sizeof(float));
-    r->step_c = dpt__calloc2(rows, H, sizeof(float));
-    r->step_prev_act = dpt__calloc2(rows, aw, 4);
+    r->step_h = dpt__rollout_calloc2(rows, H, sizeof(float));
+    r->step_c = dpt__rollout_calloc2(rows, H, sizeof(float));
+    r->step_prev_act = dpt__rollout_calloc2(rows, aw, 4);
     r->step_prev_rew = calloc(rows, sizeof(float));
-    r->boot_h = dpt__calloc2(N, H, sizeof(float));
-    r->boot_c = dpt__calloc2(N, H, sizeof(float));
-    r->boot_pa = dpt__calloc2(N, aw, 4);
+    r->boot_h = dpt__rollout_calloc2(N, H, sizeof(float));
+    r->boot_c = dpt__rollout_calloc2(N, H, sizeof(float));
+    r->boot_pa = dpt__rollout_calloc2(N, aw, 4);
     r->boot_pr = calloc(N, sizeof(float));
     if (!r->h || !r->c || !r->prev_act || !r->prev_rew || !r->step_h || !r->step_c ||
         !r->step_prev_act || !r->step_prev_rew || !r->boot_h || !r->boot_c || !r->boot_pa ||
@@ -86,7 +86,7 @@ static int dpt__rollout_init_rnn(dpt__rollout_t *r, size_t rows)
         return dpt_error(DPT_ENOMEM, "rollout: cannot allocate the recurrent state of %zu rows",
                          rows);
     for (size_t i = 0; i < N; i++)
-        dpt__no_action(r, r->prev_act, i);
+        dpt__rollout_no_action(r, r->prev_act, i);
     return DPT_OK;
 }
 
@@ -147,7 +147,7 @@ int dpt__rollout_init(dpt__rollout_t *r, const dpt_env_class_t *cls, size_t num_
 }
 
 /* Copies row i of an [n, aw] action array (4-byte values). */
-static void dpt__copy_action(void *dst, size_t di, const void *src, size_t si, size_t aw)
+static void dpt__rollout_copy_action(void *dst, size_t di, const void *src, size_t si, size_t aw)
 {
     memcpy((char *)dst + di * aw * 4, (const char *)src + si * aw * 4, aw * 4);
 }
@@ -201,7 +201,7 @@ static int dpt__rollout_collect_steps(dpt__rollout_t *r, dpt_policy_t *policy, c
             if (H) {
                 memcpy(r->boot_h + nb * H, r->h + i * H, H * sizeof(float));
                 memcpy(r->boot_c + nb * H, r->c + i * H, H * sizeof(float));
-                dpt__copy_action(r->boot_pa, nb, act_t, i, aw);
+                dpt__rollout_copy_action(r->boot_pa, nb, act_t, i, aw);
                 r->boot_pr[nb] = r->step_rew[i];
             }
             nb++;
@@ -223,10 +223,10 @@ static int dpt__rollout_collect_steps(dpt__rollout_t *r, dpt_policy_t *policy, c
             if (done) {
                 dpt_vec_zero(r->h + i * H, H);
                 dpt_vec_zero(r->c + i * H, H);
-                dpt__no_action(r, r->prev_act, i);
+                dpt__rollout_no_action(r, r->prev_act, i);
                 r->prev_rew[i] = 0.0f;
             } else {
-                dpt__copy_action(r->prev_act, i, act_t, i, aw);
+                dpt__rollout_copy_action(r->prev_act, i, act_t, i, aw);
                 r->prev_rew[i] = r->step_rew[i];
             }
         }
@@ -250,13 +250,8 @@ static void dpt__rollout_finish(dpt__rollout_t *r, double gamma, double lambda)
     size_t got;
     r->episodes_this_iter = 0;
     while ((got = dpt_vecenv_pop_episodes(r->env, rets, lens, 64, NULL)) > 0) {
-        for (size_t e = 0; e < got; e++) {
-            r->ret_window[r->wnext] = rets[e];
-            r->len_window[r->wnext] = lens[e];
-            r->wnext = (r->wnext + 1) % DPT__EPISODE_WINDOW;
-            if (r->wcount < DPT__EPISODE_WINDOW)
-                r->wcount++;
-        }
+        for (size_t e = 0; e < got; e++)
+            dpt__episode_window_push(&r->window, rets[e], lens[e]);
         r->episodes_this_iter += got;
         r->episodes_total += got;
     }
@@ -286,7 +281,7 @@ int dpt__rollout_init_devices(dpt__rollout_t *r, int devices)
     r->dev_rng = calloc((size_t)devices, sizeof *r->dev_rng);
     r->dev_ep_ret = calloc(rows, sizeof *r->dev_ep_ret);
     r->dev_ep_len = calloc(rows, sizeof *r->dev_ep_len);
-    r->dev_act = dpt__calloc2((size_t)devices, r->act_w, sizeof(float));
+    r->dev_act = dpt__rollout_calloc2((size_t)devices, r->act_w, sizeof(float));
     if (!r->dev_rng || !r->dev_ep_ret || !r->dev_ep_len || !r->dev_act)
         return dpt_error(DPT_ENOMEM, "rollout: cannot allocate the buffers of %d devices", devices);
     r->devices = devices;
@@ -304,7 +299,7 @@ typedef struct dpt__dev_collect {
 /* Device d's share of a collect: the T steps of its envs [lo, hi). Every
  * row it writes belongs to its envs; the runner's state of other envs is
  * not touched. */
-static int dpt__collect_range(void *arg, int d)
+static int dpt__rollout_collect_range(void *arg, int d)
 {
     const dpt__dev_collect_t *a = arg;
     dpt__rollout_t *r = a->r;
@@ -369,7 +364,7 @@ int dpt__rollout_collect_devices(
         dpt_rng_init(&r->dev_rng[d], base, 0, (uint32_t)d, DPT_RNG_ACTION);
     dpt__dev_collect_t a = {r, policies, params, gamma, reward_scale};
     r->steps = 0;
-    int rc = run(runner, dpt__collect_range, &a);
+    int rc = run(runner, dpt__rollout_collect_range, &a);
     if (rc)
         return rc;
     r->steps = r->T;
@@ -405,8 +400,8 @@ int dpt__rl_batch_init(dpt__rl_batch_t *b, const dpt__rollout_t *r, size_t rows,
 {
     memset(b, 0, sizeof *b);
     b->cap_rows = rows;
-    b->obs = dpt__calloc2(rows, r->obs_dim, sizeof(float));
-    b->act = dpt__calloc2(rows, r->act_w, 4);
+    b->obs = dpt__rollout_calloc2(rows, r->obs_dim, sizeof(float));
+    b->act = dpt__rollout_calloc2(rows, r->act_w, 4);
     b->logp = calloc(rows ? rows : 1, sizeof(float));
     b->adv = calloc(rows ? rows : 1, sizeof(float));
     b->ret = calloc(rows ? rows : 1, sizeof(float));
@@ -415,9 +410,9 @@ int dpt__rl_batch_init(dpt__rl_batch_t *b, const dpt__rollout_t *r, size_t rows,
     if (ok && r->H) {
         b->cap_seqs = seqs;
         b->seq_lens = calloc(seqs ? seqs : 1, sizeof(int32_t));
-        b->h0 = dpt__calloc2(seqs, r->H, sizeof(float));
-        b->c0 = dpt__calloc2(seqs, r->H, sizeof(float));
-        b->prev_act = dpt__calloc2(rows, r->act_w, 4);
+        b->h0 = dpt__rollout_calloc2(seqs, r->H, sizeof(float));
+        b->c0 = dpt__rollout_calloc2(seqs, r->H, sizeof(float));
+        b->prev_act = dpt__rollout_calloc2(rows, r->act_w, 4);
         b->prev_rew = calloc(rows ? rows : 1, sizeof(float));
         b->mask = calloc(rows ? rows : 1, 1);
         ok = b->seq_lens && b->h0 && b->c0 && b->prev_act && b->prev_rew && b->mask;
@@ -435,7 +430,7 @@ void dpt__rollout_gather(const dpt__rollout_t *r, const size_t *idx, size_t n, d
     for (size_t i = 0; i < n; i++) {
         size_t s = idx[i];
         memcpy(b->obs + i * od, r->obs + s * od, od * sizeof(float));
-        dpt__copy_action(b->act, i, r->actions, s, aw);
+        dpt__rollout_copy_action(b->act, i, r->actions, s, aw);
         b->logp[i] = r->logp[s];
         b->adv[i] = r->adv[s];
         b->ret[i] = r->returns[s];
@@ -483,15 +478,15 @@ void dpt__rollout_gather_seq(const dpt__rollout_t *r, const dpt__chunk_t *chunks
             if (t >= ch->len) {
                 dpt_vec_zero(b->obs + row * od, od);
                 memset((char *)b->act + row * aw * 4, 0, aw * 4);
-                dpt__no_action(r, b->prev_act, row);
+                dpt__rollout_no_action(r, b->prev_act, row);
                 b->logp[row] = b->adv[row] = b->ret[row] = b->val[row] = b->prev_rew[row] = 0.0f;
                 b->mask[row] = 0;
                 continue;
             }
             size_t k = first + t * N; /* step t0 + t of the env */
             memcpy(b->obs + row * od, r->obs + k * od, od * sizeof(float));
-            dpt__copy_action(b->act, row, r->actions, k, aw);
-            dpt__copy_action(b->prev_act, row, r->step_prev_act, k, aw);
+            dpt__rollout_copy_action(b->act, row, r->actions, k, aw);
+            dpt__rollout_copy_action(b->prev_act, row, r->step_prev_act, k, aw);
             b->prev_rew[row] = r->step_prev_rew[k];
             b->logp[row] = r->logp[k];
             b->adv[row] = r->adv[k];
@@ -502,34 +497,9 @@ void dpt__rollout_gather_seq(const dpt__rollout_t *r, const dpt__chunk_t *chunks
     }
 }
 
-void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
-                                double *len_mean, double *mean20, size_t *count)
-{
-    double s = 0.0, l = 0.0, lo = DBL_MAX, hi = -DBL_MAX, s20 = 0.0;
-    size_t n20 = 0;
-    for (size_t j = 0; j < r->wcount; j++) {
-        /* j-th most recent */
-        size_t idx = (r->wnext + DPT__EPISODE_WINDOW - 1 - j) % DPT__EPISODE_WINDOW;
-        double v = r->ret_window[idx];
-        s += v;
-        l += r->len_window[idx];
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-        if (j < 20) {
-            s20 += v;
-            n20++;
-        }
-    }
-    *count = r->wcount;
-    *mean = r->wcount ? s / (double)r->wcount : 0.0;
-    *len_mean = r->wcount ? l / (double)r->wcount : 0.0;
-    *min = r->wcount ? lo : 0.0;
-    *max = r->wcount ? hi : 0.0;
-    *mean20 = n20 ? s20 / (double)n20 : 0.0;
-}
-
-/* Layout: [u64 magic][u64 act_rng position][u64 wcount][u64 wnext]
- * [u64 episodes_total][double ret_window[100]][u32 len_window[100]]
+/* Layout: [u64 magic][u64 act_rng position][u64 window.count]
+ * [u64 window.next][u64 episodes_total][double window.ret[100]]
+ * [u32 window.len[100]]
  * [float cur_obs[N * obs_dim]], for a recurrent policy [float h[N * H]]
  * [float c[N * H]][4-byte prev_act[N * act_w]][float prev_rew[N]] (what the
  * envs carry into their next step), then [vecenv state]. */
@@ -543,7 +513,7 @@ static size_t dpt__rollout_rnn_bytes(const dpt__rollout_t *r)
 
 static size_t dpt__rollout_fixed_bytes(const dpt__rollout_t *r)
 {
-    return 5 * sizeof(uint64_t) + sizeof r->ret_window + sizeof r->len_window +
+    return 5 * sizeof(uint64_t) + sizeof r->window.ret + sizeof r->window.len +
            r->N * r->obs_dim * sizeof(float) + dpt__rollout_rnn_bytes(r);
 }
 
@@ -567,14 +537,14 @@ int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes)
         return dpt_error(DPT_EINVAL, "rollout state: %zu bytes given, %zu needed", bytes,
                          dpt__rollout_state_bytes(r));
     char *p = buf;
-    uint64_t head[5] = {DPT__ROLLOUT_MAGIC, dpt_rng_tell(&r->act_rng), r->wcount, r->wnext,
-                        r->episodes_total};
+    uint64_t head[5] = {DPT__ROLLOUT_MAGIC, dpt_rng_tell(&r->act_rng), r->window.count,
+                        r->window.next, r->episodes_total};
     memcpy(p, head, sizeof head);
     p += sizeof head;
-    memcpy(p, r->ret_window, sizeof r->ret_window);
-    p += sizeof r->ret_window;
-    memcpy(p, r->len_window, sizeof r->len_window);
-    p += sizeof r->len_window;
+    memcpy(p, r->window.ret, sizeof r->window.ret);
+    p += sizeof r->window.ret;
+    memcpy(p, r->window.len, sizeof r->window.len);
+    p += sizeof r->window.len;
     memcpy(p, r->cur_obs, r->N * r->obs_dim * sizeof(float));
     p += r->N * r->obs_dim * sizeof(float);
     void *part[4];
@@ -596,8 +566,7 @@ int dpt__rollout_check_state(const dpt__rollout_t *r, const void *buf, size_t by
                          bytes, dpt__rollout_state_bytes(r));
     uint64_t head[5];
     memcpy(head, buf, sizeof head);
-    if (head[0] != DPT__ROLLOUT_MAGIC || head[2] > DPT__EPISODE_WINDOW ||
-        head[3] >= DPT__EPISODE_WINDOW)
+    if (head[0] != DPT__ROLLOUT_MAGIC || !dpt__episode_window_valid(head[2], head[3]))
         return dpt_error(DPT_EFORMAT, "rollout state: bad header");
     return dpt__vecenv_check_state(r->env, (const char *)buf + dpt__rollout_fixed_bytes(r),
                                    dpt_vecenv_state_bytes(r->env));
@@ -617,13 +586,13 @@ int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes)
                                     dpt_vecenv_state_bytes(r->env))) != 0)
         return rc;
     dpt_rng_seek(&r->act_rng, head[1]);
-    r->wcount = (size_t)head[2];
-    r->wnext = (size_t)head[3];
+    r->window.count = (size_t)head[2];
+    r->window.next = (size_t)head[3];
     r->episodes_total = head[4];
-    memcpy(r->ret_window, p, sizeof r->ret_window);
-    p += sizeof r->ret_window;
-    memcpy(r->len_window, p, sizeof r->len_window);
-    p += sizeof r->len_window;
+    memcpy(r->window.ret, p, sizeof r->window.ret);
+    p += sizeof r->window.ret;
+    memcpy(r->window.len, p, sizeof r->window.len);
+    p += sizeof r->window.len;
     memcpy(r->cur_obs, p, r->N * r->obs_dim * sizeof(float));
     p += r->N * r->obs_dim * sizeof(float);
     void *part[4];

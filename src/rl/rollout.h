@@ -9,9 +9,7 @@
 #include "dpt/env.h"
 #include "dpt/rl.h"
 #include "dpt/optim.h"
-#include "rl_trainers.h"
-
-#define DPT__EPISODE_WINDOW 100
+#include "episode_window.h"
 
 typedef struct dpt__rollout {
     const dpt_env_class_t *cls;
@@ -51,10 +49,7 @@ typedef struct dpt__rollout {
     double *dev_ep_ret;
     uint32_t *dev_ep_len;
     float *dev_act;
-    /* recent episodes */
-    double ret_window[DPT__EPISODE_WINDOW];
-    uint32_t len_window[DPT__EPISODE_WINDOW];
-    size_t wcount, wnext;
+    dpt__episode_window_t window; /* recent episodes */
     uint64_t episodes_total, episodes_this_iter;
 } dpt__rollout_t;
 
@@ -141,10 +136,6 @@ size_t dpt__rollout_chunk(const dpt__rollout_t *r, size_t L, dpt__chunk_t *out);
 void dpt__rollout_gather_seq(const dpt__rollout_t *r, const dpt__chunk_t *chunks,
                              const size_t *order, size_t n, size_t L, dpt__rl_batch_t *b);
 
-/* Means over the episode window: all (<= 100) and the last 20. */
-void dpt__rollout_episode_stats(const dpt__rollout_t *r, double *mean, double *min, double *max,
-                                double *len_mean, double *mean20, size_t *count);
-
 /* The rollout's resumable state (env states, RNG position, current
  * observations, episode window and counters) as bytes. */
 size_t dpt__rollout_state_bytes(const dpt__rollout_t *r);
@@ -154,47 +145,5 @@ int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes);
 int dpt__rollout_check_state(const dpt__rollout_t *r, const void *buf, size_t bytes);
 /* Every check of dpt_vecenv_load_state, changing nothing (src/rl/env.c). */
 int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes);
-
-/* Shared by both trainers: config validation (rows_per_batch = rows one
- * worker/sampler collects) and the learning rate of an iteration that starts
- * after `done` env steps (linear annealing to 0 when enabled). */
-int dpt__rl_check_config(const dpt_rl_config_t *c, size_t rows_per_batch);
-/* The towers settings of PPO's and APPO's learners: cfg's devices, mode,
- * reduction, clip and Adam, per_device rows per step, load_rows per load. */
-dpt_towers_config_t dpt__rl_towers_config(const dpt_rl_config_t *cfg, size_t per_device,
-                                          size_t load_rows);
-float dpt__rl_lr(const dpt_rl_config_t *c, uint64_t done);
-
-/* The acting and the learning policy of a config: the actor steps
- * num_envs envs at a time, the learner takes per_device rows per call
- * (recurrent: whole sequences, at least one). Errors: those of
- * dpt_policy_create_ex. */
-int dpt__rl_policies(const dpt_env_class_t *cls, const dpt_rl_config_t *cfg, size_t per_device,
-                     dpt_policy_t **actor, dpt_policy_t **learner);
-/* The towers' batch layout for the learner (sequence columns when it is
- * recurrent). */
-int dpt__rl_layout(const dpt_policy_t *learner, dpt_batch_t *lay);
-/* The iteration's batch of ro's last collect(), shuffled with rng into bb
- * and described by b: rows in a random order (L == 0), or the rollout cut
- * into sequences of L steps (*nseq of them, chunks and perm with room for
- * dpt__rollout_max_chunks) in a random order, padded. perm: scratch of the
- * rows or sequences. */
-int dpt__rl_make_batch(dpt__rollout_t *ro, const dpt_policy_t *learner, size_t L, dpt_rng_t *rng,
-                       size_t *perm, dpt__chunk_t *chunks, dpt__rl_batch_t *bb, dpt_batch_t *b,
-                       size_t *nseq);
-
-/* The loss terms of a learning phase, each averaged over its steps. */
-typedef struct dpt__rl_learn_stats {
-    double policy_loss, vf_loss, entropy, kl, clipfrac, grad_norm;
-} dpt__rl_learn_stats_t;
-
-/* The learning phase of both trainers, after a load into tower stack 0 of
- * `loaded` minibatches of `per_device` rows per device: `epochs` epochs,
- * each shuffling the order of all `loaded` minibatches with rng (order:
- * [loaded], scratch) and taking optimizer steps on the first `visit` of
- * them (visit <= loaded) at learning rate lr. Errors: those of
- * dpt_towers_optimize (the phase stops at the failed step). */
-int dpt__rl_learn(dpt_towers_t *towers, int epochs, size_t loaded, size_t visit, size_t per_device,
-                  float lr, dpt_rng_t *rng, size_t *order, dpt__rl_learn_stats_t *out);
 
 #endif

@@ -1,8 +1,10 @@
 /*
- * What the PPO and DD-PPO trainers share: finding an env (built-in or
- * plug-in) and configuring it with the config's env_config entries, the
- * engine settings of a config, results under RLlib's metric names, the
- * policy's self-description, and evaluation of a checkpoint.
+ * What the RL trainers (ppo, ddppo, appo, impala) share: finding an env
+ * (built-in or plug-in) and configuring it with the config's env_config
+ * entries, the parts of the engines' settings that several jobs have (each
+ * job's file assembles its engine's config from them), results under
+ * RLlib's metric names, the policy's self-description, and evaluation of a
+ * checkpoint.
  */
 #include "dpt/arena.h"
 #include "core/intern.h"
@@ -183,8 +185,7 @@ static int dpt__rl_find_policy(const dpt_rl_policies_t *p, const char *key, cons
 int dpt__rl_policies_from(const dpt_config_t *c, dpt_rl_policies_t *out)
 {
     memset(out, 0, sizeof *out);
-    dpt_job_t job = dpt_config_job(c);
-    if (job != DPT_JOB_APPO && job != DPT_JOB_IMPALA) {
+    if (!dpt_config_applies(c, DPT_CFG_policies)) {
         out->count = 1;
         snprintf(out->name[0], sizeof out->name[0], "default_policy");
         out->train[0] = 1;
@@ -252,7 +253,7 @@ int dpt__rl_policies_from(const dpt_config_t *c, dpt_rl_policies_t *out)
     for (int k = 0; k < out->count; k++) {
         size_t n = 0;
         for (size_t i = 0; i < envs; i++)
-            n += dpt_rl_policy_of_env(out, i) == k;
+            n += dpt__rl_policy_of_env(out, i) == k;
         if (n == 0)
             return dpt_error(DPT_EINVAL,
                              "policy_mapping = %s: policy \"%s\" steps none of the "
@@ -262,33 +263,16 @@ int dpt__rl_policies_from(const dpt_config_t *c, dpt_rl_policies_t *out)
     return DPT_OK;
 }
 
-int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
+int dpt__rl_common_from(const dpt_config_t *c, dpt_rl_common_config_t *out)
 {
     memset(out, 0, sizeof *out);
-    dpt_job_t job = dpt_config_job(c);
     if (!dpt_config_finalized(c))
         return dpt_error(DPT_EINVAL, "rl: the config is not finalized");
-    int async_rl = job == DPT_JOB_APPO || job == DPT_JOB_IMPALA;
-    if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO && !async_rl)
-        return dpt_error(DPT_EINVAL, "rl: job %s is not an RL job", dpt_job_name(job));
-    int prc = dpt__rl_policies_from(c, &out->policies);
-    if (prc)
-        return prc;
     out->seed = (uint64_t)DPT_CI(c, seed);
     out->num_envs = (size_t)DPT_CI(c, num_envs_per_worker);
     out->rollout_fragment_length = (size_t)DPT_CI(c, rollout_fragment_length);
     out->num_sgd_iter = (int)DPT_CI(c, num_sgd_iter);
     out->gamma = DPT_CF(c, gamma);
-    if (!async_rl) {
-        out->sgd_minibatch_size = (size_t)DPT_CI(c, sgd_minibatch_size);
-        out->lambda = DPT_CF(c, lambda);
-        out->loss.vf_clip_param = (float)DPT_CF(c, vf_clip_param);
-        out->normalize_advantages = (dpt_adv_norm_t)DPT_CI(c, normalize_advantages);
-    }
-    if (job != DPT_JOB_IMPALA)
-        out->loss.clip_param = (float)DPT_CF(c, clip_param);
-    out->loss.vf_coef = (float)DPT_CF(c, vf_loss_coeff);
-    out->loss.ent_coef = (float)DPT_CF(c, entropy_coeff);
     out->lr = (float)DPT_CF(c, lr);
     /* Enum keys' choices come from the enums' own lists: the index is the
      * enum value. */
@@ -300,7 +284,8 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     if (nh < 0)
         return nh;
     out->policy.nhidden = nh;
-    out->policy.use_lstm = async_rl ? 0 : (int)DPT_CI(c, use_lstm);
+    /* The LSTM keys apply to the jobs that train recurrent policies. */
+    out->policy.use_lstm = dpt_config_applies(c, DPT_CFG_use_lstm) ? (int)DPT_CI(c, use_lstm) : 0;
     if (out->policy.use_lstm) {
         out->policy.lstm_cell_size = (size_t)DPT_CI(c, lstm_cell_size);
         out->policy.lstm_use_prev_action = (int)DPT_CI(c, lstm_use_prev_action);
@@ -311,52 +296,52 @@ int dpt__rl_config_from(const dpt_config_t *c, dpt_rl_config_t *out)
     out->total_timesteps = (uint64_t)DPT_CI(c, total_timesteps);
     out->comm_timeout_s = DPT_CF(c, comm_timeout_s);
     out->allreduce_algorithm = (dpt_comm_algorithm_t)DPT_CI(c, allreduce_algorithm);
-    if (job == DPT_JOB_PPO || async_rl) {
-        out->num_devices = (int)DPT_CI(c, num_devices);
-        int rc = dpt_towers_mode_parse(DPT_CS(c, towers_mode), &out->towers_mode);
-        if (rc)
-            return rc;
-        out->reduce_sum = (dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM;
-        out->async_scale = (float)DPT_CF(c, async_scale);
-        out->sync_frac = 1.0;
-        out->check_weights_every = 0;
-        if (async_rl) {
-            out->impala = job == DPT_JOB_IMPALA;
-            out->num_workers = (int)DPT_CI(c, num_workers);
-            out->train_batch_size = (size_t)DPT_CI(c, train_batch_size);
-            out->sgd_minibatch_size = out->train_batch_size;
-            out->learner_queue_size = (size_t)DPT_CI(c, learner_queue_size);
-            out->learner_queue_timeout = DPT_CF(c, learner_queue_timeout);
-            out->minibatch_buffer_size = (size_t)DPT_CI(c, minibatch_buffer_size);
-            out->broadcast_interval = (int)DPT_CI(c, broadcast_interval);
-            out->tower_stacks = (int)DPT_CI(c, num_multi_gpu_tower_stacks);
-            out->load_threads = (int)DPT_CI(c, num_data_load_threads);
-            out->vtrace_clip_rho = (float)DPT_CF(c, vtrace_clip_rho_threshold);
-            out->vtrace_clip_pg_rho = (float)DPT_CF(c, vtrace_clip_pg_rho_threshold);
-            out->steps_per_iteration = (uint64_t)DPT_CI(c, min_sample_timesteps_per_iteration);
-        }
-    } else {
-        out->num_devices = 1;
-        out->towers_mode = DPT_TOWERS_PS;
-        out->sync_frac = DPT_CF(c, sync_frac);
-        out->check_weights_every = (int)DPT_CI(c, check_weights_every);
-    }
     return DPT_OK;
 }
 
-int dpt_rl_defaults(dpt_job_t job, dpt_rl_config_t *out)
+void dpt__rl_ppo_learn_from(const dpt_config_t *c, dpt_ppo_learn_config_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (job != DPT_JOB_PPO && job != DPT_JOB_DDPPO && job != DPT_JOB_APPO && job != DPT_JOB_IMPALA)
-        return dpt_error(DPT_EINVAL, "rl defaults: job %s is not an RL job", dpt_job_name(job));
+    out->sgd_minibatch_size = (size_t)DPT_CI(c, sgd_minibatch_size);
+    out->lambda = DPT_CF(c, lambda);
+    out->loss.clip_param = (float)DPT_CF(c, clip_param);
+    out->loss.vf_clip_param = (float)DPT_CF(c, vf_clip_param);
+    out->loss.vf_coef = (float)DPT_CF(c, vf_loss_coeff);
+    out->loss.ent_coef = (float)DPT_CF(c, entropy_coeff);
+    out->normalize_advantages = (dpt_adv_norm_t)DPT_CI(c, normalize_advantages);
+}
+
+int dpt__rl_towers_from(const dpt_config_t *c, dpt_rl_towers_config_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->num_devices = (int)DPT_CI(c, num_devices);
+    int rc = dpt_towers_mode_parse(DPT_CS(c, towers_mode), &out->towers_mode);
+    if (rc)
+        return rc;
+    out->reduce_sum = (dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM;
+    out->async_scale = (float)DPT_CF(c, async_scale);
+    return DPT_OK;
+}
+
+int dpt__rl_job_error(const dpt_config_t *c, const char *engine)
+{
+    return dpt_error(DPT_EINVAL, "rl: the %s engine's settings asked of a config of job %s", engine,
+                     dpt_job_name(dpt_config_job(c)));
+}
+
+int dpt__rl_default_config(dpt_job_t job, dpt_config_t **out)
+{
+    *out = NULL;
     dpt_config_t *c;
     int rc = dpt_config_create(&c);
     if (rc)
         return rc;
     char set[32];
     snprintf(set, sizeof set, "job=%s", dpt_job_name(job));
-    if ((rc = dpt_config_set(c, set)) == 0 && (rc = dpt_config_finalize(c)) == 0)
-        rc = dpt__rl_config_from(c, out);
+    if ((rc = dpt_config_set(c, set)) == 0 && (rc = dpt_config_finalize(c)) == 0) {
+        *out = c;
+        return DPT_OK;
+    }
     dpt_config_destroy(c);
     return rc;
 }
@@ -452,7 +437,7 @@ void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, in
 
 /* "k=3,num_tokens=2": the config's env_config entries (empty without any),
  * into a new string (caller frees); NULL when out of memory. */
-static char *dpt__env_config_text(const dpt_config_t *cfg)
+static char *dpt__rl_env_config_text(const dpt_config_t *cfg)
 {
     size_t n = dpt_config_env_count(cfg), bytes = 1;
     for (size_t i = 0; i < n; i++)
@@ -479,7 +464,7 @@ int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *p
         snprintf(sizes + len, sizeof sizes - len, "%s%zu", i ? "," : "", hidden[i]);
     }
     int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
-    char *env_config = dpt__env_config_text(cfg);
+    char *env_config = dpt__rl_env_config_text(cfg);
     if (!env_config)
         return dpt_error(DPT_ENOMEM, "checkpoint: cannot allocate the env_config text");
     int rc = dpt_safetensors_set_meta(w, "env", DPT_CS(cfg, env));
@@ -536,12 +521,15 @@ int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t epis
 int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st, size_t episodes,
                             uint64_t seed, dpt_eval_result_t *out)
 {
-    dpt_rl_config_t rc_cfg;
+    dpt_rl_common_config_t common;
+    dpt_rl_policies_t pl;
     dpt_env_class_t *cls = NULL;
     /* The env as trained: the checkpoint's config carries its env_config
      * entries (every parameter, defaults included), and --set may change
      * them. */
-    int rc = dpt__rl_config_from(cfg, &rc_cfg);
+    int rc = dpt__rl_common_from(cfg, &common);
+    if (!rc)
+        rc = dpt__rl_policies_from(cfg, &pl);
     if (!rc)
         rc = dpt__rl_make_env(cfg, &cls);
     if (rc)
@@ -549,15 +537,14 @@ int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st
     dpt_policy_t *pol = NULL;
     dpt_arena_t p = {0};
     /* One env at a time: a recurrent policy steps sequences of one. */
-    dpt_policy_spec_t spec = rc_cfg.policy;
+    dpt_policy_spec_t spec = common.policy;
     if (spec.use_lstm)
         spec.max_seq_len = 1;
     /* Several policies (appo, impala): the main one's weights. */
     char prefix[DPT_RL_POLICY_NAME_MAX + 24] = "params.";
-    const dpt_rl_policies_t *pl = &rc_cfg.policies;
-    if (pl->count > 1)
+    if (pl.count > 1)
         snprintf(prefix, sizeof prefix, DPT_RL_POLICY_NS_FMT "params.",
-                 pl->name[dpt_rl_policies_main(pl)]);
+                 pl.name[dpt__rl_policies_main(&pl)]);
     if ((rc = dpt_policy_create_ex(&pol, cls, &spec, 1)) != 0 ||
         (rc = dpt_arena_init(&p, dpt_policy_vars(pol)->total)) != 0 ||
         (rc = dpt_safetensors_load_arena(st, prefix, dpt_policy_vars(pol), p.data, p.count)) != 0)

@@ -1,6 +1,8 @@
 /*
- * Internal to src/train/: what the PPO and DD-PPO trainers share
- * (src/train/rl_common.c). Not installed.
+ * Internal to src/train/: what the RL trainers share (src/train/rl_common.c)
+ * and the engine settings of each RL job, made by the job's own file
+ * (trainer_ppo.c, trainer_ddppo.c, trainer_appo.c). Not installed; tests
+ * include it for those settings.
  */
 #ifndef DPT_TRAIN_RL_INTERNAL_H
 #define DPT_TRAIN_RL_INTERNAL_H
@@ -10,6 +12,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* An explicit policy_mapping holds at most one entry per two bytes of the
+ * value. */
+_Static_assert(DPT_CONFIG_STR_MAX / 2 <= DPT_RL_MAX_MAPPED_ENVS,
+               "the longest policy_mapping must fit dpt_rl_policies_t.map");
 
 /* dpt__find_env() with its status: DPT_EINVAL for an unknown built-in
  * name or a plug-in without a valid class, DPT_ENOENT for a plug-in that
@@ -21,9 +28,38 @@ int dpt__rl_find_env(const char *name, const dpt_env_class_t **out);
  * (dpt_env_class_destroy). */
 int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
 
+/* ---- engine settings ------------------------------------------------------------ */
+
+/* The parts of the engines' settings (src/rl/rl_trainers.h) that several
+ * jobs share, from a finalized config; the key table is the only source of
+ * defaults. Common: every RL job's (the LSTM only where its keys apply);
+ * DPT_EINVAL when the config is not finalized, or naming policy_hidden with
+ * more than DPT_POLICY_MAX_HIDDEN layers. PPO learn: ppo's and ddppo's.
+ * Towers: ppo's and appo's (DPT_EINVAL for a bad towers_mode). */
+int dpt__rl_common_from(const dpt_config_t *c, dpt_rl_common_config_t *out);
+void dpt__rl_ppo_learn_from(const dpt_config_t *c, dpt_ppo_learn_config_t *out);
+int dpt__rl_towers_from(const dpt_config_t *c, dpt_rl_towers_config_t *out);
+/* DPT_EINVAL: the `engine` engine's settings asked of a config of another
+ * job. */
+int dpt__rl_job_error(const dpt_config_t *c, const char *engine);
+/* A config with only job set, finalized (caller owns it:
+ * dpt_config_destroy). Errors: DPT_ENOMEM, those of dpt_config_set. */
+int dpt__rl_default_config(dpt_job_t job, dpt_config_t **out);
+
+/* Each job's engine settings from a finalized config of that job (errors:
+ * those above, DPT_EINVAL for a config of another job), and the key table's
+ * defaults of the job as engine settings (a config with only job set):
+ * ppo's are CleanRL's CartPole settings. In the jobs' files. */
+int dpt__ppo_config_from(const dpt_config_t *c, dpt_ppo_config_t *out);
+int dpt__ppo_defaults(dpt_ppo_config_t *out);
+int dpt__ddppo_config_from(const dpt_config_t *c, dpt_ddppo_config_t *out);
+int dpt__ddppo_defaults(dpt_ddppo_config_t *out);
+/* job = appo or impala (loss.impala). */
+int dpt__appo_config_from(const dpt_config_t *c, dpt_appo_config_t *out);
+
 /* The policies of cfg (keys policies, policies_to_train, policy_mapping;
- * for a job other than appo and impala, the default: one policy,
- * "default_policy", trained). DPT_EINVAL naming the key: an empty list or
+ * where those keys do not apply (jobs other than appo and impala), the
+ * default: one policy, "default_policy", trained). DPT_EINVAL naming the key: an empty list or
  * name, a name that is not letters, digits, _ and -, a name given twice,
  * more than DPT_RL_MAX_POLICIES, an unknown policy in policies_to_train or
  * policy_mapping, an explicit mapping whose length is not
@@ -64,8 +100,8 @@ void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, in
 int dpt__rl_evaluate_into(dpt_policy_t *policy, const float *params, size_t episodes, uint64_t seed,
                           int stochastic, dpt_eval_result_t *out);
 
-/* dpt_trainer_ops_t.eval_checkpoint of both RL jobs: the policy from cfg's
- * env and policy_hidden, "params." from st (several policies: the main
+/* dpt_trainer_ops_t.eval_checkpoint of every RL job: the policy from cfg's
+ * env, policy_hidden and LSTM keys, "params." from st (several policies: the main
  * policy's, "policy.<name>.params."), greedy episodes (0 = cfg's
  * eval_episodes). */
 int dpt__rl_eval_checkpoint(const dpt_config_t *cfg, const dpt_safetensors_t *st, size_t episodes,

@@ -12,10 +12,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct dpt__appo_trainer {
     const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
-    dpt_rl_config_t rc;
+    dpt_appo_config_t rc;
     dpt_env_class_t *env; /* the configured env; the engine borrows it */
     dpt_appo_t *appo;
     dpt_arena_t eval_params; /* the current weights, for evaluate() */
@@ -29,6 +30,39 @@ typedef struct dpt__appo_trainer {
  * most 48) and DPT__RL_LEARNER_METRICS + 2 per policy. */
 _Static_assert(48 + DPT_RL_MAX_POLICIES * (DPT__RL_LEARNER_METRICS + 2) <= DPT_TRAIN_MAX_METRICS,
                "the metrics of the most policies must fit in a dpt_train_result_t");
+
+int dpt__appo_config_from(const dpt_config_t *c, dpt_appo_config_t *out)
+{
+    memset(out, 0, sizeof *out);
+    dpt_job_t job = dpt_config_job(c);
+    if (job != DPT_JOB_APPO && job != DPT_JOB_IMPALA)
+        return dpt__rl_job_error(c, "appo");
+    int rc = dpt__rl_common_from(c, &out->common);
+    if (!rc)
+        rc = dpt__rl_towers_from(c, &out->towers);
+    if (!rc)
+        rc = dpt__rl_policies_from(c, &out->policies);
+    if (rc)
+        return rc;
+    out->loss.impala = job == DPT_JOB_IMPALA;
+    /* IMPALA's policy gradient has no ratio clip (the key is APPO's). */
+    if (dpt_config_applies(c, DPT_CFG_clip_param))
+        out->loss.clip_param = (float)DPT_CF(c, clip_param);
+    out->loss.vf_coef = (float)DPT_CF(c, vf_loss_coeff);
+    out->loss.ent_coef = (float)DPT_CF(c, entropy_coeff);
+    out->loss.clip_rho = (float)DPT_CF(c, vtrace_clip_rho_threshold);
+    out->loss.clip_pg_rho = (float)DPT_CF(c, vtrace_clip_pg_rho_threshold);
+    out->num_workers = (int)DPT_CI(c, num_workers);
+    out->train_batch_size = (size_t)DPT_CI(c, train_batch_size);
+    out->learner_queue_size = (size_t)DPT_CI(c, learner_queue_size);
+    out->learner_queue_timeout = DPT_CF(c, learner_queue_timeout);
+    out->minibatch_buffer_size = (size_t)DPT_CI(c, minibatch_buffer_size);
+    out->broadcast_interval = (int)DPT_CI(c, broadcast_interval);
+    out->tower_stacks = (int)DPT_CI(c, num_multi_gpu_tower_stacks);
+    out->load_threads = (int)DPT_CI(c, num_data_load_threads);
+    out->steps_per_iteration = (uint64_t)DPT_CI(c, min_sample_timesteps_per_iteration);
+    return DPT_OK;
+}
 
 static void dpt__appo_destroy(void *self)
 {
@@ -63,7 +97,7 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
     if (!t)
         return dpt_error(DPT_ENOMEM, "%s: cannot allocate the trainer", job);
     t->cfg = cfg;
-    int rc = dpt__rl_config_from(cfg, &t->rc);
+    int rc = dpt__appo_config_from(cfg, &t->rc);
     for (int p = 0; !rc && p < t->rc.policies.count; p++) {
         const char *name = t->rc.policies.name[p];
         char buf[2][DPT_RL_POLICY_NAME_MAX + 48];
@@ -96,10 +130,10 @@ static int dpt__appo_role(const dpt_config_t *cfg, dpt_comm_t *comm,
                           const volatile sig_atomic_t *stop_flag)
 {
     (void)stop_flag;
-    dpt_rl_config_t rc_cfg;
+    dpt_appo_config_t rc_cfg;
     dpt_env_class_t *env = NULL;
     dpt_appo_t *a = NULL;
-    int rc = dpt__rl_config_from(cfg, &rc_cfg);
+    int rc = dpt__appo_config_from(cfg, &rc_cfg);
     if (!rc)
         rc = dpt__rl_make_env(cfg, &env);
     if (!rc)
@@ -125,7 +159,8 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
      * name, info/learner/default_policy/...); several: each trained
      * policy's under its name, below. */
     const dpt_rl_policies_t *pl = &t->rc.policies;
-    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0, pl->count == 1 ? t->names[0] : NULL, r);
+    dpt__rl_fill_result(&rr, t->rc.common.total_timesteps, 0, pl->count == 1 ? t->names[0] : NULL,
+                        r);
     /* The learner's own figures, under the names of RLlib's learner thread. */
     dpt_train_result_add(r, "num_env_steps_sampled", (double)as.timesteps_sampled);
     dpt_train_result_add(r, "info/num_updates_this_iter", (double)as.updates);
@@ -190,7 +225,7 @@ static int dpt__appo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_ev
         return rc;
     /* A policy of its own: the learner's is the towers' model. */
     dpt_policy_t *pol = NULL;
-    rc = dpt_policy_create_ex(&pol, t->env, &t->rc.policy, 1);
+    rc = dpt_policy_create_ex(&pol, t->env, &t->rc.common.policy, 1);
     if (!rc)
         rc = dpt__rl_evaluate_into(pol, t->eval_params.data, episodes, seed,
                                    (int)DPT_CI(t->cfg, eval_stochastic), out);
@@ -204,7 +239,7 @@ static int dpt__appo_describe(void *self, dpt_safetensors_writer_t *w)
     return dpt__describe_policy(w, dpt_appo_policy(t->appo), t->cfg);
 }
 
-/* The two jobs share the engine; cfg->impala picks the loss. */
+/* The two jobs share the engine; cfg->loss.impala picks the loss. */
 #define DPT__APPO_OPS(JOB)                                                          \
     {                                                                               \
         .job = (JOB), .create = dpt__appo_create, .destroy = dpt__appo_destroy,     \
@@ -215,7 +250,7 @@ static int dpt__appo_describe(void *self, dpt_safetensors_writer_t *w)
     }
 
 static const dpt_trainer_ops_t dpt__appo_ops = DPT__APPO_OPS(DPT_JOB_APPO);
-static const dpt_trainer_ops_t dpt__impala_ops = DPT__APPO_OPS(DPT_JOB_IMPALA);
+static const dpt_trainer_ops_t dpt__appo_impala_ops = DPT__APPO_OPS(DPT_JOB_IMPALA);
 
 static int dpt__appo_check(const dpt_config_t *c)
 {
@@ -279,7 +314,7 @@ const dpt__job_t dpt__appo_job = {
 
 const dpt__job_t dpt__impala_job = {
     .id = DPT_JOB_IMPALA,
-    .ops = &dpt__impala_ops,
+    .ops = &dpt__appo_impala_ops,
     .keys = DPT_JOB_IMPALA,
     .check = dpt__appo_check,
     .threads = dpt__appo_threads,

@@ -30,17 +30,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum dpt__dd_cmd {
-    DPT__DD_CREATE,
-    DPT__DD_ITERATE,
-    DPT__DD_CHECKPOINT,
-    DPT__DD_RESTORE
-} dpt__dd_cmd_t;
+typedef enum dpt__ddppo_cmd {
+    DPT__DDPPO_CREATE,
+    DPT__DDPPO_ITERATE,
+    DPT__DDPPO_CHECKPOINT,
+    DPT__DDPPO_RESTORE
+} dpt__ddppo_cmd_t;
 
-struct dpt__dd_trainer;
+struct dpt__ddppo_trainer;
 
-typedef struct dpt__dd_worker {
-    struct dpt__dd_trainer *d;
+typedef struct dpt__ddppo_worker {
+    struct dpt__ddppo_trainer *d;
     int index; /* thread of this process, 0..T-1 */
     dpt_comm_t *comm;
     dpt_ddppo_t *w;
@@ -53,36 +53,36 @@ typedef struct dpt__dd_worker {
     float *state;    /* checkpoint: this worker's private state [state_floats] */
     float *gathered; /* checkpoint: every worker's [size * state_floats]; worker 0's
                          * is borrowed by the writer until it saves */
-} dpt__dd_worker_t;
+} dpt__ddppo_worker_t;
 
-typedef struct dpt__dd_trainer {
+typedef struct dpt__ddppo_trainer {
     const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
-    dpt_rl_config_t rc;
+    dpt_ddppo_config_t rc;
     dpt_env_class_t *cls; /* the configured env; workers borrow it */
     int T;                /* workers in this process */
     int size;             /* workers in the run (all processes) */
     dpt_comm_threads_group_t *tg;
     dpt_comm_hier_group_t *hg;
     dpt_ddppo_shared_t *shared;
-    dpt__dd_worker_t *wk; /* [T] */
+    dpt__ddppo_worker_t *wk; /* [T] */
     /* The workers' threads: worker i runs on device i of the pool (worker
      * 0 on the calling thread), one command at a time. */
     dpt_device_pool_t *pool;
-    dpt__dd_cmd_t cmd; /* the command in flight */
+    dpt__ddppo_cmd_t cmd; /* the command in flight */
     /* Arguments of the command in flight (read-only for the workers). */
     dpt_safetensors_writer_t *writer;
     const dpt_safetensors_t *st;
     size_t state_bytes, state_floats;
-} dpt__dd_trainer_t;
+} dpt__ddppo_trainer_t;
 
 /* ---- one worker's part of each command ------------------------------------------- */
 
 /* Collective checkpoint: the weights are compared (so the saved parameters
  * are every worker's), then every worker's private state is all-gathered
  * and global rank 0 adds the common part and one blob per worker. */
-static int dpt__dd_checkpoint_part(dpt__dd_worker_t *wk)
+static int dpt__ddppo_checkpoint_part(dpt__ddppo_worker_t *wk)
 {
-    dpt__dd_trainer_t *d = wk->d;
+    dpt__ddppo_trainer_t *d = wk->d;
     size_t nf = d->state_floats;
     /* Both buffers were allocated at create: nothing here fails before the
      * all-gather but the comparison, which is itself collective. */
@@ -110,9 +110,9 @@ static int dpt__dd_checkpoint_part(dpt__dd_worker_t *wk)
 /* Every worker validates its part first; one all-reduce tells all whether
  * every worker of every process can restore, and only then do they apply
  * it, so a failed restore changes no worker. */
-static int dpt__dd_restore_part(dpt__dd_worker_t *wk)
+static int dpt__ddppo_restore_part(dpt__ddppo_worker_t *wk)
 {
-    dpt__dd_trainer_t *d = wk->d;
+    dpt__ddppo_trainer_t *d = wk->d;
     char name[32];
     const void *blob = NULL;
     size_t bytes = 0;
@@ -138,23 +138,23 @@ static int dpt__dd_restore_part(dpt__dd_worker_t *wk)
     return rc;
 }
 
-static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
+static void dpt__ddppo_do(dpt__ddppo_worker_t *wk, dpt__ddppo_cmd_t cmd)
 {
-    dpt__dd_trainer_t *d = wk->d;
+    dpt__ddppo_trainer_t *d = wk->d;
     int rc = DPT_OK;
     wk->peer_only = 0;
     switch (cmd) {
-    case DPT__DD_CREATE:
+    case DPT__DDPPO_CREATE:
         rc = dpt_ddppo_worker_create(&wk->w, d->cls, &d->rc, wk->comm, d->shared);
         break;
-    case DPT__DD_ITERATE:
+    case DPT__DDPPO_ITERATE:
         rc = dpt_ddppo_worker_train(wk->w, &wk->res);
         /* A worker whose own step failed makes the others' steps fail with
          * DPT_ECOMM (dpt/towers.h) or time out: report its error first. */
         wk->peer_only = rc == DPT_ECOMM || rc == DPT_ETIMEDOUT;
         break;
-    case DPT__DD_CHECKPOINT: rc = dpt__dd_checkpoint_part(wk); break;
-    case DPT__DD_RESTORE: rc = dpt__dd_restore_part(wk); break;
+    case DPT__DDPPO_CHECKPOINT: rc = dpt__ddppo_checkpoint_part(wk); break;
+    case DPT__DDPPO_RESTORE: rc = dpt__ddppo_restore_part(wk); break;
     }
     wk->rc = rc;
     if (rc)
@@ -164,27 +164,27 @@ static void dpt__dd_do(dpt__dd_worker_t *wk, dpt__dd_cmd_t cmd)
      * threads of this process on hier; MPI ranks learn of it when the
      * command ends the job). Checkpoint and restore agree on failures in a
      * collective every worker enters. */
-    if (rc && !wk->peer_only && wk->comm && (cmd == DPT__DD_CREATE || cmd == DPT__DD_ITERATE))
+    if (rc && !wk->peer_only && wk->comm && (cmd == DPT__DDPPO_CREATE || cmd == DPT__DDPPO_ITERATE))
         (void)dpt_comm_abort(wk->comm, wk->msg);
 }
 
-static int dpt__dd_job(void *arg, int device)
+static int dpt__ddppo_pool_job(void *arg, int device)
 {
-    dpt__dd_trainer_t *d = arg;
-    dpt__dd_do(&d->wk[device], d->cmd);
+    dpt__ddppo_trainer_t *d = arg;
+    dpt__ddppo_do(&d->wk[device], d->cmd);
     return DPT_OK; /* the worker's outcome is in its slot */
 }
 
 /* Runs cmd on every worker (worker 0 here, the others on the pool's
  * threads) and returns the first failure: a worker's own error before one
  * that only reports another worker's. */
-static int dpt__dd_run(dpt__dd_trainer_t *d, dpt__dd_cmd_t cmd)
+static int dpt__ddppo_run(dpt__ddppo_trainer_t *d, dpt__ddppo_cmd_t cmd)
 {
     d->cmd = cmd;
-    int rc = dpt_device_pool_run(d->pool, dpt__dd_job, d);
+    int rc = dpt_device_pool_run(d->pool, dpt__ddppo_pool_job, d);
     if (rc)
         return rc;
-    const dpt__dd_worker_t *bad = NULL;
+    const dpt__ddppo_worker_t *bad = NULL;
     for (int pass = 0; pass < 2 && !bad; pass++)
         for (int i = 0; i < d->T && !bad; i++)
             if (d->wk[i].rc && (pass == 1 || !d->wk[i].peer_only))
@@ -197,9 +197,9 @@ static int dpt__dd_run(dpt__dd_trainer_t *d, dpt__dd_cmd_t cmd)
 
 /* ---- trainer ops ----------------------------------------------------------------- */
 
-static void dpt__dd_destroy(void *self)
+static void dpt__ddppo_destroy(void *self)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     if (!d)
         return;
     dpt_device_pool_destroy(d->pool); /* joins the workers' threads */
@@ -220,22 +220,22 @@ static void dpt__dd_destroy(void *self)
 
 /* The communicator of every worker of this process (see the table at the
  * top of this file). */
-static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
+static int dpt__ddppo_comms(dpt__ddppo_trainer_t *d, int mpi)
 {
     int rc;
     if (mpi && d->T == 1) {
         dpt_comm_mpi_options_t mo;
         dpt_comm_mpi_options_init(&mo);
-        mo.timeout_s = d->rc.comm_timeout_s;
-        mo.algorithm = d->rc.allreduce_algorithm;
+        mo.timeout_s = d->rc.common.comm_timeout_s;
+        mo.algorithm = d->rc.common.allreduce_algorithm;
         return dpt_comm_mpi_create(&d->wk[0].comm, &mo);
     }
     if (mpi) {
         dpt_comm_hier_options_t ho;
         dpt_comm_hier_options_init(&ho);
-        ho.threads.timeout_s = d->rc.comm_timeout_s;
-        ho.mpi.timeout_s = d->rc.comm_timeout_s;
-        ho.mpi.algorithm = d->rc.allreduce_algorithm;
+        ho.threads.timeout_s = d->rc.common.comm_timeout_s;
+        ho.mpi.timeout_s = d->rc.common.comm_timeout_s;
+        ho.mpi.algorithm = d->rc.common.allreduce_algorithm;
         rc = dpt_comm_hier_group_create(&d->hg, d->T, &ho);
         for (int i = 0; !rc && i < d->T; i++)
             rc = dpt_comm_hier_join(d->hg, i, &d->wk[i].comm);
@@ -243,22 +243,43 @@ static int dpt__dd_comms(dpt__dd_trainer_t *d, int mpi)
     }
     dpt_comm_threads_options_t to;
     dpt_comm_threads_options_init(&to);
-    to.timeout_s = d->rc.comm_timeout_s;
-    to.algorithm = d->rc.allreduce_algorithm;
+    to.timeout_s = d->rc.common.comm_timeout_s;
+    to.algorithm = d->rc.common.allreduce_algorithm;
     rc = dpt_comm_threads_group_create(&d->tg, d->T, &to);
     for (int i = 0; !rc && i < d->T; i++)
         rc = dpt_comm_threads_join(d->tg, i, &d->wk[i].comm);
     return rc;
 }
 
-static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
+int dpt__ddppo_config_from(const dpt_config_t *c, dpt_ddppo_config_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (dpt_config_job(c) != DPT_JOB_DDPPO)
+        return dpt__rl_job_error(c, "ddppo");
+    dpt__rl_ppo_learn_from(c, &out->learn);
+    out->sync_frac = DPT_CF(c, sync_frac);
+    out->check_weights_every = (int)DPT_CI(c, check_weights_every);
+    return dpt__rl_common_from(c, &out->common);
+}
+
+int dpt__ddppo_defaults(dpt_ddppo_config_t *out)
+{
+    dpt_config_t *c;
+    int rc = dpt__rl_default_config(DPT_JOB_DDPPO, &c);
+    if (!rc)
+        rc = dpt__ddppo_config_from(c, out);
+    dpt_config_destroy(c);
+    return rc;
+}
+
+static int dpt__ddppo_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
 {
     *self = NULL;
-    dpt__dd_trainer_t *d = calloc(1, sizeof *d);
+    dpt__ddppo_trainer_t *d = calloc(1, sizeof *d);
     if (!d)
         return dpt_error(DPT_ENOMEM, "ddppo: cannot allocate the trainer");
     d->cfg = cfg;
-    int rc = dpt__rl_config_from(cfg, &d->rc);
+    int rc = dpt__ddppo_config_from(cfg, &d->rc);
     if (!rc)
         rc = dpt__rl_make_env(cfg, &d->cls);
     if (rc)
@@ -276,11 +297,12 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
     /* Over several processes the workers' communicators span the ranks
      * (built here, beside the run's, which DD-PPO does not use itself). */
     int mpi = env && env->comm && dpt_comm_size(env->comm) > 1;
-    if ((rc = dpt__dd_comms(d, mpi)) != 0 || (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
+    if ((rc = dpt__ddppo_comms(d, mpi)) != 0 ||
+        (rc = dpt_ddppo_shared_create(&d->shared, d->T)) != 0)
         goto fail;
     d->size = dpt_comm_size(d->wk[0].comm);
     if ((rc = dpt_device_pool_create(&d->pool, d->T, 0)) != 0 ||
-        (rc = dpt__dd_run(d, DPT__DD_CREATE)) != 0)
+        (rc = dpt__ddppo_run(d, DPT__DDPPO_CREATE)) != 0)
         goto fail;
     d->state_bytes = dpt_ddppo_state_bytes(d->wk[0].w);
     d->state_floats = (d->state_bytes + sizeof(float) - 1) / sizeof(float);
@@ -290,7 +312,7 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
         goto fail;
     }
     for (int i = 0; i < d->T; i++) {
-        dpt__dd_worker_t *wk = &d->wk[i];
+        dpt__ddppo_worker_t *wk = &d->wk[i];
         wk->state = calloc(d->state_floats, sizeof(float));
         wk->gathered = calloc(all, sizeof(float));
         if (!wk->state || !wk->gathered) {
@@ -304,33 +326,34 @@ static int dpt__dd_create(void **self, const dpt_config_t *cfg, const dpt_traine
     *self = d;
     return DPT_OK;
 fail:
-    dpt__dd_destroy(d);
+    dpt__ddppo_destroy(d);
     return rc;
 }
 
-static int dpt__dd_iterate(void *self, dpt_train_result_t *r)
+static int dpt__ddppo_iterate(void *self, dpt_train_result_t *r)
 {
-    dpt__dd_trainer_t *d = self;
-    int rc = dpt__dd_run(d, DPT__DD_ITERATE);
+    dpt__ddppo_trainer_t *d = self;
+    int rc = dpt__ddppo_run(d, DPT__DDPPO_ITERATE);
     if (rc)
         return rc;
     /* Every worker holds the same aggregated result. */
-    dpt__rl_fill_result(&d->wk[0].res, d->rc.total_timesteps, 1, dpt__rl_default_learner_names, r);
+    dpt__rl_fill_result(&d->wk[0].res, d->rc.common.total_timesteps, 1,
+                        dpt__rl_default_learner_names, r);
     return DPT_OK;
 }
 
-static int dpt__dd_checkpoint(void *self, dpt_safetensors_writer_t *w)
+static int dpt__ddppo_checkpoint(void *self, dpt_safetensors_writer_t *w)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     d->writer = w;
-    int rc = dpt__dd_run(d, DPT__DD_CHECKPOINT);
+    int rc = dpt__ddppo_run(d, DPT__DDPPO_CHECKPOINT);
     d->writer = NULL;
     return rc;
 }
 
-static int dpt__dd_restore(void *self, const dpt_safetensors_t *st)
+static int dpt__ddppo_restore(void *self, const dpt_safetensors_t *st)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     /* Checked before any collective: every process reads the same file, so
      * all of them return here together. */
     uint64_t workers = 0;
@@ -343,21 +366,21 @@ static int dpt__dd_restore(void *self, const dpt_safetensors_t *st)
                          "run has %d (num_workers x processes)",
                          dpt_safetensors_path(st), (unsigned long long)workers, d->size);
     d->st = st;
-    rc = dpt__dd_run(d, DPT__DD_RESTORE);
+    rc = dpt__ddppo_run(d, DPT__DDPPO_RESTORE);
     d->st = NULL;
     return rc;
 }
 
-static const dpt_vartable_t *dpt__dd_vars(void *self)
+static const dpt_vartable_t *dpt__ddppo_vars(void *self)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     return dpt_policy_vars(dpt_ddppo_policy(d->wk[0].w));
 }
 
-static int dpt__dd_get_weights(void *self, float *out, size_t count)
+static int dpt__ddppo_get_weights(void *self, float *out, size_t count)
 {
-    dpt__dd_trainer_t *d = self;
-    size_t n = dpt__dd_vars(self)->total;
+    dpt__ddppo_trainer_t *d = self;
+    size_t n = dpt__ddppo_vars(self)->total;
     if (count != n)
         return dpt_error(DPT_EINVAL, "ddppo weights: %zu floats asked, the policy has %zu", count,
                          n);
@@ -365,17 +388,17 @@ static int dpt__dd_get_weights(void *self, float *out, size_t count)
     return DPT_OK;
 }
 
-static int dpt__dd_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+static int dpt__ddppo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     /* The workers are idle between commands: worker 0's policy is free. */
     return dpt__rl_evaluate_into(dpt_ddppo_policy(d->wk[0].w), dpt_ddppo_weights(d->wk[0].w),
                                  episodes, seed, (int)DPT_CI(d->cfg, eval_stochastic), out);
 }
 
-static int dpt__dd_describe(void *self, dpt_safetensors_writer_t *w)
+static int dpt__ddppo_describe(void *self, dpt_safetensors_writer_t *w)
 {
-    dpt__dd_trainer_t *d = self;
+    dpt__ddppo_trainer_t *d = self;
     int rc = dpt__describe_policy(w, dpt_ddppo_policy(d->wk[0].w), d->cfg);
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "workers", (uint64_t)d->size);
@@ -384,19 +407,19 @@ static int dpt__dd_describe(void *self, dpt_safetensors_writer_t *w)
 
 static const dpt_trainer_ops_t dpt__ddppo_ops = {
     .job = DPT_JOB_DDPPO,
-    .create = dpt__dd_create,
-    .destroy = dpt__dd_destroy,
-    .iterate = dpt__dd_iterate,
-    .checkpoint = dpt__dd_checkpoint,
-    .restore = dpt__dd_restore,
-    .vars = dpt__dd_vars,
-    .get_weights = dpt__dd_get_weights,
-    .evaluate = dpt__dd_evaluate,
-    .describe = dpt__dd_describe,
+    .create = dpt__ddppo_create,
+    .destroy = dpt__ddppo_destroy,
+    .iterate = dpt__ddppo_iterate,
+    .checkpoint = dpt__ddppo_checkpoint,
+    .restore = dpt__ddppo_restore,
+    .vars = dpt__ddppo_vars,
+    .get_weights = dpt__ddppo_get_weights,
+    .evaluate = dpt__ddppo_evaluate,
+    .describe = dpt__ddppo_describe,
     .eval_checkpoint = dpt__rl_eval_checkpoint,
 };
 
-static int dpt__dd_check(const dpt_config_t *c)
+static int dpt__ddppo_check(const dpt_config_t *c)
 {
     int rc = dpt__rl_check_minibatch(c, " worker's");
     if (!rc && DPT_CF(c, sync_frac) < 1.0 && DPT_CI(c, sgd_minibatch_size) < 4)
@@ -405,7 +428,7 @@ static int dpt__dd_check(const dpt_config_t *c)
     return rc;
 }
 
-static int dpt__dd_refuse_key(const dpt_config_t *c, dpt_config_key_t k)
+static int dpt__ddppo_refuse_key(const dpt_config_t *c, dpt_config_key_t k)
 {
     (void)c;
     if (k == DPT_CFG_train_batch_size)
@@ -415,7 +438,7 @@ static int dpt__dd_refuse_key(const dpt_config_t *c, dpt_config_key_t k)
     return DPT_OK;
 }
 
-static size_t dpt__dd_threads(const dpt_config_t *c)
+static size_t dpt__ddppo_threads(const dpt_config_t *c)
 {
     return (size_t)DPT_CI(c, num_workers);
 }
@@ -423,7 +446,7 @@ static size_t dpt__dd_threads(const dpt_config_t *c)
 /* Every rank is a trainer. With several worker threads the hierarchical
  * communicator's leader (worker 0, the calling thread) alone calls MPI, so
  * FUNNELED would do; SERIALIZED is asked for them as it always was. */
-static int dpt__dd_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+static int dpt__ddppo_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
 {
     (void)world;
     p->mpi_threads = (int)DPT_CI(c, num_workers);
@@ -434,8 +457,8 @@ const dpt__job_t dpt__ddppo_job = {
     .id = DPT_JOB_DDPPO,
     .ops = &dpt__ddppo_ops,
     .keys = DPT_JOB_DDPPO,
-    .check = dpt__dd_check,
-    .refuse_key = dpt__dd_refuse_key,
-    .threads = dpt__dd_threads,
-    .plan = dpt__dd_plan,
+    .check = dpt__ddppo_check,
+    .refuse_key = dpt__ddppo_refuse_key,
+    .threads = dpt__ddppo_threads,
+    .plan = dpt__ddppo_plan,
 };

@@ -8,10 +8,11 @@
 #include "train_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct dpt__ppo_trainer {
     const dpt_config_t *cfg; /* borrowed: the trainer's own copy, valid until destroy */
-    dpt_rl_config_t rc;
+    dpt_ppo_config_t rc;
     dpt_env_class_t *env; /* the configured env; the engine borrows it */
     dpt_ppo_t *ppo;
     dpt_arena_t eval_params; /* the current weights, for evaluate() */
@@ -39,6 +40,28 @@ static int dpt__ppo_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
                                  "process); use job = ddppo to train across processes");
 }
 
+int dpt__ppo_config_from(const dpt_config_t *c, dpt_ppo_config_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (dpt_config_job(c) != DPT_JOB_PPO)
+        return dpt__rl_job_error(c, "ppo");
+    int rc = dpt__rl_common_from(c, &out->common);
+    if (!rc)
+        rc = dpt__rl_towers_from(c, &out->towers);
+    dpt__rl_ppo_learn_from(c, &out->learn);
+    return rc;
+}
+
+int dpt__ppo_defaults(dpt_ppo_config_t *out)
+{
+    dpt_config_t *c;
+    int rc = dpt__rl_default_config(DPT_JOB_PPO, &c);
+    if (!rc)
+        rc = dpt__ppo_config_from(c, out);
+    dpt_config_destroy(c);
+    return rc;
+}
+
 static int dpt__ppo_create(void **self, const dpt_config_t *cfg, const dpt_trainer_env_t *env)
 {
     *self = NULL;
@@ -48,7 +71,7 @@ static int dpt__ppo_create(void **self, const dpt_config_t *cfg, const dpt_train
     if (!t)
         return dpt_error(DPT_ENOMEM, "ppo: cannot allocate the trainer");
     t->cfg = cfg;
-    int rc = dpt__rl_config_from(cfg, &t->rc);
+    int rc = dpt__ppo_config_from(cfg, &t->rc);
     if (!rc)
         rc = dpt__rl_make_env(cfg, &t->env);
     if (!rc)
@@ -70,7 +93,7 @@ static int dpt__ppo_iterate(void *self, dpt_train_result_t *r)
     int rc = dpt_ppo_train(t->ppo, &rr);
     if (rc)
         return rc;
-    dpt__rl_fill_result(&rr, t->rc.total_timesteps, 0, dpt__rl_default_learner_names, r);
+    dpt__rl_fill_result(&rr, t->rc.common.total_timesteps, 0, dpt__rl_default_learner_names, r);
     return DPT_OK;
 }
 
