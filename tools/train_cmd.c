@@ -457,6 +457,13 @@ int dpt_cmd_train(int argc, char **argv)
         }
     } else {
         code = why == DPT_RUN_STOPPED ? 128 + (int)dpt__stop_signal : DPT_EXIT_OK;
+        /* MPI left up after a success: a rank did not answer the end of the
+         * run (reported as a note) and MPI_Finalize would wait for it. */
+        if (dpt_comm_mpi_initialized()) {
+            fflush(stdout);
+            fflush(stderr);
+            dpt_comm_mpi_abort(code);
+        }
     }
 out:
     free(sets);

@@ -49,7 +49,7 @@ static void dpt__appo_sleep(double s)
 static void dpt__appo_stop(dpt_appo_t *a)
 {
     atomic_store(&a->stop, 1);
-    dpt__appo_finish(a, 0);
+    (void)dpt__appo_finish(a, 0); /* a failed STOP: that rank is gone already */
     if (a->learner_thread) {
         dpt_learner_stop(a->learner_thread);
         if (a->lstarted)
@@ -84,8 +84,9 @@ int dpt_appo_stop(dpt_appo_t *a)
     if (!a)
         return 0;
     /* A run that ended well lets its sampler ranks finish their last send
-     * (after a failure the samplers were told at once, without waiting). */
-    dpt__appo_finish(a, 1);
+     * (after a failure the samplers were told at once, without waiting);
+     * dpt_appo_end is the way to learn whether they all answered. */
+    (void)dpt__appo_finish(a, 1);
     dpt__appo_stop(a);
     return a->stuck;
 }
@@ -99,6 +100,10 @@ void dpt_appo_destroy(dpt_appo_t *a)
         return;                             /* a detached sampler may still use it */
     dpt_learner_destroy(a->learner_thread); /* releases the batches it holds */
     dpt__appo_tb_free(a->held);
+    dpt__msg_deinit(&a->in);
+    dpt__msg_deinit(&a->out);
+    free(a->peers);
+    free(a->sampler_ranks);
     if (a->sample_q) {
         void *item;
         dpt_queue_close(a->sample_q);
@@ -320,7 +325,8 @@ int dpt__appo_new(dpt_appo_t **out, const dpt_env_class_t *cls, const dpt_appo_c
     }
     a->cfg = *cfg;
     a->cls = cls;
-    a->sent_version = UINT64_MAX;
+    dpt__msg_init(&a->in);
+    dpt__msg_init(&a->out);
     a->T = cfg->common.rollout_fragment_length;
     a->seqs = cfg->train_batch_size / a->T;
     a->od = cls->obs_dim;
@@ -390,6 +396,11 @@ int dpt_appo_get_policy_weights(dpt_appo_t *a, int policy, float *out, size_t co
     int rc = dpt_towers_get_weights(pol->towers, out, count);
     pthread_mutex_unlock(&a->mu);
     return rc;
+}
+
+void dpt_appo_set_stop_flag(dpt_appo_t *a, const volatile sig_atomic_t *flag)
+{
+    a->stop_flag = flag;
 }
 
 uint64_t dpt_appo_iteration(const dpt_appo_t *a)
@@ -483,7 +494,10 @@ static int dpt__appo_wait(dpt_appo_t *a, uint64_t target)
         pthread_mutex_lock(&a->mu);
         if (rc)
             return rc;
-        if (a->timesteps >= target)
+        /* A stop request ends the iteration with what it has: the run then
+         * checkpoints and ends, without waiting for samplers that may be
+         * stopped. */
+        if (a->timesteps >= target || (a->stop_flag && *a->stop_flag))
             break;
         if (a->comm) {
             /* Rank 0 under mpirun: the sampler ranks' batches come in here. */

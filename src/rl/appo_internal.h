@@ -6,8 +6,8 @@
  *   appo.c          the engine: create/destroy, start/stop, train, health
  *   appo_sampler.c  sampler threads and the train batches they fill
  *   appo_learner.c  the learner thread's step and release, loader threads
- *   appo_mpi.c      under mpirun: sampler ranks, rank 0's pump, the batches
- *                   and weights on the wire
+ *   appo_mpi.c      under mpirun: sampler ranks, rank 0's pump, the
+ *                   protocol (batches, weights, the end) on comm/msg.h
  *   appo_ckpt.c     checkpoint and restore
  *
  * Lock order: mu before wmu and before lmu; wmu and lmu are never held
@@ -16,6 +16,7 @@
 #ifndef DPT_RL_APPO_INTERNAL_H
 #define DPT_RL_APPO_INTERNAL_H
 
+#include "comm/msg.h"
 #include "dpt/arena.h"
 #include "dpt/comm.h"
 #include "dpt/learner.h"
@@ -24,6 +25,7 @@
 #include "rl_engine.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -109,6 +111,13 @@ typedef struct dpt__appo_loader {
     atomic_int failed;
 } dpt__appo_loader_t;
 
+/* Rank 0 under mpirun: what it sent to one sampler rank. */
+typedef struct dpt__appo_peer {
+    uint64_t version; /* of the weights last sent; UINT64_MAX: none yet */
+    uint64_t sent;    /* WEIGHTS messages sent to it */
+    uint64_t got;     /* of those, received by it (as its newest batch said) */
+} dpt__appo_peer_t;
+
 struct dpt_appo {
     dpt_appo_config_t cfg;
     const dpt_env_class_t *cls;
@@ -117,6 +126,7 @@ struct dpt_appo {
     dpt__appo_sampler_t *samplers;
     dpt_learner_t *learner_thread;
     atomic_int stop;
+    const volatile sig_atomic_t *stop_flag; /* the run's stop request (may be NULL) */
     int stuck; /* a sampler was left running in its env (dpt__appo_stop) */
 
     /* K > 1 tower stacks: the samplers' batches wait in sample_q for the
@@ -153,9 +163,12 @@ struct dpt_appo {
     /* under mpirun (dpt_appo_create_mpi): rank 0 learns, the others sample */
     dpt_comm_t *comm;
     int rank, nranks;
-    uint64_t sent_version; /* the weights last sent to the sampler ranks */
-    dpt__appo_tb_t *held;  /* a received batch waiting for room in the inqueue */
-    int finished;          /* rank 0 told the samplers to stop */
+    dpt__appo_peer_t *peers; /* rank 0: [nranks], one per sampler rank (0 unused) */
+    int *sampler_ranks;      /* rank 0: 1 .. nranks - 1, for the end's handshake */
+    uint64_t weights_got;    /* a sampler rank: WEIGHTS messages received */
+    dpt__msg_t in, out;      /* the message received last; the one being sent */
+    dpt__appo_tb_t *held;    /* a received batch waiting for room in the inqueue */
+    int finished;            /* rank 0 told the samplers to stop */
     /* checkpoints */
     uint64_t ck_head[5];
     uint64_t iteration;
@@ -204,7 +217,8 @@ int dpt__appo_sampler_poll(dpt__appo_sampler_t *s, int wait);
 /* Rank 0: weights out, the next sample batch in (waiting at most wait_s). */
 int dpt__appo_pump(struct dpt_appo *a, double wait_s);
 /* Rank 0 at the end: tells the sampler ranks to stop (once; a no-op
- * elsewhere). */
-void dpt__appo_finish(struct dpt_appo *a, int wait);
+ * elsewhere); with wait set, waits for their goodbye, at most
+ * comm_timeout_s: DPT_ETIMEDOUT naming the ranks that did not answer. */
+int dpt__appo_finish(struct dpt_appo *a, int wait);
 
 #endif /* DPT_RL_APPO_INTERNAL_H */

@@ -46,6 +46,7 @@
 #ifndef DPT_RL_TRAINERS_H
 #define DPT_RL_TRAINERS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -282,6 +283,13 @@ int dpt_appo_create_mpi(dpt_appo_t **a, const dpt_env_class_t *cls, const dpt_ap
  * error is sent to rank 0 (which ends the run with it) and returned.
  * Silence from rank 0 for comm_timeout_s is DPT_ETIMEDOUT. */
 int dpt_appo_run_sampler(dpt_appo_t *a);
+/* Rank 0 under mpirun, after its last iteration: STOP to every sampler rank,
+ * then each one's goodbye (their last batches are dropped), waiting at most
+ * comm_timeout_s. DPT_ETIMEDOUT naming the ranks that did not answer
+ * ("rank 2 did not answer the end of the run ..."), or a communication
+ * error. Once: later calls, and calls on another engine, return 0
+ * (dpt_appo_stop then tells the sampler ranks nothing more). */
+int dpt_appo_end(dpt_appo_t *a);
 /* Stops every thread. A sampler still inside an env step 5 s later (a
  * hung env) is left running, detached: then this returns 1, the engine is
  * never freed, and the caller must keep the env class (and its plug-in)
@@ -294,6 +302,11 @@ void dpt_appo_destroy(dpt_appo_t *a);
  * total_timesteps). A sampler or learner failure (an env error, the queue
  * timeout) stops every thread and is returned with its message. */
 int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *stats);
+/* The run's stop request (borrowed; NULL: none): once *flag is set,
+ * dpt_appo_train returns the iteration so far instead of waiting for
+ * steps_per_iteration more env steps (a stopped sampler rank then cannot
+ * hold the end of the run back). */
+void dpt_appo_set_stop_flag(dpt_appo_t *a, const volatile sig_atomic_t *flag);
 /* The main policy's learner model (dpt__rl_policies_main; every policy has
  * its table). */
 dpt_policy_t *dpt_appo_policy(dpt_appo_t *a);

@@ -301,15 +301,16 @@ int dpt__launch_role(dpt__launch_t *l, const dpt_config_t *c, const dpt_run_opti
 
 void dpt__launch_end(dpt__launch_t *l, int rc)
 {
-    /* A failed communicator may still be written by MPI: keep it. */
-    if (rc && l->inited && !l->clean)
+    /* A failed communicator may still be written by MPI, and one with
+     * messages to a rank that did not answer may still be read: keep it. */
+    if ((rc || l->lost) && l->inited && !l->clean)
         l->comm = NULL;
     dpt_comm_destroy(l->comm);
     l->comm = NULL;
     /* After a failure another rank may be stopped or still inside a
      * collective, and MPI_Finalize would wait for it: MPI stays initialized
      * and the caller ends the job (dpt_comm_mpi_abort; the command does). */
-    if (l->inited && (rc == DPT_OK || l->clean))
+    if (l->inited && !l->lost && (rc == DPT_OK || l->clean))
         dpt_comm_mpi_finalize();
     l->inited = 0;
 }

@@ -625,6 +625,27 @@ static int dpt__run_loop(dpt__run_t *r, dpt_train_result_t *res, dpt_run_reason_
     return DPT_OK;
 }
 
+/* 5b. Rank 0 of a job whose other ranks run a role ends their part (before
+ * the evaluation, which they would wait through). A rank that does not
+ * answer fails the run; after a stop request the run keeps its outcome (its
+ * checkpoint is written) and the failure is reported as a note. Either way
+ * MPI cannot be finalized (it would wait for that rank). */
+static int dpt__run_end_roles(dpt__run_t *r, dpt_run_reason_t why)
+{
+    if (!r->launch.alone || r->launch.rank != 0)
+        return DPT_OK;
+    int rc = dpt__trainer_end(r->t);
+    if (!rc)
+        return DPT_OK;
+    r->launch.lost = 1;
+    if (why != DPT_RUN_STOPPED)
+        return rc;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "after the stop request: %s", dpt_last_error());
+    dpt__note(r, msg);
+    return DPT_OK;
+}
+
 /* 6. The end: a greedy evaluation for RL jobs (rank 0), and the end event. */
 static int dpt__run_finish(dpt__run_t *r, const dpt_train_result_t *res, dpt_run_reason_t why)
 {
@@ -675,7 +696,8 @@ static int dpt__run_close(dpt__run_t *r, int rc)
 }
 
 /* config -> launch (world, agreement, roles) -> trainer -> run directory
- * -> loop -> finish, each phase a call that names no job. */
+ * -> loop -> end of the roles -> finish, each phase a call that names no
+ * job. */
 int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_run_reason_t *reason)
 {
     dpt__run_t r;
@@ -702,6 +724,8 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
         rc = dpt__run_dir(&r);
     if (!rc)
         rc = dpt__run_loop(&r, &res, &why);
+    if (!rc)
+        rc = dpt__run_end_roles(&r, why);
     if (!rc)
         rc = dpt__run_finish(&r, &res, why);
     if (!rc && reason)

@@ -292,6 +292,11 @@ typedef struct dpt__job {
     /* Under mpirun with `world` ranks: DPT_EINVAL with the reason when the
      * job does not run there, else fills *p. NULL = not under mpirun. */
     int (*plan)(const dpt_config_t *c, int world, dpt__mpi_plan_t *p);
+    /* Rank 0 of a plan with a role, after the loop: ends the other ranks'
+     * part (their protocol's STOP and goodbye) on the trainer's self.
+     * DPT_ETIMEDOUT naming the ranks that did not answer. NULL: destroy
+     * ends them. */
+    int (*end)(void *self);
 } dpt__job_t;
 
 extern const dpt__job_t dpt__supervised_job;
@@ -320,6 +325,7 @@ typedef struct dpt__launch {
     int inited;        /* this launch initialized MPI */
     int clean;         /* every rank failed the same way: MPI may be finalized */
     int alone;         /* rank 0 runs the trainer and the loop alone */
+    int lost;          /* a rank did not answer the end: MPI_Finalize would wait for it */
     dpt__role_fn role; /* this rank's part when it is not a trainer, else NULL */
     int shared;        /* this rank's failure is reported by rank 0 */
 } dpt__launch_t;
@@ -339,9 +345,13 @@ int dpt__launch_join(dpt__launch_t *l, const dpt_config_t *c, const char *resume
 /* Runs this rank's role (l->role must be set) until rank 0 ends the run. */
 int dpt__launch_role(dpt__launch_t *l, const dpt_config_t *c, const dpt_run_options_t *o);
 /* Releases the communicator and finalizes MPI after a success or a failure
- * every rank saw (rc is the run's status); after another failure MPI stays
- * initialized for the caller to abort the job. */
+ * every rank saw (rc is the run's status); after another failure, or when
+ * a rank did not answer the end (lost), MPI stays initialized for the
+ * caller to abort the job. */
 void dpt__launch_end(dpt__launch_t *l, int rc);
+
+/* The job's end hook (dpt__job_t.end) on t's trainer; 0 without one. */
+int dpt__trainer_end(dpt_trainer_t *t);
 
 /* Test hook: registers one more job, whose id must be DPT_JOB_COUNT (not in
  * DPT_JOB_LIST, the enum or --help) and whose name is new; NULL removes it.

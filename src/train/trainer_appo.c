@@ -113,8 +113,10 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
     if (!rc)
         rc = comm ? dpt_appo_create_mpi(&t->appo, t->env, &t->rc, comm)
                   : dpt_appo_create(&t->appo, t->env, &t->rc);
-    if (!rc)
+    if (!rc) {
+        dpt_appo_set_stop_flag(t->appo, env ? env->stop_flag : NULL);
         rc = dpt_arena_init(&t->eval_params, dpt_policy_vars(dpt_appo_policy(t->appo))->total);
+    }
     if (rc) {
         dpt__appo_destroy(t);
         return rc;
@@ -292,6 +294,13 @@ static size_t dpt__appo_threads(const dpt_config_t *c)
     return (size_t)DPT_CI(c, num_devices);
 }
 
+/* Rank 0, after the loop: the sampler ranks' STOP and goodbye. */
+static int dpt__appo_end_roles(void *self)
+{
+    dpt__appo_trainer_t *t = self;
+    return dpt_appo_end(t->appo);
+}
+
 /* Rank 0 learns and runs the loop alone; every other rank is a sampler
  * until rank 0 says stop. */
 static int dpt__appo_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
@@ -310,6 +319,7 @@ const dpt__job_t dpt__appo_job = {
     .check = dpt__appo_check,
     .threads = dpt__appo_threads,
     .plan = dpt__appo_plan,
+    .end = dpt__appo_end_roles,
 };
 
 const dpt__job_t dpt__impala_job = {
@@ -319,4 +329,5 @@ const dpt__job_t dpt__impala_job = {
     .check = dpt__appo_check,
     .threads = dpt__appo_threads,
     .plan = dpt__appo_plan,
+    .end = dpt__appo_end_roles,
 };
