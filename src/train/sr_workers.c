@@ -146,14 +146,14 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
         return rc;
     const float *pred;
     double l;
-    if ((rc = dpt_seq_forward(w->net.seq, w->params.data, w->x, b, &pred)) != 0)
+    if ((rc = dpt_seq_forward(dpt__bags_seq(&w->net), w->params.data, w->x, b, &pred)) != 0)
         return rc;
     dpt_vec_zero(w->dy, b);
     if ((rc = dpt_loss_mse(pred, w->y, b, 1, w->dy, &l)) != 0)
         return rc;
     dpt_vec_zero(w->dpooled, b * E);
-    if ((rc = dpt_seq_backward_ex(w->net.seq, w->params.data, w->grads.data, w->dy, w->dpooled,
-                                  1)) != 0)
+    if ((rc = dpt_seq_backward_ex(dpt__bags_seq(&w->net), w->params.data, w->grads.data, w->dy,
+                                  w->dpooled, 1)) != 0)
         return rc;
     dpt_sparse_rows_clear(&w->grad_rows);
     if ((rc = dpt_embedding_bag_backward(E, w->ids, w->offsets, b, DPT_EMBED_MEAN, w->dpooled,

@@ -89,11 +89,7 @@ struct dpt__net {
     const dpt__model_ops_t *ops;
     dpt_model_t model; /* vars always; ctx, loss_grad for mlp and plugin */
     size_t max_batch;
-    dpt_mlp_t *mlp;  /* mlp */
-    void *handle;    /* plugin: its instance */
-    dpt_seq_t *seq;  /* bags: the MLP over the pooled embedding */
-    float *pooled;   /* bags: [max_batch, E] */
-    size_t *offsets; /* bags: [max_batch + 1] */
+    void *impl; /* the adapter's instance: a dpt_mlp_t, a plug-in's handle, ... */
 };
 
 struct dpt__task {
@@ -205,5 +201,8 @@ int dpt__task_mlp_spec(dpt__task_t *t, const dpt_config_t *c);
  * frees them. */
 int dpt__bags_make(dpt__bags_t *b, uint64_t seed);
 void dpt__bags_deinit(dpt__bags_t *b);
+/* The MLP over the pooled embedding of a bags instance (borrowed): a
+ * worker's gradient pools the rows it fetched itself (sr_workers.c). */
+dpt_seq_t *dpt__bags_seq(const dpt__net_t *n);
 
 #endif

@@ -113,29 +113,49 @@ static int bags_setup(dpt__task_t *t, const dpt_config_t *c)
 
 /* An instance: the MLP laid out as in t->table (its own table is scratch),
  * and the evaluation's pooled rows. */
+typedef struct bags_net {
+    dpt_seq_t *seq;  /* the MLP over the pooled embedding */
+    float *pooled;   /* [max_batch, E] */
+    size_t *offsets; /* [max_batch + 1] */
+} bags_net_t;
+
 static int bags_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
 {
+    bags_net_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return dpt_error(DPT_ENOMEM, "bags: cannot allocate a model");
+    n->impl = b;
     dpt_vartable_t scratch;
     int rc = bags_table_head(t, &scratch);
     if (!rc)
-        rc = dpt_seq_create(&n->seq, t->edim, t->layers, t->nlayers, max_batch, &scratch, "mlp.");
+        rc = dpt_seq_create(&b->seq, t->edim, t->layers, t->nlayers, max_batch, &scratch, "mlp.");
     dpt_vartable_deinit(&scratch);
     if (rc)
         return rc;
     n->model.vars = &t->table;
     n->model.max_batch = max_batch;
-    n->pooled = malloc(max_batch * t->edim * sizeof(float));
-    n->offsets = malloc((max_batch + 1) * sizeof(size_t));
-    if (!n->pooled || !n->offsets)
+    b->pooled = malloc(max_batch * t->edim * sizeof(float));
+    b->offsets = malloc((max_batch + 1) * sizeof(size_t));
+    if (!b->pooled || !b->offsets)
         return dpt_error(DPT_ENOMEM, "bags: cannot allocate a model of %zu rows", max_batch);
     return DPT_OK;
 }
 
 static void bags_destroy(dpt__net_t *n)
 {
-    dpt_seq_destroy(n->seq);
-    free(n->pooled);
-    free(n->offsets);
+    bags_net_t *b = n->impl;
+    if (!b)
+        return;
+    dpt_seq_destroy(b->seq);
+    free(b->pooled);
+    free(b->offsets);
+    free(b);
+}
+
+dpt_seq_t *dpt__bags_seq(const dpt__net_t *n)
+{
+    const bags_net_t *b = n->impl;
+    return b->seq;
 }
 
 /* The table as PyTorch's nn.Embedding starts it, N(0, 1) scaled to the
@@ -145,7 +165,7 @@ static void bags_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
     const dpt__task_t *t = n->task;
     const dpt_var_t *ev = &t->table.vars[0];
     dpt_rng_fill_normal(rng, params + ev->offset, ev->count, 0.0f, 1.0f / sqrtf((float)t->edim));
-    dpt_seq_init_params(n->seq, params, rng);
+    dpt_seq_init_params(dpt__bags_seq(n), params, rng);
 }
 
 /* Mean squared error (and absolute error, R^2) on the test bags. */
@@ -153,6 +173,7 @@ static int bags_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *
 {
     const dpt__task_t *t = n->task;
     const dpt__bags_t *b = &t->bags;
+    bags_net_t *net = n->impl;
     const dpt_var_t *ev = &t->table.vars[0];
     size_t V = ev->shape[0], E = ev->shape[1], L = b->nids, rows = b->test_rows;
     const float *y = b->test_y;
@@ -165,12 +186,12 @@ static int bags_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *
     for (size_t r0 = 0; r0 < rows; r0 += n->max_batch) {
         size_t m = rows - r0 < n->max_batch ? rows - r0 : n->max_batch;
         for (size_t j = 0; j <= m; j++)
-            n->offsets[j] = j * L;
+            net->offsets[j] = j * L;
         int rc = dpt_embedding_bag_forward(params + ev->offset, V, E, b->test_ids + r0 * L,
-                                           n->offsets, m, DPT_EMBED_MEAN, n->pooled);
+                                           net->offsets, m, DPT_EMBED_MEAN, net->pooled);
         const float *pred;
         if (!rc)
-            rc = dpt_seq_forward(n->seq, params, n->pooled, m, &pred);
+            rc = dpt_seq_forward(net->seq, params, net->pooled, m, &pred);
         if (rc)
             return rc;
         for (size_t j = 0; j < m; j++) {

@@ -158,21 +158,23 @@ static int mlp_setup(dpt__task_t *t, const dpt_config_t *c)
 
 static int mlp_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
 {
-    int rc = dpt_mlp_create(&n->mlp, t->in_dim, t->layers, t->nlayers, t->loss, max_batch);
+    dpt_mlp_t *mlp = NULL;
+    int rc = dpt_mlp_create(&mlp, t->in_dim, t->layers, t->nlayers, t->loss, max_batch);
     if (rc)
         return rc;
-    n->model = dpt_mlp_model(n->mlp);
+    n->impl = mlp;
+    n->model = dpt_mlp_model(mlp);
     return DPT_OK;
 }
 
 static void mlp_destroy(dpt__net_t *n)
 {
-    dpt_mlp_destroy(n->mlp);
+    dpt_mlp_destroy(n->impl);
 }
 
 static void mlp_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
 {
-    dpt_mlp_init_params(n->mlp, params, rng);
+    dpt_mlp_init_params(n->impl, params, rng);
 }
 
 static int mlp_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
@@ -180,10 +182,10 @@ static int mlp_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *o
     const dpt_dataset_t *d = &n->task->test;
     dpt_batch_t b = dpt__task_batch(d->rows, d->dim, d->x, d->labels, d->targets, d->target_dim);
     dpt_loss_out_t o;
-    int rc = dpt_mlp_evaluate(n->mlp, params, &b, &o);
+    int rc = dpt_mlp_evaluate(n->impl, params, &b, &o);
     if (rc)
         return rc;
-    return task_scores(&o, task_mlp_predict, n->mlp, params, d, out);
+    return task_scores(&o, task_mlp_predict, n->impl, params, d, out);
 }
 
 static int mlp_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
@@ -219,9 +221,9 @@ static int plugin_setup(dpt__task_t *t, const dpt_config_t *c)
 static int plugin_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
 {
     dpt_model_spec_t spec = {t->in_dim, t->outputs, t->loss, max_batch};
-    int rc = t->plugin->create(&spec, &n->model, &n->handle);
+    int rc = t->plugin->create(&spec, &n->model, &n->impl);
     if (rc) {
-        n->handle = NULL;
+        n->impl = NULL;
         return dpt_error(rc, "model plug-in %s (%s): %s", t->plugin_path, t->plugin->name,
                          dpt_last_error());
     }
@@ -235,23 +237,23 @@ static int plugin_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
 
 static void plugin_destroy(dpt__net_t *n)
 {
-    if (n->handle)
-        n->task->plugin->destroy(n->handle);
+    if (n->impl)
+        n->task->plugin->destroy(n->impl);
 }
 
 static void plugin_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
 {
-    n->task->plugin->init_params(n->handle, params, rng);
+    n->task->plugin->init_params(n->impl, params, rng);
 }
 
 static int plugin_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
 {
     const dpt__task_t *t = n->task;
     dpt_loss_out_t o;
-    int rc = task_predict_loss(t->plugin->predict, n->handle, params, &t->test, t->loss, &o);
+    int rc = task_predict_loss(t->plugin->predict, n->impl, params, &t->test, t->loss, &o);
     if (rc)
         return rc;
-    return task_scores(&o, t->plugin->predict, n->handle, params, &t->test, out);
+    return task_scores(&o, t->plugin->predict, n->impl, params, &t->test, out);
 }
 
 static int plugin_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
