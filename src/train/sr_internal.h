@@ -4,24 +4,25 @@
  *
  *   trainer_sync_replicas.c  the trainer: create, iterate (one epoch),
  *                            checkpoint, restore, evaluate, describe
- *   sr_bags.c                the synthetic bags dataset and its model
  *   sr_workers.c             worker threads of one process and the
  *                            gradient of one chunk
  *   sr_remote.c              under mpirun: the messages between the
  *                            services and the worker ranks
+ * The data and the model (an MLP, or the bags embedding model) are the
+ * supervised task's (task.h).
  */
 #ifndef DPT_TRAIN_SR_INTERNAL_H
 #define DPT_TRAIN_SR_INTERNAL_H
 
 #include "dpt/dpt.h"
 #include "dpt/sync_replicas.h"
+#include "task.h"
 #include "train_internal.h"
 
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define SRT_EVAL_BATCH 1000
 #define SRT_MAX_WORKERS 32
 #define SRT_MAX_PS 8
 
@@ -39,8 +40,7 @@ typedef struct srt_worker {
     int id;
     pthread_t th;
     int lost;
-    dpt_mlp_t *mlp; /* MLP datasets */
-    dpt_seq_t *seq; /* bags: the MLP over the pooled embedding */
+    dpt__net_t net; /* the task's model for chunks of b rows (bags: its MLP) */
     dpt_arena_t params, grads;
     float *x, *y; /* the batch: features [b, dim] or pooled embeddings [b, E]; targets */
     int32_t *labels;
@@ -78,25 +78,13 @@ typedef struct srt_ranks {
 } srt_ranks_t;
 
 struct srt {
+    dpt__task_t task; /* the data and the model's description */
+    dpt__net_t eval;  /* the model for DPT__TASK_EVAL_BATCH rows (evaluation, init) */
+    /* The task's sizes the protocol and the workers read: dataset = bags;
+     * training rows; the bags' embedding width and ids a bag. */
     int bags;
-    char dataset[32]; /* the dataset key's value, for the checkpoint metadata */
-    char where[DPT_CONFIG_STR_MAX + 32];
-    char layers_text[160];
-    dpt_layer_spec_t layers[DPT__SUP_MAX_LAYERS];
-    size_t nlayers;
-    dpt_layer_kind_t act;
-    dpt_loss_kind_t loss;
-    dpt_dataset_t train, test; /* MLP datasets */
-    size_t dim, ydim, classes, rows;
-    /* bags */
-    size_t vocab, edim, nids, test_rows;
-    int64_t *train_ids, *test_ids; /* [rows * nids] */
-    float *train_y, *test_y;
-    dpt_vartable_t table; /* bags: embedding.weight, then mlp.* */
-    const dpt_vartable_t *vars;
-    dpt_mlp_t *eval_mlp;
-    dpt_seq_t *eval_seq;
-    float *eval_pooled;
+    size_t rows, edim, nids;
+    const dpt_vartable_t *vars; /* the model's table */
     dpt_sr_t *sr;
     int N, R, num_ps, lost;
     size_t batch, b, nchunks;
@@ -126,28 +114,6 @@ struct srt {
     float ema_decay;
     int eval_ema; /* evaluate() scores the EMA */
 };
-
-/* ---- sr_bags.c: the bags task ---------------------------------------------------- */
-
-/* Draws the bags of both splits (t->rows and t->test_rows bags of t->nids
- * ids from t->vocab) and their targets from the seed into t->train_ids,
- * t->test_ids, t->train_y, t->test_y (freed by the caller). */
-int dpt__sr_bags_make(srt_t *t, uint64_t seed);
-/* The bags model: embedding.weight [V, E], then an MLP of E inputs and one
- * output with names "mlp.<i>.weight" / ".bias" (the layers of config c,
- * their text into text[size]). */
-int dpt__sr_bags_model(const dpt_config_t *c, size_t vocab, size_t edim, size_t max_batch,
-                       dpt_vartable_t *table, dpt_seq_t **seq, dpt_layer_spec_t *layers,
-                       size_t *nlayers, dpt_layer_kind_t *act, char *text, size_t size);
-/* Mean squared error (and absolute error, R^2) of the bags model on `rows`
- * test bags of L ids, with the table and MLP in `params`; pooled is
- * [SRT_EVAL_BATCH, E] scratch. */
-int dpt__sr_bags_eval(dpt_seq_t *seq, float *pooled, const float *params,
-                      const dpt_vartable_t *table, const int64_t *ids, const float *y, size_t rows,
-                      size_t L, dpt_eval_result_t *out);
-/* Another instance of the bags model's MLP (for a worker or evaluation),
- * laid out as in t->table. */
-int dpt__sr_bags_seq(const srt_t *t, size_t max_batch, dpt_seq_t **seq);
 
 /* ---- sr_workers.c: worker threads and one gradient --------------------------------- */
 

@@ -19,8 +19,7 @@
 
 void dpt__sr_worker_free(srt_worker_t *w)
 {
-    dpt_mlp_destroy(w->mlp);
-    dpt_seq_destroy(w->seq);
+    dpt__net_deinit(&w->net);
     dpt_arena_deinit(&w->params);
     dpt_arena_deinit(&w->grads);
     free(w->x);
@@ -39,11 +38,10 @@ int dpt__sr_worker_build(srt_t *t, srt_worker_t *w)
 {
     size_t b = t->b, n = t->vars->total;
     int rc;
-    if ((rc = dpt_arena_init(&w->params, n)) != 0 || (rc = dpt_arena_init(&w->grads, n)) != 0)
+    if ((rc = dpt_arena_init(&w->params, n)) != 0 || (rc = dpt_arena_init(&w->grads, n)) != 0 ||
+        (rc = dpt__net_init(&w->net, &t->task, b)) != 0)
         return rc;
     if (t->bags) {
-        if ((rc = dpt__sr_bags_seq(t, b, &w->seq)) != 0)
-            return rc;
         size_t L = t->nids, E = t->edim;
         w->ids = malloc(b * L * sizeof(int64_t));
         w->uniq = malloc(b * L * sizeof(int64_t));
@@ -58,11 +56,9 @@ int dpt__sr_worker_build(srt_t *t, srt_worker_t *w)
             return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate worker %d", w->id);
         return dpt_sparse_rows_init(&w->grad_rows, E, b * L);
     }
-    if ((rc = dpt_mlp_create(&w->mlp, t->dim, t->layers, t->nlayers, t->loss, b)) != 0)
-        return rc;
-    w->x = malloc(b * t->dim * sizeof(float));
-    if (t->ydim)
-        w->y = malloc(b * t->ydim * sizeof(float));
+    w->x = malloc(b * t->task.in_dim * sizeof(float));
+    if (t->task.ydim)
+        w->y = malloc(b * t->task.ydim * sizeof(float));
     else
         w->labels = malloc(b * sizeof(int32_t));
     if (!w->x || !(w->y || w->labels))
@@ -105,19 +101,20 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
     if (!t->bags) {
         if ((rc = srt_fetch(w, NULL, 0)) != 0)
             return rc;
-        size_t dim = t->dim, yd = t->ydim;
+        const dpt_dataset_t *d = &t->task.train;
+        size_t dim = d->dim, yd = d->target_dim;
         for (size_t i = 0; i < b; i++) {
             size_t r = rows[i];
-            memcpy(w->x + i * dim, t->train.x + r * dim, dim * sizeof(float));
+            memcpy(w->x + i * dim, d->x + r * dim, dim * sizeof(float));
             if (yd)
-                memcpy(w->y + i * yd, t->train.targets + r * yd, yd * sizeof(float));
+                memcpy(w->y + i * yd, d->targets + r * yd, yd * sizeof(float));
             else
-                w->labels[i] = t->train.labels[r];
+                w->labels[i] = d->labels[r];
         }
-        dpt_batch_t batch = dpt__sup_batch(b, dim, w->x, w->labels, w->y, yd);
-        dpt_model_t m = dpt_mlp_model(w->mlp);
+        dpt_batch_t batch = dpt__task_batch(b, dim, w->x, w->labels, w->y, yd);
+        const dpt_model_t *m = &w->net.model;
         dpt_loss_out_t o;
-        if ((rc = m.loss_grad(m.ctx, w->params.data, w->grads.data, &batch, &o)) != 0)
+        if ((rc = m->loss_grad(m->ctx, w->params.data, w->grads.data, &batch, &o)) != 0)
             return rc;
         *loss = o.loss;
         *correct = o.correct;
@@ -127,8 +124,8 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
      * renumbered into them. */
     size_t L = t->nids, E = t->edim, n = b * L;
     for (size_t i = 0; i < b; i++) {
-        memcpy(w->uniq + i * L, t->train_ids + rows[i] * L, L * sizeof(int64_t));
-        w->y[i] = t->train_y[rows[i]];
+        memcpy(w->uniq + i * L, t->task.bags.train_ids + rows[i] * L, L * sizeof(int64_t));
+        w->y[i] = t->task.bags.train_y[rows[i]];
         w->offsets[i] = i * L;
     }
     w->offsets[b] = n;
@@ -149,14 +146,14 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
         return rc;
     const float *pred;
     double l;
-    if ((rc = dpt_seq_forward(w->seq, w->params.data, w->x, b, &pred)) != 0)
+    if ((rc = dpt_seq_forward(dpt__bags_seq(&w->net), w->params.data, w->x, b, &pred)) != 0)
         return rc;
     dpt_vec_zero(w->dy, b);
     if ((rc = dpt_loss_mse(pred, w->y, b, 1, w->dy, &l)) != 0)
         return rc;
     dpt_vec_zero(w->dpooled, b * E);
-    if ((rc = dpt_seq_backward_ex(w->seq, w->params.data, w->grads.data, w->dy, w->dpooled, 1)) !=
-        0)
+    if ((rc = dpt_seq_backward_ex(dpt__bags_seq(&w->net), w->params.data, w->grads.data, w->dy,
+                                  w->dpooled, 1)) != 0)
         return rc;
     dpt_sparse_rows_clear(&w->grad_rows);
     if ((rc = dpt_embedding_bag_backward(E, w->ids, w->offsets, b, DPT_EMBED_MEAN, w->dpooled,

@@ -370,22 +370,6 @@ struct dpt_policy;
 int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *policy,
                          const dpt_config_t *cfg);
 
-/* Pieces of the supervised trainer the sync_replicas trainer shares
- * (src/train/trainer_supervised.c): the data of config c (fashion_mnist,
- * csv or spirals; *where gets their location for messages and metadata);
- * the MLP of keys hidden and activation with `outputs` outputs (and its
- * sizes as text, "784,256,128,10"); a model batch; the regression figures
- * of an MLP on a test set; and the evaluation of a checkpoint. */
-int dpt__sup_load(const dpt_config_t *c, dpt_dataset_t *train, dpt_dataset_t *test, char *where,
-                  size_t size);
-int dpt__sup_layers(const dpt_config_t *c, size_t in_dim, size_t outputs, dpt_layer_spec_t *layers,
-                    size_t *nlayers, dpt_layer_kind_t *act, char *text, size_t size);
-dpt_batch_t dpt__sup_batch(size_t rows, size_t dim, float *x, int32_t *labels, float *y,
-                           size_t ydim);
-int dpt__sup_regress(dpt_mlp_t *mlp, const float *params, const dpt_dataset_t *test, double *rmse,
-                     double *mae, double *r2);
-int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
-                             uint64_t seed, dpt_eval_result_t *out);
 /* sync_replicas under mpirun (src/train/trainer_sync_replicas.c): the
  * config's rules for a world of `world` ranks (the first num_ps ranks the
  * services, every other rank one worker: num_ps + total_num_replicas =
@@ -397,7 +381,5 @@ int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st,
 int dpt__sr_mpi_check(const dpt_config_t *c, int world);
 int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
                        const volatile sig_atomic_t *stop_flag);
-/* The most hidden layers of the supervised MLP (sizes in key hidden). */
-#define DPT__SUP_MAX_LAYERS (2 * DPT__MAX_HIDDEN + 1)
 
 #endif

@@ -5,13 +5,12 @@
  * gradients make each update; one iterate() per epoch (the steps of one
  * pass over the training set at batch_size rows per update).
  *
- * Data: Fashion-MNIST, CSV or spirals with the supervised job's MLP, or
- * "bags": bags of bags_ids ids drawn (Zipf-like: id i with weight
- * 1 / (i + 1)^1.1) from a vocabulary of bags_vocab ids, each id i carrying a
- * hidden value u_i ~ N(0, 1) and each bag the target y = mean of its ids'
- * u_i. The model pools an embedding table [bags_vocab, embedding_dim] over
- * the bag (mean) and regresses y with an MLP of `hidden`; the table's
- * gradients are row-sparse and travel as (indices, rows).
+ * Data and model: the supervised task's (task.h): Fashion-MNIST, CSV or
+ * spirals with the MLP of keys hidden and activation, or "bags"
+ * (task_bags.c), whose model pools an embedding table
+ * [bags_vocab, embedding_dim] over each bag and regresses its target with
+ * an MLP; the table's gradients are row-sparse and travel as
+ * (indices, rows).
  *
  * Which rows a worker trains on: the epoch's shuffled order is cut into
  * chunks of b = batch_size / replicas_to_aggregate rows; a worker's k-th
@@ -83,16 +82,8 @@ static void srt_destroy(void *self)
     free(t->w);
     free(t->base_contrib);
     dpt_sr_destroy(t->sr);
-    dpt_mlp_destroy(t->eval_mlp);
-    dpt_seq_destroy(t->eval_seq);
-    free(t->eval_pooled);
-    dpt_dataset_deinit(&t->train);
-    dpt_dataset_deinit(&t->test);
-    free(t->train_ids);
-    free(t->test_ids);
-    free(t->train_y);
-    free(t->test_y);
-    dpt_vartable_deinit(&t->table);
+    dpt__net_deinit(&t->eval);
+    dpt__task_deinit(&t->task);
     free(t->perm);
     free(t);
 }
@@ -102,18 +93,9 @@ static void srt_destroy(void *self)
 static int srt_service(srt_t *t, const dpt_config_t *c)
 {
     dpt_sr_config_t sc = dpt_sr_defaults();
-    dpt_optim_kind_t kind;
-    int rc;
-    if ((rc = dpt_optim_kind_parse(DPT_CS(c, optimizer), &kind)) != 0 ||
-        (rc = dpt_schedule_kind_parse(DPT_CS(c, lr_schedule), &sc.schedule.kind)) != 0)
+    int rc = dpt__task_optim(c, &sc.optim, &sc.schedule);
+    if (rc)
         return rc;
-    sc.optim = dpt_optim_defaults(kind);
-    sc.optim.momentum = (float)DPT_CF(c, momentum);
-    sc.optim.nesterov = kind == DPT_OPTIM_MOMENTUM ? (int)DPT_CI(c, nesterov) : 0;
-    sc.optim.eps = (float)DPT_CF(c, adam_eps);
-    sc.optim.weight_decay = (float)DPT_CF(c, weight_decay);
-    sc.schedule.lr0 = (float)DPT_CF(c, lr);
-    sc.schedule.lr_end = (float)DPT_CF(c, lr_end);
     sc.schedule.total_steps = t->epochs * t->steps_per_epoch;
     sc.grad_clip = DPT_CF(c, grad_clip);
     sc.vars = t->vars;
@@ -122,7 +104,7 @@ static int srt_service(srt_t *t, const dpt_config_t *c)
     sc.num_ps = t->num_ps;
     sc.ema_decay = t->ema_decay;
     sc.timeout_s = DPT_CF(c, comm_timeout_s);
-    unsigned char sparse[2 * DPT__SUP_MAX_LAYERS + 1] = {0};
+    unsigned char sparse[2 * DPT__TASK_MAX_LAYERS + 1] = {0};
     if (t->bags) {
         if (t->vars->nvars > sizeof sparse)
             return dpt_error(DPT_EINVAL, "sync_replicas: the bags model has too many variables");
@@ -147,16 +129,7 @@ static int srt_service(srt_t *t, const dpt_config_t *c)
         return rc;
     dpt_rng_t init;
     dpt_rng_init(&init, (uint64_t)DPT_CI(c, seed), 0, 0, DPT_RNG_INIT);
-    float *p = dpt_sr_params(t->sr);
-    if (t->bags) {
-        /* The table as PyTorch's nn.Embedding starts it, N(0, 1) scaled to
-         * the width; then the MLP. */
-        const dpt_var_t *ev = &t->vars->vars[0];
-        dpt_rng_fill_normal(&init, p + ev->offset, ev->count, 0.0f, 1.0f / sqrtf((float)t->edim));
-        dpt_seq_init_params(t->eval_seq, p, &init);
-    } else {
-        dpt_mlp_init_params(t->eval_mlp, p, &init);
-    }
+    dpt__net_init_params(&t->eval, dpt_sr_params(t->sr), &init);
     dpt_sr_reset_ema(t->sr);
     dpt_sr_set_global_step(t->sr, 0);
     return DPT_OK;
@@ -183,28 +156,9 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
                          t->rows, t->batch);
     t->nchunks = t->rows / t->b;
     t->steps_per_epoch = t->rows / t->batch;
-    if (t->bags) {
-        if ((rc = dpt__sr_bags_model(c, t->vocab, t->edim, t->b, &t->table, &t->eval_seq, t->layers,
-                                     &t->nlayers, &t->act, t->layers_text,
-                                     sizeof t->layers_text)) != 0)
-            return rc;
-        /* Evaluation reuses the workers' batch size. */
-        dpt_seq_destroy(t->eval_seq);
-        t->eval_seq = NULL;
-        if ((rc = dpt__sr_bags_seq(t, SRT_EVAL_BATCH, &t->eval_seq)) != 0)
-            return rc;
-        t->eval_pooled = malloc(SRT_EVAL_BATCH * t->edim * sizeof(float));
-        if (!t->eval_pooled)
-            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the evaluation");
-        t->vars = &t->table;
-    } else {
-        if ((rc = dpt__sup_layers(c, t->dim, t->ydim ? t->ydim : t->classes, t->layers, &t->nlayers,
-                                  &t->act, t->layers_text, sizeof t->layers_text)) != 0 ||
-            (rc = dpt_mlp_create(&t->eval_mlp, t->dim, t->layers, t->nlayers, t->loss,
-                                 SRT_EVAL_BATCH)) != 0)
-            return rc;
-        t->vars = dpt_mlp_vars(t->eval_mlp);
-    }
+    if ((rc = dpt__net_init(&t->eval, &t->task, DPT__TASK_EVAL_BATCH)) != 0)
+        return rc;
+    t->vars = t->eval.model.vars;
     for (size_t i = 0; i < t->vars->nvars; i++)
         if (!(t->bags && i == 0))
             t->dense_count += t->vars->vars[i].count;
@@ -268,26 +222,11 @@ static int srt_new(srt_t **out, const dpt_config_t *c, const dpt_trainer_env_t *
     t->svc = role == SRT_SERVICE ? 0 : role == SRT_SHARD ? dpt_comm_rank(comm) : -1;
     t->straggler = env && env->straggler_delay_s > 0 ? env->straggler_worker : -1;
     t->straggler_s = env ? env->straggler_delay_s : 0.0;
-    t->bags = DPT_CI(c, dataset) == DPT_DATASET_BAGS;
-    snprintf(t->dataset, sizeof t->dataset, "%s", DPT_CS(c, dataset));
-    if (t->bags) {
-        t->loss = DPT_LOSS_MSE;
-        t->vocab = (size_t)DPT_CI(c, bags_vocab);
-        t->edim = (size_t)DPT_CI(c, embedding_dim);
-        t->nids = (size_t)DPT_CI(c, bags_ids);
-        t->rows = (size_t)DPT_CI(c, bags_rows);
-        t->test_rows = t->rows / 10 ? t->rows / 10 : 1;
-        t->ydim = 1;
-        snprintf(t->where, sizeof t->where, "seed %" PRId64, DPT_CI(c, seed));
-        rc = dpt__sr_bags_make(t, (uint64_t)DPT_CI(c, seed));
-    } else {
-        t->loss = (dpt_loss_kind_t)DPT_CI(c, loss);
-        rc = dpt__sup_load(c, &t->train, &t->test, t->where, sizeof t->where);
-        t->dim = t->train.dim;
-        t->ydim = t->train.target_dim;
-        t->classes = (size_t)t->train.num_classes;
-        t->rows = t->train.rows;
-    }
+    rc = dpt__task_init(&t->task, c, NULL);
+    t->bags = t->task.dataset == DPT_DATASET_BAGS;
+    t->rows = t->task.rows;
+    t->edim = t->task.edim;
+    t->nids = t->task.bags.nids;
     if (!rc)
         rc = srt_build(t, c);
     if (rc) {
@@ -326,26 +265,7 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
 /* Test-set figures of `params` into out (loss; accuracy or regression). */
 static int srt_eval_params(srt_t *t, const float *params, dpt_eval_result_t *out)
 {
-    out->count = 0;
-    out->mean_return = out->mean_length = out->loss = out->accuracy = NAN;
-    out->rmse = out->mae = out->r2 = NAN;
-    out->stochastic = 0;
-    if (t->bags)
-        return dpt__sr_bags_eval(t->eval_seq, t->eval_pooled, params, t->vars, t->test_ids,
-                                 t->test_y, t->test_rows, t->nids, out);
-    dpt_batch_t tb = dpt__sup_batch(t->test.rows, t->test.dim, t->test.x, t->test.labels,
-                                    t->test.targets, t->test.target_dim);
-    dpt_loss_out_t o;
-    int rc = dpt_mlp_evaluate(t->eval_mlp, params, &tb, &o);
-    if (rc)
-        return rc;
-    out->count = t->test.rows;
-    out->loss = o.loss;
-    if (!t->ydim) {
-        out->accuracy = o.correct / (double)t->test.rows;
-        return DPT_OK;
-    }
-    return dpt__sup_regress(t->eval_mlp, params, &t->test, &out->rmse, &out->mae, &out->r2);
+    return dpt__net_evaluate(&t->eval, params, out);
 }
 
 /* One epoch's figures, gathered for its result. */
@@ -454,13 +374,7 @@ static void srt_line(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r
     const dpt_sr_stats_t *s1 = &e->s1;
     double train_loss = e->used ? e->loss / (double)e->used : (double)NAN;
     double rate = e->train_time > 0 ? (double)e->used / e->train_time : 0.0;
-    r->iteration = t->epoch;
-    r->timesteps_total = t->samples;
-    r->progress = (double)t->epoch / (double)t->epochs;
-    r->finished = t->epoch >= t->epochs;
-    r->reward_mean = NAN;
-    r->episodes_in_window = 0;
-    if (t->ydim)
+    if (t->task.ydim)
         snprintf(r->line, sizeof r->line,
                  "epoch %" PRIu64 "/%" PRIu64 "  step %" PRIu64 "  train loss %.4f  test loss "
                  "%.4f rmse %.4f r2 %.4f  stale %" PRIu64 "  %.0f samples/s",
@@ -499,29 +413,15 @@ static void srt_metrics(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t
     uint64_t steps = s1->global_step - s0->global_step;
     uint64_t tokens = s1->tokens_taken - s0->tokens_taken;
     double train_loss = e->used ? e->loss / (double)e->used : (double)NAN;
-    double rate = e->train_time > 0 ? (double)e->used / e->train_time : 0.0;
-    r->nmetrics = 0;
-    dpt_train_result_add(r, "training_iteration", (double)t->epoch);
-    dpt_train_result_add(r, "epoch", (double)t->epoch);
-    dpt_train_result_add(r, "samples_total", (double)t->samples);
-    dpt_train_result_add(r, "steps_total", (double)s1->global_step);
+    double train_acc = e->used ? e->hits / (double)e->used : (double)NAN;
+    int ydim = t->task.ydim > 0;
+    dpt__task_result_begin(r, t->epoch, t->epochs, t->samples, s1->global_step);
     dpt_train_result_add(r, "global_step", (double)s1->global_step);
-    dpt_train_result_add(r, "train_loss", train_loss);
-    if (!t->ydim)
-        dpt_train_result_add(r, "train_accuracy",
-                             e->used ? e->hits / (double)e->used : (double)NAN);
-    dpt_train_result_add(r, "test_loss", e->ev.loss);
-    if (t->ydim) {
-        dpt_train_result_add(r, "test_rmse", e->ev.rmse);
-        dpt_train_result_add(r, "test_mae", e->ev.mae);
-        dpt_train_result_add(r, "test_r2", e->ev.r2);
-    } else {
-        dpt_train_result_add(r, "test_accuracy", e->ev.accuracy);
-    }
+    dpt__task_result_scores(r, &t->task, train_loss, train_acc, &e->ev);
     if (t->ema_decay > 0.0f) {
         dpt_train_result_add(r, "test_loss_ema", e->eva.loss);
-        dpt_train_result_add(r, t->ydim ? "test_r2_ema" : "test_accuracy_ema",
-                             t->ydim ? e->eva.r2 : e->eva.accuracy);
+        dpt_train_result_add(r, ydim ? "test_r2_ema" : "test_accuracy_ema",
+                             ydim ? e->eva.r2 : e->eva.accuracy);
     }
     dpt_train_result_add(r, "stale_gradients_dropped", (double)(t->base_stale + s1->stale_dropped));
     dpt_train_result_add(r, "workers_lost", (double)t->lost);
@@ -542,10 +442,7 @@ static void srt_metrics(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t
     dpt_sr_placement(t->sr, NULL, pb);
     for (int k = 0; k < t->num_ps; k++)
         dpt_train_result_add(r, srt_ps_metric[k], (double)pb[k]);
-    dpt_train_result_add(r, "samples_per_s", rate);
-    dpt_train_result_add(r, "time_this_iter_s", dpt_now() - e->t0);
-    dpt_train_result_add(r, "timing_breakdown/train_time_ms", e->train_time * 1e3);
-    dpt_train_result_add(r, "timing_breakdown/eval_time_ms", e->eval_time * 1e3);
+    dpt__task_result_end(r, e->used, e->t0, e->train_time, e->eval_time);
 }
 
 /* One epoch: 1. the epoch's order, 2. its steps, 3. the workers lost,
@@ -609,9 +506,7 @@ static int srt_checkpoint(void *self, dpt_safetensors_writer_t *w)
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "global_step", dpt_sr_global_step(t->sr));
     if (!rc)
-        rc = dpt_safetensors_set_meta_u64(w, "shuffle_rng", dpt_rng_tell(&t->shuffle_rng));
-    if (!rc)
-        rc = dpt_safetensors_set_meta_u64(w, "samples_total", t->samples);
+        rc = dpt__task_save_pos(w, &t->shuffle_rng, t->samples);
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "workers_lost", (uint64_t)t->lost);
     dpt_sr_stats_t st;
@@ -637,15 +532,9 @@ static int srt_restore(void *self, const dpt_safetensors_t *st)
     dpt_optim_t *opt = dpt_sr_optimizer(t->sr);
     uint64_t pos, samples, step, epoch;
     int rc;
-    if ((rc = dpt_safetensors_meta_u64(st, "shuffle_rng", &pos)) != 0 ||
-        (rc = dpt_safetensors_meta_u64(st, "samples_total", &samples)) != 0 ||
-        (rc = dpt_safetensors_meta_u64(st, "global_step", &step)) != 0 ||
-        (rc = dpt_safetensors_meta_u64(st, "training_iteration", &epoch)) != 0)
+    if ((rc = dpt__task_read_pos(st, t->epochs, &pos, &samples, &epoch)) != 0 ||
+        (rc = dpt_safetensors_meta_u64(st, "global_step", &step)) != 0)
         return rc;
-    if (epoch > t->epochs)
-        return dpt_error(DPT_EINVAL,
-                         "checkpoint %s is at epoch %" PRIu64 ", past epochs = %" PRIu64,
-                         dpt_safetensors_path(st), epoch, t->epochs);
     uint64_t stale = 0, lost = 0;
     uint64_t contrib[SRT_MAX_WORKERS] = {0};
     const char *text = dpt_safetensors_meta(st, "batches_contributed");
@@ -728,69 +617,18 @@ static int srt_describe(void *self, dpt_safetensors_writer_t *w)
         snprintf(ema, sizeof ema, "decay %g: tensors ema.<variable>, updated after each step",
                  (double)t->ema_decay);
     int rc;
-    if ((rc = dpt_safetensors_set_meta(w, "dataset", t->dataset)) != 0 ||
-        (rc = dpt_safetensors_set_meta(w, "data_location", t->where)) != 0 ||
-        (rc = dpt_safetensors_set_meta(w, "loss", dpt_loss_kind_name(t->loss))) != 0 ||
-        (rc = dpt_safetensors_set_meta(w, "layers", t->layers_text)) != 0 ||
-        (rc = dpt_safetensors_set_meta(w, "activation", dpt_layer_kind_name(t->act))) != 0 ||
+    if ((rc = dpt__task_describe(&t->task, w)) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "ema", ema)) != 0 ||
-        (rc = dpt_safetensors_set_meta_u64(w, "replicas_to_aggregate", (uint64_t)t->R)) != 0 ||
-        (rc = dpt_safetensors_set_meta_u64(w, "total_num_replicas", (uint64_t)t->N)) != 0)
+        (rc = dpt_safetensors_set_meta_u64(w, "replicas_to_aggregate", (uint64_t)t->R)) != 0)
         return rc;
-    if (t->bags) {
-        if ((rc = dpt_safetensors_set_meta_u64(w, "vocab", t->vocab)) != 0 ||
-            (rc = dpt_safetensors_set_meta_u64(w, "embedding_dim", t->edim)) != 0 ||
-            (rc = dpt_safetensors_set_meta_u64(w, "bag_ids", t->nids)) != 0)
-            return rc;
-        return dpt_safetensors_set_meta_u64(w, "num_targets", 1);
-    }
-    if ((rc = dpt_safetensors_set_meta_u64(w, "input_dim", t->dim)) != 0)
-        return rc;
-    if (t->ydim)
-        return dpt_safetensors_set_meta_u64(w, "num_targets", t->ydim);
-    return dpt_safetensors_set_meta_u64(w, "num_classes", t->classes);
+    return dpt_safetensors_set_meta_u64(w, "total_num_replicas", (uint64_t)t->N);
 }
 
 static int srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
                                uint64_t seed, dpt_eval_result_t *out)
 {
-    if (strcmp(DPT_CS(c, dataset), "bags") != 0)
-        return dpt__sup_eval_checkpoint(c, st, episodes, seed, out);
-    /* Bags: the test bags come from the run's seed; the model from the
-     * config it carries. */
-    srt_t *t = calloc(1, sizeof *t);
-    if (!t)
-        return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the evaluation");
-    t->vocab = (size_t)DPT_CI(c, bags_vocab);
-    t->edim = (size_t)DPT_CI(c, embedding_dim);
-    t->nids = (size_t)DPT_CI(c, bags_ids);
-    t->rows = (size_t)DPT_CI(c, bags_rows);
-    t->test_rows = t->rows / 10 ? t->rows / 10 : 1;
-    dpt_arena_t p = {0};
-    int rc = dpt__sr_bags_make(t, (uint64_t)DPT_CI(c, seed));
-    if (!rc)
-        rc = dpt__sr_bags_model(c, t->vocab, t->edim, SRT_EVAL_BATCH, &t->table, &t->eval_seq,
-                                t->layers, &t->nlayers, &t->act, t->layers_text,
-                                sizeof t->layers_text);
-    t->vars = &t->table;
-    t->eval_pooled = rc ? NULL : malloc(SRT_EVAL_BATCH * t->edim * sizeof(float));
-    if (!rc && !t->eval_pooled)
-        rc = dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the evaluation");
-    if (!rc)
-        rc = dpt_arena_init(&p, t->table.total);
-    if (!rc)
-        rc = dpt_safetensors_load_arena(st, DPT_CI(c, eval_ema) ? "ema." : "params.", &t->table,
-                                        p.data, p.count);
-    if (!rc)
-        rc = dpt__sr_bags_eval(t->eval_seq, t->eval_pooled, p.data, &t->table, t->test_ids,
-                               t->test_y, t->test_rows, t->nids, out);
-    if (!rc) {
-        out->mean_return = out->mean_length = out->accuracy = NAN;
-        out->stochastic = 0;
-    }
-    dpt_arena_deinit(&p);
-    srt_destroy(t);
-    return rc;
+    (void)episodes, (void)seed; /* the test set is fixed (bags: drawn from the run's seed) */
+    return dpt__task_eval_checkpoint(c, st, DPT_CI(c, eval_ema) ? "ema." : "params.", out);
 }
 
 /* ---- a worker rank (mpirun) ------------------------------------------------------- */
