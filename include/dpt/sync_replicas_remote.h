@@ -105,9 +105,11 @@ void dpt_sr_server_destroy(dpt_sr_server_t *s);
 /* The engine (borrowed, valid until destroy): initialise its variables,
  * set its global step, read its stats, checkpoint it, between sessions. */
 dpt_sr_t *dpt_sr_server_engine(dpt_sr_server_t *s);
-/* A flag (e.g. set by a signal handler; may be NULL) that ends a session
- * early: dpt_sr_server_session returns DPT_ECLOSED within about 0.1 s of
- * it becoming non-zero, leaving the engine at its last whole step. */
+/* A flag (e.g. set by a signal handler; may be NULL): once it is
+ * non-zero, a session that hears from no worker for a second (the step
+ * waits for a stopped or dead one) ends with DPT_ECLOSED naming them
+ * instead of waiting out timeout_s. A session that makes progress runs to
+ * its end (the caller stops after it). */
 void dpt_sr_server_set_stop_flag(dpt_sr_server_t *s, const volatile sig_atomic_t *flag);
 
 /* Rank 0: one session (dpt_sr_begin with the default initial tokens) until
@@ -115,7 +117,7 @@ void dpt_sr_server_set_stop_flag(dpt_sr_server_t *s, const volatile sig_atomic_t
  * tokens as the engine frees them. A worker's first token of the session
  * carries the global step (the chief's init); tokens carry `tag` and index
  * first_index, first_index + 1, ... per worker. Returns 0 when the steps
- * are done; DPT_ECLOSED (the stop flag); DPT_ETIMEDOUT naming the worker
+ * are done; DPT_ECLOSED (the stop flag while the step waits); DPT_ETIMEDOUT naming the worker
  * ranks the step waits for; the engine's failure (fewer than R workers
  * left: the message names the last worker lost and why); DPT_EFORMAT
  * naming a rank that sent a malformed message; a communication error.

@@ -193,6 +193,10 @@ static int srcl_recv(dpt_sr_client_t *c, const char *what, int from)
         return dpt_error(DPT_ECLOSED, "sync replicas: worker %d was stopped", c->worker);
     double wait = 2.0 * c->l.timeout_s;
     int rc = dpt__msg_recv(c->comm, DPT_COMM_ANY_SOURCE, DPT__SRW_PROTO, -1, wait, &c->in);
+    /* A process stopped (SIGSTOP) past its deadline looks once more: rank
+     * 0's word may have come meanwhile. */
+    if (rc == DPT_ETIMEDOUT)
+        rc = dpt__msg_recv(c->comm, DPT_COMM_ANY_SOURCE, DPT__SRW_PROTO, -1, 0.0, &c->in);
     if (rc == DPT_ETIMEDOUT)
         return dpt_error(rc,
                          "sync_replicas: worker %d (rank %d): no %s from rank %d within 2 x "

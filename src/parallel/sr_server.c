@@ -399,10 +399,11 @@ static int srs_hand_tokens(dpt_sr_server_t *s)
     return DPT_OK;
 }
 
-/* The error of a session in which no worker was heard from for timeout_s:
- * the workers the step waits for (neither lost, nor waiting for a token or
- * for the step's variables). */
-static int srs_silent(dpt_sr_server_t *s, uint64_t until)
+/* The error of a session that cannot go on: no worker was heard from for
+ * timeout_s, or a stop was asked for (`stopped`) while the step waits. It
+ * names the workers the step waits for (neither lost, nor waiting for a
+ * token or for the step's variables). */
+static int srs_silent(dpt_sr_server_t *s, uint64_t until, int stopped)
 {
     char who[192] = "";
     size_t len = 0;
@@ -412,6 +413,12 @@ static int srs_silent(dpt_sr_server_t *s, uint64_t until)
             len += (size_t)snprintf(who + len, sizeof who - len, "%sworker %d (rank %d)",
                                     n++ ? ", " : "", w, w + s->l.P);
     uint64_t step = dpt_sr_global_step(s->sr);
+    if (stopped)
+        return dpt_error(DPT_ECLOSED,
+                         "sync_replicas: stopped at global step %" PRIu64 ", which waits for %s "
+                         "(stopped, dead or stuck): the session cannot reach step %" PRIu64
+                         ", so its state is not written (the last checkpoint stands)",
+                         step, n ? who : "the worker ranks", until);
     if (n)
         return dpt_error(DPT_ETIMEDOUT,
                          "sync_replicas: %s sent nothing for comm_timeout_s = %g s; global step "
@@ -455,14 +462,15 @@ int dpt_sr_server_session(dpt_sr_server_t *s, uint64_t until, uint64_t tag, uint
     int rc = srs_session_start(s, until, tag, first_index);
     double heard = dpt_now();
     while (!rc && dpt_sr_global_step(s->sr) < until) {
-        if (s->stop && *s->stop)
-            return dpt_error(DPT_ECLOSED,
-                             "sync_replicas: stopped at global step %" PRIu64 " (session until "
-                             "%" PRIu64 ")",
-                             dpt_sr_global_step(s->sr), until);
-        double left = heard + s->l.timeout_s - dpt_now();
+        /* A stop asked for ends the run after this session; a session
+         * that waits for a silent worker cannot end: say so within a
+         * second instead of after timeout_s. */
+        double now = dpt_now();
+        if (s->stop && *s->stop && now - heard >= (s->l.timeout_s < 1.0 ? s->l.timeout_s : 1.0))
+            return srs_silent(s, until, 1);
+        double left = heard + s->l.timeout_s - now;
         if (left <= 0.0)
-            return srs_silent(s, until);
+            return srs_silent(s, until, 0);
         /* With a stop flag: look at it at least every 0.1 s. */
         double wait = s->stop && left > 0.1 ? 0.1 : left;
         rc = dpt__msg_recv(s->comm, DPT_COMM_ANY_SOURCE, DPT__SRW_PROTO, -1, wait, &s->in);

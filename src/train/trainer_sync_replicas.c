@@ -71,10 +71,13 @@ static void srt_destroy(void *self)
     srt_t *t = self;
     if (!t)
         return;
-    /* The end of the run for the other ranks (best effort: nothing to
-     * report to). */
-    if (t->role == SRT_SERVICE && t->srv)
-        dpt_sr_server_stop(t->srv);
+    /* The end of the run for the other ranks; the run's own error stays. */
+    if (t->role == SRT_SERVICE && t->srv) {
+        char keep[512];
+        snprintf(keep, sizeof keep, "%s", dpt_last_error());
+        if (dpt_sr_server_stop(t->srv) != 0 && keep[0])
+            dpt_error(DPT_ECOMM, "%s", keep);
+    }
     if (t->w) {
         dpt__sr_pool_stop(t);
         for (int i = 0; i < t->nw; i++) {
@@ -337,6 +340,8 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
     }
     srt_t *t;
     int rc = srt_new(&t, c, env, role, role == SRT_SERVICE ? env->comm : NULL);
+    if (!rc && t->srv)
+        dpt_sr_server_set_stop_flag(t->srv, env->stop_flag);
     *out = t;
     return rc;
 }
