@@ -4,18 +4,19 @@
  *
  *   trainer_sync_replicas.c  the trainer: create, iterate (one epoch),
  *                            checkpoint, restore, evaluate, describe
- *   sr_workers.c             worker threads of one process and the
- *                            gradient of one chunk
- *   sr_remote.c              under mpirun: the messages between the
- *                            services and the worker ranks
+ *   sr_workers.c             the worker loop (local threads and worker
+ *                            ranks alike), the pool of worker threads and
+ *                            the gradient of one chunk
  * The data and the model (an MLP, or the bags embedding model) are the
- * supervised task's (task.h).
+ * supervised task's (task.h). Under mpirun the services and workers talk
+ * through the library's dpt/sync_replicas_remote.h.
  */
 #ifndef DPT_TRAIN_SR_INTERNAL_H
 #define DPT_TRAIN_SR_INTERNAL_H
 
 #include "dpt/dpt.h"
 #include "dpt/sync_replicas.h"
+#include "dpt/sync_replicas_remote.h"
 #include "task.h"
 #include "train_internal.h"
 
@@ -35,10 +36,15 @@ typedef enum srt_role {
 } srt_role_t;
 typedef struct srt srt_t;
 
+/* The figures a push carries to the services (under mpirun). */
+enum { SRT_FIG_LOSS, SRT_FIG_HITS, SRT_NFIGURES };
+
 typedef struct srt_worker {
     srt_t *t;
     int id;
+    dpt_sr_client_t *c; /* its service: this process's engine, or the services' ranks */
     pthread_t th;
+    int started; /* a thread of the pool */
     int lost;
     dpt__net_t net; /* the task's model for chunks of b rows (bags: its MLP) */
     dpt_arena_t params, grads;
@@ -57,25 +63,15 @@ typedef struct srt_worker {
     char err[384];
 } srt_worker_t;
 
-/* Under mpirun (a role other than SRT_LOCAL): a service's view of the
- * worker ranks, and the message buffers of both sides (sr_remote.c). The
- * arrays have one entry per worker. */
-typedef struct srt_ranks {
-    unsigned char *pending, *need_start, *rlost;
-    unsigned char *told, *byed; /* rank 0: told to finish; said BYE */
-    uint64_t *assigned;         /* gradients assigned to each this session */
-    double *rloss, *rcorrect;   /* this session's figures of the accepted gradients */
-    uint64_t *rrows, *rpushes;
-    void **fmsg; /* a worker's fetch waiting for this service's step */
-    size_t *fmsg_n;
-    dpt_sparse_rows_t in_rows; /* a push's sparse rows */
-    dpt_arena_t in_grads;      /* a push's dense gradient, table layout; a fetch's variables */
-    char remote_err[320];      /* the last worker rank lost, and why */
-    float *pack;               /* [dense_count + max rows * E] the rows answering a fetch */
-    unsigned char *msg;        /* [msg_cap] a FETCH or PUSH being built */
-    size_t msg_cap;
-    uint64_t cur_step; /* a worker rank: the step of the gradient under way */
-} srt_ranks_t;
+/* The pool of worker threads of one process (SRT_LOCAL): created with the
+ * trainer, one session of the service per epoch. gen counts the sessions
+ * begun; running the threads still in this one. */
+typedef struct srt_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    uint64_t gen;
+    int running, quit, inited;
+} srt_pool_t;
 
 struct srt {
     dpt__task_t task; /* the data and the model's description */
@@ -95,16 +91,13 @@ struct srt {
     srt_worker_t *w; /* [nw]: N threads (local), one (a worker rank), none (the service) */
     int nw;
     srt_role_t role;
-    dpt_comm_t *comm;   /* under mpirun: rank 0 and the workers */
-    size_t dense_count; /* floats of the dense variables (packed, in table order) */
-    int P;              /* services (num_ps); under mpirun ranks 0 .. P - 1 */
-    int svc;            /* this rank's service, or -1 (a worker, or local) */
-    int *place;         /* [nvars] the service of each variable */
-    size_t *svc_dense;  /* [P] floats of the dense variables of each service */
-    size_t *svc_all;    /* [P] floats of all the variables of each service */
+    dpt_comm_t *comm;     /* under mpirun: rank 0 and the workers */
+    dpt_sr_server_t *srv; /* under mpirun, a service rank: owns t->sr */
+    srt_pool_t pool;      /* SRT_LOCAL */
+    int P;                /* services (num_ps); under mpirun ranks 0 .. P - 1 */
+    int *place;           /* [nvars] the service of each variable */
     double timeout_s;
-    srt_ranks_t rk;       /* under mpirun */
-    uint64_t shuffle_pos; /* the epoch's shuffle position (sent in GO) */
+    uint64_t shuffle_pos; /* the epoch's shuffle position (the session's tag) */
     /* Counters of the run before this process's service (restored from a
      * checkpoint; the service counts from 0). */
     uint64_t base_stale, *base_contrib; /* [N] */
@@ -115,50 +108,33 @@ struct srt {
     int eval_ema; /* evaluate() scores the EMA */
 };
 
-/* ---- sr_workers.c: worker threads and one gradient --------------------------------- */
+/* ---- sr_workers.c: the worker loop, the pool and one gradient -------------------- */
 
 /* Worker w's buffers for chunks of t->b rows; freed by dpt__sr_worker_free
  * (also when half built). */
 int dpt__sr_worker_build(srt_t *t, srt_worker_t *w);
 void dpt__sr_worker_free(srt_worker_t *w);
 /* Worker w's gradient on chunk `chunk` of the epoch's order, at the
- * variables it fetched (from this process's service, or from the services'
- * ranks). Fills w->grads (dense) and w->grad_rows (bags). */
+ * variables it fetched through its client. Fills w->grads (dense) and
+ * w->grad_rows (bags). */
 int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct);
-/* Starts the worker threads that are not lost and waits for all of them
- * (the session of the service begun). */
+/* The worker loop of a thread and of a worker rank alike: take a token,
+ * compute the gradient of the chunk the token's index names, push it,
+ * until the session (a thread) or the run (a rank) is over. A worker that
+ * fails reports itself lost (w->rc, w->err) and leaves the loop. */
+int dpt__sr_work(srt_worker_t *w);
+/* The pool of t->N worker threads (SRT_LOCAL), started once; stopped and
+ * joined by dpt__sr_pool_stop (also when half started). */
+int dpt__sr_pool_start(srt_t *t);
+void dpt__sr_pool_stop(srt_t *t);
+/* One session of the service for the pool: every worker not lost works
+ * until the session ends; returns when all are done. */
 int dpt__sr_run_workers(srt_t *t);
 /* The epoch's order into t->perm: the rows shuffled from shuffle position
  * pos. */
 void dpt__sr_perm(srt_t *t, uint64_t pos);
 
-/* ---- sr_remote.c: the services and the worker ranks (mpirun) ---------------------- */
-
-/* t->rk for a role other than SRT_LOCAL: the message buffers and the
- * service's view of its worker ranks. dpt__sr_remote_free frees them (also
- * half built, or never built). */
-int dpt__sr_remote_init(srt_t *t);
-void dpt__sr_remote_free(srt_t *t);
 /* 1 when service k keeps the embedding table (bags). */
 int dpt__sr_has_table(const srt_t *t, int k);
-/* A worker rank's fetch: the dense variables into w->params and, for bags,
- * rows ids[0..n) of the table into w->rows, from every service once its
- * global step reached t->rk.cur_step. */
-int dpt__sr_remote_fetch(srt_worker_t *w, const int64_t *ids, size_t n);
-/* Rank 0: one session of the service for its worker ranks, until the
- * global step reaches `until`. */
-int dpt__sr_remote_session(srt_t *t, uint64_t until);
-/* Rank 0: the other services' variables (and EMA and slots) once each
- * reached global step `min`, into rank 0's copy of the whole table. */
-int dpt__sr_gather(srt_t *t, uint64_t min);
-/* Rank 0 after a restore: every other service gets its part and the step. */
-int dpt__sr_scatter(srt_t *t);
-/* Rank 0 at the end of the run: every worker rank told to finish, then
- * the other services. Best effort. */
-void dpt__sr_remote_finish(srt_t *t);
-/* The whole part of a rank other than 0: a service of the variables placed
- * on it (ranks 1 .. num_ps - 1) or one worker, until rank 0 says finish. */
-int dpt__sr_shard_loop(srt_t *t);
-int dpt__sr_worker_loop(srt_t *t);
 
 #endif

@@ -1,11 +1,16 @@
 /*
  * The sync_replicas job's workers: the gradient of one chunk of the epoch's
  * order (an MLP dataset, or the bags task with its distinct rows fetched
- * and its table gradient as sparse rows), and the worker threads of one
- * process, created for an epoch and joined at its end. Each thread loops:
- * fetch, gradient, push tagged with its local step, take a token; a thread
- * whose step fails is marked lost (dpt_sr_worker_lost) and the service
- * goes on while replicas_to_aggregate workers remain.
+ * and its table gradient as sparse rows), the worker loop, and the pool of
+ * worker threads of one process. The loop is the same for a thread and for
+ * a worker rank (only its client differs, dpt/sync_replicas_remote.h): take
+ * a token, gradient of the chunk the token names, push tagged with the
+ * token's step; a worker whose step fails reports itself lost and the
+ * service goes on while replicas_to_aggregate workers remain.
+ *
+ * The pool's threads are started with the trainer and wait between
+ * sessions (lock order: pool.mu only; the engine's lock is taken inside
+ * the client calls, never under pool.mu).
  */
 #include "sr_internal.h"
 
@@ -75,19 +80,13 @@ static int srt_cmp_i64(const void *a, const void *b)
 }
 
 /* The variables worker w needs: the dense ones into w->params and, for
- * bags, rows ids[0..n) of the table into w->rows. From the service of this
- * process, or from the services' ranks. */
+ * bags, rows ids[0..n) of the table into w->rows, from its service. */
 static int srt_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
 {
-    srt_t *t = w->t;
-    int rc;
-    if (t->role == SRT_LOCAL) {
-        rc = dpt_sr_fetch(t->sr, w->params.data);
-        if (!rc && t->bags)
-            rc = dpt_sr_fetch_rows(t->sr, 0, ids, n, w->rows);
-        return rc;
-    }
-    return dpt__sr_remote_fetch(w, ids, n);
+    int rc = dpt_sr_client_fetch(w->c, w->params.data);
+    if (!rc && w->t->bags)
+        rc = dpt_sr_client_fetch_rows(w->c, 0, ids, n, w->rows);
+    return rc;
 }
 
 /* Worker w's gradient on chunk `chunk` of the epoch's order, at the
@@ -168,76 +167,149 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
     return DPT_OK;
 }
 
-/* ---- the worker threads of one process ------------------------------------------ */
+/* ---- the worker loop ------------------------------------------------------------- */
 
-/* One worker thread for an epoch: until the service closes its session. */
-static void *srt_worker_main(void *arg)
+static void srt_straggle(const srt_t *t)
 {
-    srt_worker_t *w = arg;
+    struct timespec ts;
+    ts.tv_sec = (time_t)t->straggler_s;
+    ts.tv_nsec = (long)((t->straggler_s - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
+}
+
+int dpt__sr_work(srt_worker_t *w)
+{
     srt_t *t = w->t;
-    uint64_t local = dpt_sr_global_step(t->sr);
     const dpt_sparse_rows_t *list[1] = {&w->grad_rows};
-    int rc = DPT_OK;
-    for (uint64_t k = 0;; k++) {
-        size_t chunk = (size_t)((k * (uint64_t)t->N + (uint64_t)w->id) % t->nchunks);
-        double loss = 0.0, correct = 0.0;
+    uint64_t pos = UINT64_MAX;
+    int rc;
+    for (;;) {
+        dpt_sr_token_t tok;
+        double loss = 0.0, correct = 0.0, fig[SRT_NFIGURES];
         int accepted = 0;
+        if ((rc = dpt_sr_client_take_token(w->c, &tok)) != 0)
+            break;
+        if (t->role == SRT_WORKER && tok.tag != pos) {
+            /* A worker rank rebuilds the epoch's order (the session's tag). */
+            pos = tok.tag;
+            dpt__sr_perm(t, pos);
+        }
+        size_t chunk = (size_t)((tok.index * (uint64_t)t->N + (uint64_t)w->id) % t->nchunks);
         if ((rc = dpt__sr_grad(w, chunk, &loss, &correct)) != 0)
             break;
-        if (w->id == t->straggler) {
-            struct timespec ts;
-            ts.tv_sec = (time_t)t->straggler_s;
-            ts.tv_nsec = (long)((t->straggler_s - (double)ts.tv_sec) * 1e9);
-            nanosleep(&ts, NULL);
-        }
-        rc = dpt_sr_push(t->sr, w->id, local, w->grads.data, t->bags ? list : NULL, &accepted);
-        if (rc)
+        if (w->id == t->straggler)
+            srt_straggle(t);
+        fig[SRT_FIG_LOSS] = loss * (double)t->b;
+        fig[SRT_FIG_HITS] = correct;
+        if ((rc = dpt_sr_client_push(w->c, tok.step, w->grads.data, t->bags ? list : NULL, fig,
+                                     &accepted)) != 0)
             break;
         w->pushes++;
-        if (accepted) {
+        if (accepted > 0) {
             w->accepted++;
-            w->loss += loss * (double)t->b;
+            w->loss += fig[SRT_FIG_LOSS];
             w->correct += correct;
             w->rows_used += t->b;
         }
-        if ((rc = dpt_sr_take_token(t->sr, w->id, &local)) != 0)
-            break;
     }
-    if (rc == DPT_ECLOSED) {
-        rc = DPT_OK;
-    } else {
-        snprintf(w->err, sizeof w->err, "%s", dpt_last_error());
-        /* This engine goes on without a failed worker while enough remain
-         * (if not, the service wakes the others with the reason). */
-        dpt_sr_worker_lost(t->sr, w->id);
-    }
+    if (rc == DPT_ECLOSED)
+        return w->rc = DPT_OK;
+    snprintf(w->err, sizeof w->err, "%s", dpt_last_error());
     w->rc = rc;
+    /* The service goes on without a failed worker while enough remain (if
+     * not, it wakes the others with the reason). */
+    return dpt_sr_client_lost(w->c, rc, w->err);
+}
+
+/* ---- the pool of worker threads --------------------------------------------------- */
+
+static void *srt_thread_main(void *arg)
+{
+    srt_worker_t *w = arg;
+    srt_pool_t *p = &w->t->pool;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->gen == seen)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit)
+            break;
+        seen = p->gen;
+        int lost = w->lost;
+        pthread_mutex_unlock(&p->mu);
+        if (!lost)
+            dpt__sr_work(w);
+        pthread_mutex_lock(&p->mu);
+        if (--p->running == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
-/* Starts the workers that are not lost and waits for all of them. */
+int dpt__sr_pool_start(srt_t *t)
+{
+    srt_pool_t *p = &t->pool;
+    if (pthread_mutex_init(&p->mu, NULL) != 0)
+        return dpt_error(DPT_ETHREAD, "sync_replicas: cannot create the workers' lock");
+    if (pthread_cond_init(&p->go, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        return dpt_error(DPT_ETHREAD, "sync_replicas: cannot create the workers' condition");
+    }
+    if (pthread_cond_init(&p->done, NULL) != 0) {
+        pthread_cond_destroy(&p->go);
+        pthread_mutex_destroy(&p->mu);
+        return dpt_error(DPT_ETHREAD, "sync_replicas: cannot create the workers' condition");
+    }
+    p->inited = 1;
+    for (int i = 0; i < t->nw; i++) {
+        if (pthread_create(&t->w[i].th, NULL, srt_thread_main, &t->w[i]) != 0)
+            return dpt_error(DPT_ETHREAD, "sync_replicas: cannot start worker %d", i);
+        t->w[i].started = 1;
+    }
+    return DPT_OK;
+}
+
+void dpt__sr_pool_stop(srt_t *t)
+{
+    srt_pool_t *p = &t->pool;
+    if (!p->inited)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < t->nw; i++)
+        if (t->w[i].started) {
+            pthread_join(t->w[i].th, NULL);
+            t->w[i].started = 0;
+        }
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->go);
+    pthread_mutex_destroy(&p->mu);
+    p->inited = 0;
+}
+
+/* One session for the workers that are not lost; waits for all of them. */
 int dpt__sr_run_workers(srt_t *t)
 {
-    int started = 0, rc = DPT_OK;
+    srt_pool_t *p = &t->pool;
     for (int i = 0; i < t->N; i++) {
         srt_worker_t *w = &t->w[i];
         w->loss = w->correct = 0.0;
         w->rows_used = w->pushes = w->accepted = w->rows_touched = 0;
         w->rc = 0;
         w->err[0] = '\0';
-        if (w->lost)
-            continue;
-        if (pthread_create(&w->th, NULL, srt_worker_main, w) != 0) {
-            rc = dpt_error(DPT_ETHREAD, "sync_replicas: cannot start worker %d", i);
-            dpt_sr_close(t->sr);
-            break;
-        }
-        started = i + 1;
+        dpt_sr_client_begin(w->c, t->shuffle_pos, 0);
     }
-    for (int i = 0; i < started; i++)
-        if (!t->w[i].lost)
-            pthread_join(t->w[i].th, NULL);
-    return rc;
+    pthread_mutex_lock(&p->mu);
+    p->gen++;
+    p->running = t->nw;
+    pthread_cond_broadcast(&p->go);
+    while (p->running > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return DPT_OK;
 }
 
 /* The epoch's order: the rows shuffled from shuffle position pos. */
@@ -248,4 +320,26 @@ void dpt__sr_perm(srt_t *t, uint64_t pos)
     dpt_rng_seek(&t->shuffle_rng, pos);
     if (t->shuffle)
         dpt_rng_shuffle(&t->shuffle_rng, t->perm, t->rows);
+}
+
+/* ---- the ranks under mpirun --------------------------------------------------------- */
+
+/* The first num_ps ranks are the services, every other rank one worker. */
+int dpt__sr_mpi_check(const dpt_config_t *c, int world)
+{
+    long long P = (long long)DPT_CI(c, num_ps), N = (long long)DPT_CI(c, total_num_replicas);
+    if (P > SRT_MAX_PS)
+        return dpt_error(DPT_EINVAL, "num_ps = %lld: at most %d services", P, SRT_MAX_PS);
+    if (P + N != world)
+        return dpt_error(DPT_EINVAL,
+                         "num_ps = %lld and total_num_replicas = %lld: under mpirun the first "
+                         "num_ps ranks are the services and every other rank one worker, so "
+                         "they must add up to the %d ranks",
+                         P, N, world);
+    if (P > 1 && DPT_CF(c, grad_clip) > 0.0)
+        return dpt_error(DPT_EINVAL,
+                         "grad_clip = %g with num_ps = %lld under mpirun: each service would "
+                         "clip only its part of the gradient; use grad_clip = 0 or one service",
+                         DPT_CF(c, grad_clip), P);
+    return DPT_OK;
 }

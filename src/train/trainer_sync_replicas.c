@@ -70,18 +70,27 @@ static void srt_destroy(void *self)
     srt_t *t = self;
     if (!t)
         return;
-    if (t->role == SRT_SERVICE)
-        dpt__sr_remote_finish(t);
-    if (t->w)
-        for (int i = 0; i < t->nw; i++)
+    /* The end of the run for the other ranks; the run's own error stays. */
+    if (t->role == SRT_SERVICE && t->srv) {
+        char keep[512];
+        snprintf(keep, sizeof keep, "%s", dpt_last_error());
+        if (dpt_sr_server_stop(t->srv) != 0 && keep[0])
+            dpt_error(DPT_ECOMM, "%s", keep);
+    }
+    if (t->w) {
+        dpt__sr_pool_stop(t);
+        for (int i = 0; i < t->nw; i++) {
             dpt__sr_worker_free(&t->w[i]);
+            dpt_sr_client_destroy(t->w[i].c);
+        }
+    }
     free(t->place);
-    free(t->svc_dense);
-    free(t->svc_all);
-    dpt__sr_remote_free(t);
     free(t->w);
     free(t->base_contrib);
-    dpt_sr_destroy(t->sr);
+    if (t->srv)
+        dpt_sr_server_destroy(t->srv); /* and its engine, t->sr */
+    else
+        dpt_sr_destroy(t->sr);
     dpt__net_deinit(&t->eval);
     dpt__task_deinit(&t->task);
     free(t->perm);
@@ -90,7 +99,10 @@ static void srt_destroy(void *self)
 
 /* ---- building ---------------------------------------------------------------- */
 
-static int srt_service(srt_t *t, const dpt_config_t *c)
+/* The service's config from c (every rank computes the same); sparse
+ * (one flag per variable) is the caller's storage. */
+static int srt_service_config(srt_t *t, const dpt_config_t *c, dpt_sr_config_t *out,
+                              unsigned char *sparse, size_t nsparse)
 {
     dpt_sr_config_t sc = dpt_sr_defaults();
     int rc = dpt__task_optim(c, &sc.optim, &sc.schedule);
@@ -104,27 +116,33 @@ static int srt_service(srt_t *t, const dpt_config_t *c)
     sc.num_ps = t->num_ps;
     sc.ema_decay = t->ema_decay;
     sc.timeout_s = DPT_CF(c, comm_timeout_s);
-    unsigned char sparse[2 * DPT__TASK_MAX_LAYERS + 1] = {0};
+    memset(sparse, 0, nsparse);
     if (t->bags) {
-        if (t->vars->nvars > sizeof sparse)
+        if (t->vars->nvars > nsparse)
             return dpt_error(DPT_EINVAL, "sync_replicas: the bags model has too many variables");
         sparse[0] = 1;
         sc.sparse = sparse;
     }
-    unsigned char *owned = NULL;
-    if (t->svc >= 0 && t->P > 1) {
-        /* One of several services in separate processes: it keeps the
-         * variables placed on it; rank 0's hands out the tokens. */
-        owned = calloc(t->vars->nvars, 1);
-        if (!owned)
-            return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the service");
-        for (size_t i = 0; i < t->vars->nvars; i++)
-            owned[i] = t->place[i] == t->svc;
-        sc.owned = owned;
-        sc.no_tokens = t->svc > 0;
+    *out = sc;
+    return DPT_OK;
+}
+
+/* This process's service: the engine of the local workers, or a service
+ * rank (dpt/sync_replicas_remote.h; rank 0 hands out the tokens), with the
+ * variables initialised from the seed. */
+static int srt_service(srt_t *t, const dpt_config_t *c)
+{
+    unsigned char sparse[2 * DPT__TASK_MAX_LAYERS + 1];
+    dpt_sr_remote_config_t rc_ = {.nfigures = SRT_NFIGURES};
+    int rc = srt_service_config(t, c, &rc_.sr, sparse, sizeof sparse);
+    if (rc)
+        return rc;
+    if (t->role == SRT_LOCAL) {
+        rc = dpt_sr_create(&t->sr, &rc_.sr);
+    } else {
+        rc = dpt_sr_server_create(&t->srv, &rc_, t->comm);
+        t->sr = rc ? NULL : dpt_sr_server_engine(t->srv);
     }
-    rc = dpt_sr_create(&t->sr, &sc);
-    free(owned);
     if (rc)
         return rc;
     dpt_rng_t init;
@@ -133,6 +151,23 @@ static int srt_service(srt_t *t, const dpt_config_t *c)
     dpt_sr_reset_ema(t->sr);
     dpt_sr_set_global_step(t->sr, 0);
     return DPT_OK;
+}
+
+/* 1 when service k keeps the embedding table (bags). */
+int dpt__sr_has_table(const srt_t *t, int k)
+{
+    return t->bags && t->place[0] == k;
+}
+
+/* Worker w's client: this process's engine, or the services' ranks. */
+static int srt_client(srt_t *t, const dpt_config_t *c, srt_worker_t *w)
+{
+    if (t->role == SRT_LOCAL)
+        return dpt_sr_client_create_local(&w->c, t->sr, w->id);
+    unsigned char sparse[2 * DPT__TASK_MAX_LAYERS + 1];
+    dpt_sr_remote_config_t rc_ = {.nfigures = SRT_NFIGURES};
+    int rc = srt_service_config(t, c, &rc_.sr, sparse, sizeof sparse);
+    return rc ? rc : dpt_sr_client_create_remote(&w->c, &rc_, t->comm);
 }
 
 static int srt_build(srt_t *t, const dpt_config_t *c)
@@ -159,17 +194,12 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
     if ((rc = dpt__net_init(&t->eval, &t->task, DPT__TASK_EVAL_BATCH)) != 0)
         return rc;
     t->vars = t->eval.model.vars;
-    for (size_t i = 0; i < t->vars->nvars; i++)
-        if (!(t->bags && i == 0))
-            t->dense_count += t->vars->vars[i].count;
     /* Where each variable lives: every rank computes the same placement. */
     size_t nv = t->vars->nvars;
     t->P = t->role == SRT_LOCAL ? 1 : t->num_ps;
     t->place = calloc(nv, sizeof(int));
-    t->svc_dense = calloc((size_t)t->P, sizeof(size_t));
-    t->svc_all = calloc((size_t)t->P, sizeof(size_t));
     uint64_t *vb = calloc(nv, sizeof(uint64_t));
-    if (!t->place || !t->svc_dense || !t->svc_all || !vb) {
+    if (!t->place || !vb) {
         free(vb);
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate the placement");
     }
@@ -179,12 +209,6 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
     free(vb);
     if (rc)
         return rc;
-    for (size_t i = 0; i < nv; i++) {
-        size_t n = t->vars->vars[i].count;
-        t->svc_all[t->place[i]] += n;
-        if (!(t->bags && i == 0))
-            t->svc_dense[t->place[i]] += n;
-    }
     t->timeout_s = DPT_CF(c, comm_timeout_s);
     if (t->role != SRT_WORKER && (rc = srt_service(t, c)) != 0)
         return rc;
@@ -199,10 +223,10 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
     for (int i = 0; i < t->nw; i++) {
         t->w[i].t = t;
         t->w[i].id = t->role == SRT_WORKER ? dpt_comm_rank(t->comm) - t->P : i;
-        if ((rc = dpt__sr_worker_build(t, &t->w[i])) != 0)
+        if ((rc = dpt__sr_worker_build(t, &t->w[i])) != 0 || (rc = srt_client(t, c, &t->w[i])) != 0)
             return rc;
     }
-    if (t->role != SRT_LOCAL && (rc = dpt__sr_remote_init(t)) != 0)
+    if (t->role == SRT_LOCAL && (rc = dpt__sr_pool_start(t)) != 0)
         return rc;
     dpt_rng_init(&t->shuffle_rng, (uint64_t)DPT_CI(c, seed), 0, 0, DPT_RNG_SHUFFLE);
     return DPT_OK;
@@ -219,7 +243,6 @@ static int srt_new(srt_t **out, const dpt_config_t *c, const dpt_trainer_env_t *
     int rc;
     t->role = role;
     t->comm = comm;
-    t->svc = role == SRT_SERVICE ? 0 : role == SRT_SHARD ? dpt_comm_rank(comm) : -1;
     t->straggler = env && env->straggler_delay_s > 0 ? env->straggler_worker : -1;
     t->straggler_s = env ? env->straggler_delay_s : 0.0;
     rc = dpt__task_init(&t->task, c, NULL);
@@ -256,6 +279,8 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
     }
     srt_t *t;
     int rc = srt_new(&t, c, env, role, role == SRT_SERVICE ? env->comm : NULL);
+    if (!rc && t->srv)
+        dpt_sr_server_set_stop_flag(t->srv, env->stop_flag);
     *out = t;
     return rc;
 }
@@ -286,11 +311,9 @@ static int srt_train_epoch(srt_t *t, uint64_t until)
 {
     int rc;
     if (t->role == SRT_SERVICE) {
-        rc = dpt__sr_remote_session(t, until);
+        rc = dpt_sr_server_session(t->srv, until, t->shuffle_pos, 0);
         if (!rc && t->P > 1)
-            rc = dpt__sr_gather(t, until);
-        if (rc && t->rk.remote_err[0])
-            return dpt_error(rc, "%s (%s)", dpt_last_error(), t->rk.remote_err);
+            rc = dpt_sr_server_gather(t->srv, until);
         return rc;
     }
     if ((rc = dpt_sr_begin(t->sr, -1, until)) != 0)
@@ -307,16 +330,18 @@ static void srt_settle_workers(srt_t *t, int lost_before, srt_epoch_t *e)
     e->newly_lost = 0;
     if (t->role == SRT_SERVICE) {
         int lost_now = 0;
-        for (int i = 0; i < t->N; i++)
-            lost_now += t->rk.rlost[i];
+        for (int i = 0; i < t->N; i++) {
+            dpt_sr_worker_info_t in;
+            dpt_sr_server_worker(t->srv, i, &in);
+            lost_now += in.lost;
+            t->w[i].loss = in.figures[SRT_FIG_LOSS];
+            t->w[i].correct = in.figures[SRT_FIG_HITS];
+            t->w[i].rows_used = in.accepted * t->b;
+            t->w[i].pushes = in.pushes;
+            t->w[i].rows_touched = in.rows;
+        }
         e->newly_lost = lost_now - lost_before;
         t->lost += e->newly_lost;
-        for (int i = 0; i < t->N; i++) {
-            t->w[i].loss = t->rk.rloss[i];
-            t->w[i].correct = t->rk.rcorrect[i];
-            t->w[i].rows_used = t->rk.rrows[i];
-            t->w[i].pushes = t->rk.rpushes[i];
-        }
     }
     for (int i = 0; i < t->nw; i++) {
         srt_worker_t *w = &t->w[i];
@@ -339,7 +364,7 @@ static void srt_note(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r
     r->note[0] = '\0';
     if (e->newly_lost && t->role == SRT_SERVICE)
         snprintf(r->note, sizeof r->note, "a worker failed, left out (%d of %d lost): %.120s",
-                 t->lost, t->N, t->rk.remote_err);
+                 t->lost, t->N, dpt_sr_server_lost_reason(t->srv));
     else if (e->newly_lost)
         snprintf(r->note, sizeof r->note,
                  "worker %d failed, left out (%d of %d lost, R = %d go on): %.60s", e->first_failed,
@@ -462,8 +487,11 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
     dpt_sr_get_stats(t->sr, &e.s0);
     e.until = e.s0.global_step + t->steps_per_epoch;
     int rc, lost_before = 0;
-    for (int i = 0; i < t->N && t->rk.rlost; i++)
-        lost_before += t->rk.rlost[i];
+    for (int i = 0; i < t->N && t->srv; i++) {
+        dpt_sr_worker_info_t in;
+        dpt_sr_server_worker(t->srv, i, &in);
+        lost_before += in.lost;
+    }
     if ((rc = srt_train_epoch(t, e.until)) != 0)
         return rc;
     e.train_time = dpt_now() - e.t0;
@@ -581,7 +609,7 @@ static int srt_restore(void *self, const dpt_safetensors_t *st)
     /* Lost workers are history: this process starts all of its threads. */
     t->lost = (int)lost;
     if (t->role == SRT_SERVICE && t->P > 1)
-        return dpt__sr_scatter(t);
+        return dpt_sr_server_scatter(t->srv);
     return DPT_OK;
 }
 
@@ -633,25 +661,6 @@ static int srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
 
 /* ---- a worker rank (mpirun) ------------------------------------------------------- */
 
-int dpt__sr_mpi_check(const dpt_config_t *c, int world)
-{
-    long long P = (long long)DPT_CI(c, num_ps), N = (long long)DPT_CI(c, total_num_replicas);
-    if (P > SRT_MAX_PS)
-        return dpt_error(DPT_EINVAL, "num_ps = %lld: at most %d services", P, SRT_MAX_PS);
-    if (P + N != world)
-        return dpt_error(DPT_EINVAL,
-                         "num_ps = %lld and total_num_replicas = %lld: under mpirun the first "
-                         "num_ps ranks are the services and every other rank one worker, so "
-                         "they must add up to the %d ranks",
-                         P, N, world);
-    if (P > 1 && DPT_CF(c, grad_clip) > 0.0)
-        return dpt_error(DPT_EINVAL,
-                         "grad_clip = %g with num_ps = %lld under mpirun: each service would "
-                         "clip only its part of the gradient; use grad_clip = 0 or one service",
-                         DPT_CF(c, grad_clip), P);
-    return DPT_OK;
-}
-
 int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
                        const volatile sig_atomic_t *stop_flag)
 {
@@ -662,7 +671,7 @@ int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
     int rc = srt_new(&t, c, NULL, shard ? SRT_SHARD : SRT_WORKER, comm);
     if (rc)
         return rc;
-    rc = shard ? dpt__sr_shard_loop(t) : dpt__sr_worker_loop(t);
+    rc = shard ? dpt_sr_server_serve(t->srv) : dpt__sr_work(&t->w[0]);
     srt_destroy(t);
     return rc;
 }
