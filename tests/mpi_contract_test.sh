@@ -7,7 +7,9 @@
 # appo and impala, asynchronous, must resume and reach iteration 4); its
 # checkpoint names the job, the dataset or env and the model, and `dpt eval`
 # evaluates it with no config. ppo is refused (exit 2) naming ddppo, and
-# a config error is printed once (or by the one rank that has it).
+# a config error is printed once (or by the one rank that has it). SIGTERM to
+# mpirun during appo and sync_replicas runs ends every rank after one
+# checkpoint, from which the run resumes.
 # Skipped (77) without MPI.
 # usage: mpi_contract_test.sh PATH_TO_DPT CKPT_COMPARE MPIEXEC WORK_DIR
 dpt="$1" cmp="$2" mpiexec="$3" work="$4"
@@ -88,6 +90,51 @@ contract appo 2 0 env CartPole-v1 policy_hidden "$examples/cartpole_appo.conf" \
     --set total_timesteps=1000000 --set min_sample_timesteps_per_iteration=2000
 contract impala 2 0 env CartPole-v1 policy_hidden "$examples/cartpole_impala.conf" \
     --set total_timesteps=1000000 --set min_sample_timesteps_per_iteration=2000
+
+# A stop request to mpirun (SIGTERM, forwarded to every rank) during a run
+# whose other ranks are roles: every rank ends after one checkpoint, written
+# by rank 0, and the run resumes from it.
+stop_run() { # NAME NP CONF SETS...
+    name=$1 np=$2 conf=$3
+    shift 3
+    "$mpiexec" --oversubscribe -np "$np" "$dpt" train "$conf" \
+        --set output_dir="$name" --set checkpoint_every=100000 "$@" > "$name.log" 2>&1 &
+    pid=$!
+    i=0
+    while [ ! -s "$name/result.jsonl" ] && [ $i -lt 600 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    kill -TERM $pid
+    # A guard: a run that does not end within 60 s is killed (and fails).
+    (sleep 60 && kill -KILL $pid) >/dev/null 2>&1 &
+    guard=$!
+    wait $pid
+    kill $guard 2>/dev/null
+    n=$(ls "$name/checkpoints" 2>/dev/null | grep -c '^checkpoint-')
+    it=$(ls "$name/checkpoints" 2>/dev/null | sed -n 's/^checkpoint-0*\([0-9][0-9]*\)\.safetensors$/\1/p')
+    left=$(pgrep -f -- "output_dir=$name" | wc -l)
+    # (mpirun stops forwarding the ranks' output when told to end the job,
+    # so the checkpoint's own stop_reason tells that the stop wrote it.)
+    if [ "$n" -eq 1 ] && [ "$left" -eq 0 ] &&
+        header "$name/checkpoints/checkpoint-$(printf %08d "$it").safetensors" |
+        grep -q '"stop_reason":"stopped by a signal"'; then
+        ok "$name: SIGTERM to mpirun: every rank ended after one checkpoint (iteration $it)"
+    else
+        bad "$name: SIGTERM to mpirun: $n checkpoints, $left processes left: $(tail -3 "$name.log")"
+        return
+    fi
+    if resume "$np" "$name" --set stop_iters=$((it + 2)) &&
+        [ -f "$name/checkpoints/checkpoint-$(printf %08d $((it + 2))).safetensors" ]; then
+        ok "$name: resumed from it to iteration $((it + 2))"
+    else
+        bad "$name: the resume failed: $(tail -3 "$name.log")"
+    fi
+}
+stop_run appo_stop 3 "$examples/cartpole_appo.conf" --set total_timesteps=100000000
+# shellcheck disable=SC2086
+stop_run sync_replicas_stop 3 "$examples/fashion_mnist_sync_replicas.conf" $spirals \
+    --set total_num_replicas=2 --set replicas_to_aggregate=2 --set epochs=1000000
 
 "$mpiexec" --oversubscribe -np 2 "$dpt" train "$examples/cartpole_ppo.conf" --quiet \
     --set output_dir=ppo > ppo.log 2>&1

@@ -40,6 +40,11 @@ static void dpt__install_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* Output that can no longer be written (a closed pipe: mpirun stops
+     * forwarding the ranks' output when it is told to end the job) must not
+     * end the process between a checkpoint and its exit code. */
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
 }
 
 /* ---- dpt train -------------------------------------------------------------------- */

@@ -237,9 +237,8 @@ static int dpt__launch_starts(dpt__launch_t *l, int rc)
 static void dpt__launch_options(const dpt_config_t *c, dpt_comm_mpi_options_t *mo)
 {
     dpt_comm_mpi_options_init(mo);
-    mo->timeout_s =
-        c ? dpt_config_float(c, DPT_CFG_comm_timeout_s)
-          : strtod(dpt_config_default(DPT_CFG_comm_timeout_s, DPT_JOB_SUPERVISED), NULL);
+    mo->timeout_s = c ? dpt_config_float(c, DPT_CFG_comm_timeout_s)
+                      : strtod(dpt_config_key_info(DPT_CFG_comm_timeout_s)->def, NULL);
     if (c)
         mo->algorithm = (dpt_comm_algorithm_t)dpt_config_int(c, DPT_CFG_allreduce_algorithm);
 }
