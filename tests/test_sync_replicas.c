@@ -460,8 +460,8 @@ typedef struct tw_run {
     int slow_worker; /* -1: none */
     double slow_s;   /* its extra time per step */
     int late;        /* it also waits until the others made its step (backups) */
-    int die_worker;  /* -1: none; else it stops after die_after pushes */
-    int die_after;
+    int die_worker;  /* -1: none; else it is gone once the global step reaches die_at */
+    int die_at;
     atomic_int died; /* the dying worker is gone: the others may pass its steps */
     uint64_t until;
     int rc[8];
@@ -496,7 +496,7 @@ static void *tw_main(void *p)
     tw_run_t *r = a->run;
     float w[16], g[16] = {0};
     uint64_t local = dpt_sr_global_step(r->sr);
-    int pushes = 0, rc = 0;
+    int rc = 0;
     for (;;) {
         if ((rc = dpt_sr_fetch(r->sr, w)) != 0)
             break;
@@ -505,25 +505,30 @@ static void *tw_main(void *p)
             /* The straggler pushes only once the others made the step
              * without it (or the run ended), so its gradient is stale
              * whatever the load of the machine: the test asserts what the
-             * service did, not what the clock allowed. */
+             * service did, not what the clock allowed. It also waits while
+             * the dying worker is alive, so that it takes none of the tokens
+             * that worker needs for its pushes. */
             struct timespec ts = {0, (long)(r->slow_s * 1e9)};
             nanosleep(&ts, NULL);
-            while (r->late && dpt_sr_global_step(r->sr) <= local &&
-                   dpt_sr_global_step(r->sr) < r->until)
+            while (r->late && dpt_sr_global_step(r->sr) < r->until &&
+                   (dpt_sr_global_step(r->sr) <= local ||
+                    (r->die_worker >= 0 && !atomic_load(&r->died))))
                 nanosleep(&(struct timespec){0, 1000000}, NULL);
         }
-        /* The others wait past the dying worker's pushes until it is gone,
-         * so it is lost during the run on any machine (not after it). */
-        while (r->die_worker >= 0 && a->id != r->die_worker &&
-               local >= (uint64_t)r->die_after + 1 && !atomic_load(&r->died))
-            nanosleep(&(struct timespec){0, 1000000}, NULL);
-        if ((rc = dpt_sr_push(r->sr, a->id, local, g, NULL, NULL)) != 0)
-            break;
-        if (a->id == r->die_worker && ++pushes == r->die_after) {
+        /* The dying worker is gone once the global step reaches die_at;
+         * the others wait at step die_at + 10 until it is, so it is lost
+         * during the run on any machine (not after it), and it only pushes
+         * while they still make steps (it never holds one up). */
+        if (a->id == r->die_worker && dpt_sr_global_step(r->sr) >= (uint64_t)r->die_at) {
             rc = dpt_sr_worker_lost(r->sr, a->id);
             atomic_store(&r->died, 1);
             break;
         }
+        while (r->die_worker >= 0 && a->id != r->die_worker && local >= (uint64_t)r->die_at + 10 &&
+               !atomic_load(&r->died))
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+        if ((rc = dpt_sr_push(r->sr, a->id, local, g, NULL, NULL)) != 0)
+            break;
         if ((rc = dpt_sr_take_token(r->sr, a->id, &local)) != 0)
             break;
     }
@@ -610,7 +615,7 @@ static void test_threads_bitwise_without_backups(void)
 }
 
 /* With a backup, a slow worker and a worker that dies do not stop the
- * steps: R = 2 of N = 4, worker 3 slow, worker 2 gone after 3 pushes. */
+ * steps: R = 2 of N = 4, worker 3 slow, worker 2 gone at global step 3. */
 static void test_threads_backup_straggler_and_death(void)
 {
     dpt_vartable_t t;
@@ -623,7 +628,7 @@ static void test_threads_backup_straggler_and_death(void)
                   .slow_s = 0.02,
                   .late = 1,
                   .die_worker = 2,
-                  .die_after = 3,
+                  .die_at = 3,
                   .until = 100};
     double t0 = dpt_now();
     tw_go(&r);

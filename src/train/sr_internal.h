@@ -14,6 +14,7 @@
 #ifndef DPT_TRAIN_SR_INTERNAL_H
 #define DPT_TRAIN_SR_INTERNAL_H
 
+#include "dpt/device.h"
 #include "dpt/dpt.h"
 #include "dpt/sync_replicas.h"
 #include "dpt/sync_replicas_remote.h"
@@ -43,8 +44,6 @@ typedef struct srt_worker {
     srt_t *t;
     int id;
     dpt_sr_client_t *c; /* its service: this process's engine, or the services' ranks */
-    pthread_t th;
-    int started; /* a thread of the pool */
     int lost;
     dpt__net_t net; /* the task's model for chunks of b rows (bags: its MLP) */
     dpt_arena_t params, grads;
@@ -62,16 +61,6 @@ typedef struct srt_worker {
     int rc;
     char err[384];
 } srt_worker_t;
-
-/* The pool of worker threads of one process (SRT_LOCAL): created with the
- * trainer, one session of the service per epoch. gen counts the sessions
- * begun; running the threads still in this one. */
-typedef struct srt_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    uint64_t gen;
-    int running, quit, inited;
-} srt_pool_t;
 
 struct srt {
     dpt__task_t task; /* the data and the model's description */
@@ -91,11 +80,11 @@ struct srt {
     srt_worker_t *w; /* [nw]: N threads (local), one (a worker rank), none (the service) */
     int nw;
     srt_role_t role;
-    dpt_comm_t *comm;     /* under mpirun: rank 0 and the workers */
-    dpt_sr_server_t *srv; /* under mpirun, a service rank: owns t->sr */
-    srt_pool_t pool;      /* SRT_LOCAL */
-    int P;                /* services (num_ps); under mpirun ranks 0 .. P - 1 */
-    int *place;           /* [nvars] the service of each variable */
+    dpt_comm_t *comm;        /* under mpirun: rank 0 and the workers */
+    dpt_sr_server_t *srv;    /* under mpirun, a service rank: owns t->sr */
+    dpt_device_pool_t *pool; /* SRT_LOCAL: worker i on device i (0: the caller) */
+    int P;                   /* services (num_ps); under mpirun ranks 0 .. P - 1 */
+    int *place;              /* [nvars] the service of each variable */
     double timeout_s;
     uint64_t shuffle_pos; /* the epoch's shuffle position (the session's tag) */
     /* Counters of the run before this process's service (restored from a
@@ -123,7 +112,8 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct);
  * until the session (a thread) or the run (a rank) is over. A worker that
  * fails reports itself lost (w->rc, w->err) and leaves the loop. */
 int dpt__sr_work(srt_worker_t *w);
-/* The pool of t->N worker threads (SRT_LOCAL), started once; stopped and
+/* The pool of t->nw workers (SRT_LOCAL): a device pool (dpt/device.h, the
+ * towers' pool) started once, worker 0 on the calling thread; stopped and
  * joined by dpt__sr_pool_stop (also when half started). */
 int dpt__sr_pool_start(srt_t *t);
 void dpt__sr_pool_stop(srt_t *t);

@@ -8,13 +8,12 @@
  * token's step; a worker whose step fails reports itself lost and the
  * service goes on while replicas_to_aggregate workers remain.
  *
- * The pool's threads are started with the trainer and wait between
- * sessions (lock order: pool.mu only; the engine's lock is taken inside
- * the client calls, never under pool.mu).
+ * The pool is the towers' device pool (dpt/device.h), started with the
+ * trainer: one job of it per session, worker i on device i (worker 0 on the
+ * calling thread); the engine's lock is taken inside the client calls.
  */
 #include "sr_internal.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,77 +222,29 @@ int dpt__sr_work(srt_worker_t *w)
 
 /* ---- the pool of worker threads --------------------------------------------------- */
 
-static void *srt_thread_main(void *arg)
+static int srt_pool_job(void *arg, int device)
 {
-    srt_worker_t *w = arg;
-    srt_pool_t *p = &w->t->pool;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->quit && p->gen == seen)
-            pthread_cond_wait(&p->go, &p->mu);
-        if (p->quit)
-            break;
-        seen = p->gen;
-        int lost = w->lost;
-        pthread_mutex_unlock(&p->mu);
-        if (!lost)
-            dpt__sr_work(w);
-        pthread_mutex_lock(&p->mu);
-        if (--p->running == 0)
-            pthread_cond_signal(&p->done);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
+    srt_t *t = arg;
+    srt_worker_t *w = &t->w[device];
+    if (!w->lost)
+        dpt__sr_work(w); /* its outcome is in w->rc, w->err */
+    return DPT_OK;
 }
 
 int dpt__sr_pool_start(srt_t *t)
 {
-    srt_pool_t *p = &t->pool;
-    if (pthread_mutex_init(&p->mu, NULL) != 0)
-        return dpt_error(DPT_ETHREAD, "sync_replicas: cannot create the workers' lock");
-    if (pthread_cond_init(&p->go, NULL) != 0) {
-        pthread_mutex_destroy(&p->mu);
-        return dpt_error(DPT_ETHREAD, "sync_replicas: cannot create the workers' condition");
-    }
-    if (pthread_cond_init(&p->done, NULL) != 0) {
-        pthread_cond_destroy(&p->go);
-        pthread_mutex_destroy(&p->mu);
-        return dpt_error(DPT_ETHREAD, "sync_replicas: cannot create the workers' condition");
-    }
-    p->inited = 1;
-    for (int i = 0; i < t->nw; i++) {
-        if (pthread_create(&t->w[i].th, NULL, srt_thread_main, &t->w[i]) != 0)
-            return dpt_error(DPT_ETHREAD, "sync_replicas: cannot start worker %d", i);
-        t->w[i].started = 1;
-    }
-    return DPT_OK;
+    return dpt_device_pool_create(&t->pool, t->nw, 0);
 }
 
 void dpt__sr_pool_stop(srt_t *t)
 {
-    srt_pool_t *p = &t->pool;
-    if (!p->inited)
-        return;
-    pthread_mutex_lock(&p->mu);
-    p->quit = 1;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < t->nw; i++)
-        if (t->w[i].started) {
-            pthread_join(t->w[i].th, NULL);
-            t->w[i].started = 0;
-        }
-    pthread_cond_destroy(&p->done);
-    pthread_cond_destroy(&p->go);
-    pthread_mutex_destroy(&p->mu);
-    p->inited = 0;
+    dpt_device_pool_destroy(t->pool); /* joins the threads */
+    t->pool = NULL;
 }
 
 /* One session for the workers that are not lost; waits for all of them. */
 int dpt__sr_run_workers(srt_t *t)
 {
-    srt_pool_t *p = &t->pool;
     for (int i = 0; i < t->N; i++) {
         srt_worker_t *w = &t->w[i];
         w->loss = w->correct = 0.0;
@@ -302,14 +253,7 @@ int dpt__sr_run_workers(srt_t *t)
         w->err[0] = '\0';
         dpt_sr_client_begin(w->c, t->shuffle_pos, 0);
     }
-    pthread_mutex_lock(&p->mu);
-    p->gen++;
-    p->running = t->nw;
-    pthread_cond_broadcast(&p->go);
-    while (p->running > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-    return DPT_OK;
+    return dpt_device_pool_run(t->pool, srt_pool_job, t);
 }
 
 /* The epoch's order: the rows shuffled from shuffle position pos. */

@@ -277,9 +277,9 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
             return rc;
         role = SRT_SERVICE;
     }
-    srt_t *t;
+    srt_t *t = NULL;
     int rc = srt_new(&t, c, env, role, role == SRT_SERVICE ? env->comm : NULL);
-    if (!rc && t->srv)
+    if (!rc && t && t->srv && env)
         dpt_sr_server_set_stop_flag(t->srv, env->stop_flag);
     *out = t;
     return rc;
