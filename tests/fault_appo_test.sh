@@ -23,20 +23,13 @@ if [ -z "$mpiexec" ] || [ ! -x "$mpiexec" ] || ! "$dpt" info | grep -q "^  mpi  
     echo "skipped: no MPI in this build or no mpirun"
     exit 77
 fi
+# ok, bad, rank_pid (found before the cd into the work directory)
+. "$(cd "$(dirname "$0")" && pwd)/fault_common.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 conf="$examples/cartpole_appo.conf"
 # A token in every output_dir: the processes of this test, and only they,
 # match it.
 token="fappo$$"
-passes=0 fails=0
-ok() {
-    passes=$((passes + 1))
-    echo "ok   $*"
-}
-bad() {
-    fails=$((fails + 1))
-    echo "FAIL $*"
-}
 metric() { tail -1 "$1" | tr ',{}' '\n\n\n' | sed -n "s/^\"$2\"://p" | head -1; }
 
 # start NAME NP ARGS...: the run in the background, output to NAME.out;
@@ -48,15 +41,6 @@ start() {
         --set comm_timeout_s=5 --set eval_episodes=0 --set output_dir="${token}_$name" "$@" \
         >"$name.out" 2>&1 &
     job=$!
-}
-# rank_pid NAME RANK: the process of that rank of the run NAME.
-rank_pid() {
-    for p in $(pgrep -f -- "output_dir=${token}_$1" 2>/dev/null); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=$2\$"; then
-            echo "$p"
-            return
-        fi
-    done
 }
 # first_result NAME: waits (up to 60 s) for the run's first iteration.
 first_result() {
@@ -89,7 +73,7 @@ last_checkpoint() {
 # ---- stopped_sampler: -np 3, rank 2 stopped after the first iteration ------------
 start stopped_sampler 3 --set total_timesteps=1000000 --set checkpoint_every=10
 victim=""
-first_result stopped_sampler && victim=$(rank_pid stopped_sampler 2)
+first_result stopped_sampler && victim=$(rank_pid "${token}_stopped_sampler" 2)
 if [ -n "$victim" ]; then
     kill -STOP "$victim"
     at=$(wc -l <"${token}_stopped_sampler/result.jsonl")
@@ -131,8 +115,8 @@ fi
 start term_stopped 2 --set total_timesteps=50000000 --set checkpoint_every=1000
 victim="" learner=""
 if first_result term_stopped; then
-    victim=$(rank_pid term_stopped 1)
-    learner=$(rank_pid term_stopped 0)
+    victim=$(rank_pid "${token}_term_stopped" 1)
+    learner=$(rank_pid "${token}_term_stopped" 0)
 fi
 if [ -n "$victim" ] && [ -n "$learner" ]; then
     kill -STOP "$victim"
@@ -171,7 +155,7 @@ fi
 # ---- term_healthy: -np 3, SIGTERM to rank 0 -----------------------------------------
 start term_healthy 3 --set total_timesteps=50000000 --set checkpoint_every=1000
 learner=""
-first_result term_healthy && learner=$(rank_pid term_healthy 0)
+first_result term_healthy && learner=$(rank_pid "${token}_term_healthy" 0)
 if [ -n "$learner" ]; then
     kill -TERM "$learner"
     finish term_healthy

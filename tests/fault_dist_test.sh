@@ -11,21 +11,14 @@
 # The MPI cases are skipped (with the reason) when the build has no MPI or
 # there is no mpirun; the threads case always runs.
 dpt="$1" check="$2" plugin="$3" work="$4"
+# ok, bad, rank_pid (found before the cd into the work directory)
+. "$(cd "$(dirname "$0")" && pwd)/fault_common.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 timeout_s=5
 limit=$((timeout_s + 10))
 # A token in every output_dir: the processes of this run, and only they,
 # match it.
 token="fdist$$"
-passes=0 fails=0
-ok() {
-    passes=$((passes + 1))
-    echo "ok   $*"
-}
-bad() {
-    fails=$((fails + 1))
-    echo "FAIL $*"
-}
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 cat >dd.conf <<EOF
@@ -66,15 +59,6 @@ wait_file() {
         i=$((i + 1))
     done
     [ -e "$1" ]
-}
-# rank_pid DIR RANK: the process of that rank of the run writing to DIR.
-rank_pid() {
-    for p in $(pgrep -f -- "output_dir=$1" 2>/dev/null); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=$2\$"; then
-            echo "$p"
-            return
-        fi
-    done
 }
 # expect NAME: the common checks of a failure case, with the message $2.
 expect_failure() {

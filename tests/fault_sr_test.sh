@@ -12,6 +12,8 @@
 # usage: fault_sr_test.sh DPT RUN_CHECK WORK
 # Skipped (77) when the build has no MPI or there is no mpirun.
 dpt="$1" check="$2" work="$3"
+# ok, bad, rank_pid (found before the cd into the work directory)
+. "$(cd "$(dirname "$0")" && pwd)/fault_common.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 if ! "$dpt" info | grep -q "^  mpi    yes"; then
     echo "skipped: this build has no MPI"
@@ -23,28 +25,10 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 token="fsr$$"
-passes=0 fails=0
-ok() {
-    passes=$((passes + 1))
-    echo "ok   $*"
-}
-bad() {
-    fails=$((fails + 1))
-    echo "FAIL $*"
-}
 printf 'job = sync_replicas\ndataset = spirals\nspirals_points = 2048\nhidden = 32\n' >sr.conf
 printf 'total_num_replicas = 2\nreplicas_to_aggregate = 2\nepochs = 100000\n' >>sr.conf
 printf 'comm_timeout_s = 5\ncheckpoint_every = 1\n' >>sr.conf
 
-# rank_pid DIR RANK: the process of that rank of the run writing to DIR.
-rank_pid() {
-    for p in $(pgrep -f -- "output_dir=$1" 2>/dev/null); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=$2\$"; then
-            echo "$p"
-            return
-        fi
-    done
-}
 # start NAME: the run in the background (90 s guard), output in NAME.out;
 # waits for its first checkpoint. Sets $job.
 start() {
