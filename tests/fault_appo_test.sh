@@ -12,6 +12,9 @@
 #                    `dpt train --resume` goes on from that checkpoint.
 #   term_healthy     SIGTERM to rank 0 with every rank healthy: exit 143,
 #                    every rank answered.
+#   term_sampler     SIGTERM to sampler rank 2 alone: it asks rank 0 to stop
+#                    the run; rank 0 writes its checkpoint and exits 143,
+#                    every rank answered.
 # Each run is bounded (timeout 150 s); the checks are on what the run did
 # (exit codes, messages, files), never on how long it took.
 #
@@ -173,6 +176,34 @@ if [ -n "$learner" ]; then
 else
     finish term_healthy
     bad "term_healthy: rank 0 of the run not found"
+fi
+
+# ---- term_sampler: -np 3, SIGTERM to sampler rank 2 alone ------------------------------
+start term_sampler 3 --set total_timesteps=50000000 --set checkpoint_every=1000
+asker=""
+first_result term_sampler && asker=$(rank_pid "${token}_term_sampler" 2)
+if [ -n "$asker" ]; then
+    kill -TERM "$asker"
+    finish term_sampler
+    if [ "$rc" -eq 143 ]; then ok "term_sampler: exit 143"; else bad "term_sampler: exit $rc, not 143"; fi
+    if grep -q "sampler rank 2 asked to stop the run" term_sampler.out; then
+        ok "term_sampler: rank 0 stopped the run at rank 2's request"
+    else
+        bad "term_sampler: no stop at rank 2's request"
+    fi
+    if grep -q "did not answer" term_sampler.out; then
+        bad "term_sampler: a rank is said not to have answered"
+    else
+        ok "term_sampler: every rank answered the end of the run"
+    fi
+    if [ -n "$(last_checkpoint term_sampler)" ]; then
+        ok "term_sampler: checkpoint written"
+    else
+        bad "term_sampler: no checkpoint"
+    fi
+else
+    finish term_sampler
+    bad "term_sampler: rank 2 of the run not found"
 fi
 
 echo "$passes passed, $fails failed"

@@ -4,14 +4,18 @@
 #   worker   rank 2 stopped (SIGSTOP) after the first epoch: the run ends
 #            non-zero and the rank that waited for it (rank 0) names rank 2;
 #            rank 0 is not blamed.
-#   service  SIGTERM to rank 0 while rank 2 is stopped: rank 0 says why the
-#            session cannot end and that the last checkpoint stands; that
-#            checkpoint is complete and `dpt train --resume` continues it.
+#   service  SIGTERM to rank 0 while rank 2 is stopped: rank 0 stops within
+#            the epoch, at the global step the stopped worker holds back,
+#            names rank 2, writes the checkpoint of that step and exits
+#            143; `dpt train --resume` finishes the epoch, and its
+#            checkpoint is bitwise that of an uninterrupted run (N = R).
+#   ask      SIGTERM to worker rank 2 alone: it asks rank 0 to stop the
+#            run; every rank ends after one checkpoint, rank 0 with 143.
 # Every case is bounded (a 90 s guard) and leaves no process behind.
 #
-# usage: fault_sr_test.sh DPT RUN_CHECK WORK
+# usage: fault_sr_test.sh DPT RUN_CHECK CKPT_COMPARE WORK
 # Skipped (77) when the build has no MPI or there is no mpirun.
-dpt="$1" check="$2" work="$3"
+dpt="$1" check="$2" compare="$3" work="$4"
 # ok, bad, rank_pid (found before the cd into the work directory)
 . "$(cd "$(dirname "$0")" && pwd)/fault_common.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -29,14 +33,16 @@ printf 'job = sync_replicas\ndataset = spirals\nspirals_points = 2048\nhidden = 
 printf 'total_num_replicas = 2\nreplicas_to_aggregate = 2\nepochs = 100000\n' >>sr.conf
 printf 'comm_timeout_s = 5\ncheckpoint_every = 1\n' >>sr.conf
 
-# start NAME: the run in the background (90 s guard), output in NAME.out;
-# waits for its first checkpoint. Sets $job.
+# start NAME [ARGS...]: the run in the background (90 s guard), output in
+# NAME.out; waits for its first result. Sets $job.
 start() {
+    name="$1"
+    shift
     timeout 90 mpirun --oversubscribe -np 3 "$dpt" train --quiet sr.conf \
-        --set output_dir="${token}_$1" >"$1.out" 2>&1 &
+        --set output_dir="${token}_$name" "$@" >"$name.out" 2>&1 &
     job=$!
     i=0
-    while [ ! -e "${token}_$1/checkpoints/checkpoint-00000001.safetensors" ] && [ $i -lt 300 ]; do
+    while [ ! -s "${token}_$name/result.jsonl" ] && [ $i -lt 300 ]; do
         sleep 0.1
         i=$((i + 1))
     done
@@ -79,19 +85,22 @@ else
 fi
 
 # ---- SIGTERM to the service while a worker rank is stopped ---------------------------
-start service
+# Epochs of 256 steps and no checkpoint between them: the worker is
+# stopped within an epoch (the test says which case it saw).
+big="--set spirals_points=16384 --set checkpoint_every=0"
+start service $big
 victim=$(rank_pid "${token}_service" 2)
 chief=$(rank_pid "${token}_service" 0)
 [ -n "$victim" ] && kill -STOP "$victim"
-sleep 0.5
+# (rank 0 is then held in a session: its epochs take milliseconds)
+sleep 2
 [ -n "$chief" ] && kill -TERM "$chief"
 finish service
-if [ -n "$chief" ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; then ok "service: exit $rc"; else bad "service: exit $rc"; fi
-if grep -q "stopped at global step [0-9]*, which waits for worker 1 (rank 2)" service.out &&
-    grep -q "the last checkpoint stands" service.out; then
-    ok "service: rank 0 says why it writes no checkpoint, naming rank 2"
+if [ -n "$chief" ] && [ "$rc" -eq 143 ]; then ok "service: exit 143"; else bad "service: exit $rc, not 143"; fi
+if grep -q "stopped \(within\|before the first step of\) epoch [0-9]*.*waits for worker 1 (rank 2)" service.out; then
+    ok "service: rank 0 stops within the epoch, naming rank 2"
 else
-    bad "service: no reason naming rank 2"
+    bad "service: no stop within the epoch naming rank 2"
 fi
 d="${token}_service"
 if line=$("$check" "$d" 2>&1); then ok "service: the run directory is complete ($line)"; else bad "service: $line"; fi
@@ -104,6 +113,34 @@ if timeout 90 mpirun --oversubscribe -np 3 "$dpt" train --resume "$d" --quiet \
 else
     bad "service: --resume from $last: $(tail -2 resume.out)"
 fi
+# The same epochs without the stop: bitwise the same variables.
+u="${token}_straight"
+timeout 90 mpirun --oversubscribe -np 3 "$dpt" train sr.conf --quiet --set output_dir="$u" $big \
+    --set stop_iters=$((n + 1)) >straight.out 2>&1
+k="checkpoints/checkpoint-$(printf %08d $((n + 1))).safetensors"
+if out=$("$compare" "$d/$k" "$u/$k" 2>&1); then
+    ok "service: the resumed epoch $((n + 1)) is bitwise the uninterrupted run's"
+else
+    bad "service: resumed and uninterrupted epoch $((n + 1)) differ: $out"
+fi
+
+# ---- SIGTERM to a worker rank alone ----------------------------------------------------
+start ask
+asker=$(rank_pid "${token}_ask" 2)
+[ -n "$asker" ] && kill -TERM "$asker"
+finish ask
+if [ -n "$asker" ] && [ "$rc" -eq 143 ]; then ok "ask: exit 143"; else bad "ask: exit $rc, not 143"; fi
+if grep -q "rank 2 asked to stop the run" ask.out; then
+    ok "ask: rank 0 stopped the run at rank 2's request"
+else
+    bad "ask: no stop at rank 2's request"
+fi
+if grep -q "did not answer\|timed out\|sent nothing" ask.out; then
+    bad "ask: a rank is said not to have answered"
+else
+    ok "ask: every rank answered the end of the run"
+fi
+if line=$("$check" "${token}_ask" 2>&1); then ok "ask: the run directory is complete ($line)"; else bad "ask: $line"; fi
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

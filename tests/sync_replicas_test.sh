@@ -189,6 +189,22 @@ if [ -n "$mpiexec" ] && [ -x "$mpiexec" ] && "$dpt" info | grep -q "^  mpi    ye
     check "num_ps = 2 under mpirun: 2 epochs + --resume equal 4 epochs bitwise" "$cmp" \
         ps2_threads/checkpoints/checkpoint-00000004.safetensors \
         ps2_half/checkpoints/checkpoint-00000004.safetensors
+    # The model is gathered to rank 0 only for an evaluation or a checkpoint:
+    # test_interval = checkpoint_every = 5 over 10 epochs makes 2 gathers (its
+    # own counter), the same bits as threads.
+    expect 0 "" -- train mp.conf --quiet --set output_dir=ps2_threads10 --set num_ps=2
+    mpirun_ -np 4 "$dpt" train mp.conf --quiet --set output_dir=ps2_lazy --set num_ps=2 \
+        --set test_interval=5 --set checkpoint_every=5 > ps2.log 2>&1
+    gathers=$(metric ps2_lazy/result.jsonl model_gathers)
+    tests=$(grep -c '"test_loss":[0-9]' ps2_lazy/result.jsonl)
+    if [ "$gathers" = "2" ] && [ "$tests" = "2" ]; then
+        ok "num_ps = 2, test_interval = checkpoint_every = 5, 10 epochs: 2 gathers, 2 test evaluations"
+    else
+        bad "num_ps = 2, test_interval = 5: $gathers gathers, $tests evaluations (2 each expected)"
+    fi
+    check "num_ps = 2 with gathers every 5 epochs ends bitwise as threads" "$cmp" \
+        ps2_threads10/checkpoints/checkpoint-00000010.safetensors \
+        ps2_lazy/checkpoints/checkpoint-00000010.safetensors
     # A backup rank stopped (SIGSTOP) for two whole epochs: the steps go on without it, its
     # gradients count again once it continues, and the run ends with exit 0.
     (mpirun_ -np 4 "$dpt" train mp.conf --quiet --set output_dir=mp_stop --set total_num_replicas=3 \

@@ -461,7 +461,10 @@ int dpt_cmd_train(int argc, char **argv)
             dpt_comm_mpi_abort(code);
         }
     } else {
-        code = why == DPT_RUN_STOPPED ? 128 + (int)dpt__stop_signal : DPT_EXIT_OK;
+        /* Stopped at another rank's request (a signal that reached it
+         * alone): as for SIGTERM. */
+        int sig = dpt__stop_signal ? (int)dpt__stop_signal : SIGTERM;
+        code = why == DPT_RUN_STOPPED ? 128 + sig : DPT_EXIT_OK;
         /* MPI left up after a success: a rank did not answer the end of the
          * run (reported as a note) and MPI_Finalize would wait for it. */
         if (dpt_comm_mpi_initialized()) {

@@ -105,19 +105,28 @@ void dpt_sr_server_destroy(dpt_sr_server_t *s);
 /* The engine (borrowed, valid until destroy): initialise its variables,
  * set its global step, read its stats, checkpoint it, between sessions. */
 dpt_sr_t *dpt_sr_server_engine(dpt_sr_server_t *s);
-/* A flag (e.g. set by a signal handler; may be NULL): once it is
- * non-zero, a session that hears from no worker for a second (the step
- * waits for a stopped or dead one) ends with DPT_ECLOSED naming them
- * instead of waiting out timeout_s. A session that makes progress runs to
- * its end (the caller stops after it). */
+/* A flag (e.g. set by a signal handler; may be NULL). On rank 0, once it
+ * is non-zero or another rank asked to stop (dpt_sr_server_stop_asked), a
+ * session that hears from no worker for a second (the step waits for a
+ * stopped or dead one) ends with DPT_ECLOSED naming them instead of
+ * waiting out timeout_s; the engine then holds the variables of the
+ * global step reached. A session that makes progress runs to its end (the
+ * caller stops after it). On another service, a non-zero flag makes it
+ * ask rank 0 to stop the run (once). */
 void dpt_sr_server_set_stop_flag(dpt_sr_server_t *s, const volatile sig_atomic_t *flag);
+/* Rank 0: the first rank (a worker, dpt_sr_client_ask_stop, or another
+ * service, its stop flag) that asked to stop the run, or -1. The request
+ * is the caller's to act on: end the session's caller after it, then
+ * dpt_sr_server_stop. */
+int dpt_sr_server_stop_asked(const dpt_sr_server_t *s);
 
 /* Rank 0: one session (dpt_sr_begin with the default initial tokens) until
  * the global step reaches `until`, answering every worker and handing out
  * tokens as the engine frees them. A worker's first token of the session
  * carries the global step (the chief's init); tokens carry `tag` and index
  * first_index, first_index + 1, ... per worker. Returns 0 when the steps
- * are done; DPT_ECLOSED (the stop flag while the step waits); DPT_ETIMEDOUT naming the worker
+ * are done; DPT_ECLOSED (a stop while the step waits for silent workers,
+ * named: see dpt_sr_server_set_stop_flag); DPT_ETIMEDOUT naming the worker
  * ranks the step waits for; the engine's failure (fewer than R workers
  * left: the message names the last worker lost and why); DPT_EFORMAT
  * naming a rank that sent a malformed message; a communication error.
@@ -200,6 +209,11 @@ int dpt_sr_client_push(dpt_sr_client_t *c, uint64_t step, const float *grads,
  * after a failure of rank 0 itself (DPT_ETIMEDOUT, DPT_ECOMM: returns code
  * at once). */
 int dpt_sr_client_lost(dpt_sr_client_t *c, int code, const char *why);
+/* The worker was asked to stop (a signal that reached its process alone):
+ * remote, ASK_STOP to rank 0, once, without waiting (rank 0 decides; its
+ * STOP ends the run as usual); local, nothing (the process that runs the
+ * service has the same request). Errors: a communication error. */
+int dpt_sr_client_ask_stop(dpt_sr_client_t *c);
 
 #ifdef __cplusplus
 }

@@ -238,6 +238,9 @@ typedef enum dpt_dataset_id {
     X(eval_ema, BOOL, DPT_JOBS_SR, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "false", 0, 0, "",     \
       "dpt eval (and dpt_trainer_evaluate) score the moving average of the variables (needs "      \
       "ema_decay > 0) instead of the variables")                                                   \
+    X(test_interval, INT, DPT_JOBS_SR, DPT_CFG_RESUMABLE | DPT_CFG_BOOKKEEPING, "1", 0, 1e9, "",   \
+      "epochs between test-set evaluations (0 = the last epoch only; the last is always "          \
+      "evaluated); under mpirun with num_ps > 1 each one gathers the model to rank 0")             \
     X(embedding_dim, INT, DPT_JOBS_SR, 0, "64", 1, 4096, "", "bags: width of the embedding table") \
     X(bags_vocab, INT, DPT_JOBS_SR, 0, "100000", 2, 1e8, "",                                       \
       "bags: ids in the vocabulary (rows of the embedding table)")                                 \
@@ -545,6 +548,11 @@ typedef struct dpt_train_result {
     uint64_t timesteps_total;  /* env steps (RL) or training samples (supervised) so far */
     double progress;           /* fraction of the job's length done, in [0, 1] */
     int finished;              /* 1 when the job's length (epochs or total_timesteps) is done */
+    int stop_requested;        /* 1 when a rank that runs a role of this trainer under mpirun
+                                * (an APPO sampler, a sync_replicas worker or service) was
+                                * asked to stop, by a signal that reached that rank alone:
+                                * dpt_train_run stops after this iteration as it does for
+                                * its own stop_flag */
     double reward_mean;        /* RL: episode_reward_mean over the window; NAN otherwise */
     size_t episodes_in_window; /* RL: episodes behind reward_mean (<= 100) */
     char line[256];            /* one line for a progress display */
@@ -722,7 +730,10 @@ typedef struct dpt_run_options {
     /* Set (to non-zero) by a signal handler to ask the run to stop after
      * the current iteration with a checkpoint; may be NULL. (The type a
      * signal handler may write; the run reads it once per iteration and
-     * never waits on it.) */
+     * never waits on it.) Under mpirun a flag set on any rank stops every
+     * rank: a rank that runs a role (an APPO sampler, a sync_replicas
+     * worker or service) asks rank 0, which stops after its iteration and
+     * ends the roles; that rank's run then returns DPT_RUN_STOPPED. */
     const volatile sig_atomic_t *stop_flag;
     /* Under mpirun: called, from a watchdog thread, when joining the MPI
      * world (MPI_Init and the run's communicators) has not completed

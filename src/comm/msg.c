@@ -343,6 +343,16 @@ int dpt__msg_send_bye(dpt_comm_t *comm, int dest, int proto)
     return rc;
 }
 
+int dpt__msg_send_ask_stop(dpt_comm_t *comm, int dest, int proto)
+{
+    dpt__msg_t m;
+    dpt__msg_init(&m);
+    dpt__msg_begin(&m, proto, DPT__MSG_ASK_STOP);
+    int rc = dpt__msg_send_async(comm, dest, &m);
+    dpt__msg_deinit(&m);
+    return rc;
+}
+
 /* "rank 2" or "ranks 2, 5" of the peers not yet answered. */
 static void dpt__msg_silent(const int *peers, const unsigned char *done, size_t n, char *out,
                             size_t size)

@@ -11,7 +11,7 @@
  *   bytes 0..3   magic "dptm"
  *   bytes 4..5   header version (DPT__MSG_VERSION), little-endian
  *   byte  6      protocol (dpt__msg_proto_t)
- *   byte  7      kind (the protocol's own numbering; 0..2 are reserved for
+ *   byte  7      kind (the protocol's own numbering; 0..3 are reserved for
  *                the kinds below, shared by every protocol)
  *   bytes 8..    the payload: fields in the order the protocol writes them
  *
@@ -27,7 +27,11 @@
  *                              failed: ...") with dpt__msg_error;
  *   STOP {}                    the end of a run, sent by the rank that ends it;
  *   BYE {}                     the answer to STOP: the sender holds nothing more
- *                              for the receiver.
+ *                              for the receiver;
+ *   ASK_STOP {}                a rank that runs a role was asked to stop (a
+ *                              signal that reached it alone): it asks the
+ *                              rank that ends the run to end it, which then
+ *                              stops as it would for its own signal.
  * The handshake (dpt__msg_stop_all) sends STOP to every peer, then waits for
  * every peer's BYE, dropping what else they send meanwhile, and names each
  * peer that did not answer within the timeout.
@@ -40,7 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DPT__MSG_VERSION 1
+#define DPT__MSG_VERSION 2
 #define DPT__MSG_HEADER 8
 
 /* The protocols: each owns the tags [proto * 64, proto * 64 + 64). */
@@ -53,7 +57,13 @@ typedef enum dpt__msg_proto {
 
 /* Kinds every protocol shares; a protocol numbers its own from
  * DPT__MSG_FIRST. */
-enum { DPT__MSG_FAIL = 0, DPT__MSG_STOP = 1, DPT__MSG_BYE = 2, DPT__MSG_FIRST = 3 };
+enum {
+    DPT__MSG_FAIL = 0,
+    DPT__MSG_STOP = 1,
+    DPT__MSG_BYE = 2,
+    DPT__MSG_ASK_STOP = 3,
+    DPT__MSG_FIRST = 4
+};
 #define DPT__MSG_KINDS 64
 #define DPT__MSG_TAG(proto, kind) ((int)(proto)*DPT__MSG_KINDS + (int)(kind))
 
@@ -130,5 +140,7 @@ int dpt__msg_error(dpt__msg_t *m);
 int dpt__msg_stop_all(dpt_comm_t *comm, int proto, const int *peers, size_t n, double timeout_s);
 /* A peer's side: answers STOP with BYE. */
 int dpt__msg_send_bye(dpt_comm_t *comm, int dest, int proto);
+/* A peer's side: ASK_STOP to dest (without waiting). */
+int dpt__msg_send_ask_stop(dpt_comm_t *comm, int dest, int proto);
 
 #endif

@@ -111,6 +111,7 @@ struct dpt_sr_client {
     dpt__msg_t in, out;
     uint64_t step;      /* of the last token: fetches wait for it */
     int stopped;        /* rank 0 said STOP (answered) */
+    int asked;          /* it asked rank 0 to stop the run */
     unsigned char *got; /* [P] a fetch's answers in */
 };
 
@@ -356,4 +357,12 @@ int dpt_sr_client_lost(dpt_sr_client_t *c, int code, const char *why)
     while (!rc)
         rc = srcl_recv(c, "word to stop", 0);
     return rc == DPT_ECLOSED ? DPT_OK : rc;
+}
+
+int dpt_sr_client_ask_stop(dpt_sr_client_t *c)
+{
+    if (!c->remote || c->asked || c->stopped)
+        return DPT_OK;
+    c->asked = 1;
+    return dpt__msg_send_ask_stop(c->comm, 0, DPT__SRW_PROTO);
 }

@@ -42,6 +42,8 @@ struct dpt_sr_server {
     dpt__msg_t *fetch; /* a fetch waiting for the global step (buf NULL: none) */
     uint64_t tag, first_index;
     char lost_why[320];
+    int asked_by; /* rank 0: the first rank that asked to stop the run (-1: none) */
+    int asked;    /* another service: it asked rank 0 */
 };
 
 /* ---- create / destroy ------------------------------------------------------------- */
@@ -112,6 +114,7 @@ int dpt_sr_server_create(dpt_sr_server_t **out, const dpt_sr_remote_config_t *cf
     dpt__msg_init(&s->in);
     dpt__msg_init(&s->out);
     s->comm = comm;
+    s->asked_by = -1;
     unsigned char *owned = NULL;
     int rc = dpt__srw_layout_init(&s->l, cfg, comm);
     s->rank = rc ? -1 : dpt_comm_rank(comm);
@@ -148,6 +151,18 @@ dpt_sr_t *dpt_sr_server_engine(dpt_sr_server_t *s)
 void dpt_sr_server_set_stop_flag(dpt_sr_server_t *s, const volatile sig_atomic_t *flag)
 {
     s->stop = flag;
+}
+
+int dpt_sr_server_stop_asked(const dpt_sr_server_t *s)
+{
+    return s->asked_by;
+}
+
+/* A message asking rank 0 to stop the run: the first asker is kept. */
+static void srs_note_ask(dpt_sr_server_t *s, int src)
+{
+    if (s->rank == 0 && s->asked_by < 0)
+        s->asked_by = src;
 }
 
 int dpt_sr_server_worker(const dpt_sr_server_t *s, int worker, dpt_sr_worker_info_t *out)
@@ -375,6 +390,7 @@ static int srs_serve(dpt_sr_server_t *s, int w)
         return srs_lose(s, w);
     }
     case DPT__MSG_BYE: s->byed[w] = 1; return DPT_OK;
+    case DPT__MSG_ASK_STOP: srs_note_ask(s, m->src); return DPT_OK;
     default: return DPT_OK; /* a late message of an exchange that ended */
     }
 }
@@ -415,10 +431,9 @@ static int srs_silent(dpt_sr_server_t *s, uint64_t until, int stopped)
     uint64_t step = dpt_sr_global_step(s->sr);
     if (stopped)
         return dpt_error(DPT_ECLOSED,
-                         "sync_replicas: stopped at global step %" PRIu64 ", which waits for %s "
-                         "(stopped, dead or stuck): the session cannot reach step %" PRIu64
-                         ", so its state is not written (the last checkpoint stands)",
-                         step, n ? who : "the worker ranks", until);
+                         "sync_replicas: global step %" PRIu64
+                         " waits for %s (stopped, dead or stuck)",
+                         step, n ? who : "the worker ranks");
     if (n)
         return dpt_error(DPT_ETIMEDOUT,
                          "sync_replicas: %s sent nothing for comm_timeout_s = %g s; global step "
@@ -466,7 +481,8 @@ int dpt_sr_server_session(dpt_sr_server_t *s, uint64_t until, uint64_t tag, uint
          * that waits for a silent worker cannot end: say so within a
          * second instead of after timeout_s. */
         double now = dpt_now();
-        if (s->stop && *s->stop && now - heard >= (s->l.timeout_s < 1.0 ? s->l.timeout_s : 1.0))
+        int stopping = (s->stop && *s->stop) || s->asked_by >= 0;
+        if (stopping && now - heard >= (s->l.timeout_s < 1.0 ? s->l.timeout_s : 1.0))
             return srs_silent(s, until, 1);
         double left = heard + s->l.timeout_s - now;
         if (left <= 0.0)
@@ -486,6 +502,8 @@ int dpt_sr_server_session(dpt_sr_server_t *s, uint64_t until, uint64_t tag, uint
             rc = srs_serve(s, w);
         else if (w < 0 && s->in.kind == DPT__MSG_FAIL)
             rc = dpt__msg_error(&s->in); /* another service failed */
+        else if (w < 0 && s->in.kind == DPT__MSG_ASK_STOP)
+            srs_note_ask(s, s->in.src);
         if (!rc)
             rc = srs_answer_waiting(s);
         if (!rc)
@@ -591,16 +609,29 @@ int dpt_sr_server_serve(dpt_sr_server_t *s)
         return dpt_error(DPT_EINVAL, "sync replicas server: rank 0 runs sessions, not serve");
     int rc = dpt_sr_begin(s->sr, -1, UINT64_MAX), gather = 0, stop = 0;
     uint64_t gather_min = 0;
-    double wait = 2.0 * s->l.timeout_s;
+    double wait = 2.0 * s->l.timeout_s, heard = dpt_now();
     while (!rc && !stop) {
-        rc = dpt__msg_recv(s->comm, DPT_COMM_ANY_SOURCE, DPT__SRW_PROTO, -1, wait, &s->in);
-        if (rc == DPT_ETIMEDOUT)
-            return dpt_error(rc,
+        if (s->stop && *s->stop && !s->asked) {
+            s->asked = 1; /* rank 0 ends the run */
+            if ((rc = dpt__msg_send_ask_stop(s->comm, 0, DPT__SRW_PROTO)) != 0)
+                break;
+        }
+        double left = heard + wait - dpt_now();
+        if (left <= 0.0)
+            return dpt_error(DPT_ETIMEDOUT,
                              "sync_replicas: service %d (rank %d) heard nothing for 2 x "
                              "comm_timeout_s = %g s",
                              s->rank, s->rank, wait);
+        /* With a stop flag: look at it at least every 0.1 s. */
+        rc = dpt__msg_recv(s->comm, DPT_COMM_ANY_SOURCE, DPT__SRW_PROTO, -1,
+                           s->stop && !s->asked && left > 0.1 ? 0.1 : left, &s->in);
+        if (rc == DPT_ETIMEDOUT) {
+            rc = DPT_OK;
+            continue;
+        }
         if (rc)
             break;
+        heard = dpt_now();
         int w = s->in.src - s->l.P;
         if (s->in.src == 0)
             rc = srs_from_chief(s, &gather, &gather_min, &stop);

@@ -12,6 +12,9 @@
  *                      sampler has received so far; actions are the bits of
  *                      int32 (discrete) or float32 (continuous) values
  *                      FAIL {code, text}   its env failed; rank 0 ends the run
+ *                      ASK_STOP            it was asked to stop (a signal that
+ *                                          reached it alone): rank 0 ends its
+ *                                          iteration and the run
  *                      BYE                 the answer to STOP
  *   rank 0 -> sampler  WEIGHTS {version u64, count u64, params f32[count]}
  *                      STOP                the end of the run
@@ -164,6 +167,13 @@ int dpt__appo_sampler_poll(dpt__appo_sampler_t *s, int wait)
 {
     struct dpt_appo *a = s->a;
     dpt__appo_group_t *g = &s->groups[0];
+    if (a->stop_flag && *a->stop_flag && !a->asked_stop) {
+        /* Rank 0 ends the run (its STOP comes as for any end). */
+        a->asked_stop = 1;
+        int rc = dpt__msg_send_ask_stop(a->comm, 0, DPT__MSG_PROTO_APPO);
+        if (rc)
+            return rc;
+    }
     for (;;) {
         int flag = 0, rc;
         if (wait)
@@ -229,6 +239,11 @@ static int dpt__appo_recv_batch(struct dpt_appo *a, double wait_s)
         return dpt__appo_tb_read(a, m, &a->held);
     if (m->kind == DPT__MSG_FAIL)
         return dpt__msg_error(m);
+    if (m->kind == DPT__MSG_ASK_STOP) {
+        if (!a->stop_asked_by)
+            a->stop_asked_by = m->src;
+        return DPT_OK;
+    }
     return dpt_error(DPT_EFORMAT, "appo: rank %d sent a message of kind %d during the run", m->src,
                      m->kind);
 }
@@ -273,6 +288,11 @@ int dpt__appo_finish(struct dpt_appo *a, int wait)
             rc = sent;
     }
     return rc;
+}
+
+int dpt_appo_stop_asked(const dpt_appo_t *a)
+{
+    return a && a->rank == 0 ? a->stop_asked_by : 0;
 }
 
 int dpt_appo_end(dpt_appo_t *a)

@@ -290,6 +290,10 @@ int dpt_appo_run_sampler(dpt_appo_t *a);
  * error. Once: later calls, and calls on another engine, return 0
  * (dpt_appo_stop then tells the sampler ranks nothing more). */
 int dpt_appo_end(dpt_appo_t *a);
+/* Rank 0 under mpirun: the first sampler rank that asked to stop the run (a
+ * signal that reached that rank alone; dpt_appo_train then returned the
+ * iteration so far), or 0. */
+int dpt_appo_stop_asked(const dpt_appo_t *a);
 /* Stops every thread. A sampler still inside an env step 5 s later (a
  * hung env) is left running, detached: then this returns 1, the engine is
  * never freed, and the caller must keep the env class (and its plug-in)
@@ -305,7 +309,8 @@ int dpt_appo_train(dpt_appo_t *a, dpt_rl_result_t *res, dpt_appo_stats_t *stats)
 /* The run's stop request (borrowed; NULL: none): once *flag is set,
  * dpt_appo_train returns the iteration so far instead of waiting for
  * steps_per_iteration more env steps (a stopped sampler rank then cannot
- * hold the end of the run back). */
+ * hold the end of the run back). On a sampler rank, the flag makes it ask
+ * rank 0 to stop the run (dpt_appo_stop_asked). */
 void dpt_appo_set_stop_flag(dpt_appo_t *a, const volatile sig_atomic_t *flag);
 /* The main policy's learner model (dpt__rl_policies_main; every policy has
  * its table). */

@@ -302,10 +302,11 @@ static void dpt__remove_fresh(dpt__run_t *r)
 /* ---- across ranks ------------------------------------------------------------------ */
 
 /* 1 when any rank asks to stop (the flag is read once per iteration, so
- * every rank stops after the same iteration). */
-static int dpt__stop_requested(dpt__run_t *r, int *rc)
+ * every rank stops after the same iteration); a rank that runs a role asks
+ * through the trainer (res->stop_requested). */
+static int dpt__stop_requested(dpt__run_t *r, const dpt_train_result_t *res, int *rc)
 {
-    float f = (r->o && r->o->stop_flag && *r->o->stop_flag) ? 1.0f : 0.0f;
+    float f = (r->o && r->o->stop_flag && *r->o->stop_flag) || res->stop_requested ? 1.0f : 0.0f;
     *rc = DPT_OK;
     if (r->launch.comm && !r->launch.alone)
         *rc = dpt_comm_allreduce(r->launch.comm, &f, 1, DPT_REDUCE_SUM);
@@ -584,7 +585,7 @@ static int dpt__run_one(dpt__run_t *r, dpt_train_result_t *res, int *stop, dpt_r
     dpt__emit(r, &ev);
     *stop = dpt__should_stop(r->cfg, res->iteration, res->finished, res->reward_mean,
                              res->episodes_in_window, why);
-    int sig = dpt__stop_requested(r, &rc);
+    int sig = dpt__stop_requested(r, res, &rc);
     if (rc)
         return rc;
     if (sig && !*stop) {
@@ -716,8 +717,12 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
                              o->start_error_text ? o->start_error_text : "the run cannot start")
                  : dpt__run_config(&r, cfg_in);
     rc = dpt__launch_join(&r.launch, rc ? NULL : r.cfg, r.resume_dir, o, rc);
-    if (!rc && r.launch.role) /* this rank is not a trainer */
-        return dpt__run_close(&r, dpt__launch_role(&r.launch, r.cfg, o));
+    if (!rc && r.launch.role) { /* this rank is not a trainer */
+        rc = dpt__launch_role(&r.launch, r.cfg, o);
+        if (!rc && reason && o && o->stop_flag && *o->stop_flag)
+            *reason = DPT_RUN_STOPPED; /* it asked rank 0 to stop the run */
+        return dpt__run_close(&r, rc);
+    }
     if (!rc)
         rc = dpt__run_trainer(&r);
     if (!rc)

@@ -87,6 +87,17 @@ struct srt {
     int *place;              /* [nvars] the service of each variable */
     double timeout_s;
     uint64_t shuffle_pos; /* the epoch's shuffle position (the session's tag) */
+    /* Steps of the current epoch done before a stop within it (rank 0
+     * under mpirun, a worker silent); 0 at an epoch's start. Then
+     * shuffle_rng stays at the epoch's start and the next session goes on
+     * from that step (tokens' index part onwards). */
+    uint64_t part;
+    const volatile sig_atomic_t *stop_flag; /* a worker or service rank's stop request */
+    int ended;                              /* rank 0 ended the other ranks' part (srt_end) */
+    /* Rank 0 with several services: the global step whose state of every
+     * service it holds (UINT64_MAX: none), and how many gathers it made. */
+    uint64_t gathered_at, gathers;
+    uint64_t test_interval; /* epochs between test-set evaluations (0: the last) */
     /* Counters of the run before this process's service (restored from a
      * checkpoint; the service counts from 0). */
     uint64_t base_stale, *base_contrib; /* [N] */

@@ -186,6 +186,9 @@ int dpt__sr_work(srt_worker_t *w)
         dpt_sr_token_t tok;
         double loss = 0.0, correct = 0.0, fig[SRT_NFIGURES];
         int accepted = 0;
+        /* A worker rank asked to stop asks rank 0, which ends the run. */
+        if (t->stop_flag && *t->stop_flag && (rc = dpt_sr_client_ask_stop(w->c)) != 0)
+            break;
         if ((rc = dpt_sr_client_take_token(w->c, &tok)) != 0)
             break;
         if (t->role == SRT_WORKER && tok.tag != pos) {
@@ -251,7 +254,7 @@ int dpt__sr_run_workers(srt_t *t)
         w->rows_used = w->pushes = w->accepted = w->rows_touched = 0;
         w->rc = 0;
         w->err[0] = '\0';
-        dpt_sr_client_begin(w->c, t->shuffle_pos, 0);
+        dpt_sr_client_begin(w->c, t->shuffle_pos, t->part);
     }
     return dpt_device_pool_run(t->pool, srt_pool_job, t);
 }

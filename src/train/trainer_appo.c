@@ -131,7 +131,6 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
 static int dpt__appo_role(const dpt_config_t *cfg, dpt_comm_t *comm,
                           const volatile sig_atomic_t *stop_flag)
 {
-    (void)stop_flag;
     dpt_appo_config_t rc_cfg;
     dpt_env_class_t *env = NULL;
     dpt_appo_t *a = NULL;
@@ -140,8 +139,10 @@ static int dpt__appo_role(const dpt_config_t *cfg, dpt_comm_t *comm,
         rc = dpt__rl_make_env(cfg, &env);
     if (!rc)
         rc = dpt_appo_create_mpi(&a, env, &rc_cfg, comm);
-    if (!rc)
+    if (!rc) {
+        dpt_appo_set_stop_flag(a, stop_flag); /* it asks rank 0 to stop the run */
         rc = dpt_appo_run_sampler(a);
+    }
     int stuck = dpt_appo_stop(a);
     dpt_appo_destroy(a);
     if (!stuck)
@@ -191,6 +192,11 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
         }
         /* RLlib's per-policy return (null before its first episode). */
         dpt_train_result_add(r, t->names[p][DPT__RL_LEARNER_METRICS + 1], as.policy[p].reward_mean);
+    }
+    int asker = dpt_appo_stop_asked(t->appo);
+    if (asker) {
+        r->stop_requested = 1;
+        snprintf(r->note, sizeof r->note, "sampler rank %d asked to stop the run", asker);
     }
     return DPT_OK;
 }

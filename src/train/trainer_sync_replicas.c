@@ -71,7 +71,7 @@ static void srt_destroy(void *self)
     if (!t)
         return;
     /* The end of the run for the other ranks; the run's own error stays. */
-    if (t->role == SRT_SERVICE && t->srv) {
+    if (t->role == SRT_SERVICE && t->srv && !t->ended) {
         char keep[512];
         snprintf(keep, sizeof keep, "%s", dpt_last_error());
         if (dpt_sr_server_stop(t->srv) != 0 && keep[0])
@@ -210,6 +210,8 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
     if (rc)
         return rc;
     t->timeout_s = DPT_CF(c, comm_timeout_s);
+    t->test_interval = (uint64_t)DPT_CI(c, test_interval);
+    t->gathered_at = UINT64_MAX;
     if (t->role != SRT_WORKER && (rc = srt_service(t, c)) != 0)
         return rc;
     /* Local: N worker threads; a worker rank: its one worker; the service
@@ -287,10 +289,37 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
 
 /* ---- epochs ----------------------------------------------------------------------- */
 
+/* Rank 0 with several services: every service's state (variables, EMA,
+ * optimizer slots) of the global step, gathered once per step when an
+ * evaluation, a checkpoint or the weights need it (never as a part of
+ * the steps). */
+static int srt_gather(srt_t *t)
+{
+    if (t->role != SRT_SERVICE || t->P <= 1)
+        return DPT_OK;
+    uint64_t step = dpt_sr_global_step(t->sr);
+    if (t->gathered_at == step)
+        return DPT_OK;
+    int rc = dpt_sr_server_gather(t->srv, step);
+    if (rc)
+        return rc;
+    t->gathered_at = step;
+    t->gathers++;
+    return DPT_OK;
+}
+
 /* Test-set figures of `params` into out (loss; accuracy or regression). */
 static int srt_eval_params(srt_t *t, const float *params, dpt_eval_result_t *out)
 {
     return dpt__net_evaluate(&t->eval, params, out);
+}
+
+/* The figures of an epoch without a test-set evaluation. */
+static void srt_no_eval(dpt_eval_result_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->mean_return = out->mean_length = out->loss = out->accuracy = (double)NAN;
+    out->rmse = out->mae = out->r2 = (double)NAN;
 }
 
 /* One epoch's figures, gathered for its result. */
@@ -299,23 +328,20 @@ typedef struct srt_epoch {
     dpt_sr_stats_t s0, s1; /* the service before and after the epoch */
     uint64_t until;        /* the global step the epoch ends at */
     int newly_lost, first_failed;
+    int partial;       /* stopped within the epoch (a worker silent) */
+    char why[320];     /* then: the session's reason */
     double loss, hits; /* over the workers' accepted gradients */
     uint64_t used, pushes, touched;
     dpt_eval_result_t ev, eva; /* the test set: variables, EMA */
 } srt_epoch_t;
 
 /* The epoch's steps: a session of this process's service with its worker
- * threads, or with the worker ranks (then the other services' variables
- * are gathered, for evaluation and checkpoints). */
+ * threads, or with the worker ranks. */
 static int srt_train_epoch(srt_t *t, uint64_t until)
 {
     int rc;
-    if (t->role == SRT_SERVICE) {
-        rc = dpt_sr_server_session(t->srv, until, t->shuffle_pos, 0);
-        if (!rc && t->P > 1)
-            rc = dpt_sr_server_gather(t->srv, until);
-        return rc;
-    }
+    if (t->role == SRT_SERVICE)
+        return dpt_sr_server_session(t->srv, until, t->shuffle_pos, t->part);
     if ((rc = dpt_sr_begin(t->sr, -1, until)) != 0)
         return rc;
     return dpt__sr_run_workers(t);
@@ -357,12 +383,31 @@ static void srt_settle_workers(srt_t *t, int lost_before, srt_epoch_t *e)
     }
 }
 
-/* The result's note: a worker lost this epoch, or the first epoch's
- * placement over several services. */
+/* The result's note: a stop within the epoch, a rank that asked to stop,
+ * a worker lost this epoch, or the first epoch's placement over several
+ * services. */
 static void srt_note(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r)
 {
     r->note[0] = '\0';
-    if (e->newly_lost && t->role == SRT_SERVICE)
+    int asker = t->srv ? dpt_sr_server_stop_asked(t->srv) : -1;
+    if (e->partial) {
+        /* "stopped ... : <the session's reason, cut to fit>" */
+        int len = t->part ? snprintf(r->note, sizeof r->note,
+                                     "stopped within epoch %" PRIu64 " after %" PRIu64
+                                     " of its %" PRIu64 " steps, their checkpoint written: ",
+                                     t->epoch + 1, t->part, t->steps_per_epoch)
+                          : snprintf(r->note, sizeof r->note,
+                                     "stopped before the first step of epoch %" PRIu64 ": ",
+                                     t->epoch + 1);
+        if (len > 0 && (size_t)len < sizeof r->note) {
+            size_t n = strlen(e->why), room = sizeof r->note - (size_t)len - 1;
+            n = n < room ? n : room;
+            memcpy(r->note + len, e->why, n);
+            r->note[(size_t)len + n] = '\0';
+        }
+    } else if (asker >= 0)
+        snprintf(r->note, sizeof r->note, "rank %d asked to stop the run", asker);
+    else if (e->newly_lost && t->role == SRT_SERVICE)
         snprintf(r->note, sizeof r->note, "a worker failed, left out (%d of %d lost): %.120s",
                  t->lost, t->N, dpt_sr_server_lost_reason(t->srv));
     else if (e->newly_lost)
@@ -467,12 +512,41 @@ static void srt_metrics(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t
     dpt_sr_placement(t->sr, NULL, pb);
     for (int k = 0; k < t->num_ps; k++)
         dpt_train_result_add(r, srt_ps_metric[k], (double)pb[k]);
+    if (t->num_ps > 1) /* rank 0 under mpirun: the model gathered from the services */
+        dpt_train_result_add(r, "info/sync_replicas/model_gathers", (double)t->gathers);
     dpt__task_result_end(r, e->used, e->t0, e->train_time, e->eval_time);
 }
 
+/* After a session: the epoch is done, stopped within (rank 0 under
+ * mpirun with one service: the state of the step reached is the
+ * checkpoint's, t->part its steps), or failed. */
+static int srt_settle_epoch(srt_t *t, int rc, srt_epoch_t *e)
+{
+    if (rc == DPT_ECLOSED && t->role == SRT_SERVICE) {
+        if (t->P > 1)
+            return dpt_error(rc,
+                             "%s; the model is split over num_ps = %d services, whose steps may "
+                             "differ, so no checkpoint is written (the last one stands)",
+                             dpt_last_error(), t->P);
+        snprintf(e->why, sizeof e->why, "%s", dpt_last_error());
+        e->partial = 1;
+        rc = DPT_OK;
+    }
+    if (rc)
+        return rc;
+    dpt_sr_get_stats(t->sr, &e->s1);
+    if (e->partial) {
+        t->part = e->s1.global_step - (e->until - t->steps_per_epoch);
+        dpt_rng_seek(&t->shuffle_rng, t->shuffle_pos); /* the epoch is not over */
+        return DPT_OK;
+    }
+    t->part = 0;
+    return DPT_OK;
+}
+
 /* One epoch: 1. the epoch's order, 2. its steps, 3. the workers lost,
- * 4. the epoch stands when the service made every step, 5. the test set,
- * 6. the result. */
+ * 4. the epoch stands when the service made every step (or stops within
+ * it), 5. the test set, 6. the result. */
 static int srt_iterate(void *self, dpt_train_result_t *r)
 {
     srt_t *t = self;
@@ -485,19 +559,19 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
     t->shuffle_pos = dpt_rng_tell(&t->shuffle_rng);
     dpt__sr_perm(t, t->shuffle_pos);
     dpt_sr_get_stats(t->sr, &e.s0);
-    e.until = e.s0.global_step + t->steps_per_epoch;
+    e.until = e.s0.global_step - t->part + t->steps_per_epoch;
     int rc, lost_before = 0;
     for (int i = 0; i < t->N && t->srv; i++) {
         dpt_sr_worker_info_t in;
         dpt_sr_server_worker(t->srv, i, &in);
         lost_before += in.lost;
     }
-    if ((rc = srt_train_epoch(t, e.until)) != 0)
+    if ((rc = srt_settle_epoch(t, srt_train_epoch(t, e.until), &e)) != 0)
         return rc;
     e.train_time = dpt_now() - e.t0;
-    dpt_sr_get_stats(t->sr, &e.s1);
     srt_settle_workers(t, lost_before, &e);
-    if (e.s1.global_step < e.until) {
+    r->stop_requested = t->srv && dpt_sr_server_stop_asked(t->srv) >= 0;
+    if (!e.partial && e.s1.global_step < e.until) {
         if (e.first_failed >= 0)
             return dpt_error(t->w[e.first_failed].rc, "sync_replicas: worker %d failed: %s",
                              e.first_failed, t->w[e.first_failed].err);
@@ -509,11 +583,17 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
     srt_note(t, &e, r);
     srt_sum_workers(t, &e);
     t->samples += e.used;
-    t->epoch++;
+    t->epoch += !e.partial;
     double te = dpt_now();
-    if ((rc = srt_eval_params(t, dpt_sr_params(t->sr), &e.ev)) != 0)
+    srt_no_eval(&e.ev);
+    srt_no_eval(&e.eva);
+    int test = !e.partial &&
+               (t->epoch == t->epochs || (t->test_interval && t->epoch % t->test_interval == 0));
+    if (test && (rc = srt_gather(t)) != 0)
         return rc;
-    if (t->ema_decay > 0.0f && (rc = srt_eval_params(t, dpt_sr_ema(t->sr), &e.eva)) != 0)
+    if (test && (rc = srt_eval_params(t, dpt_sr_params(t->sr), &e.ev)) != 0)
+        return rc;
+    if (test && t->ema_decay > 0.0f && (rc = srt_eval_params(t, dpt_sr_ema(t->sr), &e.eva)) != 0)
         return rc;
     e.eval_time = dpt_now() - te;
     srt_line(t, &e, r);
@@ -528,7 +608,9 @@ static int srt_checkpoint(void *self, dpt_safetensors_writer_t *w)
     srt_t *t = self;
     if (!w)
         return DPT_OK;
-    int rc = dpt__optim_ckpt_save(w, t->vars, dpt_sr_params(t->sr), dpt_sr_optimizer(t->sr));
+    int rc = srt_gather(t);
+    if (!rc)
+        rc = dpt__optim_ckpt_save(w, t->vars, dpt_sr_params(t->sr), dpt_sr_optimizer(t->sr));
     if (!rc && t->ema_decay > 0.0f)
         rc = dpt_safetensors_add_arena(w, "ema.", t->vars, dpt_sr_ema(t->sr), t->vars->total);
     if (!rc)
@@ -537,6 +619,8 @@ static int srt_checkpoint(void *self, dpt_safetensors_writer_t *w)
         rc = dpt__task_save_pos(w, &t->shuffle_rng, t->samples);
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "workers_lost", (uint64_t)t->lost);
+    if (!rc && t->part) /* a stop within the epoch: its steps done */
+        rc = dpt_safetensors_set_meta_u64(w, "epoch_steps_done", t->part);
     dpt_sr_stats_t st;
     dpt_sr_get_stats(t->sr, &st);
     if (!rc)
@@ -563,8 +647,16 @@ static int srt_restore(void *self, const dpt_safetensors_t *st)
     if ((rc = dpt__task_read_pos(st, t->epochs, &pos, &samples, &epoch)) != 0 ||
         (rc = dpt_safetensors_meta_u64(st, "global_step", &step)) != 0)
         return rc;
-    uint64_t stale = 0, lost = 0;
+    uint64_t stale = 0, lost = 0, part = 0;
     uint64_t contrib[SRT_MAX_WORKERS] = {0};
+    if (dpt_safetensors_meta(st, "epoch_steps_done") &&
+        (rc = dpt_safetensors_meta_u64(st, "epoch_steps_done", &part)) != 0)
+        return rc;
+    if (part >= t->steps_per_epoch || (part && epoch >= t->epochs))
+        return dpt_error(DPT_EFORMAT,
+                         "checkpoint %s: epoch_steps_done = %" PRIu64 " in an epoch of %" PRIu64
+                         " steps at epoch %" PRIu64 " of %" PRIu64,
+                         dpt_safetensors_path(st), part, t->steps_per_epoch, epoch, t->epochs);
     const char *text = dpt_safetensors_meta(st, "batches_contributed");
     if ((rc = dpt_safetensors_meta_u64(st, "stale_gradients_dropped", &stale)) != 0 ||
         (rc = dpt_safetensors_meta_u64(st, "workers_lost", &lost)) != 0)
@@ -606,11 +698,13 @@ static int srt_restore(void *self, const dpt_safetensors_t *st)
     dpt_rng_seek(&t->shuffle_rng, pos);
     t->samples = samples;
     t->epoch = epoch;
+    t->part = part;
     /* Lost workers are history: this process starts all of its threads. */
     t->lost = (int)lost;
-    if (t->role == SRT_SERVICE && t->P > 1)
-        return dpt_sr_server_scatter(t->srv);
-    return DPT_OK;
+    if (t->role != SRT_SERVICE || t->P <= 1)
+        return DPT_OK;
+    t->gathered_at = step; /* rank 0 holds every service's state */
+    return dpt_sr_server_scatter(t->srv);
 }
 
 static const dpt_vartable_t *srt_vars(void *self)
@@ -625,15 +719,19 @@ static int srt_get_weights(void *self, float *out, size_t count)
     if (count != t->vars->total)
         return dpt_error(DPT_EINVAL, "sync_replicas: weights of %zu floats, the model has %zu",
                          count, t->vars->total);
-    memcpy(out, dpt_sr_params(t->sr), count * sizeof(float));
-    return DPT_OK;
+    int rc = srt_gather(t);
+    if (!rc)
+        memcpy(out, dpt_sr_params(t->sr), count * sizeof(float));
+    return rc;
 }
 
 static int srt_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     (void)episodes, (void)seed; /* the test set is fixed */
     srt_t *t = self;
-    return srt_eval_params(t, t->eval_ema ? dpt_sr_ema(t->sr) : dpt_sr_params(t->sr), out);
+    int rc = srt_gather(t);
+    return rc ? rc
+              : srt_eval_params(t, t->eval_ema ? dpt_sr_ema(t->sr) : dpt_sr_params(t->sr), out);
 }
 
 static int srt_describe(void *self, dpt_safetensors_writer_t *w)
@@ -664,13 +762,16 @@ static int srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *s
 int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
                        const volatile sig_atomic_t *stop_flag)
 {
-    /* A signal stops the run at rank 0, which then tells every worker. */
-    (void)stop_flag;
-    srt_t *t;
+    /* Rank 0 stops the run and tells every worker; a signal here asks it
+     * to. */
+    srt_t *t = NULL;
     int shard = dpt_comm_rank(comm) < (int)DPT_CI(c, num_ps);
     int rc = srt_new(&t, c, NULL, shard ? SRT_SHARD : SRT_WORKER, comm);
-    if (rc)
+    if (rc || !t)
         return rc;
+    t->stop_flag = stop_flag;
+    if (shard)
+        dpt_sr_server_set_stop_flag(t->srv, stop_flag);
     rc = shard ? dpt_sr_server_serve(t->srv) : dpt__sr_work(&t->w[0]);
     srt_destroy(t);
     return rc;
@@ -717,6 +818,18 @@ static size_t srt_threads(const dpt_config_t *c)
 
 /* Rank 0 is the first service and runs the loop alone; the other ranks are
  * the other services and the workers until rank 0 says the run is over. */
+/* Rank 0, after the loop: the other ranks' part ends (each worker's and
+ * service's goodbye within comm_timeout_s; the error names those that did
+ * not answer). */
+static int srt_end(void *self)
+{
+    srt_t *t = self;
+    if (t->role != SRT_SERVICE || !t->srv || t->ended)
+        return DPT_OK;
+    t->ended = 1;
+    return dpt_sr_server_stop(t->srv);
+}
+
 static int srt_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
 {
     int rc = dpt__sr_mpi_check(c, world);
@@ -735,4 +848,5 @@ const dpt__job_t dpt__sync_replicas_job = {
     .fill = srt_fill,
     .threads = srt_threads,
     .plan = srt_plan,
+    .end = srt_end,
 };
