@@ -27,12 +27,12 @@
 
 #define DPT_PI 3.14159265358979323846
 
-static double dpt__uniform(dpt_rng_t *rng, double low, double high)
+static double dpt__classic_uniform(dpt_rng_t *rng, double low, double high)
 {
     return low + (high - low) * dpt_rng_uniform_double(rng);
 }
 
-static double dpt__clip(double x, double lo, double hi)
+static double dpt__classic_clip(double x, double lo, double hi)
 {
     return x < lo ? lo : (x > hi ? hi : x);
 }
@@ -58,7 +58,7 @@ typedef struct cartpole_state {
     double x, x_dot, theta, theta_dot;
 } cartpole_state_t;
 
-static void cartpole_obs(const cartpole_state_t *s, float *obs)
+static void dpt__cartpole_obs(const cartpole_state_t *s, float *obs)
 {
     obs[0] = (float)s->x;
     obs[1] = (float)s->x_dot;
@@ -66,25 +66,25 @@ static void cartpole_obs(const cartpole_state_t *s, float *obs)
     obs[3] = (float)s->theta_dot;
 }
 
-static void cartpole_start(cartpole_state_t *s, dpt_rng_t *rng)
+static void dpt__cartpole_start(cartpole_state_t *s, dpt_rng_t *rng)
 {
-    s->x = dpt__uniform(rng, -0.05, 0.05);
-    s->x_dot = dpt__uniform(rng, -0.05, 0.05);
-    s->theta = dpt__uniform(rng, -0.05, 0.05);
-    s->theta_dot = dpt__uniform(rng, -0.05, 0.05);
+    s->x = dpt__classic_uniform(rng, -0.05, 0.05);
+    s->x_dot = dpt__classic_uniform(rng, -0.05, 0.05);
+    s->theta = dpt__classic_uniform(rng, -0.05, 0.05);
+    s->theta_dot = dpt__classic_uniform(rng, -0.05, 0.05);
 }
 
-static void cartpole_reset(void *state, dpt_rng_t *rng, float *obs)
+static void dpt__cartpole_reset(void *state, dpt_rng_t *rng, float *obs)
 {
-    cartpole_start(state, rng);
-    cartpole_obs(state, obs);
+    dpt__cartpole_start(state, rng);
+    dpt__cartpole_obs(state, obs);
 }
 
 /* One Euler step with the action's force; returns whether it terminated.
  * Branch-light on purpose: this is the hot loop of `dpt bench env`. The force
  * is a select, and termination is evaluated with non-short-circuit ORs (same
  * result as Gymnasium's `x < -2.4 or x > 2.4 or ...`). */
-static int cartpole_advance(cartpole_state_t *s, const void *action)
+static int dpt__cartpole_advance(cartpole_state_t *s, const void *action)
 {
     double x = s->x, x_dot = s->x_dot, theta = s->theta, theta_dot = s->theta_dot;
     double force = *(const int32_t *)action == 1 ? CP_FORCE_MAG : -CP_FORCE_MAG;
@@ -106,13 +106,13 @@ static int cartpole_advance(cartpole_state_t *s, const void *action)
            (theta > CP_THETA_THRESHOLD);
 }
 
-static void cartpole_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
-                          float *reward, int *terminated)
+static void dpt__cartpole_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
+                               float *reward, int *terminated)
 {
     (void)rng;
-    *terminated = cartpole_advance(state, action);
+    *terminated = dpt__cartpole_advance(state, action);
     *reward = 1.0f;
-    cartpole_obs(state, obs);
+    dpt__cartpole_obs(state, obs);
 }
 
 const dpt_env_class_t dpt__env_cartpole_v1 = {
@@ -123,8 +123,8 @@ const dpt_env_class_t dpt__env_cartpole_v1 = {
     .max_episode_steps = 500,
     .reward_threshold = 475.0,
     .state_size = sizeof(cartpole_state_t),
-    .reset = cartpole_reset,
-    .step = cartpole_step,
+    .reset = dpt__cartpole_reset,
+    .step = dpt__cartpole_step,
 };
 
 /* ---- StatelessCartPole-v1 ---------------------------------------------------
@@ -134,25 +134,25 @@ const dpt_env_class_t dpt__env_cartpole_v1 = {
  * The same seed and actions give the same episodes as CartPole-v1, and its
  * observations are components 0 and 2 of CartPole-v1's. */
 
-static void stateless_cartpole_obs(const cartpole_state_t *s, float *obs)
+static void dpt__stateless_cartpole_obs(const cartpole_state_t *s, float *obs)
 {
     obs[0] = (float)s->x;
     obs[1] = (float)s->theta;
 }
 
-static void stateless_cartpole_reset(void *state, dpt_rng_t *rng, float *obs)
+static void dpt__stateless_cartpole_reset(void *state, dpt_rng_t *rng, float *obs)
 {
-    cartpole_start(state, rng);
-    stateless_cartpole_obs(state, obs);
+    dpt__cartpole_start(state, rng);
+    dpt__stateless_cartpole_obs(state, obs);
 }
 
-static void stateless_cartpole_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
-                                    float *reward, int *terminated)
+static void dpt__stateless_cartpole_step(void *state, const void *action, dpt_rng_t *rng,
+                                         float *obs, float *reward, int *terminated)
 {
     (void)rng;
-    *terminated = cartpole_advance(state, action);
+    *terminated = dpt__cartpole_advance(state, action);
     *reward = 1.0f;
-    stateless_cartpole_obs(state, obs);
+    dpt__stateless_cartpole_obs(state, obs);
 }
 
 const dpt_env_class_t dpt__env_stateless_cartpole_v1 = {
@@ -163,8 +163,8 @@ const dpt_env_class_t dpt__env_stateless_cartpole_v1 = {
     .max_episode_steps = 500,
     .reward_threshold = 475.0,
     .state_size = sizeof(cartpole_state_t),
-    .reset = stateless_cartpole_reset,
-    .step = stateless_cartpole_step,
+    .reset = dpt__stateless_cartpole_reset,
+    .step = dpt__stateless_cartpole_step,
 };
 
 /* ---- Acrobot-v1 (acrobot.py) -----------------------------------------------
@@ -193,7 +193,7 @@ typedef struct acrobot_state {
 } acrobot_state_t;
 
 /* _dsdt of acrobot.py (book dynamics) for the torque a: ds = d(s)/dt. */
-static void acrobot_dsdt(const double *s, double a, double *ds)
+static void dpt__acrobot_dsdt(const double *s, double a, double *ds)
 {
     const double m1 = AC_LINK_MASS_1, m2 = AC_LINK_MASS_2, l1 = AC_LINK_LENGTH_1;
     const double lc1 = AC_LINK_COM_POS_1, lc2 = AC_LINK_COM_POS_2;
@@ -217,7 +217,7 @@ static void acrobot_dsdt(const double *s, double a, double *ds)
 }
 
 /* wrap() of acrobot.py: shifts x by multiples of (M - m) into [m, M]. */
-static double acrobot_wrap(double x, double m, double M)
+static double dpt__acrobot_wrap(double x, double m, double M)
 {
     double diff = M - m;
     while (x > M)
@@ -227,7 +227,7 @@ static double acrobot_wrap(double x, double m, double M)
     return x;
 }
 
-static void acrobot_obs(const acrobot_state_t *st, float *obs)
+static void dpt__acrobot_obs(const acrobot_state_t *st, float *obs)
 {
     const double *s = st->s;
     obs[0] = (float)cos(s[0]);
@@ -238,16 +238,16 @@ static void acrobot_obs(const acrobot_state_t *st, float *obs)
     obs[5] = (float)s[3];
 }
 
-static void acrobot_reset(void *state, dpt_rng_t *rng, float *obs)
+static void dpt__acrobot_reset(void *state, dpt_rng_t *rng, float *obs)
 {
     acrobot_state_t *st = state;
     for (int k = 0; k < 4; k++)
-        st->s[k] = (double)(float)dpt__uniform(rng, -0.1, 0.1);
-    acrobot_obs(st, obs);
+        st->s[k] = (double)(float)dpt__classic_uniform(rng, -0.1, 0.1);
+    dpt__acrobot_obs(st, obs);
 }
 
-static void acrobot_step(void *state, const void *action, dpt_rng_t *rng, float *obs, float *reward,
-                         int *terminated)
+static void dpt__acrobot_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
+                              float *reward, int *terminated)
 {
     (void)rng;
     static const double avail_torque[3] = {-1.0, 0.0, 1.0};
@@ -259,27 +259,27 @@ static void acrobot_step(void *state, const void *action, dpt_rng_t *rng, float 
     double y0[4], k1[4], k2[4], k3[4], k4[4], y[4];
     for (int k = 0; k < 4; k++)
         y0[k] = st->s[k];
-    acrobot_dsdt(y0, torque, k1);
+    dpt__acrobot_dsdt(y0, torque, k1);
     for (int k = 0; k < 4; k++)
         y[k] = y0[k] + dt2 * k1[k];
-    acrobot_dsdt(y, torque, k2);
+    dpt__acrobot_dsdt(y, torque, k2);
     for (int k = 0; k < 4; k++)
         y[k] = y0[k] + dt2 * k2[k];
-    acrobot_dsdt(y, torque, k3);
+    dpt__acrobot_dsdt(y, torque, k3);
     for (int k = 0; k < 4; k++)
         y[k] = y0[k] + dt * k3[k];
-    acrobot_dsdt(y, torque, k4);
+    dpt__acrobot_dsdt(y, torque, k4);
     double ns[4];
     for (int k = 0; k < 4; k++)
         ns[k] = y0[k] + dt / 6.0 * (k1[k] + 2 * k2[k] + 2 * k3[k] + k4[k]);
-    st->s[0] = acrobot_wrap(ns[0], -DPT_PI, DPT_PI);
-    st->s[1] = acrobot_wrap(ns[1], -DPT_PI, DPT_PI);
-    st->s[2] = dpt__clip(ns[2], -AC_MAX_VEL_1, AC_MAX_VEL_1);
-    st->s[3] = dpt__clip(ns[3], -AC_MAX_VEL_2, AC_MAX_VEL_2);
+    st->s[0] = dpt__acrobot_wrap(ns[0], -DPT_PI, DPT_PI);
+    st->s[1] = dpt__acrobot_wrap(ns[1], -DPT_PI, DPT_PI);
+    st->s[2] = dpt__classic_clip(ns[2], -AC_MAX_VEL_1, AC_MAX_VEL_1);
+    st->s[3] = dpt__classic_clip(ns[3], -AC_MAX_VEL_2, AC_MAX_VEL_2);
     int term = -cos(st->s[0]) - cos(st->s[1] + st->s[0]) > 1.0;
     *terminated = term;
     *reward = term ? 0.0f : -1.0f;
-    acrobot_obs(st, obs);
+    dpt__acrobot_obs(st, obs);
 }
 
 const dpt_env_class_t dpt__env_acrobot_v1 = {
@@ -290,8 +290,8 @@ const dpt_env_class_t dpt__env_acrobot_v1 = {
     .max_episode_steps = 500,
     .reward_threshold = -100.0,
     .state_size = sizeof(acrobot_state_t),
-    .reset = acrobot_reset,
-    .step = acrobot_step,
+    .reset = dpt__acrobot_reset,
+    .step = dpt__acrobot_step,
 };
 
 /* ---- MountainCar-v0 (mountain_car.py) --------------------------------------
@@ -315,26 +315,26 @@ typedef struct mountaincar_state {
     double position, velocity;
 } mountaincar_state_t;
 
-static void mountaincar_reset(void *state, dpt_rng_t *rng, float *obs)
+static void dpt__mountaincar_reset(void *state, dpt_rng_t *rng, float *obs)
 {
     mountaincar_state_t *s = state;
-    s->position = dpt__uniform(rng, -0.6, -0.4);
+    s->position = dpt__classic_uniform(rng, -0.6, -0.4);
     s->velocity = 0.0;
     obs[0] = (float)s->position;
     obs[1] = 0.0f;
 }
 
-static void mountaincar_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
-                             float *reward, int *terminated)
+static void dpt__mountaincar_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
+                                  float *reward, int *terminated)
 {
     (void)rng;
     mountaincar_state_t *s = state;
     double position = s->position, velocity = s->velocity;
     int32_t a = *(const int32_t *)action;
     velocity += (a - 1) * MC_FORCE + cos(3 * position) * (-MC_GRAVITY);
-    velocity = dpt__clip(velocity, -MC_MAX_SPEED, MC_MAX_SPEED);
+    velocity = dpt__classic_clip(velocity, -MC_MAX_SPEED, MC_MAX_SPEED);
     position += velocity;
-    position = dpt__clip(position, MC_MIN_POSITION, MC_MAX_POSITION);
+    position = dpt__classic_clip(position, MC_MIN_POSITION, MC_MAX_POSITION);
     if (position == MC_MIN_POSITION && velocity < 0)
         velocity = 0.0;
     s->position = position;
@@ -353,8 +353,8 @@ const dpt_env_class_t dpt__env_mountaincar_v0 = {
     .max_episode_steps = 200,
     .reward_threshold = -110.0,
     .state_size = sizeof(mountaincar_state_t),
-    .reset = mountaincar_reset,
-    .step = mountaincar_step,
+    .reset = dpt__mountaincar_reset,
+    .step = dpt__mountaincar_step,
 };
 
 /* ---- Pendulum-v1 (pendulum.py) ---------------------------------------------
@@ -366,7 +366,7 @@ const dpt_env_class_t dpt__env_mountaincar_v0 = {
  * with g = 10, m = l = 1, dt = 0.05. Never terminates (200-step time limit).
  * Reset: th uniform in [-pi, pi), thdot uniform in [-1, 1). Observation
  * (cos th, sin th, thdot). The torque terms are float32 products, as numpy
- * 2 evaluates them in pendulum.py (see pendulum_step). */
+ * 2 evaluates them in pendulum.py (see dpt__pendulum_step). */
 
 #define PD_MAX_SPEED 8.0
 #define PD_MAX_TORQUE 2.0
@@ -380,7 +380,7 @@ typedef struct pendulum_state {
 } pendulum_state_t;
 
 /* ((x + pi) mod 2 pi) - pi with Python's floored modulo (result in [0, 2 pi)). */
-static double pendulum_angle_normalize(double x)
+static double dpt__pendulum_angle_normalize(double x)
 {
     double r = fmod(x + DPT_PI, 2 * DPT_PI);
     if (r < 0)
@@ -388,23 +388,23 @@ static double pendulum_angle_normalize(double x)
     return r - DPT_PI;
 }
 
-static void pendulum_obs(const pendulum_state_t *s, float *obs)
+static void dpt__pendulum_obs(const pendulum_state_t *s, float *obs)
 {
     obs[0] = (float)cos(s->th);
     obs[1] = (float)sin(s->th);
     obs[2] = (float)s->thdot;
 }
 
-static void pendulum_reset(void *state, dpt_rng_t *rng, float *obs)
+static void dpt__pendulum_reset(void *state, dpt_rng_t *rng, float *obs)
 {
     pendulum_state_t *s = state;
-    s->th = dpt__uniform(rng, -DPT_PI, DPT_PI);
-    s->thdot = dpt__uniform(rng, -1.0, 1.0);
-    pendulum_obs(s, obs);
+    s->th = dpt__classic_uniform(rng, -DPT_PI, DPT_PI);
+    s->thdot = dpt__classic_uniform(rng, -1.0, 1.0);
+    dpt__pendulum_obs(s, obs);
 }
 
-static void pendulum_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
-                          float *reward, int *terminated)
+static void dpt__pendulum_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
+                               float *reward, int *terminated)
 {
     (void)rng;
     pendulum_state_t *s = state;
@@ -418,31 +418,31 @@ static void pendulum_step(void *state, const void *action, dpt_rng_t *rng, float
     u = u < -max_torque ? -max_torque : (u > max_torque ? max_torque : u);
     float u_cost = (float)0.001 * (u * u);
     float u_acc = (float)(3.0 / (m * (l * l))) * u;
-    double an = pendulum_angle_normalize(th);
+    double an = dpt__pendulum_angle_normalize(th);
     double costs = an * an + 0.1 * (thdot * thdot) + (double)u_cost;
     double newthdot = thdot + (3 * g / (2 * l) * sin(th) + (double)u_acc) * dt;
-    newthdot = dpt__clip(newthdot, -PD_MAX_SPEED, PD_MAX_SPEED);
+    newthdot = dpt__classic_clip(newthdot, -PD_MAX_SPEED, PD_MAX_SPEED);
     double newth = th + newthdot * dt;
     s->th = newth;
     s->thdot = newthdot;
     *reward = (float)-costs;
     *terminated = 0;
-    pendulum_obs(s, obs);
+    dpt__pendulum_obs(s, obs);
 }
 
-static const float pendulum_low[1] = {(float)-PD_MAX_TORQUE};
-static const float pendulum_high[1] = {(float)PD_MAX_TORQUE};
+static const float dpt__pendulum_low[1] = {(float)-PD_MAX_TORQUE};
+static const float dpt__pendulum_high[1] = {(float)PD_MAX_TORQUE};
 
 const dpt_env_class_t dpt__env_pendulum_v1 = {
     .name = "Pendulum-v1",
     .obs_dim = 3,
     .action_kind = DPT_ACTION_BOX,
     .action_dim = 1,
-    .action_low = pendulum_low,
-    .action_high = pendulum_high,
+    .action_low = dpt__pendulum_low,
+    .action_high = dpt__pendulum_high,
     .max_episode_steps = 200,
     .reward_threshold = 0.0, /* Gymnasium registers none */
     .state_size = sizeof(pendulum_state_t),
-    .reset = pendulum_reset,
-    .step = pendulum_step,
+    .reset = dpt__pendulum_reset,
+    .step = dpt__pendulum_step,
 };

@@ -35,7 +35,7 @@ typedef struct repeat_state {
 
 enum { RP_PARAM_NUM_TOKENS, RP_PARAM_K, RP_PARAM_COUNT };
 
-static const dpt_env_param_t repeat_params[RP_PARAM_COUNT] = {
+static const dpt_env_param_t dpt__repeat_params[RP_PARAM_COUNT] = {
     [RP_PARAM_NUM_TOKENS] = {"num_tokens", DPT_ENV_PARAM_INT, RP_STR(RP_DEFAULT_TOKENS), 2, 1024,
                              "distinct tokens: the one-hot observation's size and the actions"},
     [RP_PARAM_K] = {"k", DPT_ENV_PARAM_INT, RP_STR(RP_DEFAULT_K), 0, RP_EPISODE_STEPS - 1,
@@ -43,8 +43,8 @@ static const dpt_env_param_t repeat_params[RP_PARAM_COUNT] = {
 };
 
 /* The values are in range (the library parsed them); nothing to refuse. */
-static int repeat_configure(dpt_env_class_t *cls, const dpt_env_value_t *values, char *why,
-                            size_t why_size)
+static int dpt__repeat_configure(dpt_env_class_t *cls, const dpt_env_value_t *values, char *why,
+                                 size_t why_size)
 {
     (void)why, (void)why_size;
     size_t n = (size_t)values[RP_PARAM_NUM_TOKENS].i, k = (size_t)values[RP_PARAM_K].i;
@@ -55,7 +55,7 @@ static int repeat_configure(dpt_env_class_t *cls, const dpt_env_value_t *values,
     return 0;
 }
 
-static void repeat_init(void *state, const dpt_env_value_t *values)
+static void dpt__repeat_init(void *state, const dpt_env_value_t *values)
 {
     repeat_state_t *s = state;
     s->num_tokens = (uint32_t)values[RP_PARAM_NUM_TOKENS].i;
@@ -63,7 +63,7 @@ static void repeat_init(void *state, const dpt_env_value_t *values)
 }
 
 /* Draws x_t, remembers it and writes its one-hot observation. */
-static void repeat_show(repeat_state_t *s, dpt_rng_t *rng, float *obs)
+static void dpt__repeat_show(repeat_state_t *s, dpt_rng_t *rng, float *obs)
 {
     uint32_t token = dpt_rng_below(rng, s->num_tokens);
     s->seen[s->t % (s->k + 1)] = token;
@@ -72,15 +72,15 @@ static void repeat_show(repeat_state_t *s, dpt_rng_t *rng, float *obs)
     obs[token] = 1.0f;
 }
 
-static void repeat_reset(void *state, dpt_rng_t *rng, float *obs)
+static void dpt__repeat_reset(void *state, dpt_rng_t *rng, float *obs)
 {
     repeat_state_t *s = state;
     s->t = 0;
-    repeat_show(s, rng, obs);
+    dpt__repeat_show(s, rng, obs);
 }
 
-static void repeat_step(void *state, const void *action, dpt_rng_t *rng, float *obs, float *reward,
-                        int *terminated)
+static void dpt__repeat_step(void *state, const void *action, dpt_rng_t *rng, float *obs,
+                             float *reward, int *terminated)
 {
     repeat_state_t *s = state;
     uint32_t a = (uint32_t) * (const int32_t *)action; /* in range: the runner checked it */
@@ -89,7 +89,7 @@ static void repeat_step(void *state, const void *action, dpt_rng_t *rng, float *
         r = a == s->seen[(s->t - s->k) % (s->k + 1)] ? 1.0f : -1.0f;
     /* x_{t+1} takes the slot of x_{t-k}, which was just read. */
     s->t++;
-    repeat_show(s, rng, obs);
+    dpt__repeat_show(s, rng, obs);
     *reward = r;
     *terminated = 0;
 }
@@ -102,10 +102,10 @@ const dpt_env_class_t dpt__env_repeat_previous_v0 = {
     .max_episode_steps = RP_EPISODE_STEPS,
     .reward_threshold = RP_EPISODE_STEPS - RP_DEFAULT_K,
     .state_size = RP_STATE_SIZE(RP_DEFAULT_K),
-    .params = repeat_params,
+    .params = dpt__repeat_params,
     .num_params = RP_PARAM_COUNT,
-    .configure = repeat_configure,
-    .init = repeat_init,
-    .reset = repeat_reset,
-    .step = repeat_step,
+    .configure = dpt__repeat_configure,
+    .init = dpt__repeat_init,
+    .reset = dpt__repeat_reset,
+    .step = dpt__repeat_step,
 };

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const task_dataset_names[DPT_DATASET_COUNT] = {
+static const char *const dpt__task_dataset_names[DPT_DATASET_COUNT] = {
 #define TASK__DATASET_NAME(sym, name, jobs) [sym] = name,
     DPT_DATASET_LIST(TASK__DATASET_NAME)
 #undef TASK__DATASET_NAME
@@ -22,13 +22,13 @@ static const char *const task_dataset_names[DPT_DATASET_COUNT] = {
 
 const char *dpt__task_dataset_name(dpt_dataset_id_t id)
 {
-    return (unsigned)id < DPT_DATASET_COUNT ? task_dataset_names[id] : "unknown";
+    return (unsigned)id < DPT_DATASET_COUNT ? dpt__task_dataset_names[id] : "unknown";
 }
 
 /* The adapter of config c's model: the bags embedding model for the bags
  * data, a plug-in when key model names one, else the MLP of keys hidden
  * and activation. */
-static const dpt__model_ops_t *task_adapter(const dpt_config_t *c, dpt_dataset_id_t id)
+static const dpt__model_ops_t *dpt__task_adapter(const dpt_config_t *c, dpt_dataset_id_t id)
 {
     if (id == DPT_DATASET_BAGS)
         return &dpt__model_bags;
@@ -39,8 +39,8 @@ static const dpt__model_ops_t *task_adapter(const dpt_config_t *c, dpt_dataset_i
 
 /* The CSV files of config c. With train NULL, `classes` bounds the test
  * labels; otherwise the test labels must fit the training set's classes. */
-static int task_load_csv(const dpt_config_t *c, dpt_dataset_t *train, dpt_dataset_t *test,
-                         int classes)
+static int dpt__task_load_csv(const dpt_config_t *c, dpt_dataset_t *train, dpt_dataset_t *test,
+                              int classes)
 {
     dpt_csv_options_t o = {0};
     int rc;
@@ -69,7 +69,7 @@ static int task_load_csv(const dpt_config_t *c, dpt_dataset_t *train, dpt_datase
 
 /* The bags of config c (both splits: the test bags follow the training
  * bags in the seed's stream). */
-static int task_load_bags(dpt__task_t *t, const dpt_config_t *c)
+static int dpt__task_load_bags(dpt__task_t *t, const dpt_config_t *c)
 {
     dpt__bags_t *b = &t->bags;
     b->vocab = (size_t)DPT_CI(c, bags_vocab);
@@ -83,7 +83,7 @@ static int task_load_bags(dpt__task_t *t, const dpt_config_t *c)
 /* The data of config c into t (the training split too when `train`);
  * `classes` bounds the test labels of a CSV file without its training
  * split. */
-static int task_load(dpt__task_t *t, const dpt_config_t *c, int train, int classes)
+static int dpt__task_load(dpt__task_t *t, const dpt_config_t *c, int train, int classes)
 {
     dpt_dataset_t tmp;
     size_t points = (size_t)DPT_CI(c, spirals_points);
@@ -97,7 +97,7 @@ static int task_load(dpt__task_t *t, const dpt_config_t *c, int train, int class
         return dpt_dataset_load_mnist(&t->test, DPT_CS(c, data_dir), DPT_SPLIT_TEST);
     case DPT_DATASET_CSV:
         snprintf(t->where, sizeof t->where, "%s", DPT_CS(c, test_csv));
-        return task_load_csv(c, train ? &t->train : NULL, &t->test, classes);
+        return dpt__task_load_csv(c, train ? &t->train : NULL, &t->test, classes);
     case DPT_DATASET_SPIRALS:
         /* Generated whole: without the training split it is dropped. */
         snprintf(t->where, sizeof t->where, "seed %" PRId64, DPT_CI(c, seed));
@@ -108,14 +108,14 @@ static int task_load(dpt__task_t *t, const dpt_config_t *c, int train, int class
         return rc;
     case DPT_DATASET_BAGS:
         snprintf(t->where, sizeof t->where, "seed %" PRId64, DPT_CI(c, seed));
-        return task_load_bags(t, c);
+        return dpt__task_load_bags(t, c);
     default: return dpt_error(DPT_EINVAL, "dataset = %s: unknown", DPT_CS(c, dataset));
     }
 }
 
 /* A checkpoint's metadata `key` (a count in [1, 1e6]); DPT_EFORMAT when
  * it lacks it. */
-static int task_meta_count(const dpt_safetensors_t *st, const char *key, size_t *out)
+static int dpt__task_meta_count(const dpt_safetensors_t *st, const char *key, size_t *out)
 {
     uint64_t v = 0;
     int rc = dpt_safetensors_meta_u64(st, key, &v);
@@ -133,23 +133,23 @@ static int task_meta_count(const dpt_safetensors_t *st, const char *key, size_t 
 
 /* For the evaluation of st: its test data and the sizes of its model
  * (checked in the order: outputs, then inputs). */
-static int task_load_for(dpt__task_t *t, const dpt_config_t *c, const dpt_safetensors_t *st)
+static int dpt__task_load_for(dpt__task_t *t, const dpt_config_t *c, const dpt_safetensors_t *st)
 {
-    const char *path = dpt_safetensors_path(st), *name = task_dataset_names[t->dataset];
+    const char *path = dpt_safetensors_path(st), *name = dpt__task_dataset_names[t->dataset];
     size_t classes = 0, in_dim = 0;
     int bags = t->dataset == DPT_DATASET_BAGS;
     int rc;
     if (!bags && t->loss == DPT_LOSS_SOFTMAX_XENT &&
-        (rc = task_meta_count(st, "num_classes", &classes)) != 0)
+        (rc = dpt__task_meta_count(st, "num_classes", &classes)) != 0)
         return rc;
-    if ((rc = task_load(t, c, 0, (int)classes)) != 0)
+    if ((rc = dpt__task_load(t, c, 0, (int)classes)) != 0)
         return rc;
     if (!bags) {
         t->in_dim = t->test.dim;
         t->ydim = t->test.target_dim;
     }
     if (t->ydim) {
-        if ((rc = task_meta_count(st, "num_targets", &t->outputs)) != 0)
+        if ((rc = dpt__task_meta_count(st, "num_targets", &t->outputs)) != 0)
             return rc;
         if (t->outputs != t->ydim)
             return dpt_error(DPT_EINVAL,
@@ -164,7 +164,7 @@ static int task_load_for(dpt__task_t *t, const dpt_config_t *c, const dpt_safete
     }
     if (bags)
         return DPT_OK;
-    if ((rc = task_meta_count(st, "input_dim", &in_dim)) != 0)
+    if ((rc = dpt__task_meta_count(st, "input_dim", &in_dim)) != 0)
         return rc;
     if (in_dim != t->test.dim)
         return dpt_error(DPT_EINVAL,
@@ -180,12 +180,12 @@ int dpt__task_init(dpt__task_t *t, const dpt_config_t *c, const dpt_safetensors_
     if ((unsigned)t->dataset >= DPT_DATASET_COUNT)
         return dpt_error(DPT_EINVAL, "dataset = %s: unknown", DPT_CS(c, dataset));
     t->loss = (dpt_loss_kind_t)DPT_CI(c, loss); /* the key's choices are the loss list */
-    t->model = task_adapter(c, t->dataset);
+    t->model = dpt__task_adapter(c, t->dataset);
     int rc;
     if (st) {
-        rc = task_load_for(t, c, st);
+        rc = dpt__task_load_for(t, c, st);
     } else {
-        rc = task_load(t, c, 1, 0);
+        rc = dpt__task_load(t, c, 1, 0);
         if (!rc && t->dataset != DPT_DATASET_BAGS) {
             t->in_dim = t->train.dim;
             t->ydim = t->train.target_dim;
@@ -259,7 +259,7 @@ dpt_batch_t dpt__task_batch(size_t rows, size_t dim, float *x, int32_t *labels, 
 int dpt__task_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
 {
     int rc;
-    if ((rc = dpt_safetensors_set_meta(w, "dataset", task_dataset_names[t->dataset])) != 0 ||
+    if ((rc = dpt_safetensors_set_meta(w, "dataset", dpt__task_dataset_names[t->dataset])) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "data_location", t->where)) != 0 ||
         (rc = dpt_safetensors_set_meta(w, "loss", dpt_loss_kind_name(t->loss))) != 0)
         return rc;

@@ -23,7 +23,7 @@
  *
  * A new dataset is one line in DPT_DATASET_LIST (dpt/train.h) and a case of
  * the loader in task.c; a new kind of model is one adapter (a
- * dpt__model_ops_t) and one case of task_adapter (task.c).
+ * dpt__model_ops_t) and one case of dpt__task_adapter (task.c).
  */
 #ifndef DPT_TRAIN_TASK_H
 #define DPT_TRAIN_TASK_H
@@ -59,7 +59,7 @@ typedef struct dpt__bags {
 /* A model adapter: one kind of model, described by the task (its sizes
  * fixed at dpt__task_init) and instanced for a maximum batch. A later kind
  * (a `network` of layers) is one more table and one more case of
- * task_adapter (task.c). */
+ * dpt__task_adapter (task.c). */
 typedef struct dpt__model_ops {
     const char *name;
     /* Fills the task's model description from config c (t's data and loss

@@ -84,7 +84,7 @@ void dpt__bags_deinit(dpt__bags_t *b)
 /* ---- the adapter -------------------------------------------------------------- */
 
 /* The embedding table's variable at the head of a table. */
-static int bags_table_head(const dpt__task_t *t, dpt_vartable_t *table)
+static int dpt__bags_table_head(const dpt__task_t *t, dpt_vartable_t *table)
 {
     dpt_vartable_init(table);
     size_t shape[2] = {t->bags.vocab, t->edim};
@@ -93,7 +93,7 @@ static int bags_table_head(const dpt__task_t *t, dpt_vartable_t *table)
 
 /* The model: embedding.weight [V, E], then an MLP of E inputs and one
  * output with names "mlp.<i>.weight" / ".bias"; always the mse loss. */
-static int bags_setup(dpt__task_t *t, const dpt_config_t *c)
+static int dpt__bags_setup(dpt__task_t *t, const dpt_config_t *c)
 {
     t->loss = DPT_LOSS_MSE;
     t->edim = (size_t)DPT_CI(c, embedding_dim);
@@ -104,7 +104,7 @@ static int bags_setup(dpt__task_t *t, const dpt_config_t *c)
         return rc;
     /* The table's layout: the MLP's variables follow the embedding. */
     dpt_seq_t *seq = NULL;
-    if ((rc = bags_table_head(t, &t->table)) != 0 ||
+    if ((rc = dpt__bags_table_head(t, &t->table)) != 0 ||
         (rc = dpt_seq_create(&seq, t->edim, t->layers, t->nlayers, 1, &t->table, "mlp.")) != 0)
         return rc;
     dpt_seq_destroy(seq);
@@ -119,14 +119,14 @@ typedef struct bags_net {
     size_t *offsets; /* [max_batch + 1] */
 } bags_net_t;
 
-static int bags_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
+static int dpt__bags_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
 {
     bags_net_t *b = calloc(1, sizeof *b);
     if (!b)
         return dpt_error(DPT_ENOMEM, "bags: cannot allocate a model");
     n->impl = b;
     dpt_vartable_t scratch;
-    int rc = bags_table_head(t, &scratch);
+    int rc = dpt__bags_table_head(t, &scratch);
     if (!rc)
         rc = dpt_seq_create(&b->seq, t->edim, t->layers, t->nlayers, max_batch, &scratch, "mlp.");
     dpt_vartable_deinit(&scratch);
@@ -141,7 +141,7 @@ static int bags_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
     return DPT_OK;
 }
 
-static void bags_destroy(dpt__net_t *n)
+static void dpt__bags_destroy(dpt__net_t *n)
 {
     bags_net_t *b = n->impl;
     if (!b)
@@ -160,7 +160,7 @@ dpt_seq_t *dpt__bags_seq(const dpt__net_t *n)
 
 /* The table as PyTorch's nn.Embedding starts it, N(0, 1) scaled to the
  * width; then the MLP. */
-static void bags_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
+static void dpt__bags_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
 {
     const dpt__task_t *t = n->task;
     const dpt_var_t *ev = &t->table.vars[0];
@@ -169,7 +169,7 @@ static void bags_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
 }
 
 /* Mean squared error (and absolute error, R^2) on the test bags. */
-static int bags_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
+static int dpt__bags_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
 {
     const dpt__task_t *t = n->task;
     const dpt__bags_t *b = &t->bags;
@@ -208,7 +208,7 @@ static int bags_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *
     return DPT_OK;
 }
 
-static int bags_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
+static int dpt__bags_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
 {
     int rc;
     if ((rc = dpt_safetensors_set_meta(w, "layers", t->layers_text)) != 0 ||
@@ -221,10 +221,10 @@ static int bags_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
 
 const dpt__model_ops_t dpt__model_bags = {
     .name = "bags",
-    .setup = bags_setup,
-    .create = bags_create,
-    .destroy = bags_destroy,
-    .init_params = bags_init_params,
-    .evaluate = bags_evaluate,
-    .describe = bags_describe,
+    .setup = dpt__bags_setup,
+    .create = dpt__bags_create,
+    .destroy = dpt__bags_destroy,
+    .init_params = dpt__bags_init_params,
+    .evaluate = dpt__bags_evaluate,
+    .describe = dpt__bags_describe,
 };

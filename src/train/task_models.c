@@ -49,16 +49,16 @@ int dpt__task_mlp_spec(dpt__task_t *t, const dpt_config_t *c)
 typedef int (*task_predict_fn)(void *handle, const float *params, const float *x, size_t rows,
                                const float **y);
 
-static int task_mlp_predict(void *handle, const float *params, const float *x, size_t rows,
-                            const float **y)
+static int dpt__task_mlp_predict(void *handle, const float *params, const float *x, size_t rows,
+                                 const float **y)
 {
     return dpt_mlp_predict(handle, params, x, rows, y);
 }
 
 /* The mean test loss (and, classifying, the correct count) of a model that
  * only predicts: the loss head applied to its outputs, chunk by chunk. */
-static int task_predict_loss(task_predict_fn predict, void *h, const float *params,
-                             const dpt_dataset_t *d, dpt_loss_kind_t loss, dpt_loss_out_t *out)
+static int dpt__task_predict_loss(task_predict_fn predict, void *h, const float *params,
+                                  const dpt_dataset_t *d, dpt_loss_kind_t loss, dpt_loss_out_t *out)
 {
     memset(out, 0, sizeof *out);
     double sum = 0.0, correct = 0.0;
@@ -90,8 +90,8 @@ static int task_predict_loss(task_predict_fn predict, void *h, const float *para
 /* Regression figures of a model over a test set: root mean squared error
  * and mean absolute error over every target value, and R^2 per target
  * column averaged over the columns (scikit-learn's r2_score). */
-static int task_regress(task_predict_fn predict, void *h, const float *params,
-                        const dpt_dataset_t *d, dpt_eval_result_t *out)
+static int dpt__task_regress(task_predict_fn predict, void *h, const float *params,
+                             const dpt_dataset_t *d, dpt_eval_result_t *out)
 {
     size_t k = d->target_dim, n = d->rows;
     double *mean = calloc(2 * k, sizeof *mean), *ss_res = mean + k;
@@ -137,8 +137,8 @@ static int task_regress(task_predict_fn predict, void *h, const float *params,
 
 /* out from a test loss: the count and loss, then the accuracy or the
  * regression figures. */
-static int task_scores(const dpt_loss_out_t *o, task_predict_fn predict, void *h,
-                       const float *params, const dpt_dataset_t *d, dpt_eval_result_t *out)
+static int dpt__task_scores(const dpt_loss_out_t *o, task_predict_fn predict, void *h,
+                            const float *params, const dpt_dataset_t *d, dpt_eval_result_t *out)
 {
     out->count = d->rows;
     out->loss = o->loss;
@@ -146,17 +146,17 @@ static int task_scores(const dpt_loss_out_t *o, task_predict_fn predict, void *h
         out->accuracy = o->correct / (double)d->rows;
         return DPT_OK;
     }
-    return task_regress(predict, h, params, d, out);
+    return dpt__task_regress(predict, h, params, d, out);
 }
 
 /* ---- mlp ---------------------------------------------------------------------- */
 
-static int mlp_setup(dpt__task_t *t, const dpt_config_t *c)
+static int dpt__task_mlp_setup(dpt__task_t *t, const dpt_config_t *c)
 {
     return dpt__task_mlp_spec(t, c);
 }
 
-static int mlp_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
+static int dpt__task_mlp_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
 {
     dpt_mlp_t *mlp = NULL;
     int rc = dpt_mlp_create(&mlp, t->in_dim, t->layers, t->nlayers, t->loss, max_batch);
@@ -167,17 +167,17 @@ static int mlp_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
     return DPT_OK;
 }
 
-static void mlp_destroy(dpt__net_t *n)
+static void dpt__task_mlp_destroy(dpt__net_t *n)
 {
     dpt_mlp_destroy(n->impl);
 }
 
-static void mlp_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
+static void dpt__task_mlp_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
 {
     dpt_mlp_init_params(n->impl, params, rng);
 }
 
-static int mlp_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
+static int dpt__task_mlp_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
 {
     const dpt_dataset_t *d = &n->task->test;
     dpt_batch_t b = dpt__task_batch(d->rows, d->dim, d->x, d->labels, d->targets, d->target_dim);
@@ -185,10 +185,10 @@ static int mlp_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *o
     int rc = dpt_mlp_evaluate(n->impl, params, &b, &o);
     if (rc)
         return rc;
-    return task_scores(&o, task_mlp_predict, n->impl, params, d, out);
+    return dpt__task_scores(&o, dpt__task_mlp_predict, n->impl, params, d, out);
 }
 
-static int mlp_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
+static int dpt__task_mlp_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
 {
     int rc = dpt_safetensors_set_meta(w, "layers", t->layers_text);
     if (!rc)
@@ -198,17 +198,17 @@ static int mlp_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
 
 const dpt__model_ops_t dpt__model_mlp = {
     .name = "mlp",
-    .setup = mlp_setup,
-    .create = mlp_create,
-    .destroy = mlp_destroy,
-    .init_params = mlp_init_params,
-    .evaluate = mlp_evaluate,
-    .describe = mlp_describe,
+    .setup = dpt__task_mlp_setup,
+    .create = dpt__task_mlp_create,
+    .destroy = dpt__task_mlp_destroy,
+    .init_params = dpt__task_mlp_init_params,
+    .evaluate = dpt__task_mlp_evaluate,
+    .describe = dpt__task_mlp_describe,
 };
 
 /* ---- plugin ------------------------------------------------------------------- */
 
-static int plugin_setup(dpt__task_t *t, const dpt_config_t *c)
+static int dpt__task_plugin_setup(dpt__task_t *t, const dpt_config_t *c)
 {
     snprintf(t->plugin_path, sizeof t->plugin_path, "%s", DPT_CS(c, model));
     /* The activation is written in the metadata, as for the MLP. */
@@ -218,7 +218,7 @@ static int plugin_setup(dpt__task_t *t, const dpt_config_t *c)
     return rc;
 }
 
-static int plugin_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
+static int dpt__task_plugin_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
 {
     dpt_model_spec_t spec = {t->in_dim, t->outputs, t->loss, max_batch};
     int rc = t->plugin->create(&spec, &n->model, &n->impl);
@@ -235,28 +235,28 @@ static int plugin_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
     return DPT_OK;
 }
 
-static void plugin_destroy(dpt__net_t *n)
+static void dpt__task_plugin_destroy(dpt__net_t *n)
 {
     if (n->impl)
         n->task->plugin->destroy(n->impl);
 }
 
-static void plugin_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
+static void dpt__task_plugin_init_params(dpt__net_t *n, float *params, dpt_rng_t *rng)
 {
     n->task->plugin->init_params(n->impl, params, rng);
 }
 
-static int plugin_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
+static int dpt__task_plugin_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
 {
     const dpt__task_t *t = n->task;
     dpt_loss_out_t o;
-    int rc = task_predict_loss(t->plugin->predict, n->impl, params, &t->test, t->loss, &o);
+    int rc = dpt__task_predict_loss(t->plugin->predict, n->impl, params, &t->test, t->loss, &o);
     if (rc)
         return rc;
-    return task_scores(&o, t->plugin->predict, n->impl, params, &t->test, out);
+    return dpt__task_scores(&o, t->plugin->predict, n->impl, params, &t->test, out);
 }
 
-static int plugin_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
+static int dpt__task_plugin_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
 {
     int rc;
     if ((rc = dpt_safetensors_set_meta(w, "model", t->plugin->name)) != 0 ||
@@ -267,10 +267,10 @@ static int plugin_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
 
 const dpt__model_ops_t dpt__model_plugin = {
     .name = "plugin",
-    .setup = plugin_setup,
-    .create = plugin_create,
-    .destroy = plugin_destroy,
-    .init_params = plugin_init_params,
-    .evaluate = plugin_evaluate,
-    .describe = plugin_describe,
+    .setup = dpt__task_plugin_setup,
+    .create = dpt__task_plugin_create,
+    .destroy = dpt__task_plugin_destroy,
+    .init_params = dpt__task_plugin_init_params,
+    .evaluate = dpt__task_plugin_evaluate,
+    .describe = dpt__task_plugin_describe,
 };

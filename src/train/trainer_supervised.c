@@ -62,14 +62,14 @@ typedef struct sup {
     uint64_t epoch, samples, steps; /* done so far (checkpointed) */
 } sup_t;
 
-/* One epoch's rows as this rank loads them (see sup_load_epoch). */
+/* One epoch's rows as this rank loads them (see dpt__sup_load_epoch). */
 typedef struct sup_epoch {
     size_t nbatches, batch; /* over all ranks */
     size_t dropped;         /* rows of the set no step uses */
     dpt_towers_load_info_t li;
 } sup_epoch_t;
 
-static void sup_destroy(void *self)
+static void dpt__sup_destroy(void *self)
 {
     sup_t *s = self;
     if (!s)
@@ -87,7 +87,7 @@ static void sup_destroy(void *self)
 }
 
 /* batch_size against the ranks, the devices and the training rows. */
-static int sup_check_layout(const sup_t *s, size_t batch, int devices)
+static int dpt__sup_check_layout(const sup_t *s, size_t batch, int devices)
 {
     size_t rows = s->task.rows, ranks = (size_t)s->nranks;
     const char *name = dpt__task_dataset_name(s->task.dataset);
@@ -116,7 +116,8 @@ static int sup_check_layout(const sup_t *s, size_t batch, int devices)
 }
 
 /* The towers' settings of config c for per-device batches of pdb rows. */
-static int sup_towers_config(sup_t *s, const dpt_config_t *c, size_t pdb, dpt_towers_config_t *tc)
+static int dpt__sup_towers_config(sup_t *s, const dpt_config_t *c, size_t pdb,
+                                  dpt_towers_config_t *tc)
 {
     *tc = dpt_towers_defaults();
     int rc;
@@ -138,7 +139,7 @@ static int sup_towers_config(sup_t *s, const dpt_config_t *c, size_t pdb, dpt_to
 }
 
 /* The epoch buffers: a shuffled copy of the training set. */
-static int sup_epoch_buffers(sup_t *s)
+static int dpt__sup_epoch_buffers(sup_t *s)
 {
     size_t rows = s->task.rows, dim = s->task.in_dim, ydim = s->task.ydim;
     if (dim && rows > ((size_t)-1) / sizeof(float) / dim)
@@ -160,17 +161,17 @@ static int sup_epoch_buffers(sup_t *s)
 }
 
 /* The model, the towers and the epoch buffers (the task is built). */
-static int sup_build(sup_t *s, const dpt_config_t *c)
+static int dpt__sup_build(sup_t *s, const dpt_config_t *c)
 {
     int rc;
     int devices = (int)DPT_CI(c, num_devices);
     size_t batch = (size_t)DPT_CI(c, batch_size), rows = s->task.rows;
-    if ((rc = sup_check_layout(s, batch, devices)) != 0)
+    if ((rc = dpt__sup_check_layout(s, batch, devices)) != 0)
         return rc;
     s->batch = batch;
     size_t pdb = batch / (size_t)devices / (size_t)s->nranks;
     dpt_towers_config_t tc;
-    if ((rc = sup_towers_config(s, c, pdb, &tc)) != 0 ||
+    if ((rc = dpt__sup_towers_config(s, c, pdb, &tc)) != 0 ||
         (rc = dpt__net_init(&s->net, &s->task, pdb)) != 0 ||
         (rc = dpt__net_init(&s->eval, &s->task, DPT__TASK_EVAL_BATCH)) != 0)
         return rc;
@@ -186,7 +187,7 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     dpt_rng_init(&init, seed, 0, 0, DPT_RNG_INIT);
     dpt__net_init_params(&s->net, s->params.data, &init);
     dpt_rng_init(&s->shuffle_rng, seed, 0, 0, DPT_RNG_SHUFFLE);
-    if ((rc = sup_epoch_buffers(s)) != 0)
+    if ((rc = dpt__sup_epoch_buffers(s)) != 0)
         return rc;
     /* Steps per epoch as the towers take them: rows / batch_size, or one
      * smaller step when the training set is smaller than a batch. */
@@ -197,7 +198,7 @@ static int sup_build(sup_t *s, const dpt_config_t *c)
     return dpt_towers_set_weights(s->towers, s->params.data, n);
 }
 
-static int sup_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t *env)
+static int dpt__sup_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t *env)
 {
     *out = NULL;
     dpt_comm_t *comm = env ? env->comm : NULL;
@@ -214,9 +215,9 @@ static int sup_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
     }
     int rc = dpt__task_init(&s->task, c, NULL);
     if (!rc)
-        rc = sup_build(s, c);
+        rc = dpt__sup_build(s, c);
     if (rc) {
-        sup_destroy(s);
+        dpt__sup_destroy(s);
         return rc;
     }
     *out = s;
@@ -225,7 +226,7 @@ static int sup_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
 
 /* The test-set figures of the towers' current weights (copied into
  * s->params on the way). */
-static int sup_eval(sup_t *s, dpt_eval_result_t *out)
+static int dpt__sup_eval(sup_t *s, dpt_eval_result_t *out)
 {
     int rc = dpt_towers_get_weights(s->towers, s->params.data, s->params.count);
     if (rc)
@@ -241,7 +242,7 @@ static int sup_eval(sup_t *s, dpt_eval_result_t *out)
  * d-th part of that share: the towers give device d the d-th 1/D of the
  * loaded rows, so those hold device d's part of every batch, batch after
  * batch, and step k uses batch k everywhere. */
-static int sup_load_epoch(sup_t *s, sup_epoch_t *e)
+static int dpt__sup_load_epoch(sup_t *s, sup_epoch_t *e)
 {
     const dpt_dataset_t *d = &s->task.train;
     size_t rows = d->rows, dim = d->dim, ydim = d->target_dim;
@@ -281,7 +282,8 @@ static int sup_load_epoch(sup_t *s, sup_epoch_t *e)
 
 /* The epoch's steps; *loss, *hits and *used sum the figures of every
  * rank's rows. */
-static int sup_train_steps(sup_t *s, const sup_epoch_t *e, double *loss, double *hits, size_t *used)
+static int dpt__sup_train_steps(sup_t *s, const sup_epoch_t *e, double *loss, double *hits,
+                                size_t *used)
 {
     int rc;
     *loss = *hits = 0.0;
@@ -312,7 +314,7 @@ static int sup_train_steps(sup_t *s, const sup_epoch_t *e, double *loss, double 
 
 /* One epoch. A failure inside it (a refused step) leaves the trainer part
  * way through the epoch; a checkpoint restores a consistent state. */
-static int sup_iterate(void *self, dpt_train_result_t *r)
+static int dpt__sup_iterate(void *self, dpt_train_result_t *r)
 {
     sup_t *s = self;
     if (s->epoch >= s->epochs)
@@ -321,18 +323,18 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     sup_epoch_t e;
     double loss, hits;
     size_t used;
-    int rc = sup_load_epoch(s, &e);
+    int rc = dpt__sup_load_epoch(s, &e);
     if (rc)
         return rc;
     double tl = dpt_now();
-    if ((rc = sup_train_steps(s, &e, &loss, &hits, &used)) != 0)
+    if ((rc = dpt__sup_train_steps(s, &e, &loss, &hits, &used)) != 0)
         return rc;
     double train_time = dpt_now() - tl;
     s->samples += used;
     s->epoch++;
     double te = dpt_now();
     dpt_eval_result_t test;
-    if ((rc = sup_eval(s, &test)) != 0)
+    if ((rc = dpt__sup_eval(s, &test)) != 0)
         return rc;
     double eval_time = dpt_now() - te;
     double train_loss = used ? loss / (double)used : (double)NAN;
@@ -356,7 +358,7 @@ static int sup_iterate(void *self, dpt_train_result_t *r)
     return DPT_OK;
 }
 
-static int sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
+static int dpt__sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
 {
     sup_t *s = self;
     if (!w)
@@ -371,7 +373,7 @@ static int sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
     return rc;
 }
 
-static int sup_restore(void *self, const dpt_safetensors_t *st)
+static int dpt__sup_restore(void *self, const dpt_safetensors_t *st)
 {
     sup_t *s = self;
     dpt_optim_t *opt = dpt_towers_optimizer(s->towers);
@@ -402,54 +404,54 @@ static int sup_restore(void *self, const dpt_safetensors_t *st)
     return DPT_OK;
 }
 
-static const dpt_vartable_t *sup_vars(void *self)
+static const dpt_vartable_t *dpt__sup_vars(void *self)
 {
     sup_t *s = self;
     return s->vars;
 }
 
-static int sup_get_weights(void *self, float *out, size_t count)
+static int dpt__sup_get_weights(void *self, float *out, size_t count)
 {
     sup_t *s = self;
     return dpt_towers_get_weights(s->towers, out, count);
 }
 
-static int sup_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+static int dpt__sup_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     (void)episodes, (void)seed; /* the test set is fixed */
-    return sup_eval(self, out);
+    return dpt__sup_eval(self, out);
 }
 
-static int sup_describe(void *self, dpt_safetensors_writer_t *w)
+static int dpt__sup_describe(void *self, dpt_safetensors_writer_t *w)
 {
     sup_t *s = self;
     return dpt__task_describe(&s->task, w);
 }
 
-static int sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
-                               uint64_t seed, dpt_eval_result_t *out)
+static int dpt__sup_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st,
+                                    size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     (void)episodes, (void)seed; /* the test set is fixed */
     return dpt__task_eval_checkpoint(c, st, "params.", out);
 }
 
-static const dpt_trainer_ops_t sup_ops = {
+static const dpt_trainer_ops_t dpt__sup_ops = {
     .job = DPT_JOB_SUPERVISED,
-    .create = sup_create,
-    .destroy = sup_destroy,
-    .iterate = sup_iterate,
-    .checkpoint = sup_checkpoint,
-    .restore = sup_restore,
-    .vars = sup_vars,
-    .get_weights = sup_get_weights,
-    .evaluate = sup_evaluate,
-    .describe = sup_describe,
-    .eval_checkpoint = sup_eval_checkpoint,
+    .create = dpt__sup_create,
+    .destroy = dpt__sup_destroy,
+    .iterate = dpt__sup_iterate,
+    .checkpoint = dpt__sup_checkpoint,
+    .restore = dpt__sup_restore,
+    .vars = dpt__sup_vars,
+    .get_weights = dpt__sup_get_weights,
+    .evaluate = dpt__sup_evaluate,
+    .describe = dpt__sup_describe,
+    .eval_checkpoint = dpt__sup_eval_checkpoint,
 };
 
 /* ---- the job ------------------------------------------------------------------ */
 
-static int sup_check(const dpt_config_t *c)
+static int dpt__sup_check(const dpt_config_t *c)
 {
     int64_t b = DPT_CI(c, batch_size), d = DPT_CI(c, num_devices);
     if (b % d)
@@ -458,12 +460,12 @@ static int sup_check(const dpt_config_t *c)
     return DPT_OK;
 }
 
-static size_t sup_threads(const dpt_config_t *c)
+static size_t dpt__sup_threads(const dpt_config_t *c)
 {
     return (size_t)DPT_CI(c, num_devices);
 }
 
-static int sup_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+static int dpt__sup_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
 {
     (void)world;
     if ((dpt_towers_mode_t)DPT_CI(c, towers_mode) == DPT_TOWERS_ASYNC)
@@ -481,9 +483,9 @@ static int sup_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
 
 const dpt__job_t dpt__supervised_job = {
     .id = DPT_JOB_SUPERVISED,
-    .ops = &sup_ops,
+    .ops = &dpt__sup_ops,
     .keys = DPT_JOB_SUPERVISED,
-    .check = sup_check,
-    .threads = sup_threads,
-    .plan = sup_plan,
+    .check = dpt__sup_check,
+    .threads = dpt__sup_threads,
+    .plan = dpt__sup_plan,
 };
