@@ -93,7 +93,7 @@ struct srt {
      * from that step (tokens' index part onwards). */
     uint64_t part;
     const volatile sig_atomic_t *stop_flag; /* a worker or service rank's stop request */
-    int ended;                              /* rank 0 ended the other ranks' part (srt_end) */
+    int ended;                              /* rank 0 ended the other ranks' part (dpt__srt_end) */
     /* Rank 0 with several services: the global step whose state of every
      * service it holds (UINT64_MAX: none), and how many gathers it made. */
     uint64_t gathered_at, gathers;

@@ -72,7 +72,7 @@ int dpt__sr_worker_build(srt_t *t, srt_worker_t *w)
 
 /* ---- one gradient --------------------------------------------------------------- */
 
-static int srt_cmp_i64(const void *a, const void *b)
+static int dpt__srt_cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -80,7 +80,7 @@ static int srt_cmp_i64(const void *a, const void *b)
 
 /* The variables worker w needs: the dense ones into w->params and, for
  * bags, rows ids[0..n) of the table into w->rows, from its service. */
-static int srt_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
+static int dpt__srt_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
 {
     int rc = dpt_sr_client_fetch(w->c, w->params.data);
     if (!rc && w->t->bags)
@@ -97,7 +97,7 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
     const size_t *rows = t->perm + chunk * b;
     int rc;
     if (!t->bags) {
-        if ((rc = srt_fetch(w, NULL, 0)) != 0)
+        if ((rc = dpt__srt_fetch(w, NULL, 0)) != 0)
             return rc;
         const dpt_dataset_t *d = &t->task.train;
         size_t dim = d->dim, yd = d->target_dim;
@@ -128,17 +128,17 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
     }
     w->offsets[b] = n;
     memcpy(w->ids, w->uniq, n * sizeof(int64_t));
-    qsort(w->uniq, n, sizeof(int64_t), srt_cmp_i64);
+    qsort(w->uniq, n, sizeof(int64_t), dpt__srt_cmp_i64);
     size_t u = 0;
     for (size_t k = 0; k < n; k++)
         if (u == 0 || w->uniq[u - 1] != w->uniq[k])
             w->uniq[u++] = w->uniq[k];
     for (size_t k = 0; k < n; k++) {
-        const int64_t *hit = bsearch(&w->ids[k], w->uniq, u, sizeof(int64_t), srt_cmp_i64);
+        const int64_t *hit = bsearch(&w->ids[k], w->uniq, u, sizeof(int64_t), dpt__srt_cmp_i64);
         w->ids[k] = hit - w->uniq;
     }
     w->rows_touched += u;
-    if ((rc = srt_fetch(w, w->uniq, u)) != 0 ||
+    if ((rc = dpt__srt_fetch(w, w->uniq, u)) != 0 ||
         (rc = dpt_embedding_bag_forward(w->rows, u, E, w->ids, w->offsets, b, DPT_EMBED_MEAN,
                                         w->x)) != 0)
         return rc;
@@ -168,7 +168,7 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
 
 /* ---- the worker loop ------------------------------------------------------------- */
 
-static void srt_straggle(const srt_t *t)
+static void dpt__srt_straggle(const srt_t *t)
 {
     struct timespec ts;
     ts.tv_sec = (time_t)t->straggler_s;
@@ -200,7 +200,7 @@ int dpt__sr_work(srt_worker_t *w)
         if ((rc = dpt__sr_grad(w, chunk, &loss, &correct)) != 0)
             break;
         if (w->id == t->straggler)
-            srt_straggle(t);
+            dpt__srt_straggle(t);
         fig[SRT_FIG_LOSS] = loss * (double)t->b;
         fig[SRT_FIG_HITS] = correct;
         if ((rc = dpt_sr_client_push(w->c, tok.step, w->grads.data, t->bags ? list : NULL, fig,
@@ -225,7 +225,7 @@ int dpt__sr_work(srt_worker_t *w)
 
 /* ---- the pool of worker threads --------------------------------------------------- */
 
-static int srt_pool_job(void *arg, int device)
+static int dpt__srt_pool_job(void *arg, int device)
 {
     srt_t *t = arg;
     srt_worker_t *w = &t->w[device];
@@ -256,7 +256,7 @@ int dpt__sr_run_workers(srt_t *t)
         w->err[0] = '\0';
         dpt_sr_client_begin(w->c, t->shuffle_pos, t->part);
     }
-    return dpt_device_pool_run(t->pool, srt_pool_job, t);
+    return dpt_device_pool_run(t->pool, dpt__srt_pool_job, t);
 }
 
 /* The epoch's order: the rows shuffled from shuffle position pos. */

@@ -40,7 +40,7 @@
 #include <string.h>
 
 /* Metric names (static storage) of each worker and service. */
-static const char *const srt_worker_metric[SRT_MAX_WORKERS] = {
+static const char *const dpt__srt_worker_metric[SRT_MAX_WORKERS] = {
     "info/sync_replicas/batches_contributed/w0",  "info/sync_replicas/batches_contributed/w1",
     "info/sync_replicas/batches_contributed/w2",  "info/sync_replicas/batches_contributed/w3",
     "info/sync_replicas/batches_contributed/w4",  "info/sync_replicas/batches_contributed/w5",
@@ -58,14 +58,14 @@ static const char *const srt_worker_metric[SRT_MAX_WORKERS] = {
     "info/sync_replicas/batches_contributed/w28", "info/sync_replicas/batches_contributed/w29",
     "info/sync_replicas/batches_contributed/w30", "info/sync_replicas/batches_contributed/w31",
 };
-static const char *const srt_ps_metric[SRT_MAX_PS] = {
+static const char *const dpt__srt_ps_metric[SRT_MAX_PS] = {
     "info/sync_replicas/ps_bytes/ps0", "info/sync_replicas/ps_bytes/ps1",
     "info/sync_replicas/ps_bytes/ps2", "info/sync_replicas/ps_bytes/ps3",
     "info/sync_replicas/ps_bytes/ps4", "info/sync_replicas/ps_bytes/ps5",
     "info/sync_replicas/ps_bytes/ps6", "info/sync_replicas/ps_bytes/ps7",
 };
 
-static void srt_destroy(void *self)
+static void dpt__srt_destroy(void *self)
 {
     srt_t *t = self;
     if (!t)
@@ -101,8 +101,8 @@ static void srt_destroy(void *self)
 
 /* The service's config from c (every rank computes the same); sparse
  * (one flag per variable) is the caller's storage. */
-static int srt_service_config(srt_t *t, const dpt_config_t *c, dpt_sr_config_t *out,
-                              unsigned char *sparse, size_t nsparse)
+static int dpt__srt_service_config(srt_t *t, const dpt_config_t *c, dpt_sr_config_t *out,
+                                   unsigned char *sparse, size_t nsparse)
 {
     dpt_sr_config_t sc = dpt_sr_defaults();
     int rc = dpt__task_optim(c, &sc.optim, &sc.schedule);
@@ -130,11 +130,11 @@ static int srt_service_config(srt_t *t, const dpt_config_t *c, dpt_sr_config_t *
 /* This process's service: the engine of the local workers, or a service
  * rank (dpt/sync_replicas_remote.h; rank 0 hands out the tokens), with the
  * variables initialised from the seed. */
-static int srt_service(srt_t *t, const dpt_config_t *c)
+static int dpt__srt_service(srt_t *t, const dpt_config_t *c)
 {
     unsigned char sparse[2 * DPT__TASK_MAX_LAYERS + 1];
     dpt_sr_remote_config_t rc_ = {.nfigures = SRT_NFIGURES};
-    int rc = srt_service_config(t, c, &rc_.sr, sparse, sizeof sparse);
+    int rc = dpt__srt_service_config(t, c, &rc_.sr, sparse, sizeof sparse);
     if (rc)
         return rc;
     if (t->role == SRT_LOCAL) {
@@ -160,17 +160,17 @@ int dpt__sr_has_table(const srt_t *t, int k)
 }
 
 /* Worker w's client: this process's engine, or the services' ranks. */
-static int srt_client(srt_t *t, const dpt_config_t *c, srt_worker_t *w)
+static int dpt__srt_client(srt_t *t, const dpt_config_t *c, srt_worker_t *w)
 {
     if (t->role == SRT_LOCAL)
         return dpt_sr_client_create_local(&w->c, t->sr, w->id);
     unsigned char sparse[2 * DPT__TASK_MAX_LAYERS + 1];
     dpt_sr_remote_config_t rc_ = {.nfigures = SRT_NFIGURES};
-    int rc = srt_service_config(t, c, &rc_.sr, sparse, sizeof sparse);
+    int rc = dpt__srt_service_config(t, c, &rc_.sr, sparse, sizeof sparse);
     return rc ? rc : dpt_sr_client_create_remote(&w->c, &rc_, t->comm);
 }
 
-static int srt_build(srt_t *t, const dpt_config_t *c)
+static int dpt__srt_build(srt_t *t, const dpt_config_t *c)
 {
     int rc;
     t->N = (int)DPT_CI(c, total_num_replicas);
@@ -212,7 +212,7 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
     t->timeout_s = DPT_CF(c, comm_timeout_s);
     t->test_interval = (uint64_t)DPT_CI(c, test_interval);
     t->gathered_at = UINT64_MAX;
-    if (t->role != SRT_WORKER && (rc = srt_service(t, c)) != 0)
+    if (t->role != SRT_WORKER && (rc = dpt__srt_service(t, c)) != 0)
         return rc;
     /* Local: N worker threads; a worker rank: its one worker; the service
      * of worker ranks: none. */
@@ -225,7 +225,8 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
     for (int i = 0; i < t->nw; i++) {
         t->w[i].t = t;
         t->w[i].id = t->role == SRT_WORKER ? dpt_comm_rank(t->comm) - t->P : i;
-        if ((rc = dpt__sr_worker_build(t, &t->w[i])) != 0 || (rc = srt_client(t, c, &t->w[i])) != 0)
+        if ((rc = dpt__sr_worker_build(t, &t->w[i])) != 0 ||
+            (rc = dpt__srt_client(t, c, &t->w[i])) != 0)
             return rc;
     }
     if (t->role == SRT_LOCAL && (rc = dpt__sr_pool_start(t)) != 0)
@@ -235,8 +236,8 @@ static int srt_build(srt_t *t, const dpt_config_t *c)
 }
 
 /* The trainer of config c in a role (the comm of the ranks when not local). */
-static int srt_new(srt_t **out, const dpt_config_t *c, const dpt_trainer_env_t *env,
-                   srt_role_t role, dpt_comm_t *comm)
+static int dpt__srt_new(srt_t **out, const dpt_config_t *c, const dpt_trainer_env_t *env,
+                        srt_role_t role, dpt_comm_t *comm)
 {
     *out = NULL;
     srt_t *t = calloc(1, sizeof *t);
@@ -253,17 +254,17 @@ static int srt_new(srt_t **out, const dpt_config_t *c, const dpt_trainer_env_t *
     t->edim = t->task.edim;
     t->nids = t->task.bags.nids;
     if (!rc)
-        rc = srt_build(t, c);
+        rc = dpt__srt_build(t, c);
     if (rc) {
         t->role = SRT_LOCAL; /* a half-built service tells its workers nothing */
-        srt_destroy(t);
+        dpt__srt_destroy(t);
         return rc;
     }
     *out = t;
     return DPT_OK;
 }
 
-static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t *env)
+static int dpt__srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t *env)
 {
     *out = NULL;
     srt_role_t role = SRT_LOCAL;
@@ -280,7 +281,7 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
         role = SRT_SERVICE;
     }
     srt_t *t = NULL;
-    int rc = srt_new(&t, c, env, role, role == SRT_SERVICE ? env->comm : NULL);
+    int rc = dpt__srt_new(&t, c, env, role, role == SRT_SERVICE ? env->comm : NULL);
     if (!rc && t && t->srv && env)
         dpt_sr_server_set_stop_flag(t->srv, env->stop_flag);
     *out = t;
@@ -293,7 +294,7 @@ static int srt_create(void **out, const dpt_config_t *c, const dpt_trainer_env_t
  * optimizer slots) of the global step, gathered once per step when an
  * evaluation, a checkpoint or the weights need it (never as a part of
  * the steps). */
-static int srt_gather(srt_t *t)
+static int dpt__srt_gather(srt_t *t)
 {
     if (t->role != SRT_SERVICE || t->P <= 1)
         return DPT_OK;
@@ -309,13 +310,13 @@ static int srt_gather(srt_t *t)
 }
 
 /* Test-set figures of `params` into out (loss; accuracy or regression). */
-static int srt_eval_params(srt_t *t, const float *params, dpt_eval_result_t *out)
+static int dpt__srt_eval_params(srt_t *t, const float *params, dpt_eval_result_t *out)
 {
     return dpt__net_evaluate(&t->eval, params, out);
 }
 
 /* The figures of an epoch without a test-set evaluation. */
-static void srt_no_eval(dpt_eval_result_t *out)
+static void dpt__srt_no_eval(dpt_eval_result_t *out)
 {
     memset(out, 0, sizeof *out);
     out->mean_return = out->mean_length = out->loss = out->accuracy = (double)NAN;
@@ -337,7 +338,7 @@ typedef struct srt_epoch {
 
 /* The epoch's steps: a session of this process's service with its worker
  * threads, or with the worker ranks. */
-static int srt_train_epoch(srt_t *t, uint64_t until)
+static int dpt__srt_train_epoch(srt_t *t, uint64_t until)
 {
     int rc;
     if (t->role == SRT_SERVICE)
@@ -350,7 +351,7 @@ static int srt_train_epoch(srt_t *t, uint64_t until)
 /* Workers that failed this epoch are lost for good (e->newly_lost; of the
  * threads, e->first_failed: the one that failed first on its own). The
  * service's counters of worker ranks become the workers' figures. */
-static void srt_settle_workers(srt_t *t, int lost_before, srt_epoch_t *e)
+static void dpt__srt_settle_workers(srt_t *t, int lost_before, srt_epoch_t *e)
 {
     e->first_failed = -1;
     e->newly_lost = 0;
@@ -386,7 +387,7 @@ static void srt_settle_workers(srt_t *t, int lost_before, srt_epoch_t *e)
 /* The result's note: a stop within the epoch, a rank that asked to stop,
  * a worker lost this epoch, or the first epoch's placement over several
  * services. */
-static void srt_note(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r)
+static void dpt__srt_note(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r)
 {
     r->note[0] = '\0';
     int asker = t->srv ? dpt_sr_server_stop_asked(t->srv) : -1;
@@ -425,7 +426,7 @@ static void srt_note(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r
 }
 
 /* The workers' figures of the epoch summed in worker order. */
-static void srt_sum_workers(const srt_t *t, srt_epoch_t *e)
+static void dpt__srt_sum_workers(const srt_t *t, srt_epoch_t *e)
 {
     e->loss = e->hits = 0.0;
     e->used = e->pushes = e->touched = 0;
@@ -439,7 +440,7 @@ static void srt_sum_workers(const srt_t *t, srt_epoch_t *e)
 }
 
 /* The result's counters and progress line. */
-static void srt_line(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r)
+static void dpt__srt_line(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r)
 {
     const dpt_sr_stats_t *s1 = &e->s1;
     double train_loss = e->used ? e->loss / (double)e->used : (double)NAN;
@@ -460,7 +461,7 @@ static void srt_line(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r
 }
 
 /* The bags task's figures of sparse rows (where the table is kept). */
-static void srt_sparse_metrics(const srt_epoch_t *e, uint64_t steps, dpt_train_result_t *r)
+static void dpt__srt_sparse_metrics(const srt_epoch_t *e, uint64_t steps, dpt_train_result_t *r)
 {
     const dpt_sr_stats_t *s0 = &e->s0, *s1 = &e->s1;
     dpt_train_result_add(r, "info/sync_replicas/rows_touched_per_push",
@@ -477,7 +478,7 @@ static void srt_sparse_metrics(const srt_epoch_t *e, uint64_t steps, dpt_train_r
 }
 
 /* The result's metrics, in the order the run writes them. */
-static void srt_metrics(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r)
+static void dpt__srt_metrics(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t *r)
 {
     const dpt_sr_stats_t *s0 = &e->s0, *s1 = &e->s1;
     uint64_t steps = s1->global_step - s0->global_step;
@@ -503,15 +504,15 @@ static void srt_metrics(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t
                                : 0.0);
     dpt_train_result_add(r, "step_time_ms", steps ? e->train_time * 1e3 / (double)steps : 0.0);
     if (t->bags && (t->role == SRT_LOCAL || dpt__sr_has_table(t, 0)))
-        srt_sparse_metrics(e, steps, r);
+        dpt__srt_sparse_metrics(e, steps, r);
     dpt_train_result_add(r, "info/sync_replicas/grad_norm", s1->last_grad_norm);
     for (int i = 0; i < t->N; i++)
-        dpt_train_result_add(r, srt_worker_metric[i],
+        dpt_train_result_add(r, dpt__srt_worker_metric[i],
                              (double)(t->base_contrib[i] + dpt_sr_worker_contributed(t->sr, i)));
     uint64_t pb[SRT_MAX_PS];
     dpt_sr_placement(t->sr, NULL, pb);
     for (int k = 0; k < t->num_ps; k++)
-        dpt_train_result_add(r, srt_ps_metric[k], (double)pb[k]);
+        dpt_train_result_add(r, dpt__srt_ps_metric[k], (double)pb[k]);
     if (t->num_ps > 1) /* rank 0 under mpirun: the model gathered from the services */
         dpt_train_result_add(r, "info/sync_replicas/model_gathers", (double)t->gathers);
     dpt__task_result_end(r, e->used, e->t0, e->train_time, e->eval_time);
@@ -520,7 +521,7 @@ static void srt_metrics(const srt_t *t, const srt_epoch_t *e, dpt_train_result_t
 /* After a session: the epoch is done, stopped within (rank 0 under
  * mpirun with one service: the state of the step reached is the
  * checkpoint's, t->part its steps), or failed. */
-static int srt_settle_epoch(srt_t *t, int rc, srt_epoch_t *e)
+static int dpt__srt_settle_epoch(srt_t *t, int rc, srt_epoch_t *e)
 {
     if (rc == DPT_ECLOSED && t->role == SRT_SERVICE) {
         if (t->P > 1)
@@ -547,7 +548,7 @@ static int srt_settle_epoch(srt_t *t, int rc, srt_epoch_t *e)
 /* One epoch: 1. the epoch's order, 2. its steps, 3. the workers lost,
  * 4. the epoch stands when the service made every step (or stops within
  * it), 5. the test set, 6. the result. */
-static int srt_iterate(void *self, dpt_train_result_t *r)
+static int dpt__srt_iterate(void *self, dpt_train_result_t *r)
 {
     srt_t *t = self;
     if (t->epoch >= t->epochs)
@@ -566,10 +567,10 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
         dpt_sr_server_worker(t->srv, i, &in);
         lost_before += in.lost;
     }
-    if ((rc = srt_settle_epoch(t, srt_train_epoch(t, e.until), &e)) != 0)
+    if ((rc = dpt__srt_settle_epoch(t, dpt__srt_train_epoch(t, e.until), &e)) != 0)
         return rc;
     e.train_time = dpt_now() - e.t0;
-    srt_settle_workers(t, lost_before, &e);
+    dpt__srt_settle_workers(t, lost_before, &e);
     r->stop_requested = t->srv && dpt_sr_server_stop_asked(t->srv) >= 0;
     if (!e.partial && e.s1.global_step < e.until) {
         if (e.first_failed >= 0)
@@ -580,35 +581,36 @@ static int srt_iterate(void *self, dpt_train_result_t *r)
                          " before step %" PRIu64,
                          e.s1.global_step, e.until);
     }
-    srt_note(t, &e, r);
-    srt_sum_workers(t, &e);
+    dpt__srt_note(t, &e, r);
+    dpt__srt_sum_workers(t, &e);
     t->samples += e.used;
     t->epoch += !e.partial;
     double te = dpt_now();
-    srt_no_eval(&e.ev);
-    srt_no_eval(&e.eva);
+    dpt__srt_no_eval(&e.ev);
+    dpt__srt_no_eval(&e.eva);
     int test = !e.partial &&
                (t->epoch == t->epochs || (t->test_interval && t->epoch % t->test_interval == 0));
-    if (test && (rc = srt_gather(t)) != 0)
+    if (test && (rc = dpt__srt_gather(t)) != 0)
         return rc;
-    if (test && (rc = srt_eval_params(t, dpt_sr_params(t->sr), &e.ev)) != 0)
+    if (test && (rc = dpt__srt_eval_params(t, dpt_sr_params(t->sr), &e.ev)) != 0)
         return rc;
-    if (test && t->ema_decay > 0.0f && (rc = srt_eval_params(t, dpt_sr_ema(t->sr), &e.eva)) != 0)
+    if (test && t->ema_decay > 0.0f &&
+        (rc = dpt__srt_eval_params(t, dpt_sr_ema(t->sr), &e.eva)) != 0)
         return rc;
     e.eval_time = dpt_now() - te;
-    srt_line(t, &e, r);
-    srt_metrics(t, &e, r);
+    dpt__srt_line(t, &e, r);
+    dpt__srt_metrics(t, &e, r);
     return DPT_OK;
 }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
 
-static int srt_checkpoint(void *self, dpt_safetensors_writer_t *w)
+static int dpt__srt_checkpoint(void *self, dpt_safetensors_writer_t *w)
 {
     srt_t *t = self;
     if (!w)
         return DPT_OK;
-    int rc = srt_gather(t);
+    int rc = dpt__srt_gather(t);
     if (!rc)
         rc = dpt__optim_ckpt_save(w, t->vars, dpt_sr_params(t->sr), dpt_sr_optimizer(t->sr));
     if (!rc && t->ema_decay > 0.0f)
@@ -638,7 +640,7 @@ static int srt_checkpoint(void *self, dpt_safetensors_writer_t *w)
     return rc;
 }
 
-static int srt_restore(void *self, const dpt_safetensors_t *st)
+static int dpt__srt_restore(void *self, const dpt_safetensors_t *st)
 {
     srt_t *t = self;
     dpt_optim_t *opt = dpt_sr_optimizer(t->sr);
@@ -707,34 +709,35 @@ static int srt_restore(void *self, const dpt_safetensors_t *st)
     return dpt_sr_server_scatter(t->srv);
 }
 
-static const dpt_vartable_t *srt_vars(void *self)
+static const dpt_vartable_t *dpt__srt_vars(void *self)
 {
     srt_t *t = self;
     return t->vars;
 }
 
-static int srt_get_weights(void *self, float *out, size_t count)
+static int dpt__srt_get_weights(void *self, float *out, size_t count)
 {
     srt_t *t = self;
     if (count != t->vars->total)
         return dpt_error(DPT_EINVAL, "sync_replicas: weights of %zu floats, the model has %zu",
                          count, t->vars->total);
-    int rc = srt_gather(t);
+    int rc = dpt__srt_gather(t);
     if (!rc)
         memcpy(out, dpt_sr_params(t->sr), count * sizeof(float));
     return rc;
 }
 
-static int srt_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
+static int dpt__srt_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     (void)episodes, (void)seed; /* the test set is fixed */
     srt_t *t = self;
-    int rc = srt_gather(t);
+    int rc = dpt__srt_gather(t);
     return rc ? rc
-              : srt_eval_params(t, t->eval_ema ? dpt_sr_ema(t->sr) : dpt_sr_params(t->sr), out);
+              : dpt__srt_eval_params(t, t->eval_ema ? dpt_sr_ema(t->sr) : dpt_sr_params(t->sr),
+                                     out);
 }
 
-static int srt_describe(void *self, dpt_safetensors_writer_t *w)
+static int dpt__srt_describe(void *self, dpt_safetensors_writer_t *w)
 {
     srt_t *t = self;
     char ema[96];
@@ -750,8 +753,8 @@ static int srt_describe(void *self, dpt_safetensors_writer_t *w)
     return dpt_safetensors_set_meta_u64(w, "total_num_replicas", (uint64_t)t->N);
 }
 
-static int srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st, size_t episodes,
-                               uint64_t seed, dpt_eval_result_t *out)
+static int dpt__srt_eval_checkpoint(const dpt_config_t *c, const dpt_safetensors_t *st,
+                                    size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     (void)episodes, (void)seed; /* the test set is fixed (bags: drawn from the run's seed) */
     return dpt__task_eval_checkpoint(c, st, DPT_CI(c, eval_ema) ? "ema." : "params.", out);
@@ -766,34 +769,34 @@ int dpt__sr_mpi_worker(const dpt_config_t *c, dpt_comm_t *comm,
      * to. */
     srt_t *t = NULL;
     int shard = dpt_comm_rank(comm) < (int)DPT_CI(c, num_ps);
-    int rc = srt_new(&t, c, NULL, shard ? SRT_SHARD : SRT_WORKER, comm);
+    int rc = dpt__srt_new(&t, c, NULL, shard ? SRT_SHARD : SRT_WORKER, comm);
     if (rc || !t)
         return rc;
     t->stop_flag = stop_flag;
     if (shard)
         dpt_sr_server_set_stop_flag(t->srv, stop_flag);
     rc = shard ? dpt_sr_server_serve(t->srv) : dpt__sr_work(&t->w[0]);
-    srt_destroy(t);
+    dpt__srt_destroy(t);
     return rc;
 }
 
-static const dpt_trainer_ops_t srt_ops = {
+static const dpt_trainer_ops_t dpt__srt_ops = {
     .job = DPT_JOB_SYNC_REPLICAS,
-    .create = srt_create,
-    .destroy = srt_destroy,
-    .iterate = srt_iterate,
-    .checkpoint = srt_checkpoint,
-    .restore = srt_restore,
-    .vars = srt_vars,
-    .get_weights = srt_get_weights,
-    .evaluate = srt_evaluate,
-    .describe = srt_describe,
-    .eval_checkpoint = srt_eval_checkpoint,
+    .create = dpt__srt_create,
+    .destroy = dpt__srt_destroy,
+    .iterate = dpt__srt_iterate,
+    .checkpoint = dpt__srt_checkpoint,
+    .restore = dpt__srt_restore,
+    .vars = dpt__srt_vars,
+    .get_weights = dpt__srt_get_weights,
+    .evaluate = dpt__srt_evaluate,
+    .describe = dpt__srt_describe,
+    .eval_checkpoint = dpt__srt_eval_checkpoint,
 };
 
 /* ---- the job ---------------------------------------------------------------------- */
 
-static int srt_check(const dpt_config_t *c)
+static int dpt__srt_check(const dpt_config_t *c)
 {
     int64_t b = DPT_CI(c, batch_size), d = DPT_CI(c, replicas_to_aggregate);
     if (b % d)
@@ -804,14 +807,14 @@ static int srt_check(const dpt_config_t *c)
 }
 
 /* The bags task is a regression: its loss, when not given, is mse. */
-static int srt_fill(dpt_config_t *c)
+static int dpt__srt_fill(dpt_config_t *c)
 {
     if (DPT_CI(c, dataset) != DPT_DATASET_BAGS || dpt_config_given(c, DPT_CFG_loss))
         return DPT_OK;
     return dpt__config_assign(c, DPT_CFG_loss, "mse", "default");
 }
 
-static size_t srt_threads(const dpt_config_t *c)
+static size_t dpt__srt_threads(const dpt_config_t *c)
 {
     return (size_t)DPT_CI(c, total_num_replicas);
 }
@@ -821,7 +824,7 @@ static size_t srt_threads(const dpt_config_t *c)
 /* Rank 0, after the loop: the other ranks' part ends (each worker's and
  * service's goodbye within comm_timeout_s; the error names those that did
  * not answer). */
-static int srt_end(void *self)
+static int dpt__srt_end(void *self)
 {
     srt_t *t = self;
     if (t->role != SRT_SERVICE || !t->srv || t->ended)
@@ -830,7 +833,7 @@ static int srt_end(void *self)
     return dpt_sr_server_stop(t->srv);
 }
 
-static int srt_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
+static int dpt__srt_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
 {
     int rc = dpt__sr_mpi_check(c, world);
     if (rc)
@@ -842,11 +845,11 @@ static int srt_plan(const dpt_config_t *c, int world, dpt__mpi_plan_t *p)
 
 const dpt__job_t dpt__sync_replicas_job = {
     .id = DPT_JOB_SYNC_REPLICAS,
-    .ops = &srt_ops,
+    .ops = &dpt__srt_ops,
     .keys = DPT_JOB_SYNC_REPLICAS,
-    .check = srt_check,
-    .fill = srt_fill,
-    .threads = srt_threads,
-    .plan = srt_plan,
-    .end = srt_end,
+    .check = dpt__srt_check,
+    .fill = dpt__srt_fill,
+    .threads = dpt__srt_threads,
+    .plan = dpt__srt_plan,
+    .end = dpt__srt_end,
 };
