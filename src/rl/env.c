@@ -212,14 +212,14 @@ struct dpt_vecenv {
     size_t state_bytes; /* size of a saved state */
 };
 
-static size_t dpt__round_up(size_t x, size_t a)
+static size_t dpt__env_round_up(size_t x, size_t a)
 {
     return (x + a - 1) / a * a;
 }
 
 /* Adds `count` elements of `elem` bytes at the next aligned offset of *off;
  * returns the element's offset, or SIZE_MAX on overflow. */
-static size_t dpt__carve(size_t *off, size_t count, size_t elem)
+static size_t dpt__env_carve(size_t *off, size_t count, size_t elem)
 {
     size_t bytes;
     if (*off == SIZE_MAX || dpt_mul_size(count, elem, &bytes) != 0 ||
@@ -228,7 +228,7 @@ static size_t dpt__carve(size_t *off, size_t count, size_t elem)
         return SIZE_MAX;
     }
     size_t at = *off;
-    *off = dpt__round_up(at + bytes, DPT__ALIGN);
+    *off = dpt__env_round_up(at + bytes, DPT__ALIGN);
     return at;
 }
 
@@ -255,17 +255,17 @@ int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, 
     if (n > UINT32_MAX)
         return dpt_error(DPT_EINVAL, "env \"%s\": %zu envs, at most %u (RNG stream index)",
                          cls->name, n, UINT32_MAX);
-    size_t stride = dpt__round_up(cls->state_size ? cls->state_size : 1, 16);
-    size_t off = dpt__round_up(sizeof(struct dpt_vecenv), DPT__ALIGN);
-    size_t o_states = dpt__carve(&off, n, stride);
-    size_t o_rngs = dpt__carve(&off, n, sizeof(dpt_rng_t));
-    size_t o_t = dpt__carve(&off, n, sizeof(uint32_t));
-    size_t o_ret = dpt__carve(&off, n, sizeof(double));
-    size_t o_epr = dpt__carve(&off, DPT__EP_CAP, sizeof(double));
-    size_t o_epl = dpt__carve(&off, DPT__EP_CAP, sizeof(uint32_t));
+    size_t stride = dpt__env_round_up(cls->state_size ? cls->state_size : 1, 16);
+    size_t off = dpt__env_round_up(sizeof(struct dpt_vecenv), DPT__ALIGN);
+    size_t o_states = dpt__env_carve(&off, n, stride);
+    size_t o_rngs = dpt__env_carve(&off, n, sizeof(dpt_rng_t));
+    size_t o_t = dpt__env_carve(&off, n, sizeof(uint32_t));
+    size_t o_ret = dpt__env_carve(&off, n, sizeof(double));
+    size_t o_epr = dpt__env_carve(&off, DPT__EP_CAP, sizeof(double));
+    size_t o_epl = dpt__env_carve(&off, DPT__EP_CAP, sizeof(uint32_t));
     size_t act_dim = cls->action_kind == DPT_ACTION_BOX ? cls->action_dim : 1;
-    size_t o_act = dpt__carve(&off, act_dim, sizeof(float));
-    size_t o_obs = dpt__carve(&off, cls->obs_dim, sizeof(float));
+    size_t o_act = dpt__env_carve(&off, act_dim, sizeof(float));
+    size_t o_obs = dpt__env_carve(&off, cls->obs_dim, sizeof(float));
     size_t per_env = DPT__STATE_PER_ENV + cls->state_size, sbytes;
     if (off == SIZE_MAX || dpt_mul_size(n, per_env, &sbytes) != 0 ||
         sbytes > SIZE_MAX - DPT__STATE_HEADER - DPT__STATE_TAIL)
@@ -345,7 +345,7 @@ void dpt_vecenv_reset(dpt_vecenv_t *v, float *obs)
     v->started = 1;
 }
 
-static void dpt__ep_push(dpt_vecenv_t *v, double ret, uint32_t len)
+static void dpt__env_ep_push(dpt_vecenv_t *v, double ret, uint32_t len)
 {
     if (v->ep_count == DPT__EP_CAP) {
         v->ep_head = (v->ep_head + 1) & (DPT__EP_CAP - 1);
@@ -361,8 +361,8 @@ static void dpt__ep_push(dpt_vecenv_t *v, double ret, uint32_t len)
 
 /* Checks the actions of the active envs (every env when active is NULL)
  * before any env steps, so a bad batch changes nothing. */
-static int dpt__check_actions(const dpt_vecenv_t *v, size_t lo, size_t hi, const uint8_t *active,
-                              const void *actions)
+static int dpt__env_check_actions(const dpt_vecenv_t *v, size_t lo, size_t hi,
+                                  const uint8_t *active, const void *actions)
 {
     const dpt_env_class_t *cls = v->cls;
     if (cls->action_kind == DPT_ACTION_DISCRETE) {
@@ -400,7 +400,7 @@ static int dpt__check_actions(const dpt_vecenv_t *v, size_t lo, size_t hi, const
 /* The error of an env whose step (t >= 1) or automatic reset (t = 0) gave
  * a non-finite reward or observation. Envs before #i have stepped: the
  * runner is not to be used after it. */
-static int dpt__bad_step(const dpt_vecenv_t *v, size_t i, uint32_t t, float r, const float *o)
+static int dpt__env_bad_step(const dpt_vecenv_t *v, size_t i, uint32_t t, float r, const float *o)
 {
     const dpt_env_class_t *cls = v->cls;
     if (!isfinite(r))
@@ -430,10 +430,10 @@ int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rew
  * ep_ret is not NULL, to ep_ret[i] and ep_len[i] (the caller records it).
  * act: scratch for a clipped box action [action_dim]. Returns the number of
  * envs stepped in *stepped (not added to the total). */
-static int dpt__step_envs(dpt_vecenv_t *v, size_t lo, size_t hi, const uint8_t *active,
-                          const void *actions, float *obs, float *rewards, uint8_t *terminated,
-                          uint8_t *truncated, float *final_obs, float *act, double *ep_ret,
-                          uint32_t *ep_len, size_t *stepped_out)
+static int dpt__env_step_envs(dpt_vecenv_t *v, size_t lo, size_t hi, const uint8_t *active,
+                              const void *actions, float *obs, float *rewards, uint8_t *terminated,
+                              uint8_t *truncated, float *final_obs, float *act, double *ep_ret,
+                              uint32_t *ep_len, size_t *stepped_out)
 {
     const dpt_env_class_t *cls = v->cls;
     const size_t od = cls->obs_dim, stride = v->stride;
@@ -468,7 +468,7 @@ static int dpt__step_envs(dpt_vecenv_t *v, size_t lo, size_t hi, const uint8_t *
         /* An env's numbers feed the gradients: a NaN or an infinity would
          * reach the weights (and every checkpoint after) unnoticed. */
         if (!isfinite(r) || !dpt_vec_all_finite(o, od))
-            return dpt__bad_step(v, i, t, r, o);
+            return dpt__env_bad_step(v, i, t, r, o);
         double ret = v->ret[i] + (double)r;
         /* Terminated and truncated are exclusive: a time limit reached on a
          * terminal step is reported as terminated (no bootstrapping). */
@@ -481,13 +481,13 @@ static int dpt__step_envs(dpt_vecenv_t *v, size_t lo, size_t hi, const uint8_t *
                 ep_ret[i] = ret;
                 ep_len[i] = t;
             } else {
-                dpt__ep_push(v, ret, t);
+                dpt__env_ep_push(v, ret, t);
             }
             if (final_obs)
                 memcpy(final_obs + i * od, o, od * sizeof *o);
             cls->reset(state, &v->rngs[i], o);
             if (!dpt_vec_all_finite(o, od))
-                return dpt__bad_step(v, i, 0, 0.0f, o);
+                return dpt__env_bad_step(v, i, 0, 0.0f, o);
             t = 0;
             ret = 0.0;
         }
@@ -508,18 +508,18 @@ int dpt__vecenv_step_range(dpt_vecenv_t *v, size_t lo, size_t hi, const void *ac
     if (lo > hi || hi > v->n)
         return dpt_error(DPT_EINVAL, "env \"%s\": envs [%zu, %zu) of %zu", v->cls->name, lo, hi,
                          v->n);
-    int rc = dpt__check_actions(v, lo, hi, NULL, actions);
+    int rc = dpt__env_check_actions(v, lo, hi, NULL, actions);
     size_t stepped;
     return rc ? rc
-              : dpt__step_envs(v, lo, hi, NULL, actions, obs, rewards, terminated, truncated,
-                               final_obs, act, ep_ret, ep_len, &stepped);
+              : dpt__env_step_envs(v, lo, hi, NULL, actions, obs, rewards, terminated, truncated,
+                                   final_obs, act, ep_ret, ep_len, &stepped);
 }
 
 void dpt__vecenv_record(dpt_vecenv_t *v, size_t steps, double ret, uint32_t len, int episode)
 {
     v->total_steps += steps;
     if (episode)
-        dpt__ep_push(v, ret, len);
+        dpt__env_ep_push(v, ret, len);
 }
 
 int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *actions, float *obs,
@@ -537,12 +537,12 @@ int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *a
     if (!v->started)
         return dpt_error(DPT_ESTATE, "env \"%s\": dpt_vecenv_step before dpt_vecenv_reset",
                          cls->name);
-    int rc = dpt__check_actions(v, 0, v->n, active, actions);
+    int rc = dpt__env_check_actions(v, 0, v->n, active, actions);
     if (rc)
         return rc;
     size_t stepped = 0;
-    rc = dpt__step_envs(v, 0, v->n, active, actions, obs, rewards, terminated, truncated, final_obs,
-                        v->act, NULL, NULL, &stepped);
+    rc = dpt__env_step_envs(v, 0, v->n, active, actions, obs, rewards, terminated, truncated,
+                            final_obs, v->act, NULL, NULL, &stepped);
     if (rc)
         return rc;
     v->total_steps += stepped;
@@ -618,12 +618,12 @@ uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v)
 #define DPT__OFF_VALUES 116
 #define DPT__OFF_SUM 120
 
-static void dpt__put(unsigned char *buf, size_t off, const void *x, size_t size)
+static void dpt__env_put_bytes(unsigned char *buf, size_t off, const void *x, size_t size)
 {
     memcpy(buf + off, x, size);
 }
 
-static void dpt__get(const unsigned char *buf, size_t off, void *x, size_t size)
+static void dpt__env_get_bytes(const unsigned char *buf, size_t off, void *x, size_t size)
 {
     memcpy(x, buf + off, size);
 }
@@ -647,32 +647,32 @@ int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes)
     uint32_t version = DPT__STATE_VERSION, bom = DPT__STATE_BOM;
     uint32_t obs_dim = (uint32_t)cls->obs_dim, started = (uint32_t)v->started;
     uint64_t n = v->n, ssz = cls->state_size;
-    dpt__put(b, DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8);
-    dpt__put(b, DPT__OFF_VERSION, &version, 4);
-    dpt__put(b, DPT__OFF_BOM, &bom, 4);
+    dpt__env_put_bytes(b, DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8);
+    dpt__env_put_bytes(b, DPT__OFF_VERSION, &version, 4);
+    dpt__env_put_bytes(b, DPT__OFF_BOM, &bom, 4);
     memcpy(b + DPT__OFF_NAME, cls->name, strlen(cls->name)); /* < 64 by the class check */
-    dpt__put(b, DPT__OFF_N, &n, 8);
-    dpt__put(b, DPT__OFF_STATE_SIZE, &ssz, 8);
-    dpt__put(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
-    dpt__put(b, DPT__OFF_RANK, &v->rank, 4);
-    dpt__put(b, DPT__OFF_SEED, &v->seed, 8);
-    dpt__put(b, DPT__OFF_STARTED, &started, 4);
-    dpt__put(b, DPT__OFF_VALUES, &v->values_digest, 4);
+    dpt__env_put_bytes(b, DPT__OFF_N, &n, 8);
+    dpt__env_put_bytes(b, DPT__OFF_STATE_SIZE, &ssz, 8);
+    dpt__env_put_bytes(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
+    dpt__env_put_bytes(b, DPT__OFF_RANK, &v->rank, 4);
+    dpt__env_put_bytes(b, DPT__OFF_SEED, &v->seed, 8);
+    dpt__env_put_bytes(b, DPT__OFF_STARTED, &started, 4);
+    dpt__env_put_bytes(b, DPT__OFF_VALUES, &v->values_digest, 4);
     size_t off = DPT__STATE_HEADER;
     for (size_t i = 0; i < v->n; i++, off += 8) {
         uint64_t pos = dpt_rng_tell(&v->rngs[i]);
-        dpt__put(b, off, &pos, 8);
+        dpt__env_put_bytes(b, off, &pos, 8);
     }
-    dpt__put(b, off, v->t, v->n * 4);
+    dpt__env_put_bytes(b, off, v->t, v->n * 4);
     off += v->n * 4;
-    dpt__put(b, off, v->ret, v->n * 8);
+    dpt__env_put_bytes(b, off, v->ret, v->n * 8);
     off += v->n * 8;
     for (size_t i = 0; i < v->n; i++, off += cls->state_size)
-        dpt__put(b, off, v->states + i * v->stride, cls->state_size);
-    dpt__put(b, off, &v->total_steps, 8);
-    dpt__put(b, off + 8, &v->total_episodes, 8);
+        dpt__env_put_bytes(b, off, v->states + i * v->stride, cls->state_size);
+    dpt__env_put_bytes(b, off, &v->total_steps, 8);
+    dpt__env_put_bytes(b, off + 8, &v->total_episodes, 8);
     uint64_t sum = dpt_fnv1a64(DPT_FNV1A64_INIT, b + DPT__STATE_HEADER, need - DPT__STATE_HEADER);
-    dpt__put(b, DPT__OFF_SUM, &sum, 8);
+    dpt__env_put_bytes(b, DPT__OFF_SUM, &sum, 8);
     return DPT_OK;
 }
 
@@ -691,8 +691,8 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
                          cls->name, bytes);
     uint32_t version, bom, obs_dim, started, values_digest;
     uint64_t n, ssz, sum;
-    dpt__get(b, DPT__OFF_VERSION, &version, 4);
-    dpt__get(b, DPT__OFF_BOM, &bom, 4);
+    dpt__env_get_bytes(b, DPT__OFF_VERSION, &version, 4);
+    dpt__env_get_bytes(b, DPT__OFF_BOM, &bom, 4);
     if (version != DPT__STATE_VERSION || bom != DPT__STATE_BOM)
         return dpt_error(DPT_EFORMAT,
                          "env \"%s\": saved runner state has version %u and "
@@ -710,15 +710,15 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
                          "saved runner state is for env \"%s\", this runner runs "
                          "\"%s\"",
                          name, cls->name);
-    dpt__get(b, DPT__OFF_N, &n, 8);
-    dpt__get(b, DPT__OFF_STATE_SIZE, &ssz, 8);
-    dpt__get(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
+    dpt__env_get_bytes(b, DPT__OFF_N, &n, 8);
+    dpt__env_get_bytes(b, DPT__OFF_STATE_SIZE, &ssz, 8);
+    dpt__env_get_bytes(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
     if (n != v->n || ssz != cls->state_size || obs_dim != cls->obs_dim)
         return dpt_error(DPT_EINVAL,
                          "env \"%s\": saved runner state has %" PRIu64 " envs, "
                          "state_size %" PRIu64 ", obs_dim %u; this runner has %zu, %zu, %zu",
                          cls->name, n, ssz, obs_dim, v->n, cls->state_size, cls->obs_dim);
-    dpt__get(b, DPT__OFF_VALUES, &values_digest, 4);
+    dpt__env_get_bytes(b, DPT__OFF_VALUES, &values_digest, 4);
     if (values_digest != v->values_digest)
         return dpt_error(DPT_EINVAL,
                          "env \"%s\": saved runner state has other parameter values "
@@ -730,20 +730,20 @@ int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes
                          "env \"%s\": saved runner state is %zu bytes, expected %zu "
                          "(truncated or padded)",
                          cls->name, bytes, need);
-    dpt__get(b, DPT__OFF_SUM, &sum, 8);
+    dpt__env_get_bytes(b, DPT__OFF_SUM, &sum, 8);
     if (sum != dpt_fnv1a64(DPT_FNV1A64_INIT, b + DPT__STATE_HEADER, need - DPT__STATE_HEADER))
         return dpt_error(DPT_EFORMAT,
                          "env \"%s\": saved runner state fails its checksum "
                          "(corrupted)",
                          cls->name);
-    dpt__get(b, DPT__OFF_STARTED, &started, 4);
+    dpt__env_get_bytes(b, DPT__OFF_STARTED, &started, 4);
     if (started > 1)
         return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has started = %u", cls->name,
                          started);
     const size_t o_t = DPT__STATE_HEADER + v->n * 8;
     for (size_t i = 0; i < v->n; i++) {
         uint32_t t;
-        dpt__get(b, o_t + i * 4, &t, 4);
+        dpt__env_get_bytes(b, o_t + i * 4, &t, 4);
         if (cls->max_episode_steps && t >= cls->max_episode_steps)
             return dpt_error(DPT_EFORMAT,
                              "env \"%s\" #%zu: saved episode length %u is not below "
@@ -763,9 +763,9 @@ int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
     const unsigned char *b = buf;
     uint32_t rank, started;
     uint64_t seed;
-    dpt__get(b, DPT__OFF_RANK, &rank, 4);
-    dpt__get(b, DPT__OFF_SEED, &seed, 8);
-    dpt__get(b, DPT__OFF_STARTED, &started, 4);
+    dpt__env_get_bytes(b, DPT__OFF_RANK, &rank, 4);
+    dpt__env_get_bytes(b, DPT__OFF_SEED, &seed, 8);
+    dpt__env_get_bytes(b, DPT__OFF_STARTED, &started, 4);
     const size_t o_t = DPT__STATE_HEADER + v->n * 8;
     const size_t o_ret = o_t + v->n * 4;
     const size_t o_states = o_ret + v->n * 8;
@@ -774,16 +774,17 @@ int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
     v->started = (int)started;
     for (size_t i = 0; i < v->n; i++) {
         uint64_t pos;
-        dpt__get(b, DPT__STATE_HEADER + i * 8, &pos, 8);
+        dpt__env_get_bytes(b, DPT__STATE_HEADER + i * 8, &pos, 8);
         dpt_rng_init(&v->rngs[i], seed, rank, (uint32_t)i, DPT_RNG_ENV);
         dpt_rng_seek(&v->rngs[i], pos);
-        dpt__get(b, o_states + i * cls->state_size, v->states + i * v->stride, cls->state_size);
+        dpt__env_get_bytes(b, o_states + i * cls->state_size, v->states + i * v->stride,
+                           cls->state_size);
     }
-    dpt__get(b, o_t, v->t, v->n * 4);
-    dpt__get(b, o_ret, v->ret, v->n * 8);
+    dpt__env_get_bytes(b, o_t, v->t, v->n * 4);
+    dpt__env_get_bytes(b, o_ret, v->ret, v->n * 8);
     size_t o_tot = o_states + v->n * cls->state_size;
-    dpt__get(b, o_tot, &v->total_steps, 8);
-    dpt__get(b, o_tot + 8, &v->total_episodes, 8);
+    dpt__env_get_bytes(b, o_tot, &v->total_steps, 8);
+    dpt__env_get_bytes(b, o_tot + 8, &v->total_episodes, 8);
     v->ep_head = v->ep_count = v->ep_dropped = 0;
     return DPT_OK;
 }

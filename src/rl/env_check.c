@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const dpt__rule_names[DPT_ENV_RULE_COUNT] = {
+static const char *const dpt__envcheck_rule_names[DPT_ENV_RULE_COUNT] = {
 #define DPT__RULE_NAME(sym, name, text) name,
     DPT_ENV_RULE_LIST(DPT__RULE_NAME)
 #undef DPT__RULE_NAME
 };
-static const char *const dpt__rule_texts[DPT_ENV_RULE_COUNT] = {
+static const char *const dpt__envcheck_rule_texts[DPT_ENV_RULE_COUNT] = {
 #define DPT__RULE_TEXT(sym, name, text) text,
     DPT_ENV_RULE_LIST(DPT__RULE_TEXT)
 #undef DPT__RULE_TEXT
@@ -24,12 +24,12 @@ static const char *const dpt__rule_texts[DPT_ENV_RULE_COUNT] = {
 
 const char *dpt_env_rule_name(dpt_env_rule_t rule)
 {
-    return (unsigned)rule < DPT_ENV_RULE_COUNT ? dpt__rule_names[rule] : "?";
+    return (unsigned)rule < DPT_ENV_RULE_COUNT ? dpt__envcheck_rule_names[rule] : "?";
 }
 
 const char *dpt_env_rule_text(dpt_env_rule_t rule)
 {
-    return (unsigned)rule < DPT_ENV_RULE_COUNT ? dpt__rule_texts[rule] : "?";
+    return (unsigned)rule < DPT_ENV_RULE_COUNT ? dpt__envcheck_rule_texts[rule] : "?";
 }
 
 /* A value no env writes by chance, and the guard bytes around buffers. */
@@ -38,10 +38,10 @@ const char *dpt_env_rule_text(dpt_env_rule_t rule)
 #define DPT__GUARD_BYTE 0xA5
 
 /* Records the first violation of a rule. */
-static void dpt__violate(dpt_env_check_report_t *r, dpt_env_rule_t rule, uint64_t step,
-                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void dpt__violate(dpt_env_check_report_t *r, dpt_env_rule_t rule, uint64_t step,
-                         const char *fmt, ...)
+static void dpt__envcheck_violate(dpt_env_check_report_t *r, dpt_env_rule_t rule, uint64_t step,
+                                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void dpt__envcheck_violate(dpt_env_check_report_t *r, dpt_env_rule_t rule, uint64_t step,
+                                  const char *fmt, ...)
 {
     if (r->violated[rule])
         return;
@@ -66,7 +66,7 @@ typedef struct dpt__probe {
     uint64_t steps; /* steps in all */
 } dpt__probe_t;
 
-static int dpt__probe_init(dpt__probe_t *p, const dpt_env_class_t *cls, uint64_t seed)
+static int dpt__envcheck_probe_init(dpt__probe_t *p, const dpt_env_class_t *cls, uint64_t seed)
 {
     memset(p, 0, sizeof p[0]);
     p->cls = cls;
@@ -85,7 +85,7 @@ static int dpt__probe_init(dpt__probe_t *p, const dpt_env_class_t *cls, uint64_t
     return DPT_OK;
 }
 
-static void dpt__probe_free(dpt__probe_t *p)
+static void dpt__envcheck_probe_free(dpt__probe_t *p)
 {
     free(p->state);
     free(p->obs);
@@ -93,52 +93,56 @@ static void dpt__probe_free(dpt__probe_t *p)
 }
 
 /* Checks what a reset or step wrote; `what` names the call. */
-static void dpt__probe_inspect(dpt__probe_t *p, dpt_env_check_report_t *r, const char *what,
-                               const float *reward)
+static void dpt__envcheck_probe_inspect(dpt__probe_t *p, dpt_env_check_report_t *r,
+                                        const char *what, const float *reward)
 {
     const dpt_env_class_t *cls = p->cls;
     for (size_t k = 0; k < cls->obs_dim; k++)
         if (p->obs[k] == DPT__UNWRITTEN) {
-            dpt__violate(r, DPT_ENV_RULE_WRITES_OBS, p->steps,
-                         "%s did not write observation[%zu] (of %zu)", what, k, cls->obs_dim);
+            dpt__envcheck_violate(r, DPT_ENV_RULE_WRITES_OBS, p->steps,
+                                  "%s did not write observation[%zu] (of %zu)", what, k,
+                                  cls->obs_dim);
             break;
         }
     for (size_t k = 0; k < DPT__GUARD; k++)
         if (p->obs[cls->obs_dim + k] != DPT__UNWRITTEN) {
-            dpt__violate(r, DPT_ENV_RULE_IN_BOUNDS, p->steps,
-                         "%s wrote observation[%zu], past its %zu values", what, cls->obs_dim + k,
-                         cls->obs_dim);
+            dpt__envcheck_violate(r, DPT_ENV_RULE_IN_BOUNDS, p->steps,
+                                  "%s wrote observation[%zu], past its %zu values", what,
+                                  cls->obs_dim + k, cls->obs_dim);
             break;
         }
     const unsigned char *s = p->state;
     for (size_t k = 0; k < DPT__GUARD; k++)
         if (s[k] != DPT__GUARD_BYTE || s[DPT__GUARD + cls->state_size + k] != DPT__GUARD_BYTE) {
-            dpt__violate(r, DPT_ENV_RULE_IN_BOUNDS, p->steps,
-                         "%s wrote outside its state block of %zu bytes", what, cls->state_size);
+            dpt__envcheck_violate(r, DPT_ENV_RULE_IN_BOUNDS, p->steps,
+                                  "%s wrote outside its state block of %zu bytes", what,
+                                  cls->state_size);
             break;
         }
     for (size_t k = 0; k < cls->obs_dim; k++)
         if (!isfinite(p->obs[k]) && p->obs[k] != DPT__UNWRITTEN) {
-            dpt__violate(r, DPT_ENV_RULE_FINITE, p->steps, "%s gave observation[%zu] = %g", what, k,
-                         (double)p->obs[k]);
+            dpt__envcheck_violate(r, DPT_ENV_RULE_FINITE, p->steps, "%s gave observation[%zu] = %g",
+                                  what, k, (double)p->obs[k]);
             break;
         }
     if (reward && !isfinite(*reward))
-        dpt__violate(r, DPT_ENV_RULE_FINITE, p->steps, "%s gave reward %g", what, (double)*reward);
+        dpt__envcheck_violate(r, DPT_ENV_RULE_FINITE, p->steps, "%s gave reward %g", what,
+                              (double)*reward);
 }
 
-static void dpt__probe_reset(dpt__probe_t *p, dpt_env_check_report_t *r)
+static void dpt__envcheck_probe_reset(dpt__probe_t *p, dpt_env_check_report_t *r)
 {
     for (size_t k = 0; k < p->cls->obs_dim + DPT__GUARD; k++)
         p->obs[k] = DPT__UNWRITTEN;
     p->cls->reset(p->state + DPT__GUARD, &p->rng, p->obs);
     p->t = 0;
-    dpt__probe_inspect(p, r, "reset", NULL);
+    dpt__envcheck_probe_inspect(p, r, "reset", NULL);
 }
 
 /* One step with a random action (reset after an episode's end); its
  * reward and terminated flag. */
-static void dpt__probe_step(dpt__probe_t *p, dpt_env_check_report_t *r, float *reward, int *term)
+static void dpt__envcheck_probe_step(dpt__probe_t *p, dpt_env_check_report_t *r, float *reward,
+                                     int *term)
 {
     const dpt_env_class_t *cls = p->cls;
     if (cls->action_kind == DPT_ACTION_DISCRETE) {
@@ -158,15 +162,15 @@ static void dpt__probe_step(dpt__probe_t *p, dpt_env_check_report_t *r, float *r
     cls->step(p->state + DPT__GUARD, p->action, &p->rng, p->obs, reward, term);
     p->steps++;
     p->t++;
-    dpt__probe_inspect(p, r, "step", reward);
+    dpt__envcheck_probe_inspect(p, r, "step", reward);
     if (*term || (cls->max_episode_steps && p->t >= cls->max_episode_steps)) {
         r->episodes++;
-        dpt__probe_reset(p, r);
+        dpt__envcheck_probe_reset(p, r);
     }
 }
 
 /* A fingerprint of what a step gave. */
-static uint64_t dpt__step_hash(const dpt__probe_t *p, float reward, int term)
+static uint64_t dpt__envcheck_step_hash(const dpt__probe_t *p, float reward, int term)
 {
     uint64_t h = dpt_fnv1a64(DPT_FNV1A64_INIT, p->obs, p->cls->obs_dim * sizeof(float));
     h = dpt_fnv1a64(h, &reward, sizeof reward);
@@ -180,7 +184,7 @@ int dpt_env_check_contract(const dpt_env_class_t *cls, uint64_t seed, uint64_t s
         return dpt_error(DPT_EINVAL, "dpt_env_check_contract: needs a class, a report and steps");
     memset(out, 0, sizeof *out);
     if (dpt_env_class_check(cls) != 0) {
-        dpt__violate(out, DPT_ENV_RULE_CLASS, 0, "%s", dpt_last_error());
+        dpt__envcheck_violate(out, DPT_ENV_RULE_CLASS, 0, "%s", dpt_last_error());
         return DPT_OK;
     }
     uint64_t *trace = malloc(steps * sizeof *trace);
@@ -189,9 +193,9 @@ int dpt_env_check_contract(const dpt_env_class_t *cls, uint64_t seed, uint64_t s
     dpt__probe_t a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
-    int rc = dpt__probe_init(&a, cls, seed);
+    int rc = dpt__envcheck_probe_init(&a, cls, seed);
     if (!rc)
-        rc = dpt__probe_init(&b, cls, seed);
+        rc = dpt__envcheck_probe_init(&b, cls, seed);
     unsigned char *snap = rc ? NULL : malloc(cls->state_size + 1);
     if (!rc && !snap)
         rc = dpt_error(DPT_ENOMEM, "env \"%s\": check: out of memory", cls->name);
@@ -203,7 +207,7 @@ int dpt_env_check_contract(const dpt_env_class_t *cls, uint64_t seed, uint64_t s
     dpt_rng_t snap_rng, snap_act;
     float rew;
     int term;
-    dpt__probe_reset(&a, out);
+    dpt__envcheck_probe_reset(&a, out);
     for (uint64_t i = 0; i < steps; i++) {
         if (i == half) {
             memcpy(snap, a.state + DPT__GUARD, cls->state_size);
@@ -211,22 +215,23 @@ int dpt_env_check_contract(const dpt_env_class_t *cls, uint64_t seed, uint64_t s
             snap_act = a.act_rng;
             snap_t = a.t;
         }
-        dpt__probe_step(&a, out, &rew, &term);
-        trace[i] = dpt__step_hash(&a, rew, term);
+        dpt__envcheck_probe_step(&a, out, &rew, &term);
+        trace[i] = dpt__envcheck_step_hash(&a, rew, term);
     }
     out->steps = steps;
 
     /* Run B from the same seed: the same episodes, step for step. */
     dpt_env_check_report_t quiet;
     memset(&quiet, 0, sizeof quiet);
-    dpt__probe_reset(&b, &quiet);
+    dpt__envcheck_probe_reset(&b, &quiet);
     for (uint64_t i = 0; i < steps; i++) {
-        dpt__probe_step(&b, &quiet, &rew, &term);
-        if (dpt__step_hash(&b, rew, term) != trace[i]) {
-            dpt__violate(out, DPT_ENV_RULE_DETERMINISM, i + 1,
-                         "a second run with the same seed and actions differs at step %llu "
-                         "(state outside the seeded rng: rand(), time, a global?)",
-                         (unsigned long long)(i + 1));
+        dpt__envcheck_probe_step(&b, &quiet, &rew, &term);
+        if (dpt__envcheck_step_hash(&b, rew, term) != trace[i]) {
+            dpt__envcheck_violate(
+                out, DPT_ENV_RULE_DETERMINISM, i + 1,
+                "a second run with the same seed and actions differs at step %llu "
+                "(state outside the seeded rng: rand(), time, a global?)",
+                (unsigned long long)(i + 1));
             break;
         }
     }
@@ -238,12 +243,13 @@ int dpt_env_check_contract(const dpt_env_class_t *cls, uint64_t seed, uint64_t s
         b.act_rng = snap_act;
         b.t = snap_t;
         for (uint64_t i = half; i < steps; i++) {
-            dpt__probe_step(&b, &quiet, &rew, &term);
-            if (dpt__step_hash(&b, rew, term) != trace[i]) {
-                dpt__violate(out, DPT_ENV_RULE_STATE, i + 1,
-                             "a copy of the state block at step %llu continues differently "
-                             "from step %llu (some state is kept outside the block)",
-                             (unsigned long long)half, (unsigned long long)(i + 1));
+            dpt__envcheck_probe_step(&b, &quiet, &rew, &term);
+            if (dpt__envcheck_step_hash(&b, rew, term) != trace[i]) {
+                dpt__envcheck_violate(
+                    out, DPT_ENV_RULE_STATE, i + 1,
+                    "a copy of the state block at step %llu continues differently "
+                    "from step %llu (some state is kept outside the block)",
+                    (unsigned long long)half, (unsigned long long)(i + 1));
                 break;
             }
         }
@@ -272,7 +278,7 @@ int dpt_env_check_contract(const dpt_env_class_t *cls, uint64_t seed, uint64_t s
                 done += 64 * n;
             }
             if (rc) {
-                dpt__violate(out, DPT_ENV_RULE_FINITE, done, "%s", dpt_last_error());
+                dpt__envcheck_violate(out, DPT_ENV_RULE_FINITE, done, "%s", dpt_last_error());
                 rc = DPT_OK;
             }
             out->steps_per_s = t > 0.0 ? (double)done / t : 0.0;
@@ -286,7 +292,7 @@ int dpt_env_check_contract(const dpt_env_class_t *cls, uint64_t seed, uint64_t s
 out:
     free(snap);
     free(trace);
-    dpt__probe_free(&a);
-    dpt__probe_free(&b);
+    dpt__envcheck_probe_free(&a);
+    dpt__envcheck_probe_free(&b);
     return rc;
 }

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const dpt__param_type_names[DPT_ENV_PARAM_TYPE_COUNT] = {
+static const char *const dpt__env_param_type_names[DPT_ENV_PARAM_TYPE_COUNT] = {
 #define DPT__EPT_NAME(sym, name) [sym] = name,
     DPT_ENV_PARAM_TYPE_LIST(DPT__EPT_NAME)
 #undef DPT__EPT_NAME
@@ -33,7 +33,7 @@ static const char *const dpt__param_type_names[DPT_ENV_PARAM_TYPE_COUNT] = {
 
 const char *dpt_env_param_type_name(dpt_env_param_type_t type)
 {
-    return (unsigned)type < DPT_ENV_PARAM_TYPE_COUNT ? dpt__param_type_names[type] : "?";
+    return (unsigned)type < DPT_ENV_PARAM_TYPE_COUNT ? dpt__env_param_type_names[type] : "?";
 }
 
 const dpt_env_param_t *dpt_env_param_find(const dpt_env_class_t *cls, const char *name)
@@ -47,7 +47,7 @@ const dpt_env_param_t *dpt_env_param_find(const dpt_env_class_t *cls, const char
 }
 
 /* 1 for 1..63 bytes of ASCII letters, digits and '_' (no locale). */
-static int dpt__param_name_ok(const char *name)
+static int dpt__env_param_name_ok(const char *name)
 {
     size_t n = 0;
     for (; name[n]; n++) {
@@ -60,7 +60,7 @@ static int dpt__param_name_ok(const char *name)
     return n > 0;
 }
 
-static int dpt__is_blank(char ch)
+static int dpt__env_param_is_blank(char ch)
 {
     return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
 }
@@ -76,7 +76,7 @@ int dpt_env_param_parse(const dpt_env_param_t *p, const char *text, dpt_env_valu
     out->s = text;
     char *end;
     /* strtoll and strtod skip leading blanks; a value does not have any. */
-    int blank = text[0] == '\0' || dpt__is_blank(text[0]);
+    int blank = text[0] == '\0' || dpt__env_param_is_blank(text[0]);
     switch (p->type) {
     case DPT_ENV_PARAM_INT: {
         errno = 0;
@@ -120,7 +120,7 @@ int dpt_env_param_parse(const dpt_env_param_t *p, const char *text, dpt_env_valu
 }
 
 /* 1 when v could be a parsed value of p. */
-static int dpt__value_ok(const dpt_env_param_t *p, const dpt_env_value_t *v)
+static int dpt__env_param_value_ok(const dpt_env_param_t *p, const dpt_env_value_t *v)
 {
     switch (p->type) {
     case DPT_ENV_PARAM_INT: return (double)v->i >= p->min && (double)v->i <= p->max;
@@ -143,7 +143,7 @@ int dpt__env_params_check(const dpt_env_class_t *cls)
                          np);
     for (size_t j = 0; j < np; j++) {
         const dpt_env_param_t *p = &cls->params[j];
-        if (!p->name || !dpt__param_name_ok(p->name))
+        if (!p->name || !dpt__env_param_name_ok(p->name))
             return dpt_error(DPT_EINVAL,
                              "env class \"%s\": parameter #%zu needs a name of 1..%d letters, "
                              "digits or '_'",
@@ -171,7 +171,7 @@ int dpt__env_params_check(const dpt_env_class_t *cls)
         if (dpt_env_param_parse(p, p->def, &v) != 0)
             return dpt_error(DPT_EINVAL, "env class \"%s\": the default of parameter %s: %s", nm,
                              p->name, dpt_last_error());
-        if (cls->values && !dpt__value_ok(p, &cls->values[j]))
+        if (cls->values && !dpt__env_param_value_ok(p, &cls->values[j]))
             return dpt_error(DPT_EINVAL,
                              "env class \"%s\": values[%zu] is not a valid %s value of "
                              "parameter %s",

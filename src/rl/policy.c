@@ -117,7 +117,7 @@ static int dpt__policy_check_spec(const dpt_env_class_t *cls, const dpt_policy_s
 }
 
 /* calloc of n items of `size` bytes, n = a * b checked. */
-static void *dpt__calloc2(size_t a, size_t b, size_t size)
+static void *dpt__policy_calloc2(size_t a, size_t b, size_t size)
 {
     size_t n;
     return dpt_mul_size(a, b, &n) ? NULL : calloc(n ? n : 1, size);
@@ -187,7 +187,7 @@ int dpt_policy_create_ex(dpt_policy_t **out, const dpt_env_class_t *cls,
     p->dent = calloc(max_batch, sizeof(float));
     p->dv = calloc(max_batch, sizeof(float));
     p->values = calloc(max_batch, sizeof(float));
-    p->dz = dpt__calloc2(max_batch, p->out_dim, sizeof(float));
+    p->dz = dpt__policy_calloc2(max_batch, p->out_dim, sizeof(float));
     /* tm_adv, tm_ret and mask also hold the V-trace loss's targets. */
     p->tm_adv = calloc(max_batch, sizeof(float));
     p->tm_ret = calloc(max_batch, sizeof(float));
@@ -197,16 +197,16 @@ int dpt_policy_create_ex(dpt_policy_t **out, const dpt_env_class_t *cls,
     if (ok && p->discrete) {
         p->cat.lse = calloc(max_batch, sizeof(double));
         p->cat.h = calloc(max_batch, sizeof(double));
-        p->cat.p = dpt__calloc2(max_batch, p->out_dim, sizeof(double));
+        p->cat.p = dpt__policy_calloc2(max_batch, p->out_dim, sizeof(double));
         ok = p->cat.lse && p->cat.h && p->cat.p;
     }
     if (ok && p->lstm) {
-        p->x = dpt__calloc2(max_batch, in_dim, sizeof(float));
-        p->y = dpt__calloc2(max_batch, H, sizeof(float));
-        p->dy = dpt__calloc2(max_batch, H, sizeof(float));
+        p->x = dpt__policy_calloc2(max_batch, in_dim, sizeof(float));
+        p->y = dpt__policy_calloc2(max_batch, H, sizeof(float));
+        p->dy = dpt__policy_calloc2(max_batch, H, sizeof(float));
         p->tm_logp = calloc(max_batch, sizeof(float));
         p->tm_val = calloc(max_batch, sizeof(float));
-        p->tm_act = dpt__calloc2(max_batch, p->act_w, 4);
+        p->tm_act = dpt__policy_calloc2(max_batch, p->act_w, 4);
         ok = p->x && p->y && p->dy && p->tm_logp && p->tm_val && p->tm_act;
     }
     if (!ok) {
@@ -409,8 +409,8 @@ typedef struct dpt__ppo_seq_cols {
     const void *prev_actions;
 } dpt__ppo_seq_cols_t;
 
-static int dpt__ppo_columns(const dpt_policy_t *p, const dpt_batch_t *b, dpt__ppo_cols_t *c,
-                            dpt__ppo_seq_cols_t *sc)
+static int dpt__policy_ppo_columns(const dpt_policy_t *p, const dpt_batch_t *b, dpt__ppo_cols_t *c,
+                                   dpt__ppo_seq_cols_t *sc)
 {
     memset(c, 0, sizeof *c);
     memset(sc, 0, sizeof *sc);
@@ -468,8 +468,8 @@ typedef struct dpt__vtrace_cols {
  * log-probabilities blogp: value targets into p->tm_ret, advantages into
  * p->tm_adv, and p->mask marking the steps (the bootstrap row is 0).
  * p->dlogp holds the log-ratios meanwhile (the loss overwrites it). */
-static int dpt__vtrace_targets(dpt_policy_t *p, const float *v, const float *blogp,
-                               const dpt__vtrace_cols_t *vt, size_t B)
+static int dpt__policy_vtrace_targets(dpt_policy_t *p, const float *v, const float *blogp,
+                                      const dpt__vtrace_cols_t *vt, size_t B)
 {
     size_t L = vt->L, T = L - 1;
     for (size_t s = 0; s + L <= B; s += L) {
@@ -496,9 +496,10 @@ static int dpt__vtrace_targets(dpt_policy_t *p, const float *v, const float *blo
  * gradient is stored instead, each element written once, so the engine
  * need not zero grads first (DPT_MODEL_STORES_GRADS).
  */
-static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, const float *feat,
-                         size_t B, const dpt__ppo_cols_t *c, const uint8_t *mask, size_t valid,
-                         float *dfeat, dpt_loss_out_t *out, const dpt__vtrace_cols_t *vt, int store)
+static int dpt__policy_ppo_core(dpt_policy_t *p, const float *params, float *grads,
+                                const float *feat, size_t B, const dpt__ppo_cols_t *c,
+                                const uint8_t *mask, size_t valid, float *dfeat,
+                                dpt_loss_out_t *out, const dpt__vtrace_cols_t *vt, int store)
 {
     size_t K = p->out_dim;
     const float *z, *v;
@@ -517,7 +518,7 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
     dpt__ppo_cols_t vcols;
     int impala = 0;
     if (vt) {
-        if ((rc = dpt__vtrace_targets(p, v, c->logp_old, vt, B)) != 0)
+        if ((rc = dpt__policy_vtrace_targets(p, v, c->logp_old, vt, B)) != 0)
             return rc;
         vcols = *c;
         vcols.adv = p->tm_adv;
@@ -613,9 +614,9 @@ static int dpt__ppo_core(dpt_policy_t *p, const float *params, float *grads, con
  * the LSTM's outputs in that order: the heads and the loss do not care
  * about the order of rows.
  */
-static int dpt__ppo_loss_grad_seq(dpt_policy_t *p, const float *params, float *grads,
-                                  const dpt_batch_t *b, const dpt__ppo_cols_t *c,
-                                  const dpt__ppo_seq_cols_t *sc, dpt_loss_out_t *out)
+static int dpt__policy_ppo_loss_grad_seq(dpt_policy_t *p, const float *params, float *grads,
+                                         const dpt_batch_t *b, const dpt__ppo_cols_t *c,
+                                         const dpt__ppo_seq_cols_t *sc, dpt_loss_out_t *out)
 {
     size_t L = b->seq_len, S = b->rows / L, B = b->rows, I = p->in_dim;
     size_t H = p->spec.lstm_cell_size, od = p->cls->obs_dim, ab = p->act_w * 4;
@@ -650,27 +651,28 @@ static int dpt__ppo_loss_grad_seq(dpt_policy_t *p, const float *params, float *g
         return rc;
     dpt__ppo_cols_t tm = {NULL, p->tm_logp, p->tm_adv, p->tm_ret, p->tm_val, p->tm_act};
     dpt_vec_zero(p->dy, B * H);
-    if ((rc = dpt__ppo_core(p, params, grads, p->y, B, &tm, p->mask, valid, p->dy, out, NULL, 0)) !=
-        0)
+    if ((rc = dpt__policy_ppo_core(p, params, grads, p->y, B, &tm, p->mask, valid, p->dy, out, NULL,
+                                   0)) != 0)
         return rc;
     return dpt_lstm_backward(p->lstm, params, grads, p->dy, NULL, NULL, NULL, NULL, NULL);
 }
 
-static int dpt__ppo_loss_grad(void *ctx, const float *params, float *grads, const dpt_batch_t *b,
-                              dpt_loss_out_t *out)
+static int dpt__policy_ppo_loss_grad(void *ctx, const float *params, float *grads,
+                                     const dpt_batch_t *b, dpt_loss_out_t *out)
 {
     dpt_policy_t *p = ctx;
     dpt__ppo_cols_t c;
     dpt__ppo_seq_cols_t sc;
-    int rc = dpt__ppo_columns(p, b, &c, &sc);
+    int rc = dpt__policy_ppo_columns(p, b, &c, &sc);
     if (rc)
         return rc;
     if (p->lstm)
-        return dpt__ppo_loss_grad_seq(p, params, grads, b, &c, &sc, out);
-    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, b->rows, NULL, out, NULL, 1);
+        return dpt__policy_ppo_loss_grad_seq(p, params, grads, b, &c, &sc, out);
+    return dpt__policy_ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, b->rows, NULL, out,
+                                NULL, 1);
 }
 
-static int dpt__ppo_replicate(void *ctx, void **copy)
+static int dpt__policy_ppo_replicate(void *ctx, void **copy)
 {
     const dpt_policy_t *p = ctx;
     dpt_policy_t *r;
@@ -685,7 +687,7 @@ static int dpt__ppo_replicate(void *ctx, void **copy)
     return DPT_OK;
 }
 
-static void dpt__ppo_release(void *copy)
+static void dpt__policy_ppo_release(void *copy)
 {
     dpt_policy_destroy(copy);
 }
@@ -697,9 +699,9 @@ dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *h
         .vars = &p->vars,
         .ctx = p,
         .max_batch = p->max_batch,
-        .loss_grad = dpt__ppo_loss_grad,
-        .replicate = dpt__ppo_replicate,
-        .release = dpt__ppo_release,
+        .loss_grad = dpt__policy_ppo_loss_grad,
+        .replicate = dpt__policy_ppo_replicate,
+        .release = dpt__policy_ppo_release,
         .flags = p->lstm ? 0u : DPT_MODEL_STORES_GRADS,
     };
     return m;
@@ -707,8 +709,8 @@ dpt_model_t dpt_policy_ppo_model(dpt_policy_t *p, const dpt_ppo_loss_params_t *h
 
 /* ---- the V-trace loss (APPO, IMPALA) --------------------------------------------- */
 
-static int dpt__vtrace_loss_grad(void *ctx, const float *params, float *grads, const dpt_batch_t *b,
-                                 dpt_loss_out_t *out)
+static int dpt__policy_vtrace_loss_grad(void *ctx, const float *params, float *grads,
+                                        const dpt_batch_t *b, dpt_loss_out_t *out)
 {
     dpt_policy_t *p = ctx;
     if (p->lstm)
@@ -733,7 +735,8 @@ static int dpt__vtrace_loss_grad(void *ctx, const float *params, float *grads, c
         !(vt.discounts = dpt_batch_get(b, who, DPT_VTRACE_COL_DISCOUNTS, DPT_F32, 1, NULL)))
         return DPT_EINVAL;
     size_t valid = b->rows / L * (L - 1);
-    return dpt__ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, valid, NULL, out, &vt, 1);
+    return dpt__policy_ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, valid, NULL, out, &vt,
+                                1);
 }
 
 dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_params_t *hp)
@@ -746,9 +749,9 @@ dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_param
         .vars = &p->vars,
         .ctx = p,
         .max_batch = p->max_batch,
-        .loss_grad = dpt__vtrace_loss_grad,
-        .replicate = dpt__ppo_replicate,
-        .release = dpt__ppo_release,
+        .loss_grad = dpt__policy_vtrace_loss_grad,
+        .replicate = dpt__policy_ppo_replicate,
+        .release = dpt__policy_ppo_release,
         .flags = DPT_MODEL_STORES_GRADS, /* no LSTM (refused by the loss) */
     };
     return m;

@@ -21,7 +21,7 @@
 
 /* ---- the key table ------------------------------------------------------------ */
 
-static const dpt_config_key_info_t dpt__keys[DPT_CFG_COUNT] = {
+static const dpt_config_key_info_t dpt__config_keys[DPT_CFG_COUNT] = {
 #define DPT__CFG_INFO(name, type, jobs, flags, def, lo, hi, choices, help) \
     {#name, DPT_CFG_T_##type, jobs, flags, def, lo, hi, choices, help},
     DPT_CONFIG_KEYS(DPT__CFG_INFO)
@@ -34,28 +34,28 @@ typedef struct dpt__job_default {
     const char *value;
 } dpt__job_default_t;
 
-static const dpt__job_default_t dpt__job_defaults[] = {
+static const dpt__job_default_t dpt__config_job_defaults[] = {
 #define DPT__JOB_DEF(job, key, value) {job, DPT_CFG_##key, value},
     DPT_CONFIG_JOB_DEFAULTS(DPT__JOB_DEF)
 #undef DPT__JOB_DEF
 };
 
-static const char *const dpt__type_names[] = {"int", "float", "string", "bool", "choice"};
+static const char *const dpt__config_type_names[] = {"int", "float", "string", "bool", "choice"};
 
 const dpt_config_key_info_t *dpt_config_key_info(dpt_config_key_t k)
 {
-    return (unsigned)k < DPT_CFG_COUNT ? &dpt__keys[k] : NULL;
+    return (unsigned)k < DPT_CFG_COUNT ? &dpt__config_keys[k] : NULL;
 }
 
 const char *dpt_config_type_name(dpt_config_type_t type)
 {
-    return (unsigned)type <= DPT_CFG_T_ENUM ? dpt__type_names[type] : "?";
+    return (unsigned)type <= DPT_CFG_T_ENUM ? dpt__config_type_names[type] : "?";
 }
 
 int dpt_config_key_find(const char *name)
 {
     for (int k = 0; k < DPT_CFG_COUNT; k++)
-        if (strcmp(dpt__keys[k].name, name) == 0)
+        if (strcmp(dpt__config_keys[k].name, name) == 0)
             return k;
     return -1;
 }
@@ -67,10 +67,11 @@ const char *dpt_config_default(dpt_config_key_t k, dpt_job_t job)
     const dpt__job_t *d = dpt__job_get(job);
     if (d)
         job = d->keys;
-    for (size_t i = 0; i < sizeof dpt__job_defaults / sizeof dpt__job_defaults[0]; i++)
-        if (dpt__job_defaults[i].job == job && dpt__job_defaults[i].key == k)
-            return dpt__job_defaults[i].value;
-    return dpt__keys[k].def;
+    for (size_t i = 0; i < sizeof dpt__config_job_defaults / sizeof dpt__config_job_defaults[0];
+         i++)
+        if (dpt__config_job_defaults[i].job == job && dpt__config_job_defaults[i].key == k)
+            return dpt__config_job_defaults[i].value;
+    return dpt__config_keys[k].def;
 }
 
 /* ---- values ------------------------------------------------------------------ */
@@ -98,7 +99,7 @@ int dpt_config_create(dpt_config_t **out)
         return dpt_error(DPT_ENOMEM, "config: cannot allocate");
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         /* A default that does not parse is a bug in the table itself. */
-        if (dpt__config_assign(c, (dpt_config_key_t)k, dpt__keys[k].def, "default") != 0)
+        if (dpt__config_assign(c, (dpt_config_key_t)k, dpt__config_keys[k].def, "default") != 0)
             abort();
     }
     *out = c;
@@ -130,7 +131,7 @@ int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c)
 
 /* Copies `s` into `dst` (size n) with control and non-ASCII bytes shown
  * as \xNN, so a message never echoes raw binary. */
-static const char *dpt__printable(char *dst, size_t n, const char *s, size_t len)
+static const char *dpt__config_printable(char *dst, size_t n, const char *s, size_t len)
 {
     size_t o = 0;
     for (size_t i = 0; i < len && o + 5 < n; i++) {
@@ -147,7 +148,7 @@ static const char *dpt__printable(char *dst, size_t n, const char *s, size_t len
 }
 
 /* Levenshtein distance, for "did you mean" (keys are short). */
-static size_t dpt__edit_distance(const char *a, const char *b)
+static size_t dpt__config_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63)
@@ -169,7 +170,7 @@ static size_t dpt__edit_distance(const char *a, const char *b)
 
 /* 1 when `abbr` abbreviates `name`: same first letter, its letters in
  * `name` in order ("lr" of "learning_rate"). */
-static int dpt__abbreviates(const char *abbr, const char *name)
+static int dpt__config_abbreviates(const char *abbr, const char *name)
 {
     if (strlen(abbr) < 2 || abbr[0] != name[0] || strlen(abbr) >= strlen(name))
         return 0;
@@ -179,24 +180,24 @@ static int dpt__abbreviates(const char *abbr, const char *name)
     return *abbr == '\0';
 }
 
-static const char *dpt__closest_key(const char *name)
+static const char *dpt__config_closest_key(const char *name)
 {
     size_t best = (size_t)-1;
-    const char *found = dpt__keys[0].name;
+    const char *found = dpt__config_keys[0].name;
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        size_t d = dpt__edit_distance(name, dpt__keys[k].name);
-        if (dpt__abbreviates(dpt__keys[k].name, name) && d > 1)
+        size_t d = dpt__config_edit_distance(name, dpt__config_keys[k].name);
+        if (dpt__config_abbreviates(dpt__config_keys[k].name, name) && d > 1)
             d = 1;
         if (d < best) {
             best = d;
-            found = dpt__keys[k].name;
+            found = dpt__config_keys[k].name;
         }
     }
     return found;
 }
 
 /* Index of `value` among '|'-separated choices, or -1. */
-static int dpt__choice_index(const char *choices, const char *value)
+static int dpt__config_choice_index(const char *choices, const char *value)
 {
     int idx = 0;
     size_t n = strlen(value);
@@ -213,8 +214,8 @@ static int dpt__choice_index(const char *choices, const char *value)
 }
 
 /* The rules of a string value (its length is the caller's to check). */
-static int dpt__check_text(const char *text, const char *prefix, const char *name,
-                           const char *shown, const char *where)
+static int dpt__config_check_text(const char *text, const char *prefix, const char *name,
+                                  const char *shown, const char *where)
 {
     for (const char *p = text; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
@@ -232,14 +233,14 @@ static int dpt__check_text(const char *text, const char *prefix, const char *nam
 
 int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where)
 {
-    const dpt_config_key_info_t *ki = &dpt__keys[k];
+    const dpt_config_key_info_t *ki = &dpt__config_keys[k];
     dpt__value_t *v = &c->v[k];
     char shown[160];
     char *end;
     if (strlen(text) >= DPT_CONFIG_STR_MAX)
         return dpt_error(DPT_EINVAL, "%s: value of %s is longer than %d characters", where,
                          ki->name, DPT_CONFIG_STR_MAX - 1);
-    dpt__printable(shown, sizeof shown, text, strlen(text));
+    dpt__config_printable(shown, sizeof shown, text, strlen(text));
     switch (ki->type) {
     case DPT_CFG_T_INT: {
         errno = 0;
@@ -276,7 +277,8 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
         break;
     case DPT_CFG_T_ENUM: {
         /* The job key also knows a job registered by the tests. */
-        int idx = k == DPT_CFG_job ? dpt__job_find(text) : dpt__choice_index(ki->choices, text);
+        int idx =
+            k == DPT_CFG_job ? dpt__job_find(text) : dpt__config_choice_index(ki->choices, text);
         if (idx < 0)
             return dpt_error(DPT_EINVAL, "%s: %s must be one of %s, got \"%s\"", where, ki->name,
                              ki->choices, shown);
@@ -284,7 +286,7 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
         break;
     }
     case DPT_CFG_T_STR: {
-        int rc = dpt__check_text(text, ki->name, "", shown, where);
+        int rc = dpt__config_check_text(text, ki->name, "", shown, where);
         if (rc)
             return rc;
         break;
@@ -301,8 +303,8 @@ int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, co
 /* ---- env_config entries ------------------------------------------------------ */
 
 /* `env_config.NAME = value` from a file line or an override. */
-static int dpt__apply_env_entry(dpt_config_t *c, const char *key, const char *val,
-                                const char *where, int from_file)
+static int dpt__config_apply_env_entry(dpt_config_t *c, const char *key, const char *val,
+                                       const char *where, int from_file)
 {
     const char *name = key + strlen(DPT_CONFIG_ENV_PREFIX);
     char shown[160];
@@ -310,12 +312,12 @@ static int dpt__apply_env_entry(dpt_config_t *c, const char *key, const char *va
         return dpt_error(DPT_EINVAL,
                          "%s: \"%s\": after " DPT_CONFIG_ENV_PREFIX " comes a parameter name of "
                          "1..63 letters, digits or '_'",
-                         where, dpt__printable(shown, sizeof shown, key, strlen(key)));
+                         where, dpt__config_printable(shown, sizeof shown, key, strlen(key)));
     if (strlen(val) >= DPT_CONFIG_STR_MAX)
         return dpt_error(DPT_EINVAL, "%s: value of %s is longer than %d characters", where, key,
                          DPT_CONFIG_STR_MAX - 1);
-    dpt__printable(shown, sizeof shown, val, strlen(val));
-    int rc = dpt__check_text(val, DPT_CONFIG_ENV_PREFIX, name, shown, where);
+    dpt__config_printable(shown, sizeof shown, val, strlen(val));
+    int rc = dpt__config_check_text(val, DPT_CONFIG_ENV_PREFIX, name, shown, where);
     if (rc)
         return rc;
     int found;
@@ -360,7 +362,7 @@ int dpt__config_env_fill(dpt_config_t *c, const dpt_env_class_t *cls)
     return dpt__env_entries_fill(&c->envc, cls);
 }
 
-static char *dpt__trim(char *s)
+static char *dpt__config_trim(char *s)
 {
     while (isspace((unsigned char)*s))
         s++;
@@ -371,24 +373,24 @@ static char *dpt__trim(char *s)
 }
 
 /* One "key = value" (comment already removed). */
-static int dpt__apply_line(dpt_config_t *c, char *line, const char *where, int from_file)
+static int dpt__config_apply_line(dpt_config_t *c, char *line, const char *where, int from_file)
 {
     char shown[160];
     char *eq = strchr(line, '=');
     if (!eq)
         return dpt_error(DPT_EINVAL, "%s: expected \"key = value\", got \"%s\"", where,
-                         dpt__printable(shown, sizeof shown, line, strlen(line)));
+                         dpt__config_printable(shown, sizeof shown, line, strlen(line)));
     *eq = '\0';
-    char *key = dpt__trim(line), *val = dpt__trim(eq + 1);
+    char *key = dpt__config_trim(line), *val = dpt__config_trim(eq + 1);
     if (!*key)
         return dpt_error(DPT_EINVAL, "%s: missing key before '='", where);
     if (strncmp(key, DPT_CONFIG_ENV_PREFIX, strlen(DPT_CONFIG_ENV_PREFIX)) == 0)
-        return dpt__apply_env_entry(c, key, val, where, from_file);
+        return dpt__config_apply_env_entry(c, key, val, where, from_file);
     int k = dpt_config_key_find(key);
     if (k < 0)
         return dpt_error(DPT_EINVAL, "%s: unknown key \"%s\" (did you mean \"%s\"?)", where,
-                         dpt__printable(shown, sizeof shown, key, strlen(key)),
-                         dpt__closest_key(key));
+                         dpt__config_printable(shown, sizeof shown, key, strlen(key)),
+                         dpt__config_closest_key(key));
     if (from_file && c->v[k].given && c->v[k].from_file)
         return dpt_error(DPT_EINVAL, "%s: duplicate key \"%s\"", where, key);
     int rc = dpt__config_assign(c, (dpt_config_key_t)k, val, where);
@@ -430,10 +432,10 @@ static int dpt__config_read(dpt_config_t *c, FILE *f, const char *name)
                            DPT_CONFIG_STR_MAX + 64);
             break;
         }
-        char *s = dpt__trim(line);
+        char *s = dpt__config_trim(line);
         if (!*s)
             continue;
-        if ((rc = dpt__apply_line(c, s, where, 1)) != 0)
+        if ((rc = dpt__config_apply_line(c, s, where, 1)) != 0)
             break;
     }
     if (!rc && ferror(f))
@@ -478,7 +480,7 @@ int dpt_config_set(dpt_config_t *c, const char *assignment)
 {
     char where[300], shown[200];
     snprintf(where, sizeof where, "--set %s",
-             dpt__printable(shown, sizeof shown, assignment, strlen(assignment)));
+             dpt__config_printable(shown, sizeof shown, assignment, strlen(assignment)));
     size_t n = strlen(assignment);
     if (n >= DPT_CONFIG_STR_MAX + 64)
         return dpt_error(DPT_EINVAL, "%s: assignment too long", where);
@@ -486,7 +488,7 @@ int dpt_config_set(dpt_config_t *c, const char *assignment)
     if (!buf)
         return dpt_error(DPT_ENOMEM, "config: cannot allocate");
     memcpy(buf, assignment, n + 1);
-    int rc = dpt__apply_line(c, dpt__trim(buf), where, 0);
+    int rc = dpt__config_apply_line(c, dpt__config_trim(buf), where, 0);
     free(buf);
     return rc;
 }
@@ -501,7 +503,7 @@ dpt_job_t dpt_config_job(const dpt_config_t *c)
 int dpt_config_applies(const dpt_config_t *c, dpt_config_key_t k)
 {
     return (unsigned)k < DPT_CFG_COUNT &&
-           (dpt__keys[k].jobs & dpt__job_keys_bit(dpt_config_job(c))) != 0;
+           (dpt__config_keys[k].jobs & dpt__job_keys_bit(dpt_config_job(c))) != 0;
 }
 
 void dpt__jobs_text(unsigned mask, char *buf, size_t n)
@@ -515,7 +517,7 @@ void dpt__jobs_text(unsigned mask, char *buf, size_t n)
 }
 
 /* A path-valued key: is its value a path (plug-in envs name a file)? */
-static int dpt__is_path_key(const dpt_config_t *c, dpt_config_key_t k)
+static int dpt__config_is_path_key(const dpt_config_t *c, dpt_config_key_t k)
 {
     const char *s = c->v[k].s;
     if (!s[0])
@@ -531,7 +533,7 @@ static int dpt__is_path_key(const dpt_config_t *c, dpt_config_key_t k)
 /* Removes "." and ".." components and repeated slashes from an absolute
  * path, in place, without touching the filesystem (the file may not exist
  * yet). */
-static void dpt__normalize_path(char *p)
+static void dpt__config_normalize_path(char *p)
 {
     char *out = p, *in = p;
     while (*in) {
@@ -561,7 +563,7 @@ static void dpt__normalize_path(char *p)
 /* Makes a relative path absolute: an input's against the config file's
  * directory when it came from the file, an output's (tensorboard_dir, as
  * output_dir) and any given with --set against the working directory. */
-static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
+static int dpt__config_resolve_path(dpt_config_t *c, dpt_config_key_t k)
 {
     dpt__value_t *v = &c->v[k];
     if (v->s[0] == '/')
@@ -579,22 +581,22 @@ static int dpt__resolve_path(dpt_config_t *c, dpt_config_key_t k)
     }
     char *abs = realpath(base, NULL);
     if (!abs)
-        return dpt_error(DPT_EINVAL, "%s = %s: cannot resolve directory %s: %s", dpt__keys[k].name,
-                         v->s, base, strerror(errno));
+        return dpt_error(DPT_EINVAL, "%s = %s: cannot resolve directory %s: %s",
+                         dpt__config_keys[k].name, v->s, base, strerror(errno));
     snprintf(joined, sizeof joined, "%s/%s", abs, v->s);
     free(abs);
     /* "a/../b" becomes "b" (lexically: the file may not exist yet, and then
      * the error that follows names what was looked for). */
-    dpt__normalize_path(joined);
+    dpt__config_normalize_path(joined);
     size_t jlen = strlen(joined);
     if (jlen >= DPT_CONFIG_STR_MAX)
         return dpt_error(DPT_EINVAL, "%s: the resolved path is longer than %d characters",
-                         dpt__keys[k].name, DPT_CONFIG_STR_MAX - 1);
+                         dpt__config_keys[k].name, DPT_CONFIG_STR_MAX - 1);
     /* "a /" normalizes to ".../a ": a value ending in a blank would lose it
      * when the formatted config is read again (values are trimmed). */
     if (jlen > 0 && isspace((unsigned char)joined[jlen - 1]))
         return dpt_error(DPT_EINVAL, "%s = %s: the path ends in a blank once resolved (\"%s\")",
-                         dpt__keys[k].name, v->s, joined);
+                         dpt__config_keys[k].name, v->s, joined);
     memcpy(v->s, joined, jlen + 1);
     return DPT_OK;
 }
@@ -610,15 +612,15 @@ int dpt_config_finalize(dpt_config_t *c)
     char jobs[64];
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         dpt__value_t *v = &c->v[k];
-        if (!(dpt__keys[k].jobs & dpt__job_keys_bit(job))) {
+        if (!(dpt__config_keys[k].jobs & dpt__job_keys_bit(job))) {
             if (!v->given)
                 continue;
             int rc = desc->refuse_key ? desc->refuse_key(c, (dpt_config_key_t)k) : DPT_OK;
             if (rc)
                 return rc;
-            dpt__jobs_text(dpt__keys[k].jobs, jobs, sizeof jobs);
+            dpt__jobs_text(dpt__config_keys[k].jobs, jobs, sizeof jobs);
             return dpt_error(DPT_EINVAL, "key %s does not apply to job %s (it is used by: %s)",
-                             dpt__keys[k].name, dpt_job_name(job), jobs);
+                             dpt__config_keys[k].name, dpt_job_name(job), jobs);
         }
         if (!v->given) {
             int rc = dpt__config_assign(c, (dpt_config_key_t)k,
@@ -633,17 +635,17 @@ int dpt_config_finalize(dpt_config_t *c)
             return rc;
     }
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        if (!(dpt__keys[k].jobs & dpt__job_keys_bit(job)) ||
-            !dpt__is_path_key(c, (dpt_config_key_t)k))
+        if (!(dpt__config_keys[k].jobs & dpt__job_keys_bit(job)) ||
+            !dpt__config_is_path_key(c, (dpt_config_key_t)k))
             continue;
-        int rc = dpt__resolve_path(c, (dpt_config_key_t)k);
+        int rc = dpt__config_resolve_path(c, (dpt_config_key_t)k);
         if (rc)
             return rc;
     }
-    if (!(dpt__keys[DPT_CFG_env].jobs & dpt__job_keys_bit(job)))
+    if (!(dpt__config_keys[DPT_CFG_env].jobs & dpt__job_keys_bit(job)))
         for (size_t i = 0; i < c->envc.n; i++)
             if (c->envc.e[i].given) {
-                dpt__jobs_text(dpt__keys[DPT_CFG_env].jobs, jobs, sizeof jobs);
+                dpt__jobs_text(dpt__config_keys[DPT_CFG_env].jobs, jobs, sizeof jobs);
                 return dpt_error(DPT_EINVAL,
                                  "key " DPT_CONFIG_ENV_PREFIX "%s does not apply to job %s (it is "
                                  "used by: %s)",
@@ -665,15 +667,15 @@ int dpt_config_finalized(const dpt_config_t *c)
 
 int64_t dpt_config_int(const dpt_config_t *c, dpt_config_key_t k)
 {
-    if ((unsigned)k >= DPT_CFG_COUNT || dpt__keys[k].type == DPT_CFG_T_FLOAT ||
-        dpt__keys[k].type == DPT_CFG_T_STR)
+    if ((unsigned)k >= DPT_CFG_COUNT || dpt__config_keys[k].type == DPT_CFG_T_FLOAT ||
+        dpt__config_keys[k].type == DPT_CFG_T_STR)
         abort();
     return c->v[k].i;
 }
 
 double dpt_config_float(const dpt_config_t *c, dpt_config_key_t k)
 {
-    if ((unsigned)k >= DPT_CFG_COUNT || dpt__keys[k].type != DPT_CFG_T_FLOAT)
+    if ((unsigned)k >= DPT_CFG_COUNT || dpt__config_keys[k].type != DPT_CFG_T_FLOAT)
         abort();
     return c->v[k].f;
 }
@@ -698,7 +700,7 @@ const char *dpt_config_source(const dpt_config_t *c)
 int dpt__config_sizes(const dpt_config_t *c, dpt_config_key_t k, size_t *out, int max)
 {
     const char *s = c->v[k].s;
-    const char *name = dpt__keys[k].name;
+    const char *name = dpt__config_keys[k].name;
     int n = 0;
     const char *p = s;
     while (*p) {
@@ -747,9 +749,9 @@ size_t dpt_config_format(const dpt_config_t *c, char *buf, size_t size)
     DPT__APPEND(buf, size, len, "# dpt run configuration: job %s (the keys of this job)\n",
                 dpt_job_name(job));
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        if (!(dpt__keys[k].jobs & dpt__job_keys_bit(job)))
+        if (!(dpt__config_keys[k].jobs & dpt__job_keys_bit(job)))
             continue;
-        DPT__APPEND(buf, size, len, "%s = %s\n", dpt__keys[k].name, c->v[k].s);
+        DPT__APPEND(buf, size, len, "%s = %s\n", dpt__config_keys[k].name, c->v[k].s);
         if (k == DPT_CFG_env)
             for (size_t i = 0; i < c->envc.n; i++)
                 DPT__APPEND(buf, size, len, DPT_CONFIG_ENV_PREFIX "%s = %s\n", c->envc.e[i].name,
@@ -770,17 +772,17 @@ size_t dpt_config_format_starter(dpt_job_t job, char *buf, size_t size)
                 "job = %s\n",
                 dpt_job_name(job), dpt_job_summary(job), dpt_job_name(job));
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        const dpt_config_key_info_t *ki = &dpt__keys[k];
+        const dpt_config_key_info_t *ki = &dpt__config_keys[k];
         if (k == DPT_CFG_job || !(ki->jobs & dpt__job_keys_bit(job)))
             continue;
         char type[200];
         if (ki->type == DPT_CFG_T_ENUM)
             snprintf(type, sizeof type, "one of %s", ki->choices);
         else if (ki->type == DPT_CFG_T_INT || ki->type == DPT_CFG_T_FLOAT)
-            snprintf(type, sizeof type, "%s in [%.15g, %.15g]", dpt__type_names[ki->type], ki->min,
-                     ki->max);
+            snprintf(type, sizeof type, "%s in [%.15g, %.15g]", dpt__config_type_names[ki->type],
+                     ki->min, ki->max);
         else
-            snprintf(type, sizeof type, "%s", dpt__type_names[ki->type]);
+            snprintf(type, sizeof type, "%s", dpt__config_type_names[ki->type]);
         DPT__APPEND(buf, size, len, "\n# %s (%s)\n%s = %s\n", ki->help, type, ki->name,
                     dpt_config_default((dpt_config_key_t)k, job));
         if (k == DPT_CFG_env)
@@ -807,7 +809,8 @@ uint64_t dpt_config_key_hash(const dpt_config_t *c, dpt_config_key_t k)
 {
     if ((unsigned)k >= DPT_CFG_COUNT || !dpt_config_applies(c, k))
         return 0;
-    uint64_t h = dpt_fnv1a64(DPT_FNV1A64_INIT, dpt__keys[k].name, strlen(dpt__keys[k].name));
+    uint64_t h =
+        dpt_fnv1a64(DPT_FNV1A64_INIT, dpt__config_keys[k].name, strlen(dpt__config_keys[k].name));
     h = dpt_fnv1a64(h, "=", 1);
     h = dpt_fnv1a64(h, c->v[k].s, strlen(c->v[k].s));
     return dpt_fnv1a64(h, "\n", 1);
@@ -822,7 +825,7 @@ uint64_t dpt_config_digest(const dpt_config_t *c, unsigned skip_flags)
 {
     uint64_t h = DPT_FNV1A64_INIT;
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
-        if (dpt__keys[k].flags & skip_flags)
+        if (dpt__config_keys[k].flags & skip_flags)
             continue;
         uint64_t kh = dpt_config_key_hash(c, (dpt_config_key_t)k);
         h = dpt_fnv1a64(h, &kh, sizeof kh);

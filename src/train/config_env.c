@@ -16,8 +16,8 @@
 
 /* A copy of an entry's strings in one allocation, into *e (the flags are the
  * caller's). */
-static int dpt__env_entry_init(dpt__env_entry_t *e, const char *name, const char *value,
-                               const char *where)
+static int dpt__env_entries_init(dpt__env_entry_t *e, const char *name, const char *value,
+                                 const char *where)
 {
     size_t ln = strlen(name) + 1, lv = strlen(value) + 1, lw = strlen(where) + 1;
     char *b = malloc(ln + lv + lw);
@@ -49,7 +49,7 @@ int dpt__env_entries_copy(dpt__env_entries_t *dst, const dpt__env_entries_t *src
         const dpt__env_entry_t *e = &src->e[dst->n];
         dpt__env_entry_t *f = &dst->e[dst->n];
         *f = *e;
-        if (dpt__env_entry_init(f, e->name, e->value, e->where) != 0) {
+        if (dpt__env_entries_init(f, e->name, e->value, e->where) != 0) {
             dpt__env_entries_free(dst);
             return DPT_ENOMEM;
         }
@@ -82,7 +82,7 @@ int dpt__env_entries_put(dpt__env_entries_t *l, const char *name, const char *va
     int found;
     size_t at = dpt__env_entries_find(l, name, &found);
     dpt__env_entry_t e = {0};
-    int rc = dpt__env_entry_init(&e, name, value, where);
+    int rc = dpt__env_entries_init(&e, name, value, where);
     if (rc)
         return rc;
     e.given = given;

@@ -14,7 +14,7 @@
 /* The rules between keys that hold for every job that has the keys; the
  * job's own rules follow (its descriptor's check). The enum keys' values
  * are the enums' values (their lists make the choices). */
-static int dpt__towers_checks(const dpt_config_t *c)
+static int dpt__config_towers_checks(const dpt_config_t *c)
 {
     int async = DPT_CI(c, towers_mode) == DPT_TOWERS_ASYNC;
     if (async && DPT_CI(c, reduce_op) == DPT_REDUCE_SUM)
@@ -29,18 +29,18 @@ static int dpt__towers_checks(const dpt_config_t *c)
     return DPT_OK;
 }
 
-static const unsigned dpt__dataset_jobs[DPT_DATASET_COUNT] = {
+static const unsigned dpt__config_dataset_jobs[DPT_DATASET_COUNT] = {
 #define DPT__DATASET_JOBS(sym, name, jobs) [sym] = jobs,
     DPT_DATASET_LIST(DPT__DATASET_JOBS)
 #undef DPT__DATASET_JOBS
 };
 
-static int dpt__data_checks(const dpt_config_t *c)
+static int dpt__config_data_checks(const dpt_config_t *c)
 {
     int64_t ds = DPT_CI(c, dataset);
     char jobs[64];
-    if (!(dpt__dataset_jobs[ds] & dpt__job_keys_bit(dpt_config_job(c)))) {
-        dpt__jobs_text(dpt__dataset_jobs[ds], jobs, sizeof jobs);
+    if (!(dpt__config_dataset_jobs[ds] & dpt__job_keys_bit(dpt_config_job(c)))) {
+        dpt__jobs_text(dpt__config_dataset_jobs[ds], jobs, sizeof jobs);
         return dpt_error(DPT_EINVAL, "dataset = %s is for job = %s%s", DPT_CS(c, dataset), jobs,
                          ds == DPT_DATASET_BAGS ? " (an embedding table trained with sparse "
                                                   "gradients)"
@@ -72,9 +72,9 @@ int dpt__config_rules(const dpt_config_t *c)
 {
     int rc = DPT_OK;
     if (dpt_config_applies(c, DPT_CFG_towers_mode))
-        rc = dpt__towers_checks(c);
+        rc = dpt__config_towers_checks(c);
     if (!rc && dpt_config_applies(c, DPT_CFG_dataset))
-        rc = dpt__data_checks(c);
+        rc = dpt__config_data_checks(c);
     if (!rc && dpt_config_applies(c, DPT_CFG_eval_ema) && DPT_CI(c, eval_ema) &&
         DPT_CF(c, ema_decay) <= 0.0)
         rc = dpt_error(DPT_EINVAL, "eval_ema = true needs ema_decay > 0 (there is no "

@@ -66,7 +66,7 @@ void dpt__atomic_abort(dpt__atomic_file_t *a)
 }
 
 /* Aborts the write and reports errno e for `what` ("" or ": fsync"...). */
-static int dpt__atomic_fail(dpt__atomic_file_t *a, const char *what, int e)
+static int dpt__files_atomic_fail(dpt__atomic_file_t *a, const char *what, int e)
 {
     dpt__atomic_abort(a);
     return dpt_error(DPT_EIO, "cannot write %s%s: %s", a->path, what, strerror(e));
@@ -75,14 +75,14 @@ static int dpt__atomic_fail(dpt__atomic_file_t *a, const char *what, int e)
 int dpt__atomic_write(dpt__atomic_file_t *a, const void *data, size_t n)
 {
     if (n && dpt__io_write(a->fd, data, n) != 0)
-        return dpt__atomic_fail(a, "", errno);
+        return dpt__files_atomic_fail(a, "", errno);
     return DPT_OK;
 }
 
 int dpt__atomic_commit(dpt__atomic_file_t *a)
 {
     if (dpt__io_fsync(a->fd) != 0)
-        return dpt__atomic_fail(a, ": fsync", errno);
+        return dpt__files_atomic_fail(a, ": fsync", errno);
     int fd = a->fd;
     a->fd = -1;
     if (close(fd) != 0) {
@@ -124,7 +124,7 @@ int dpt__write_file_atomic(const char *path, const void *data, size_t n)
     return rc;
 }
 
-static int dpt__env_int(const char *a, const char *b, int dflt)
+static int dpt__files_env_int(const char *a, const char *b, int dflt)
 {
     const char *s = getenv(a);
     if (!s)
@@ -138,13 +138,13 @@ static int dpt__env_int(const char *a, const char *b, int dflt)
 
 int dpt__mpi_world_size(void)
 {
-    int n = dpt__env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
+    int n = dpt__files_env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
     return n < 1 ? 1 : n;
 }
 
 int dpt__mpi_rank(void)
 {
-    return dpt__env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);
+    return dpt__files_env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);
 }
 
 int dpt__remove_temporaries(const char *dir)

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const dpt__job_t *const dpt__jobs[DPT_JOB_COUNT] = {
+static const dpt__job_t *const dpt__job_table[DPT_JOB_COUNT] = {
     [DPT_JOB_SUPERVISED] = &dpt__supervised_job, [DPT_JOB_PPO] = &dpt__ppo_job,
     [DPT_JOB_DDPPO] = &dpt__ddppo_job,           [DPT_JOB_APPO] = &dpt__appo_job,
     [DPT_JOB_IMPALA] = &dpt__impala_job,         [DPT_JOB_SYNC_REPLICAS] = &dpt__sync_replicas_job,
@@ -30,13 +30,13 @@ static const char *const dpt__job_summaries[DPT_JOB_COUNT] = {
 };
 
 /* The one job a test may add (id DPT_JOB_COUNT). */
-static const dpt__job_t *dpt__test_job;
+static const dpt__job_t *dpt__job_test;
 
 const dpt__job_t *dpt__job_get(dpt_job_t job)
 {
     if ((unsigned)job < DPT_JOB_COUNT)
-        return dpt__jobs[job];
-    return job == DPT_JOB_COUNT ? dpt__test_job : NULL;
+        return dpt__job_table[job];
+    return job == DPT_JOB_COUNT ? dpt__job_test : NULL;
 }
 
 unsigned dpt__job_keys_bit(dpt_job_t job)
@@ -50,7 +50,7 @@ int dpt__job_find(const char *name)
     for (int j = 0; j < DPT_JOB_COUNT; j++)
         if (strcmp(dpt__job_names[j], name) == 0)
             return j;
-    return dpt__test_job && strcmp(dpt__test_job->name, name) == 0 ? DPT_JOB_COUNT : -1;
+    return dpt__job_test && strcmp(dpt__job_test->name, name) == 0 ? DPT_JOB_COUNT : -1;
 }
 
 int dpt__job_register_test(const dpt__job_t *job)
@@ -60,7 +60,7 @@ int dpt__job_register_test(const dpt__job_t *job)
                 dpt__job_find(job->name) >= 0))
         return dpt_error(DPT_EINVAL, "a test job needs id DPT_JOB_COUNT, its ops, a listed job's "
                                      "keys and a new name");
-    dpt__test_job = job;
+    dpt__job_test = job;
     return DPT_OK;
 }
 
@@ -68,14 +68,14 @@ const char *dpt_job_name(dpt_job_t job)
 {
     if ((unsigned)job < DPT_JOB_COUNT)
         return dpt__job_names[job];
-    return job == DPT_JOB_COUNT && dpt__test_job ? dpt__test_job->name : "unknown";
+    return job == DPT_JOB_COUNT && dpt__job_test ? dpt__job_test->name : "unknown";
 }
 
 const char *dpt_job_summary(dpt_job_t job)
 {
     if ((unsigned)job < DPT_JOB_COUNT)
         return dpt__job_summaries[job];
-    return job == DPT_JOB_COUNT && dpt__test_job ? dpt__test_job->summary : "";
+    return job == DPT_JOB_COUNT && dpt__job_test ? dpt__job_test->summary : "";
 }
 
 int dpt_job_parse(const char *name, dpt_job_t *job)

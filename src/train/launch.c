@@ -36,7 +36,7 @@ typedef struct dpt__watchdog {
     const dpt_run_options_t *o;
 } dpt__watchdog_t;
 
-static void *dpt__watchdog_main(void *arg)
+static void *dpt__launch_watchdog_main(void *arg)
 {
     dpt__watchdog_t *w = arg;
     struct timespec until = dpt__deadline(w->timeout_s);
@@ -59,8 +59,8 @@ static void *dpt__watchdog_main(void *arg)
 
 /* Starts the watchdog when the options have on_stall; a watchdog that
  * cannot start leaves the join unwatched (the join itself still works). */
-static void dpt__watchdog_start(dpt__watchdog_t *w, const dpt__launch_t *l,
-                                const dpt_run_options_t *o, double timeout_s)
+static void dpt__launch_watchdog_start(dpt__watchdog_t *w, const dpt__launch_t *l,
+                                       const dpt_run_options_t *o, double timeout_s)
 {
     memset(w, 0, sizeof *w);
     if (!o || !o->on_stall || timeout_s <= 0)
@@ -75,14 +75,14 @@ static void dpt__watchdog_start(dpt__watchdog_t *w, const dpt__launch_t *l,
         pthread_mutex_destroy(&w->mu);
         return;
     }
-    w->started = pthread_create(&w->thread, NULL, dpt__watchdog_main, w) == 0;
+    w->started = pthread_create(&w->thread, NULL, dpt__launch_watchdog_main, w) == 0;
     if (!w->started) {
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
     }
 }
 
-static void dpt__watchdog_stop(dpt__watchdog_t *w)
+static void dpt__launch_watchdog_stop(dpt__watchdog_t *w)
 {
     if (!w->started)
         return;
@@ -109,12 +109,12 @@ enum {
     DPT__AGREE_COUNT
 };
 
-static uint64_t dpt__hash_str(const char *s)
+static uint64_t dpt__launch_hash_str(const char *s)
 {
     return dpt_fnv1a64(DPT_FNV1A64_INIT, s, strlen(s));
 }
 
-static const char *dpt__agree_name(int i)
+static const char *dpt__launch_agree_name(int i)
 {
     switch (i) {
     case DPT__AGREE_ENV_CONFIG: return "env_config";
@@ -125,12 +125,12 @@ static const char *dpt__agree_name(int i)
     }
 }
 
-static uint64_t dpt__agree_hash(const dpt_config_t *c, int i, const char *resume_dir)
+static uint64_t dpt__launch_agree_hash(const dpt_config_t *c, int i, const char *resume_dir)
 {
     switch (i) {
-    case DPT__AGREE_VERSION: return dpt__hash_str(dpt_version());
-    case DPT__AGREE_GEMM: return dpt__hash_str(dpt_gemm_describe(dpt_gemm_get_backend()));
-    case DPT__AGREE_RESUME: return dpt__hash_str(resume_dir ? resume_dir : "");
+    case DPT__AGREE_VERSION: return dpt__launch_hash_str(dpt_version());
+    case DPT__AGREE_GEMM: return dpt__launch_hash_str(dpt_gemm_describe(dpt_gemm_get_backend()));
+    case DPT__AGREE_RESUME: return dpt__launch_hash_str(resume_dir ? resume_dir : "");
     case DPT__AGREE_ENV_CONFIG: return dpt__config_env_hash(c);
     default:
         return i == DPT_CFG_output_dir || i == DPT_CFG_tensorboard_dir
@@ -141,7 +141,7 @@ static uint64_t dpt__agree_hash(const dpt_config_t *c, int i, const char *resume
 
 /* All-gathers the hashes and fails on every rank when any differs from
  * rank 0's; rank 0's message names each key and rank. */
-static int dpt__agree(const dpt__launch_t *l, const dpt_config_t *c, const char *resume_dir)
+static int dpt__launch_agree(const dpt__launch_t *l, const dpt_config_t *c, const char *resume_dir)
 {
     size_t n = DPT__AGREE_COUNT;
     uint64_t *mine = malloc(n * sizeof *mine);
@@ -152,7 +152,7 @@ static int dpt__agree(const dpt__launch_t *l, const dpt_config_t *c, const char 
         return dpt_error(DPT_ENOMEM, "cannot allocate the config comparison");
     }
     for (int i = 0; i < DPT__AGREE_COUNT; i++)
-        mine[i] = dpt__agree_hash(c, i, resume_dir);
+        mine[i] = dpt__launch_agree_hash(c, i, resume_dir);
     int rc = dpt_comm_allgather_u64(l->comm, mine, n, all);
     if (rc) {
         free(mine);
@@ -167,7 +167,7 @@ static int dpt__agree(const dpt__launch_t *l, const dpt_config_t *c, const char 
                 size_t len = strlen(msg);
                 if (differ++ < 12)
                     snprintf(msg + len, sizeof msg - len, "%s%s (rank %d)", len ? ", " : "",
-                             dpt__agree_name(i), q);
+                             dpt__launch_agree_name(i), q);
             }
     free(mine);
     free(all);
@@ -201,7 +201,7 @@ static int dpt__launch_starts(dpt__launch_t *l, int rc)
 {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", rc ? dpt_last_error() : "");
-    uint64_t mine[2] = {(uint64_t)(int64_t)rc, rc ? dpt__hash_str(msg) : 0};
+    uint64_t mine[2] = {(uint64_t)(int64_t)rc, rc ? dpt__launch_hash_str(msg) : 0};
     uint64_t *all = malloc(2 * (size_t)l->world * sizeof *all);
     if (!all)
         return dpt_error(DPT_ENOMEM, "cannot allocate the ranks' start");
@@ -267,20 +267,20 @@ int dpt__launch_join(dpt__launch_t *l, const dpt_config_t *c, const char *resume
     dpt_comm_mpi_options_t mo;
     dpt__launch_options(rc ? NULL : c, &mo);
     dpt__watchdog_t watch;
-    dpt__watchdog_start(&watch, l, o, mo.timeout_s);
+    dpt__launch_watchdog_start(&watch, l, o, mo.timeout_s);
     int jrc = dpt_comm_mpi_init(
         NULL, NULL, plan.mpi_threads > 1 ? DPT_COMM_MPI_SERIALIZED : DPT_COMM_MPI_FUNNELED);
     l->inited = jrc == 0;
     if (!jrc)
         jrc = dpt_comm_mpi_create(&l->comm, &mo);
-    dpt__watchdog_stop(&watch);
+    dpt__launch_watchdog_stop(&watch);
     if (jrc)
         return rc ? dpt_error(rc, "%s", msg) : jrc;
     if (rc)
         dpt_error(rc, "%s", msg);
     if ((rc = dpt__launch_starts(l, rc)) != 0)
         return rc;
-    if ((rc = dpt__agree(l, c, resume_dir)) != 0) {
+    if ((rc = dpt__launch_agree(l, c, resume_dir)) != 0) {
         l->clean = 1; /* every rank saw the difference: they all leave cleanly */
         l->shared = l->rank > 0;
         return rc;

@@ -57,7 +57,7 @@ void dpt__metrics_close(dpt__metrics_t *m)
 
 /* JSON has no NaN or infinity: write null. Integers print without a
  * fraction; others with enough digits to round-trip. */
-static void dpt__json_number(FILE *f, double v)
+static void dpt__metrics_json_number(FILE *f, double v)
 {
     if (!isfinite(v))
         fputs("null", f);
@@ -68,7 +68,7 @@ static void dpt__json_number(FILE *f, double v)
 }
 
 /* Splits a key at '/' into at most 8 parts. */
-static int dpt__split(const char *key, const char *parts[8], size_t lens[8])
+static int dpt__metrics_split(const char *key, const char *parts[8], size_t lens[8])
 {
     int n = 0;
     const char *p = key;
@@ -88,7 +88,7 @@ static int dpt__split(const char *key, const char *parts[8], size_t lens[8])
  * under a '/' prefix is moved up to the first one with that prefix (a
  * stable grouping), so that each nested object is written once even when
  * the metrics of a prefix are not contiguous. */
-static void dpt__json_order(const dpt_metric_t *metrics, size_t n, size_t *order)
+static void dpt__metrics_json_order(const dpt_metric_t *metrics, size_t n, size_t *order)
 {
     /* key[i][d]: the first metric sharing i's first d + 1 parts as a
      * prefix (d below i's last part), and i itself at its last part. */
@@ -97,7 +97,7 @@ static void dpt__json_order(const dpt_metric_t *metrics, size_t n, size_t *order
     const char *parts[DPT_TRAIN_MAX_METRICS][8];
     size_t lens[DPT_TRAIN_MAX_METRICS][8];
     for (size_t i = 0; i < n; i++)
-        depth[i] = dpt__split(metrics[i].name, parts[i], lens[i]);
+        depth[i] = dpt__metrics_split(metrics[i].name, parts[i], lens[i]);
     for (size_t i = 0; i < n; i++) {
         for (int d = 0; d < depth[i] - 1; d++) {
             size_t j = 0;
@@ -132,7 +132,7 @@ static void dpt__json_order(const dpt_metric_t *metrics, size_t n, size_t *order
     }
 }
 
-static double dpt__find(const dpt_metric_t *metrics, size_t n, const char *name)
+static double dpt__metrics_find(const dpt_metric_t *metrics, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(metrics[i].name, name) == 0)
@@ -157,28 +157,28 @@ int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
      * resume the header is already there, in the rows' own order. */
     size_t cols = m->ncols ? m->ncols : n;
     for (size_t c = 0; c < cols; c++) {
-        double v = m->ncols ? dpt__find(metrics, n, m->columns[c]) : metrics[c].value;
+        double v = m->ncols ? dpt__metrics_find(metrics, n, m->columns[c]) : metrics[c].value;
         if (c)
             fputc(',', m->csv);
         if (isfinite(v))
-            dpt__json_number(m->csv, v);
+            dpt__metrics_json_number(m->csv, v);
     }
     fputc('\n', m->csv);
     /* JSON: open and close nested objects as the '/' prefixes change, the
-     * metrics in the order of dpt__json_order (each object written once). */
+     * metrics in the order of dpt__metrics_json_order (each object written once). */
     const char *prev[8] = {0};
     size_t prevlen[8] = {0};
     int depth = 0, first[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     size_t order[DPT_TRAIN_MAX_METRICS];
     if (n > DPT_TRAIN_MAX_METRICS)
         n = DPT_TRAIN_MAX_METRICS;
-    dpt__json_order(metrics, n, order);
+    dpt__metrics_json_order(metrics, n, order);
     fputc('{', m->jsonl);
     for (size_t oi = 0; oi < n; oi++) {
         size_t i = order[oi];
         const char *parts[8];
         size_t lens[8];
-        int np = dpt__split(metrics[i].name, parts, lens);
+        int np = dpt__metrics_split(metrics[i].name, parts, lens);
         int common = 0;
         while (common < depth && common < np - 1 && lens[common] == prevlen[common] &&
                strncmp(parts[common], prev[common], lens[common]) == 0)
@@ -198,7 +198,7 @@ int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
         }
         fprintf(m->jsonl, "%s\"%.*s\":", first[depth] ? "" : ",", (int)lens[np - 1], parts[np - 1]);
         first[depth] = 0;
-        dpt__json_number(m->jsonl, metrics[i].value);
+        dpt__metrics_json_number(m->jsonl, metrics[i].value);
     }
     while (depth-- > 0)
         fputc('}', m->jsonl);
@@ -211,7 +211,7 @@ int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
 }
 
 /* The value of column `col` of a CSV line (or -1). */
-static long long dpt__csv_field(const char *line, int col)
+static long long dpt__metrics_csv_field(const char *line, int col)
 {
     const char *p = line;
     for (int c = 0; p && c < col; c++) {
@@ -228,7 +228,7 @@ static long long dpt__csv_field(const char *line, int col)
 
 /* Keeps the complete lines whose iteration is <= last; rewrites atomically,
  * streaming (a long run's metrics need not fit in memory). */
-static int dpt__filter_file(const char *path, int csv, uint64_t last)
+static int dpt__metrics_filter_file(const char *path, int csv, uint64_t last)
 {
     FILE *in = fopen(path, "r");
     if (!in)
@@ -258,7 +258,7 @@ static int dpt__filter_file(const char *path, int csv, uint64_t last)
                     p++;
             }
         } else if (csv) {
-            it = dpt__csv_field(line, col);
+            it = dpt__metrics_csv_field(line, col);
         } else {
             char *p = strstr(line, "\"training_iteration\":");
             if (p)
@@ -297,11 +297,11 @@ int dpt__metrics_truncate(const char *dir, const dpt_config_t *c, uint64_t itera
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/result.jsonl", dir);
-    int rc = dpt__filter_file(path, 0, iteration);
+    int rc = dpt__metrics_filter_file(path, 0, iteration);
     if (rc)
         return rc;
     snprintf(path, sizeof path, "%s/progress.csv", dir);
-    if ((rc = dpt__filter_file(path, 1, iteration)) != 0)
+    if ((rc = dpt__metrics_filter_file(path, 1, iteration)) != 0)
         return rc;
     int by_iteration = strcmp(dpt__tb_step_name(c), "training_iteration") == 0;
     return dpt__tb_truncate(c, dir, by_iteration ? iteration : timesteps);

@@ -29,19 +29,19 @@ typedef struct dpt__loader {
     char name[DPT__NAME_MAX];
 } dpt__loader_t;
 
-static int dpt__bad(dpt__loader_t *L, const char *what)
+static int dpt__metrics_load_bad(dpt__loader_t *L, const char *what)
 {
     return dpt_error(DPT_EFORMAT, "%s:%zu: byte %zu: %s", L->path, L->line, L->i + 1, what);
 }
 
-static void dpt__ws(dpt__loader_t *L)
+static void dpt__metrics_load_ws(dpt__loader_t *L)
 {
     while (L->s[L->i] == ' ' || L->s[L->i] == '\t' || L->s[L->i] == '\r' || L->s[L->i] == '\n')
         L->i++;
 }
 
 /* The column called L->name, made when new (NAN for the rows before). */
-static int dpt__column(dpt__loader_t *L, size_t *col)
+static int dpt__metrics_load_column(dpt__loader_t *L, size_t *col)
 {
     dpt_metrics_table_t *t = L->t;
     if (L->hint < t->cols && strcmp(t->names[L->hint], L->name) == 0) {
@@ -80,10 +80,10 @@ static int dpt__column(dpt__loader_t *L, size_t *col)
     return DPT_OK;
 }
 
-static int dpt__set(dpt__loader_t *L, double v)
+static int dpt__metrics_load_set(dpt__loader_t *L, double v)
 {
     size_t c = 0;
-    int rc = dpt__column(L, &c);
+    int rc = dpt__metrics_load_column(L, &c);
     if (rc)
         return rc;
     L->t->values[c][L->t->rows] = v;
@@ -93,16 +93,16 @@ static int dpt__set(dpt__loader_t *L, double v)
 
 /* A string at L->i into L->name from byte `at` on; the escapes a name can
  * need (\" \\ \/ and the control characters). */
-static int dpt__string(dpt__loader_t *L, size_t at)
+static int dpt__metrics_load_string(dpt__loader_t *L, size_t at)
 {
     if (L->s[L->i] != '"')
-        return dpt__bad(L, "expected a quoted name");
+        return dpt__metrics_load_bad(L, "expected a quoted name");
     L->i++;
     size_t o = at;
     for (;;) {
         char ch = L->s[L->i];
         if (ch == '\0')
-            return dpt__bad(L, "unterminated string");
+            return dpt__metrics_load_bad(L, "unterminated string");
         L->i++;
         if (ch == '"')
             break;
@@ -110,12 +110,12 @@ static int dpt__string(dpt__loader_t *L, size_t at)
             static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
             const char *e = L->s[L->i] ? strchr(from, L->s[L->i]) : NULL;
             if (!e)
-                return dpt__bad(L, "unsupported escape in a name");
+                return dpt__metrics_load_bad(L, "unsupported escape in a name");
             ch = to[e - from];
             L->i++;
         }
         if (o + 1 >= DPT__NAME_MAX)
-            return dpt__bad(L, "name longer than 511 bytes");
+            return dpt__metrics_load_bad(L, "name longer than 511 bytes");
         L->name[o++] = ch;
     }
     L->name[o] = '\0';
@@ -123,14 +123,14 @@ static int dpt__string(dpt__loader_t *L, size_t at)
 }
 
 /* An object at L->i whose members are named L->name[0..at) + "/" + key. */
-static int dpt__object(dpt__loader_t *L, size_t at, int depth)
+static int dpt__metrics_load_object(dpt__loader_t *L, size_t at, int depth)
 {
     if (depth > DPT__DEPTH_MAX)
-        return dpt__bad(L, "objects nested deeper than 32");
+        return dpt__metrics_load_bad(L, "objects nested deeper than 32");
     if (L->s[L->i] != '{')
-        return dpt__bad(L, "expected '{'");
+        return dpt__metrics_load_bad(L, "expected '{'");
     L->i++;
-    dpt__ws(L);
+    dpt__metrics_load_ws(L);
     if (L->s[L->i] == '}') {
         L->i++;
         return DPT_OK;
@@ -139,24 +139,24 @@ static int dpt__object(dpt__loader_t *L, size_t at, int depth)
         size_t start = at;
         if (at) {
             if (at + 1 >= DPT__NAME_MAX)
-                return dpt__bad(L, "name longer than 511 bytes");
+                return dpt__metrics_load_bad(L, "name longer than 511 bytes");
             L->name[at] = '/';
             start = at + 1;
         }
-        int rc = dpt__string(L, start);
+        int rc = dpt__metrics_load_string(L, start);
         if (rc)
             return rc;
-        dpt__ws(L);
+        dpt__metrics_load_ws(L);
         if (L->s[L->i] != ':')
-            return dpt__bad(L, "expected ':'");
+            return dpt__metrics_load_bad(L, "expected ':'");
         L->i++;
-        dpt__ws(L);
+        dpt__metrics_load_ws(L);
         char ch = L->s[L->i];
         if (ch == '{') {
-            rc = dpt__object(L, strlen(L->name), depth + 1);
+            rc = dpt__metrics_load_object(L, strlen(L->name), depth + 1);
         } else if (strncmp(L->s + L->i, "null", 4) == 0) {
             L->i += 4;
-            rc = dpt__set(L, (double)NAN);
+            rc = dpt__metrics_load_set(L, (double)NAN);
         } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
             char *end;
             errno = 0;
@@ -164,30 +164,30 @@ static int dpt__object(dpt__loader_t *L, size_t at, int depth)
             /* strtod also takes "0x1p3", "infinity" and "nan": not JSON. */
             size_t len = (size_t)(end - (L->s + L->i));
             if (len == 0 || strcspn(L->s + L->i, "xXiInN") < len || !isfinite(v))
-                return dpt__bad(L, "bad number");
+                return dpt__metrics_load_bad(L, "bad number");
             L->i += len;
-            rc = dpt__set(L, v);
+            rc = dpt__metrics_load_set(L, v);
         } else {
-            return dpt__bad(L, "expected a number, null or an object");
+            return dpt__metrics_load_bad(L, "expected a number, null or an object");
         }
         if (rc)
             return rc;
-        dpt__ws(L);
+        dpt__metrics_load_ws(L);
         if (L->s[L->i] == ',') {
             L->i++;
-            dpt__ws(L);
+            dpt__metrics_load_ws(L);
             continue;
         }
         if (L->s[L->i] == '}') {
             L->i++;
             return DPT_OK;
         }
-        return dpt__bad(L, "expected ',' or '}'");
+        return dpt__metrics_load_bad(L, "expected ',' or '}'");
     }
 }
 
 /* Room for one more row in every column. */
-static int dpt__grow_rows(dpt__loader_t *L)
+static int dpt__metrics_load_grow_rows(dpt__loader_t *L)
 {
     dpt_metrics_table_t *t = L->t;
     if (t->rows < L->cap_rows)
@@ -205,7 +205,7 @@ static int dpt__grow_rows(dpt__loader_t *L)
     return DPT_OK;
 }
 
-static int dpt__load_file(dpt__loader_t *L, FILE *f)
+static int dpt__metrics_load_file(dpt__loader_t *L, FILE *f)
 {
     char *line = NULL;
     size_t cap = 0;
@@ -218,26 +218,26 @@ static int dpt__load_file(dpt__loader_t *L, FILE *f)
         if (strlen(line) != (size_t)len) {
             L->i = strlen(line);
             L->s = line;
-            rc = dpt__bad(L, "NUL byte");
+            rc = dpt__metrics_load_bad(L, "NUL byte");
             break;
         }
         L->s = line;
         L->i = 0;
-        dpt__ws(L);
+        dpt__metrics_load_ws(L);
         if (!line[L->i])
             continue;
-        if ((rc = dpt__grow_rows(L)) != 0)
+        if ((rc = dpt__metrics_load_grow_rows(L)) != 0)
             break;
         dpt_metrics_table_t *t = L->t;
         for (size_t c = 0; c < t->cols; c++)
             t->values[c][t->rows] = (double)NAN;
         L->hint = 0;
         L->name[0] = '\0';
-        if ((rc = dpt__object(L, 0, 1)) != 0)
+        if ((rc = dpt__metrics_load_object(L, 0, 1)) != 0)
             break;
-        dpt__ws(L);
+        dpt__metrics_load_ws(L);
         if (line[L->i]) {
-            rc = dpt__bad(L, "text after the object");
+            rc = dpt__metrics_load_bad(L, "text after the object");
             break;
         }
         t->rows++;
@@ -285,7 +285,7 @@ int dpt_metrics_load(dpt_metrics_table_t **out, const char *path)
     memset(&L, 0, sizeof L);
     L.path = file;
     L.t = calloc(1, sizeof *L.t);
-    int rc = L.t ? dpt__load_file(&L, f) : dpt_error(DPT_ENOMEM, "%s: out of memory", file);
+    int rc = L.t ? dpt__metrics_load_file(&L, f) : dpt_error(DPT_ENOMEM, "%s: out of memory", file);
     fclose(f);
     if (rc) {
         dpt_metrics_destroy(L.t);

@@ -17,9 +17,9 @@
 
 /* Appends "env_config.NAME (x, now y)" to msg for each entry whose value
  * differs between `a` and `b` ("(none)" where one has no such entry); counts
- * them in *n, with dpt__compare's other differences (the first 8 listed). */
-static void dpt__compare_env(const dpt_config_t *a, const dpt_config_t *b, char *msg, size_t size,
-                             int *n)
+ * them in *n, with dpt__resume_compare's other differences (the first 8 listed). */
+static void dpt__resume_compare_env(const dpt_config_t *a, const dpt_config_t *b, char *msg,
+                                    size_t size, int *n)
 {
     /* The names of a, then those only b has. */
     for (int pass = 0; pass < 2; pass++) {
@@ -40,8 +40,8 @@ static void dpt__compare_env(const dpt_config_t *a, const dpt_config_t *b, char 
 /* Keys of `a` and `b` whose values differ, limited to those without
  * `allowed` flags, and the env_config entries that differ; DPT_EINVAL listing
  * them. */
-static int dpt__compare(const dpt_config_t *a, const dpt_config_t *b, unsigned allowed,
-                        const char *what)
+static int dpt__resume_compare(const dpt_config_t *a, const dpt_config_t *b, unsigned allowed,
+                               const char *what)
 {
     char msg[1024] = "";
     int n = 0;
@@ -59,7 +59,7 @@ static int dpt__compare(const dpt_config_t *a, const dpt_config_t *b, unsigned a
                      ki->name, x, y);
     }
     if (dpt_config_applies(a, DPT_CFG_env))
-        dpt__compare_env(a, b, msg, sizeof msg, &n);
+        dpt__resume_compare_env(a, b, msg, sizeof msg, &n);
     if (n)
         return dpt_error(DPT_EINVAL,
                          "%s: %s%s. Only stop conditions, checkpoint and "
@@ -170,7 +170,7 @@ int dpt__resume_config(const char *dir, const dpt_config_t *given, dpt_config_t 
             goto out;
         snprintf(path, sizeof path, "%s/config.conf differs from checkpoint %s", dir,
                  dpt_safetensors_path(*st));
-        if ((rc = dpt__compare(ck, saved, DPT_CFG_RESUMABLE, path)) != 0)
+        if ((rc = dpt__resume_compare(ck, saved, DPT_CFG_RESUMABLE, path)) != 0)
             goto out;
     }
     if ((rc = dpt_config_clone(cfg, saved)) != 0)
@@ -186,8 +186,8 @@ int dpt__resume_config(const char *dir, const dpt_config_t *given, dpt_config_t 
         if ((rc = dpt__config_apply_overrides(*cfg, given)) != 0 ||
             (rc = dpt_config_finalize(*cfg)) != 0)
             goto out;
-        if ((rc = dpt__compare(saved, *cfg, DPT_CFG_RESUMABLE,
-                               "--resume: these keys cannot change")) != 0)
+        if ((rc = dpt__resume_compare(saved, *cfg, DPT_CFG_RESUMABLE,
+                                      "--resume: these keys cannot change")) != 0)
             goto out;
     }
     *saved_out = saved;

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const dpt__reason_texts[DPT_RUN_REASON_COUNT] = {
+static const char *const dpt__run_reason_texts[DPT_RUN_REASON_COUNT] = {
 #define DPT__REASON_TEXT(sym, text) [sym] = text,
     DPT_RUN_REASON_LIST(DPT__REASON_TEXT)
 #undef DPT__REASON_TEXT
@@ -38,7 +38,7 @@ static const char *const dpt__reason_texts[DPT_RUN_REASON_COUNT] = {
 
 const char *dpt_run_reason_text(dpt_run_reason_t reason)
 {
-    return (unsigned)reason < DPT_RUN_REASON_COUNT ? dpt__reason_texts[reason] : "unknown";
+    return (unsigned)reason < DPT_RUN_REASON_COUNT ? dpt__run_reason_texts[reason] : "unknown";
 }
 
 /* Longest run directory name: paths of its files must fit in PATH_MAX. */
@@ -64,7 +64,7 @@ typedef struct dpt__run {
     char note[192]; /* the last iteration note reported */
 } dpt__run_t;
 
-static void dpt__emit(dpt__run_t *r, dpt_run_event_t *ev)
+static void dpt__run_emit(dpt__run_t *r, dpt_run_event_t *ev)
 {
     if (r->launch.rank != 0 || !r->o || !r->o->on_event)
         return;
@@ -73,23 +73,23 @@ static void dpt__emit(dpt__run_t *r, dpt_run_event_t *ev)
     r->o->on_event(r->o->user, ev);
 }
 
-static void dpt__note(dpt__run_t *r, const char *text)
+static void dpt__run_note(dpt__run_t *r, const char *text)
 {
     dpt_run_event_t ev;
     memset(&ev, 0, sizeof ev);
     ev.kind = DPT_RUN_NOTE;
     ev.text = text;
-    dpt__emit(r, &ev);
+    dpt__run_emit(r, &ev);
 }
 
 /* ---- checkpoints in a run directory -------------------------------------------- */
 
-static void dpt__ckpt_path(const char *dir, uint64_t it, char *out, size_t n)
+static void dpt__run_ckpt_path(const char *dir, uint64_t it, char *out, size_t n)
 {
     snprintf(out, n, "%s/checkpoints/checkpoint-%08llu.safetensors", dir, (unsigned long long)it);
 }
 
-static int dpt__cmp_desc(const void *a, const void *b)
+static int dpt__run_cmp_desc(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
@@ -128,7 +128,7 @@ int dpt__list_checkpoints(const char *dir, uint64_t **its, size_t *n)
     }
     closedir(d);
     if (*n)
-        qsort(*its, *n, sizeof **its, dpt__cmp_desc);
+        qsort(*its, *n, sizeof **its, dpt__run_cmp_desc);
     return DPT_OK;
 }
 
@@ -146,7 +146,7 @@ int dpt__find_checkpoint(const char *dir, dpt_safetensors_t **st,
         return rc;
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX], msg[PATH_MAX + 600];
-        dpt__ckpt_path(dir, its[i], path, sizeof path);
+        dpt__run_ckpt_path(dir, its[i], path, sizeof path);
         rc = dpt_safetensors_load(st, path);
         if (rc == 0)
             break;
@@ -161,14 +161,14 @@ int dpt__find_checkpoint(const char *dir, dpt_safetensors_t **st,
     return rc;
 }
 
-static void dpt__note_cb(void *ctx, const char *text)
+static void dpt__run_note_cb(void *ctx, const char *text)
 {
-    dpt__note(ctx, text);
+    dpt__run_note(ctx, text);
 }
 
 /* Keeps the keep newest of this run's checkpoints up to `current`; never
  * touches a checkpoint numbered above it (one this run has not written). */
-static int dpt__rotate(const char *dir, uint64_t current, uint64_t keep)
+static int dpt__run_rotate(const char *dir, uint64_t current, uint64_t keep)
 {
     uint64_t *its;
     size_t n;
@@ -182,7 +182,7 @@ static int dpt__rotate(const char *dir, uint64_t current, uint64_t keep)
         if (++kept <= keep)
             continue;
         char path[PATH_MAX];
-        dpt__ckpt_path(dir, its[i], path, sizeof path);
+        dpt__run_ckpt_path(dir, its[i], path, sizeof path);
         if (unlink(path) != 0 && errno != ENOENT) {
             rc = dpt_error(DPT_EIO, "cannot remove old checkpoint %s: %s", path, strerror(errno));
             break;
@@ -195,7 +195,7 @@ static int dpt__rotate(const char *dir, uint64_t current, uint64_t keep)
 /* ---- the run directory ------------------------------------------------------------ */
 
 /* 1 when dir has no entry but . and .. (or does not exist). */
-static int dpt__dir_empty(const char *dir)
+static int dpt__run_dir_empty(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -231,7 +231,7 @@ void dpt__run_label(const dpt_config_t *c, char *out, size_t n)
 /* Rank 0: makes the directory of a fresh run. An explicit output_dir must be
  * missing or empty; the default is a new runs/JOB-LABEL-TIMESTAMP, made with
  * mkdir so two runs started in the same second get -2, -3, ... */
-static int dpt__make_run_dir(dpt__run_t *r)
+static int dpt__run_make_dir(dpt__run_t *r)
 {
     const char *given = dpt_config_str(r->cfg, DPT_CFG_output_dir);
     if (given[0]) {
@@ -243,7 +243,7 @@ static int dpt__make_run_dir(dpt__run_t *r)
         if (stat(given, &sb) == 0) {
             if (!S_ISDIR(sb.st_mode))
                 return dpt_error(DPT_EINVAL, "output_dir %s exists and is not a directory", given);
-            if (!dpt__dir_empty(given))
+            if (!dpt__run_dir_empty(given))
                 return dpt_error(DPT_EINVAL,
                                  "output_dir %s is not empty: continue that run with "
                                  "`dpt train --resume %s`, or choose another output_dir",
@@ -285,7 +285,7 @@ static int dpt__make_run_dir(dpt__run_t *r)
 
 /* Undoes a fresh start that failed before its first iteration: only what
  * this start wrote, and the directory if this start made it. */
-static void dpt__remove_fresh(dpt__run_t *r)
+static void dpt__run_remove_fresh(dpt__run_t *r)
 {
     static const char *const files[] = {"config.conf", "result.jsonl", "progress.csv"};
     char path[PATH_MAX];
@@ -304,7 +304,7 @@ static void dpt__remove_fresh(dpt__run_t *r)
 /* 1 when any rank asks to stop (the flag is read once per iteration, so
  * every rank stops after the same iteration); a rank that runs a role asks
  * through the trainer (res->stop_requested). */
-static int dpt__stop_requested(dpt__run_t *r, const dpt_train_result_t *res, int *rc)
+static int dpt__run_stop_requested(dpt__run_t *r, const dpt_train_result_t *res, int *rc)
 {
     float f = (r->o && r->o->stop_flag && *r->o->stop_flag) || res->stop_requested ? 1.0f : 0.0f;
     *rc = DPT_OK;
@@ -316,8 +316,8 @@ static int dpt__stop_requested(dpt__run_t *r, const dpt_train_result_t *res, int
 /* ---- stop conditions ------------------------------------------------------------- */
 
 /* Why the run should stop after an iteration with these numbers (0 = go on). */
-static int dpt__should_stop(const dpt_config_t *c, uint64_t iteration, int finished, double reward,
-                            size_t episodes, dpt_run_reason_t *why)
+static int dpt__run_should_stop(const dpt_config_t *c, uint64_t iteration, int finished,
+                                double reward, size_t episodes, dpt_run_reason_t *why)
 {
     uint64_t stop_iters = (uint64_t)dpt_config_int(c, DPT_CFG_stop_iters);
     if (finished) {
@@ -341,7 +341,7 @@ static int dpt__should_stop(const dpt_config_t *c, uint64_t iteration, int finis
 
 /* Whether a checkpoint's counters already complete the job as configured
  * now (a raised total_timesteps or epochs reopens it). */
-static int dpt__job_complete(const dpt_config_t *c, uint64_t iteration, uint64_t timesteps)
+static int dpt__run_job_complete(const dpt_config_t *c, uint64_t iteration, uint64_t timesteps)
 {
     if (dpt_config_applies(c, DPT_CFG_total_timesteps))
         return timesteps >= (uint64_t)dpt_config_int(c, DPT_CFG_total_timesteps);
@@ -352,8 +352,8 @@ static int dpt__job_complete(const dpt_config_t *c, uint64_t iteration, uint64_t
 
 /* ---- checkpoint of the run ------------------------------------------------------- */
 
-static int dpt__save(dpt__run_t *r, const dpt_train_result_t *res, double time_total,
-                     const dpt_run_reason_t *why, int best)
+static int dpt__run_save(dpt__run_t *r, const dpt_train_result_t *res, double time_total,
+                         const dpt_run_reason_t *why, int best)
 {
     dpt_safetensors_writer_t *w = NULL;
     int rc = DPT_OK;
@@ -382,7 +382,7 @@ static int dpt__save(dpt__run_t *r, const dpt_train_result_t *res, double time_t
     snprintf(path, sizeof path, "%s/checkpoints", r->dir);
     if ((rc = dpt__mkdirs(path)) != 0)
         goto out;
-    dpt__ckpt_path(r->dir, res->iteration, path, sizeof path);
+    dpt__run_ckpt_path(r->dir, res->iteration, path, sizeof path);
     if ((rc = dpt_safetensors_save(w, path)) != 0)
         goto out;
     if (best) {
@@ -390,8 +390,8 @@ static int dpt__save(dpt__run_t *r, const dpt_train_result_t *res, double time_t
         if ((rc = dpt_safetensors_save(w, path)) != 0)
             goto out;
     }
-    rc = dpt__rotate(r->dir, res->iteration,
-                     (uint64_t)dpt_config_int(r->cfg, DPT_CFG_keep_checkpoints));
+    rc = dpt__run_rotate(r->dir, res->iteration,
+                         (uint64_t)dpt_config_int(r->cfg, DPT_CFG_keep_checkpoints));
 out:
     dpt_safetensors_writer_destroy(w);
     return rc;
@@ -404,7 +404,7 @@ out:
  * give the same figures, so the ranks agree on the best without a message).
  * Adds evaluation/... metrics to res (NAN between evaluations, so the CSV
  * columns stay fixed); *improved when it beat every earlier one. */
-static int dpt__evaluate_during(dpt__run_t *r, dpt_train_result_t *res, int *improved)
+static int dpt__run_evaluate_during(dpt__run_t *r, dpt_train_result_t *res, int *improved)
 {
     *improved = 0;
     if (!dpt_config_applies(r->cfg, DPT_CFG_evaluation_interval))
@@ -436,15 +436,15 @@ static int dpt__evaluate_during(dpt__run_t *r, dpt_train_result_t *res, int *imp
 /* ---- the phases of a run ----------------------------------------------------------- */
 
 /* Whether this thread's last run failed in a way rank 0 reports. */
-static _Thread_local int dpt__error_shared;
+static _Thread_local int dpt__run_error_shared;
 
 int dpt_train_error_shared(void)
 {
-    return dpt__error_shared;
+    return dpt__run_error_shared;
 }
 
 /* Keeps the first failure's message while later clean-up runs. */
-static int dpt__fail(int rc, const char *what)
+static int dpt__run_fail(int rc, const char *what)
 {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dpt_last_error());
@@ -463,7 +463,8 @@ static int dpt__run_config(dpt__run_t *r, const dpt_config_t *cfg_in)
             return dpt_error(DPT_EINVAL, "--resume: directory name longer than %d characters",
                              DPT__DIR_MAX - 1);
         snprintf(r->dir, sizeof r->dir, "%s", r->resume_dir);
-        rc = dpt__resume_config(r->resume_dir, cfg_in, &r->cfg, &r->st, &r->saved, dpt__note_cb, r);
+        rc = dpt__resume_config(r->resume_dir, cfg_in, &r->cfg, &r->st, &r->saved, dpt__run_note_cb,
+                                r);
     } else if (!cfg_in) {
         rc = dpt_error(DPT_EINVAL, "a fresh run needs a config");
     } else {
@@ -500,7 +501,7 @@ static int dpt__run_trainer(dpt__run_t *r)
 
 /* Rank 0, resuming: removes what an interrupted write left, records the
  * overrides and cuts the metrics back to the checkpoint. */
-static int dpt__reopen_run_dir(dpt__run_t *r)
+static int dpt__run_reopen_dir(dpt__run_t *r)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/checkpoints", r->dir);
@@ -509,7 +510,7 @@ static int dpt__reopen_run_dir(dpt__run_t *r)
         char msg[128];
         snprintf(msg, sizeof msg, "removed %d temporary file%s of an interrupted write", removed,
                  removed > 1 ? "s" : "");
-        dpt__note(r, msg);
+        dpt__run_note(r, msg);
     }
     int rc = dpt__record_overrides(r->dir, r->cfg, r->saved, r->it0);
     if (!rc)
@@ -525,16 +526,16 @@ static int dpt__run_dir(dpt__run_t *r)
     int rc = DPT_OK;
     if (r->launch.rank == 0 && !r->resume_dir) {
         char path[PATH_MAX];
-        if ((rc = dpt__make_run_dir(r)) != 0)
+        if ((rc = dpt__run_make_dir(r)) != 0)
             return rc;
         snprintf(path, sizeof path, "%s/config.conf", r->dir);
         if ((rc = dpt_config_save(r->cfg, path)) != 0 ||
             (rc = dpt__metrics_open(&r->metrics, r->dir, 0, r->cfg)) != 0) {
-            rc = dpt__fail(rc, NULL);
-            dpt__remove_fresh(r);
+            rc = dpt__run_fail(rc, NULL);
+            dpt__run_remove_fresh(r);
             return rc;
         }
-    } else if (r->launch.rank == 0 && (rc = dpt__reopen_run_dir(r)) != 0) {
+    } else if (r->launch.rank == 0 && (rc = dpt__run_reopen_dir(r)) != 0) {
         return rc;
     }
     r->metrics_open = r->launch.rank == 0;
@@ -554,7 +555,7 @@ static int dpt__run_dir(dpt__run_t *r)
     else
         snprintf(text, sizeof text, "run directory %s", r->dir);
     ev.text = text;
-    dpt__emit(r, &ev);
+    dpt__run_emit(r, &ev);
     return DPT_OK;
 }
 
@@ -568,10 +569,10 @@ static int dpt__run_one(dpt__run_t *r, dpt_train_result_t *res, int *stop, dpt_r
     r->iterations++;
     if (res->note[0] && strcmp(res->note, r->note) != 0) {
         snprintf(r->note, sizeof r->note, "%s", res->note);
-        dpt__note(r, r->note);
+        dpt__run_note(r, r->note);
     }
     int improved;
-    if ((rc = dpt__evaluate_during(r, res, &improved)) != 0)
+    if ((rc = dpt__run_evaluate_during(r, res, &improved)) != 0)
         return rc;
     double total = r->time_offset + (dpt_now() - r->start);
     dpt_train_result_add(res, "time_total_s", total);
@@ -582,10 +583,10 @@ static int dpt__run_one(dpt__run_t *r, dpt_train_result_t *res, int *stop, dpt_r
     ev.kind = DPT_RUN_RESULT;
     ev.result = res;
     ev.timesteps_this_run = res->timesteps_total - r->ts_start;
-    dpt__emit(r, &ev);
-    *stop = dpt__should_stop(r->cfg, res->iteration, res->finished, res->reward_mean,
-                             res->episodes_in_window, why);
-    int sig = dpt__stop_requested(r, res, &rc);
+    dpt__run_emit(r, &ev);
+    *stop = dpt__run_should_stop(r->cfg, res->iteration, res->finished, res->reward_mean,
+                                 res->episodes_in_window, why);
+    int sig = dpt__run_stop_requested(r, res, &rc);
     if (rc)
         return rc;
     if (sig && !*stop) {
@@ -594,7 +595,7 @@ static int dpt__run_one(dpt__run_t *r, dpt_train_result_t *res, int *stop, dpt_r
     }
     uint64_t every = (uint64_t)dpt_config_int(r->cfg, DPT_CFG_checkpoint_every);
     if (*stop || improved || (every && res->iteration % every == 0))
-        rc = dpt__save(r, res, total, *stop ? why : NULL, improved);
+        rc = dpt__run_save(r, res, total, *stop ? why : NULL, improved);
     return rc;
 }
 
@@ -611,8 +612,8 @@ static int dpt__run_loop(dpt__run_t *r, dpt_train_result_t *res, dpt_run_reason_
         dpt_safetensors_meta_u64(r->st, "episodes_in_window", &ew);
         res->reward_mean = rm ? strtod(rm, NULL) : (double)NAN;
         res->episodes_in_window = (size_t)ew;
-        if (dpt__should_stop(r->cfg, r->it0, dpt__job_complete(r->cfg, r->it0, r->ts_start),
-                             res->reward_mean, res->episodes_in_window, why)) {
+        if (dpt__run_should_stop(r->cfg, r->it0, dpt__run_job_complete(r->cfg, r->it0, r->ts_start),
+                                 res->reward_mean, res->episodes_in_window, why)) {
             *why = DPT_RUN_ALREADY_DONE;
             return DPT_OK;
         }
@@ -643,7 +644,7 @@ static int dpt__run_end_roles(dpt__run_t *r, dpt_run_reason_t why)
         return rc;
     char msg[1024];
     snprintf(msg, sizeof msg, "after the stop request: %s", dpt_last_error());
-    dpt__note(r, msg);
+    dpt__run_note(r, msg);
     return DPT_OK;
 }
 
@@ -668,7 +669,7 @@ static int dpt__run_finish(dpt__run_t *r, const dpt_train_result_t *res, dpt_run
     ev.eval = evaluated ? &ev_res : NULL;
     ev.resumed = r->resume_dir != NULL;
     ev.timesteps_this_run = res->timesteps_total - r->ts_start;
-    dpt__emit(r, &ev);
+    dpt__run_emit(r, &ev);
     return DPT_OK;
 }
 
@@ -677,12 +678,12 @@ static int dpt__run_finish(dpt__run_t *r, const dpt_train_result_t *res, dpt_run
 static int dpt__run_close(dpt__run_t *r, int rc)
 {
     if (rc) {
-        rc = dpt__fail(rc, NULL);
+        rc = dpt__run_fail(rc, NULL);
         if (r->launch.rank == 0 && !r->resume_dir && r->iterations == 0 && r->dir[0] &&
             r->metrics_open) {
             dpt__metrics_close(&r->metrics);
             r->metrics_open = 0;
-            dpt__remove_fresh(r);
+            dpt__run_remove_fresh(r);
         }
     }
     if (r->metrics_open)
@@ -692,7 +693,7 @@ static int dpt__run_close(dpt__run_t *r, int rc)
     dpt_config_destroy(r->saved);
     dpt_config_destroy(r->cfg);
     dpt__launch_end(&r->launch, rc);
-    dpt__error_shared = rc && r->launch.shared;
+    dpt__run_error_shared = rc && r->launch.shared;
     return rc;
 }
 

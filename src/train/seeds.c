@@ -33,7 +33,7 @@ struct dpt__seeds {
     const dpt_run_options_t *user;
 };
 
-static void dpt__seed_event(void *ctx, const dpt_run_event_t *ev)
+static void dpt__seeds_event(void *ctx, const dpt_run_event_t *ev)
 {
     dpt__seed_job_t *j = ctx;
     dpt_seed_run_t *o = j->out;
@@ -65,12 +65,12 @@ static void dpt__seed_event(void *ctx, const dpt_run_event_t *ev)
     }
 }
 
-static void dpt__seed_one(dpt__seed_job_t *j)
+static void dpt__seeds_one(dpt__seed_job_t *j)
 {
     const dpt_run_options_t *u = j->all->user;
     dpt_run_options_t o;
     memset(&o, 0, sizeof o);
-    o.on_event = dpt__seed_event;
+    o.on_event = dpt__seeds_event;
     o.user = j;
     o.stop_flag = u ? u->stop_flag : NULL;
     j->start = dpt_now();
@@ -81,7 +81,7 @@ static void dpt__seed_one(dpt__seed_job_t *j)
         snprintf(j->out->error, sizeof j->out->error, "%s", dpt_last_error());
 }
 
-static void *dpt__seed_worker(void *arg)
+static void *dpt__seeds_worker(void *arg)
 {
     dpt__seeds_t *s = arg;
     for (;;) {
@@ -90,12 +90,12 @@ static void *dpt__seed_worker(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (i == s->n)
             return NULL;
-        dpt__seed_one(&s->jobs[i]);
+        dpt__seeds_one(&s->jobs[i]);
     }
 }
 
 /* Threads one run of cfg keeps busy. */
-static size_t dpt__run_threads(const dpt_config_t *c)
+static size_t dpt__seeds_run_threads(const dpt_config_t *c)
 {
     const dpt__job_t *job = dpt__job_get(dpt_config_job(c));
     return job && job->threads ? job->threads(c) : 1;
@@ -199,7 +199,7 @@ int dpt_train_seeds(const dpt_config_t *cfg, const uint64_t *seeds, size_t n, si
             rc = dpt_config_finalize(s.jobs[i].cfg);
     }
     if (!rc) {
-        size_t threads = dpt__run_threads(base);
+        size_t threads = dpt__seeds_run_threads(base);
         if (parallel == 0) {
             long cpus = sysconf(_SC_NPROCESSORS_ONLN);
             parallel = cpus > 0 ? (size_t)cpus / (threads ? threads : 1) : 1;
@@ -216,9 +216,9 @@ int dpt_train_seeds(const dpt_config_t *cfg, const uint64_t *seeds, size_t n, si
         size_t started = 0;
         if (th)
             for (; started + 1 < parallel; started++)
-                if (pthread_create(&th[started], NULL, dpt__seed_worker, &s) != 0)
+                if (pthread_create(&th[started], NULL, dpt__seeds_worker, &s) != 0)
                     break;
-        dpt__seed_worker(&s); /* this thread runs seeds too */
+        dpt__seeds_worker(&s); /* this thread runs seeds too */
         for (size_t k = 0; k < started; k++)
             pthread_join(th[k], NULL);
         free(th);
@@ -235,7 +235,7 @@ int dpt_train_seeds(const dpt_config_t *cfg, const uint64_t *seeds, size_t n, si
     return rc;
 }
 
-static int dpt__cmp_double(const void *a, const void *b)
+static int dpt__seeds_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -267,7 +267,7 @@ void dpt_seeds_summarize(const dpt_seed_run_t *runs, size_t n, dpt_seeds_summary
         for (size_t i = 0; i < out->ok; i++)
             sq += (v[i] - out->mean) * (v[i] - out->mean);
         out->std = out->ok > 1 ? sqrt(sq / (double)(out->ok - 1)) : 0.0;
-        qsort(v, out->ok, sizeof *v, dpt__cmp_double);
+        qsort(v, out->ok, sizeof *v, dpt__seeds_cmp_double);
         size_t cut = out->ok / 4;
         double mid = 0.0;
         for (size_t i = cut; i < out->ok - cut; i++)

@@ -42,7 +42,7 @@ const char *dpt__tb_step_name(const dpt_config_t *c)
     return !DPT_JOB_IS_RL(dpt_config_job(c)) ? "training_iteration" : "timesteps_total";
 }
 
-static double dpt__wall_time(void)
+static double dpt__tb_wall_time(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -124,7 +124,7 @@ static int dpt__tb_create(dpt__tb_t *tb)
     tb->fd = dpt__io_open(tb->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
     if (tb->fd < 0)
         return dpt_error(DPT_EIO, "cannot create %s: %s", tb->path, strerror(errno));
-    return dpt__tfevent_append(&tb->buf, dpt__wall_time(), 0, "brain.Event:2", NULL);
+    return dpt__tfevent_append(&tb->buf, dpt__tb_wall_time(), 0, "brain.Event:2", NULL);
 }
 
 int dpt__tb_write(dpt__tb_t *tb, const dpt_metric_t *metrics, size_t n)
@@ -144,7 +144,7 @@ int dpt__tb_write(dpt__tb_t *tb, const dpt_metric_t *metrics, size_t n)
             rc = dpt__tfevent_add_scalar(&tb->summary, metrics[i].name, (float)metrics[i].value);
     }
     if (!rc)
-        rc = dpt__tfevent_append(&tb->buf, dpt__wall_time(),
+        rc = dpt__tfevent_append(&tb->buf, dpt__tb_wall_time(),
                                  isfinite(step) && step >= 0 ? (int64_t)step : 0, NULL,
                                  &tb->summary);
     return rc ? rc : dpt__tb_flush(tb);

@@ -110,7 +110,7 @@ int dpt_trainer_iterate(dpt_trainer_t *t, dpt_train_result_t *r)
 
 /* "avx2,fma,avx512f": the instruction-set extensions this CPU reports
  * that dpt's kernels care about. */
-static void dpt__cpu_flags(char *buf, size_t n)
+static void dpt__trainer_cpu_flags(char *buf, size_t n)
 {
     buf[0] = '\0';
 #if defined(__x86_64__) || defined(__i386__)
@@ -154,7 +154,7 @@ int dpt_trainer_checkpoint(dpt_trainer_t *t, dpt_safetensors_writer_t *w)
             snprintf(feats + len, sizeof feats - len, "%s%s", len ? "," : "",
                      dpt_feature_name((dpt_feature_t)f));
         }
-    dpt__cpu_flags(cpu, sizeof cpu);
+    dpt__trainer_cpu_flags(cpu, sizeof cpu);
     if ((rc = dpt_safetensors_set_meta(w, "config", text)) == 0 &&
         (rc = dpt_safetensors_set_meta(w, "job", dpt_job_name(t->ops->job))) == 0 &&
         (rc = dpt_safetensors_set_meta(w, "dpt_version", dpt_version())) == 0 &&
