@@ -11,6 +11,11 @@
 #            checkpoint is bitwise that of an uninterrupted run (N = R).
 #   ask      SIGTERM to worker rank 2 alone: it asks rank 0 to stop the
 #            run; every rank ends after one checkpoint, rank 0 with 143.
+#   back     -np 4, N = 3, R = 2: backup rank 3 stopped for 6 s (longer than
+#            comm_timeout_s) and continued: it rejoins (its count grows
+#            again) and the run goes on.
+#   gone     the same backup stopped for good: every epoch is done, the run
+#            ends with exit 0 and a warning naming rank 3, files complete.
 # Every case is bounded (a 90 s guard) and leaves no process behind.
 #
 # usage: fault_sr_test.sh DPT RUN_CHECK CKPT_COMPARE WORK
@@ -141,6 +146,58 @@ else
     ok "ask: every rank answered the end of the run"
 fi
 if line=$("$check" "${token}_ask" 2>&1); then ok "ask: the run directory is complete ($line)"; else bad "ask: $line"; fi
+
+# ---- a backup rank held back, then continued ----------------------------------------
+# count NAME: worker 2's (rank 3's) batches_contributed in the last result.
+count() { tail -1 "${token}_$1/result.jsonl" | tr ',{}' '\n\n\n' | sed -n 's/^"w2"://p' | head -1; }
+start4() { # like start, -np 4 with one backup
+    name="$1"
+    shift
+    timeout 90 mpirun --oversubscribe -np 4 "$dpt" train --quiet sr.conf \
+        --set total_num_replicas=3 --set output_dir="${token}_$name" "$@" >"$name.out" 2>&1 &
+    job=$!
+    i=0
+    while [ ! -s "${token}_$name/result.jsonl" ] && [ $i -lt 300 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+}
+start4 back
+backup=$(rank_pid "${token}_back" 3)
+chief=$(rank_pid "${token}_back" 0)
+[ -n "$backup" ] && kill -STOP "$backup"
+sleep 6
+kill -CONT "$backup" 2>/dev/null
+sleep 0.5
+at=$(count back)
+i=0
+while [ "$(count back)" = "$at" ] && [ $i -lt 200 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+now=$(count back)
+[ -n "$chief" ] && kill -TERM "$chief"
+finish back
+if [ -n "$backup" ] && [ -n "$at" ] && [ "$now" != "$at" ]; then
+    ok "back: the backup rejoined after 6 s (its count $at -> $now)"
+else
+    bad "back: the backup did not rejoin (count '$at' -> '$now')"
+fi
+if [ "$rc" -eq 143 ]; then ok "back: the run went on until the stop request (exit 143)"; else bad "back: exit $rc, not 143"; fi
+
+# ---- a backup rank stopped for good ----------------------------------------------------
+start4 gone --set epochs=40
+backup=$(rank_pid "${token}_gone" 3)
+[ -n "$backup" ] && kill -STOP "$backup"
+finish gone
+n=$(wc -l <"${token}_gone/result.jsonl")
+if [ "$rc" -eq 0 ] && [ "$n" -eq 40 ]; then ok "gone: all 40 epochs, exit 0"; else bad "gone: exit $rc after $n epochs"; fi
+if grep -q "warning: the work is done, abandoning the rest: rank 3 did not answer the end" gone.out; then
+    ok "gone: a warning names rank 3"
+else
+    bad "gone: no warning naming rank 3"
+fi
+if line=$("$check" "${token}_gone" 2>&1); then ok "gone: the run directory is complete ($line)"; else bad "gone: $line"; fi
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

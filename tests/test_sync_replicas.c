@@ -432,7 +432,8 @@ static void test_token_timeout_and_lost(void)
     float g[16] = {1};
     CHECK_OK(dpt_sr_push(sr, 0, 0, g, NULL, NULL));
     uint64_t step;
-    CHECK_ERR(dpt_sr_take_token(sr, 0, &step), DPT_ETIMEDOUT, "token queue stayed empty");
+    CHECK_ERR(dpt_sr_take_token(sr, 0, &step), DPT_ETIMEDOUT,
+              "global step 0 waits for workers 1, 2");
     CHECK_ERR(dpt_sr_take_token(sr, 0, &step), DPT_ETIMEDOUT, "1 of 2 gradients");
     /* One lost worker of three is a backup gone: still 2 = R. */
     CHECK_OK(dpt_sr_worker_lost(sr, 2));
@@ -649,12 +650,78 @@ static void test_threads_backup_straggler_and_death(void)
     dpt_vartable_deinit(&t);
 }
 
+/* TensorFlow's token queue (tokens = fifo), N = R = 2, worker 1 stuck
+ * after its first push is never made: worker 0 alone carries the steps, a
+ * sequence derived by hand from TF's rules (R initial tokens at the global
+ * step, max(N, R) tokens per step, FIFO, stale gradients dropped at the
+ * accumulator):
+ *   push g@0 (1/2) | token 0 | push g@0 (2/2: step 1, tokens [0, 1, 1])
+ *   token 0 (an initial one) | push g@0: stale | token 1 | push g@1 (1/2)
+ *   token 1 | push g@1 (2/2: step 2, tokens [2, 2]).
+ * Under strict, worker 0 gets no token after its first push (none is newer
+ * than the step it pushed) and its timeout names worker 1. */
+static void test_tokens_fifo_stuck_worker(void)
+{
+    dpt_vartable_t t;
+    make_table(&t, 1, 0, 0);
+    dpt_sr_config_t c = sgd_config(&t, 2, 2, 1.0f);
+    c.tokens = DPT_SR_TOKENS_FIFO;
+    c.init_tokens = 2; /* R, TensorFlow's get_init_tokens_op default */
+    c.timeout_s = 0.05;
+    dpt_sr_t *sr;
+    REQUIRE_OK(dpt_sr_create(&sr, &c));
+    dpt_sr_set_global_step(sr, 0);
+    REQUIRE_OK(dpt_sr_begin(sr, -1, 100));
+    float g[1] = {1.0f};
+    int acc = -1;
+    uint64_t step = 99;
+    CHECK_OK(dpt_sr_push(sr, 0, 0, g, NULL, &acc));
+    CHECK(acc == 1 && dpt_sr_global_step(sr) == 0);
+    CHECK_OK(dpt_sr_take_token(sr, 0, &step));
+    CHECK(step == 0);
+    CHECK_OK(dpt_sr_push(sr, 0, step, g, NULL, &acc));
+    CHECK(acc == 1 && dpt_sr_global_step(sr) == 1);
+    CHECK_OK(dpt_sr_take_token(sr, 0, &step));
+    CHECK(step == 0); /* the second initial token: FIFO, not dropped */
+    CHECK_OK(dpt_sr_push(sr, 0, step, g, NULL, &acc));
+    CHECK(acc == 0); /* stale */
+    CHECK_OK(dpt_sr_take_token(sr, 0, &step));
+    CHECK(step == 1);
+    CHECK_OK(dpt_sr_push(sr, 0, step, g, NULL, &acc));
+    CHECK(acc == 1 && dpt_sr_global_step(sr) == 1);
+    CHECK_OK(dpt_sr_take_token(sr, 0, &step));
+    CHECK(step == 1); /* worker 1's token of step 1 */
+    CHECK_OK(dpt_sr_push(sr, 0, step, g, NULL, &acc));
+    CHECK(acc == 1 && dpt_sr_global_step(sr) == 2);
+    dpt_sr_stats_t st;
+    dpt_sr_get_stats(sr, &st);
+    CHECK(st.stale_dropped == 1 && st.tokens_dropped == 0);
+    CHECK(st.tokens_taken == 4 && st.tokens_available == 2);
+    CHECK(dpt_sr_worker_contributed(sr, 0) == 4 && dpt_sr_worker_contributed(sr, 1) == 0);
+    dpt_sr_destroy(sr);
+
+    c.tokens = DPT_SR_TOKENS_STRICT;
+    REQUIRE_OK(dpt_sr_create(&sr, &c));
+    dpt_sr_set_global_step(sr, 0);
+    REQUIRE_OK(dpt_sr_begin(sr, -1, 100));
+    CHECK_OK(dpt_sr_push(sr, 0, 0, g, NULL, &acc));
+    CHECK_ERR(dpt_sr_take_token(sr, 0, &step), DPT_ETIMEDOUT,
+              "global step 0 waits for worker 1 (no gradient of it");
+    CHECK(strstr(dpt_last_error(), "worker 0 waited for a token") != NULL);
+    dpt_sr_destroy(sr);
+    /* A config with an unknown rule is refused. */
+    c.tokens = 7;
+    CHECK_ERR(dpt_sr_create(&sr, &c), DPT_EINVAL, "tokens = 7");
+    dpt_vartable_deinit(&t);
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_misuse),
         DPT_TEST(test_staleness_and_tokens_backups),
         DPT_TEST(test_tokens_fewer_replicas),
+        DPT_TEST(test_tokens_fifo_stuck_worker),
         DPT_TEST(test_worker_order_sum),
         DPT_TEST(test_sparse_equals_dense),
         DPT_TEST(test_sparse_lazy_adam),

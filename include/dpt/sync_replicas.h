@@ -23,13 +23,19 @@
  * variables (ema_decay > 0), increments the global step and puts
  * max(N, R) tokens carrying the new step into the token queue (FIFO).
  *
- * Tokens (dpt's rule, stricter than TensorFlow's FIFO): a worker takes the
- * oldest token that is not older than the global step (older ones are
- * dropped: a gradient at their step could only be stale) and, when N >= R,
- * newer than the step it last pushed. So with N >= R each worker
- * contributes at most one gradient per step. (TensorFlow hands out tokens
- * first come, first served: a fast worker may take a token meant for
- * another and push twice for one step, or spend a gradient on an old step.)
+ * Tokens, two rules (dpt_sr_config_t.tokens):
+ *  - DPT_SR_TOKENS_STRICT (the default): a worker takes the oldest token
+ *    that is not older than the global step (older ones are dropped: a
+ *    gradient at their step could only be stale) and, when N >= R, newer
+ *    than the step it last pushed. So with N >= R each worker contributes
+ *    at most one gradient per step, and N == R runs are bitwise
+ *    reproducible; a stuck worker at N == R holds every step, and the
+ *    waiting workers' token timeout names it.
+ *  - DPT_SR_TOKENS_FIFO (TensorFlow's): first come, first served from one
+ *    FIFO queue, nothing dropped: a fast worker may take a token meant for
+ *    another and push twice for one step (at N == R the others carry a
+ *    stuck worker's share), or take an old token and spend a gradient that
+ *    arrives stale. Which gradients make a step depends on timing.
  *
  *  - N > R: the extra workers are backups. The first R fresh gradients of
  *    a step close it; a late worker's gradient arrives stale and is
@@ -80,6 +86,9 @@ extern "C" {
 
 typedef struct dpt_sr dpt_sr_t;
 
+/* How tokens go to workers (see the top of this file). */
+enum { DPT_SR_TOKENS_STRICT = 0, DPT_SR_TOKENS_FIFO = 1 };
+
 typedef struct dpt_sr_config {
     const dpt_vartable_t *vars;  /* the variables (copied at create) */
     const unsigned char *sparse; /* NULL, or one flag per variable: 1 = row-sparse
@@ -92,6 +101,10 @@ typedef struct dpt_sr_config {
     int num_ps;                  /* services the variables are placed on (>= 1) */
     float ema_decay;             /* 0 = off, else in (0, 1): ema = d ema + (1 - d) p */
     double timeout_s;            /* how long dpt_sr_take_token waits (<= 0: no limit) */
+    int tokens;                  /* DPT_SR_TOKENS_STRICT (0) or DPT_SR_TOKENS_FIFO */
+    int64_t init_tokens;         /* a session's initial tokens when dpt_sr_begin is given
+                                  * num_tokens < 0 (-1, dpt_sr_defaults': max(0, R - N);
+                                  * TensorFlow's get_init_tokens_op default is R) */
     /* One shard of several services in separate processes: */
     const unsigned char *owned; /* NULL (all), or one flag per variable: 1 = kept here; the
                                  * others are not accumulated, applied, averaged or fetched
@@ -99,7 +112,9 @@ typedef struct dpt_sr_config {
     int no_tokens;              /* 1: this service hands out no tokens (another is the chief) */
 } dpt_sr_config_t;
 
-/* A config with N = R = 1, one service, SGD, no EMA, no timeout. */
+/* A config with N = R = 1, one service, SGD, no EMA, no timeout, strict
+ * tokens, the default initial tokens. Start from it: fields added later get
+ * their defaults. */
 dpt_sr_config_t dpt_sr_defaults(void);
 
 /* Creates a service with zeroed variables. Errors: DPT_EINVAL (no
@@ -131,8 +146,8 @@ uint64_t dpt_sr_global_step(dpt_sr_t *sr);
 
 /* Starts a session of steps (the chief's init): every worker's local step
  * becomes the global step, the token queue is emptied and filled with
- * num_tokens initial tokens carrying the global step (num_tokens < 0: the
- * default, max(0, R - N)), and steps run until the global step reaches
+ * num_tokens initial tokens carrying the global step (num_tokens < 0:
+ * cfg.init_tokens, and when that is < 0 too, max(0, R - N)), and steps run until the global step reaches
  * `until` (after which tokens are refused with DPT_ECLOSED so that workers
  * stop). Call it when no worker is inside the service. Errors: DPT_ESTATE
  * (no global step was set), DPT_EINVAL (num_tokens < R - N: too few for the
@@ -160,7 +175,8 @@ int dpt_sr_push(dpt_sr_t *sr, int worker, uint64_t local_step, const float *grad
  * worker's next local step. Errors: DPT_ESTATE (before dpt_sr_begin: the
  * update does not exist yet), DPT_ECLOSED (the session reached `until`, or
  * dpt_sr_close), DPT_ETIMEDOUT (no token within timeout_s: the message
- * names the token queue and the global step).
+ * names the workers the global step waits for, those that have not pushed
+ * a gradient of it, and the waiting worker).
  */
 int dpt_sr_take_token(dpt_sr_t *sr, int worker, uint64_t *step);
 

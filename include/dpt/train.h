@@ -228,8 +228,19 @@ typedef enum dpt_dataset_id {
     X(replicas_to_aggregate, INT, DPT_JOBS_SR, 0, "2", 1, 32, "",                                  \
       "gradients averaged into one update; total_num_replicas above it makes backup workers "      \
       "whose late gradients are dropped as stale")                                                 \
-    X(total_num_replicas, INT, DPT_JOBS_SR, 0, "2", 1, 32, "",                                     \
-      "worker threads computing gradients (each on batch_size / replicas_to_aggregate rows)")      \
+    X(total_num_replicas, INT, DPT_JOBS_SR, 0, "0", 0, 32, "",                                     \
+      "workers computing gradients, each on batch_size / replicas_to_aggregate rows (0 = "         \
+      "replicas_to_aggregate; below it each worker computes several gradients a step)")            \
+    X(sync_replicas_tokens, ENUM, DPT_JOBS_SR, 0, "strict", 0, 0, "strict|fifo",                   \
+      "how tokens go to workers: strict (at most one gradient per worker and step when N >= R; "   \
+      "N = R is bitwise reproducible) or fifo (TensorFlow's queue: a fast worker may take "        \
+      "another's token)")                                                                          \
+    X(init_tokens, INT, DPT_JOBS_SR, 0, "-1", -1, 1e6, "",                                         \
+      "tokens each session starts with (-1 = replicas_to_aggregate, TensorFlow's default; at "     \
+      "least replicas_to_aggregate - total_num_replicas)")                                         \
+    X(replica_grad_clip, FLOAT, DPT_JOBS_SR, 0, "0", 0, 1e30, "",                                  \
+      "clip each worker's gradient to this global norm before it is pushed (0 = off; grad_clip "   \
+      "clips the averaged one)")                                                                   \
     X(num_ps, INT, DPT_JOBS_SR, 0, "1", 1, 32, "",                                                 \
       "parameter services the variables are placed on (each to the least loaded by bytes)")        \
     X(ema_decay, FLOAT, DPT_JOBS_SR, 0, "0", 0, 0.999999, "",                                      \

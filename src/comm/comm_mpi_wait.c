@@ -246,14 +246,23 @@ static void nap(long ns)
     nanosleep(&ts, NULL);
 }
 
+/* A gap between two looks longer than this (the longest nap is 1 ms) is
+ * time this process did not run: it was stopped (SIGSTOP) or not
+ * scheduled. */
+#define GAP_S 0.25
+
 /* The polling loop (see the top of the file), around test(ctx). m may be
  * NULL (no side channel). Returns WAIT_DONE, WAIT_DEADLINE, WAIT_MPI_ERROR
  * or WAIT_SIDE_ERROR (*out = the MPI code) or WAIT_FAILED (*out = the dpt
- * code of a notified failure, already recorded). */
+ * code of a notified failure, already recorded). The deadline counts the
+ * time this process ran: a gap (GAP_S) moves it by the gap, so a process
+ * stopped and continued (a backup worker held back) does not fail a wait
+ * that its peer answered meanwhile; its peers' deadlines still name it. */
 static int poll_until(dpt__mcomm_t *m, dpt__mtest_fn test, void *ctx, double deadline, size_t bytes,
                       int *out)
 {
-    double spin_end = dpt_now() + SPIN_S + SPIN_S_PER_BYTE * (double)bytes;
+    double last = dpt_now();
+    double spin_end = last + SPIN_S + SPIN_S_PER_BYTE * (double)bytes;
     long sleep_ns = SLEEP_MIN_NS;
     for (;;) {
         int done = 0;
@@ -265,6 +274,11 @@ static int poll_until(dpt__mcomm_t *m, dpt__mtest_fn test, void *ctx, double dea
         if (done)
             return WAIT_DONE;
         double now = dpt_now();
+        if (now - last > GAP_S) {
+            deadline += now - last;
+            spin_end = now;
+        }
+        last = now;
         if (now >= deadline)
             return WAIT_DEADLINE;
         if (now < spin_end)

@@ -91,6 +91,7 @@ dpt_sr_config_t dpt_sr_defaults(void)
     c.replicas_to_aggregate = 1;
     c.total_num_replicas = 1;
     c.num_ps = 1;
+    c.init_tokens = -1;
     return c;
 }
 
@@ -181,6 +182,9 @@ static int sr_check_config(const dpt_sr_config_t *c)
                          (double)c->ema_decay);
     if (!(c->grad_clip >= 0.0))
         return dpt_error(DPT_EINVAL, "sync replicas: grad_clip = %g: must be >= 0", c->grad_clip);
+    if (c->tokens != DPT_SR_TOKENS_STRICT && c->tokens != DPT_SR_TOKENS_FIFO)
+        return dpt_error(DPT_EINVAL, "sync replicas: tokens = %d: DPT_SR_TOKENS_STRICT or _FIFO",
+                         c->tokens);
     for (size_t i = 0; c->sparse && i < c->vars->nvars; i++)
         if (c->sparse[i] && c->vars->vars[i].ndim != 2)
             return dpt_error(DPT_EINVAL,
@@ -368,6 +372,8 @@ int dpt_sr_begin(dpt_sr_t *sr, int64_t num_tokens, uint64_t until)
 {
     int R = sr->cfg.replicas_to_aggregate, N = sr->cfg.total_num_replicas;
     int64_t need = R > N ? (int64_t)(R - N) : 0;
+    if (num_tokens < 0)
+        num_tokens = sr->cfg.init_tokens;
     pthread_mutex_lock(&sr->mu);
     int rc = DPT_OK;
     if (!sr->have_step)
@@ -666,6 +672,18 @@ int dpt_sr_push(dpt_sr_t *sr, int worker, uint64_t local_step, const float *grad
  * *step set, or 0. */
 static int sr_take(dpt_sr_t *sr, int worker, uint64_t *step)
 {
+    if (sr->cfg.tokens == DPT_SR_TOKENS_FIFO) {
+        /* TensorFlow's queue: the oldest token, whatever its step. */
+        while (sr->head < sr->tail && sr->runs[sr->head].count == 0)
+            sr->head++;
+        if (sr->head == sr->tail)
+            return 0;
+        *step = sr->runs[sr->head].step;
+        sr->runs[sr->head].count--;
+        sr->tokens_avail--;
+        sr->st.tokens_taken++;
+        return 1;
+    }
     while (sr->head < sr->tail &&
            (sr->runs[sr->head].count == 0 || sr->runs[sr->head].step < sr->global_step)) {
         sr->tokens_avail -= sr->runs[sr->head].count;
@@ -685,6 +703,28 @@ static int sr_take(dpt_sr_t *sr, int worker, uint64_t *step)
         return 1;
     }
     return 0;
+}
+
+/* The error of a worker that waited `limit` s for a token (lock held):
+ * it names the workers the step waits for (not lost, no gradient of the
+ * global step pushed). */
+static int sr_token_timeout(dpt_sr_t *sr, int worker, double limit)
+{
+    char who[160] = "";
+    size_t len = 0;
+    int n = 0;
+    for (int w = 0; w < sr->cfg.total_num_replicas && len < sizeof who; w++) {
+        uint64_t last = sr->last_pushed[w];
+        if (sr->lost[w] || (last != SR_NONE && last >= sr->global_step))
+            continue;
+        len += (size_t)snprintf(who + len, sizeof who - len, "%s%d", n++ ? ", " : "", w);
+    }
+    return dpt_error(DPT_ETIMEDOUT,
+                     "sync replicas: global step %" PRIu64 " waits for worker%s %s (no gradient "
+                     "of it within %.3g s: stopped, dead or stuck; %d of %d gradients arrived); "
+                     "worker %d waited for a token",
+                     sr->global_step, n > 1 ? "s" : "", n ? who : "(none: the queue is empty)",
+                     limit, sr->filled, sr->cfg.replicas_to_aggregate, worker);
 }
 
 int dpt_sr_take_token(dpt_sr_t *sr, int worker, uint64_t *step)
@@ -711,12 +751,7 @@ int dpt_sr_take_token(dpt_sr_t *sr, int worker, uint64_t *step)
             /* A token that came with the deadline is still taken (the
              * checks above ran once more after the wait). */
             if (expired)
-                rc = dpt_error(DPT_ETIMEDOUT,
-                               "sync replicas: worker %d waited %.3g s for a token: the token "
-                               "queue stayed empty at global step %" PRIu64
-                               " (%d of %d gradients of the step arrived)",
-                               worker, limit, sr->global_step, sr->filled,
-                               sr->cfg.replicas_to_aggregate);
+                rc = sr_token_timeout(sr, worker, limit);
             else
                 expired = pthread_cond_timedwait(&sr->cv, &sr->mu, &until) == ETIMEDOUT;
         } else {

@@ -629,9 +629,10 @@ static int dpt__run_loop(dpt__run_t *r, dpt_train_result_t *res, dpt_run_reason_
 
 /* 5b. Rank 0 of a job whose other ranks run a role ends their part (before
  * the evaluation, which they would wait through). A rank that does not
- * answer fails the run; after a stop request the run keeps its outcome (its
- * checkpoint is written) and the failure is reported as a note. Either way
- * MPI cannot be finalized (it would wait for that rank). */
+ * answer fails the run, except after a stop request or for a job that
+ * abandons such ranks (end_abandons): then the run keeps its outcome (its
+ * files are written) and the failure is reported as a note. Either way MPI
+ * cannot be finalized (it would wait for that rank). */
 static int dpt__run_end_roles(dpt__run_t *r, dpt_run_reason_t why)
 {
     if (!r->launch.alone || r->launch.rank != 0)
@@ -640,10 +641,13 @@ static int dpt__run_end_roles(dpt__run_t *r, dpt_run_reason_t why)
     if (!rc)
         return DPT_OK;
     r->launch.lost = 1;
-    if (why != DPT_RUN_STOPPED)
+    int stopped = why == DPT_RUN_STOPPED;
+    if (!stopped && !dpt__trainer_end_abandons(r->t))
         return rc;
     char msg[1024];
-    snprintf(msg, sizeof msg, "after the stop request: %s", dpt_last_error());
+    snprintf(msg, sizeof msg, "%s: %s",
+             stopped ? "after the stop request" : "warning: the work is done, abandoning the rest",
+             dpt_last_error());
     dpt__run_note(r, msg);
     return DPT_OK;
 }

@@ -98,6 +98,8 @@ struct srt {
      * service it holds (UINT64_MAX: none), and how many gathers it made. */
     uint64_t gathered_at, gathers;
     uint64_t test_interval; /* epochs between test-set evaluations (0: the last) */
+    double replica_clip;    /* each worker's gradient clipped to this global norm (0: off) */
+    uint64_t its;           /* iterations this process ran (the first one's note) */
     /* Counters of the run before this process's service (restored from a
      * checkpoint; the service counts from 0). */
     uint64_t base_stale, *base_contrib; /* [N] */

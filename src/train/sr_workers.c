@@ -14,6 +14,7 @@
  */
 #include "sr_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,29 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
 
 /* ---- the worker loop ------------------------------------------------------------- */
 
+/* replica_grad_clip: the worker's gradient (its dense variables and, for
+ * bags, the table's rows) scaled to that global norm when above it. */
+static void dpt__sr_clip(const srt_t *t, srt_worker_t *w)
+{
+    const dpt_vartable_t *vt = t->vars;
+    double sumsq = 0.0;
+    for (size_t i = t->bags ? 1 : 0; i < vt->nvars; i++) {
+        const float *g = w->grads.data + vt->vars[i].offset;
+        for (size_t j = 0; j < vt->vars[i].count; j++)
+            sumsq += (double)g[j] * (double)g[j];
+    }
+    size_t nrows = t->bags ? w->grad_rows.n * w->grad_rows.dim : 0;
+    for (size_t j = 0; j < nrows; j++)
+        sumsq += (double)w->grad_rows.values[j] * (double)w->grad_rows.values[j];
+    float f = dpt_clip_factor(sqrt(sumsq), t->replica_clip);
+    if (f == 1.0f)
+        return;
+    for (size_t i = t->bags ? 1 : 0; i < vt->nvars; i++)
+        dpt_vec_scale(w->grads.data + vt->vars[i].offset, vt->vars[i].count, f);
+    if (nrows)
+        dpt_vec_scale(w->grad_rows.values, nrows, f);
+}
+
 static void dpt__srt_straggle(const srt_t *t)
 {
     struct timespec ts;
@@ -199,6 +223,8 @@ int dpt__sr_work(srt_worker_t *w)
         size_t chunk = (size_t)((tok.index * (uint64_t)t->N + (uint64_t)w->id) % t->nchunks);
         if ((rc = dpt__sr_grad(w, chunk, &loss, &correct)) != 0)
             break;
+        if (t->replica_clip > 0.0)
+            dpt__sr_clip(t, w);
         if (w->id == t->straggler)
             dpt__srt_straggle(t);
         fig[SRT_FIG_LOSS] = loss * (double)t->b;

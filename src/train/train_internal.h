@@ -297,6 +297,11 @@ typedef struct dpt__job {
      * DPT_ETIMEDOUT naming the ranks that did not answer. NULL: destroy
      * ends them. */
     int (*end)(void *self);
+    /* 1: a rank that does not answer `end` once the run's work is done is
+     * abandoned with a warning, and the run keeps its outcome (its files
+     * are complete); 0: it fails the run (after a stop request it is a
+     * warning either way). */
+    int end_abandons;
 } dpt__job_t;
 
 extern const dpt__job_t dpt__supervised_job;
@@ -352,6 +357,8 @@ void dpt__launch_end(dpt__launch_t *l, int rc);
 
 /* The job's end hook (dpt__job_t.end) on t's trainer; 0 without one. */
 int dpt__trainer_end(dpt_trainer_t *t);
+/* The job's end_abandons (dpt__job_t) for t's trainer. */
+int dpt__trainer_end_abandons(const dpt_trainer_t *t);
 
 /* Test hook: registers one more job, whose id must be DPT_JOB_COUNT (not in
  * DPT_JOB_LIST, the enum or --help) and whose name is new; NULL removes it.

@@ -96,6 +96,12 @@ int dpt__trainer_end(dpt_trainer_t *t)
     return job && job->end ? job->end(t->self) : DPT_OK;
 }
 
+int dpt__trainer_end_abandons(const dpt_trainer_t *t)
+{
+    const dpt__job_t *job = dpt__job_get(t->ops->job);
+    return job && job->end_abandons;
+}
+
 int dpt_trainer_iterate(dpt_trainer_t *t, dpt_train_result_t *r)
 {
     memset(r, 0, sizeof *r);

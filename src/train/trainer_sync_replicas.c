@@ -116,6 +116,9 @@ static int dpt__srt_service_config(srt_t *t, const dpt_config_t *c, dpt_sr_confi
     sc.num_ps = t->num_ps;
     sc.ema_decay = t->ema_decay;
     sc.timeout_s = DPT_CF(c, comm_timeout_s);
+    /* strict|fifo, in the engine's order */
+    sc.tokens = DPT_CI(c, sync_replicas_tokens) ? DPT_SR_TOKENS_FIFO : DPT_SR_TOKENS_STRICT;
+    sc.init_tokens = DPT_CI(c, init_tokens) < 0 ? (int64_t)t->R : DPT_CI(c, init_tokens);
     memset(sparse, 0, nsparse);
     if (t->bags) {
         if (t->vars->nvars > nsparse)
@@ -211,6 +214,7 @@ static int dpt__srt_build(srt_t *t, const dpt_config_t *c)
         return rc;
     t->timeout_s = DPT_CF(c, comm_timeout_s);
     t->test_interval = (uint64_t)DPT_CI(c, test_interval);
+    t->replica_clip = DPT_CF(c, replica_grad_clip);
     t->gathered_at = UINT64_MAX;
     if (t->role != SRT_WORKER && (rc = dpt__srt_service(t, c)) != 0)
         return rc;
@@ -415,7 +419,12 @@ static void dpt__srt_note(const srt_t *t, const srt_epoch_t *e, dpt_train_result
         snprintf(r->note, sizeof r->note,
                  "worker %d failed, left out (%d of %d lost, R = %d go on): %.60s", e->first_failed,
                  t->lost, t->N, t->R, t->w[e->first_failed].err);
-    else if (t->epoch == 0 && t->num_ps > 1) {
+    else if (t->its == 1 && t->N < t->R)
+        snprintf(r->note, sizeof r->note,
+                 "total_num_replicas = %d < replicas_to_aggregate = %d: each update averages %d "
+                 "gradients of %d workers, so workers compute several gradients a step",
+                 t->N, t->R, t->R, t->N);
+    else if (t->its == 1 && t->num_ps > 1) {
         uint64_t pb[SRT_MAX_PS];
         dpt_sr_placement(t->sr, NULL, pb);
         size_t len = (size_t)snprintf(r->note, sizeof r->note, "placement (bytes per service):");
@@ -581,6 +590,7 @@ static int dpt__srt_iterate(void *self, dpt_train_result_t *r)
                          " before step %" PRIu64,
                          e.s1.global_step, e.until);
     }
+    t->its++;
     dpt__srt_note(t, &e, r);
     dpt__srt_sum_workers(t, &e);
     t->samples += e.used;
@@ -799,16 +809,32 @@ static const dpt_trainer_ops_t dpt__srt_ops = {
 static int dpt__srt_check(const dpt_config_t *c)
 {
     int64_t b = DPT_CI(c, batch_size), d = DPT_CI(c, replicas_to_aggregate);
+    int64_t n = DPT_CI(c, total_num_replicas), k = DPT_CI(c, init_tokens);
     if (b % d)
         return dpt_error(DPT_EINVAL,
                          "batch_size %lld must be divisible by replicas_to_aggregate %lld",
                          (long long)b, (long long)d);
+    if (k >= 0 && k < d - n)
+        return dpt_error(DPT_EINVAL,
+                         "init_tokens = %lld are too few for the first step: "
+                         "total_num_replicas = %lld workers must push replicas_to_aggregate = "
+                         "%lld gradients, which needs at least %lld",
+                         (long long)k, (long long)n, (long long)d, (long long)(d - n));
     return DPT_OK;
 }
 
-/* The bags task is a regression: its loss, when not given, is mse. */
+/* total_num_replicas, when not given (0), is replicas_to_aggregate
+ * (TensorFlow's default); the bags task is a regression: its loss, when not
+ * given, is mse. */
 static int dpt__srt_fill(dpt_config_t *c)
 {
+    if (DPT_CI(c, total_num_replicas) == 0) {
+        char n[24];
+        snprintf(n, sizeof n, "%lld", (long long)DPT_CI(c, replicas_to_aggregate));
+        int rc = dpt__config_assign(c, DPT_CFG_total_num_replicas, n, "default");
+        if (rc)
+            return rc;
+    }
     if (DPT_CI(c, dataset) != DPT_DATASET_BAGS || dpt_config_given(c, DPT_CFG_loss))
         return DPT_OK;
     return dpt__config_assign(c, DPT_CFG_loss, "mse", "default");
@@ -852,4 +878,5 @@ const dpt__job_t dpt__sync_replicas_job = {
     .threads = dpt__srt_threads,
     .plan = dpt__srt_plan,
     .end = dpt__srt_end,
+    .end_abandons = 1, /* a backup held back at the end must not fail a finished run */
 };
