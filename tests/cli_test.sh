@@ -315,6 +315,12 @@ if [ "$(untimed dd_full/result.jsonl)" = "$(untimed dd_half/result.jsonl)" ]; th
 else
     bad "ddppo resume metrics differ"
 fi
+# RLlib's step counters in result.jsonl and progress.csv: every batch of
+# every worker sampled and trained once (5120 steps).
+check "ddppo: result.jsonl and progress.csv count the steps sampled and trained" \
+    grep -q '"num_env_steps_sampled":5120,"num_env_steps_trained":5120,"num_agent_steps_sampled":5120,"num_agent_steps_trained":5120' dd_full/result.jsonl
+check "ddppo: progress.csv has the step counters' columns" \
+    grep -q '^training_iteration,.*,num_env_steps_sampled,num_env_steps_trained,num_agent_steps_sampled,num_agent_steps_trained' dd_full/progress.csv
 # Defect 4: a minibatch that does not divide the worker's batch (500 rows,
 # minibatches of 128) used to overflow the heap.
 expect 0 "" -- train dd.conf --set rollout_fragment_length=100 --set num_envs_per_worker=5 \

@@ -81,7 +81,8 @@ static void test_ppo_learns_cartpole(void)
     CHECK(lr < 0.00025 && lr > 0.0);
     double ent = dpt_train_result_get(&r, "info/learner/default_policy/entropy");
     CHECK(ent > 0.0 && ent < 0.7);
-    /* The 0.1 command's names and order, without time_total_s (the run's). */
+    /* The 0.1 command's names and order, without time_total_s (the run's),
+     * then RLlib's step counters. */
     static const char *const names[] = {"training_iteration",
                                         "timesteps_total",
                                         "timesteps_this_iter",
@@ -103,7 +104,11 @@ static void test_ppo_learns_cartpole(void)
                                         "info/learner/default_policy/grad_gnorm",
                                         "info/learner/default_policy/vf_explained_var",
                                         "timing_breakdown/sample_time_ms",
-                                        "timing_breakdown/learn_time_ms"};
+                                        "timing_breakdown/learn_time_ms",
+                                        "num_env_steps_sampled",
+                                        "num_env_steps_trained",
+                                        "num_agent_steps_sampled",
+                                        "num_agent_steps_trained"};
     CHECK(r.nmetrics == NSETS(names));
     for (size_t i = 0; i < r.nmetrics && i < NSETS(names); i++)
         CHECK(strcmp(r.metrics[i].name, names[i]) == 0);
@@ -359,7 +364,7 @@ static void test_ddppo_batch_not_multiple_of_minibatch(void)
     CHECK(r.iteration == 2 && r.timesteps_total == 2000);
     CHECK(dpt_train_result_get(&r, "info/min_worker_rows") == 500.0);
     CHECK(dpt_train_result_get(&r, "info/preempted_workers") == 0.0);
-    CHECK(r.nmetrics == 24);
+    CHECK(r.nmetrics == 28); /* ppo's 22, DD-PPO's 2, the 4 step counters */
     dpt_trainer_destroy(t);
     dpt_config_destroy(c);
 }

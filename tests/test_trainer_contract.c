@@ -10,6 +10,8 @@
  * learn asynchronously (a learner thread fed by sampler threads), so what
  * they keep is what docs/CHECKPOINTS.md states: the weights, optimizer state
  * and counters of the checkpoint; their later iterations are not compared.
+ * Every RL job's checkpoint keeps RLlib's step counters, and the restored
+ * trainer counts on from them.
  * (Under mpirun the same contract is run through `dpt train` by
  * tests/mpi_contract_test.sh.)
  */
@@ -119,6 +121,16 @@ static void contract(dpt_job_t job)
             CHECK_OK(dpt_trainer_iterate(a, &ra));
     }
     CHECK(rb.iteration == 4);
+    /* RL jobs: RLlib's step counters, kept by the checkpoint and continued
+     * by the restored trainer (tests/test_rl_counters.c: how each job
+     * counts). */
+    static const char *const counters[4] = {"num_env_steps_sampled", "num_env_steps_trained",
+                                            "num_agent_steps_sampled", "num_agent_steps_trained"};
+    for (int k = 0; DPT_JOB_IS_RL(job) && k < 4; k++) {
+        uint64_t saved = 0;
+        CHECK_OK(dpt_safetensors_meta_u64(st, counters[k], &saved));
+        CHECK(saved > 0 && dpt_train_result_get(&rb, counters[k]) > (double)saved);
+    }
     if (jc->bitwise) {
         size_t n;
         float *wa = dpt_test_weights(a, &n), *wb = dpt_test_weights(b, NULL);

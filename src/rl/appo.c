@@ -533,6 +533,7 @@ static void dpt__appo_report(dpt_appo_t *a, uint64_t start, double wall, dpt_rl_
     res->timesteps_this_iter = a->timesteps - start;
     res->episodes_total = a->episodes_total;
     res->episodes_this_iter = a->episodes_iter;
+    res->counters = a->counters;
     dpt__rl_result_episodes(res, &a->window);
     double inv = a->ls_count ? 1.0 / (double)a->ls_count : 0.0;
     res->policy_loss = a->ls_sum.policy_loss * inv;
@@ -577,7 +578,6 @@ static void dpt__appo_report_stats(dpt_appo_t *a, dpt_appo_stats_t *as)
     dpt_learner_stats_t ls;
     dpt_learner_get_stats(a->learner_thread, &ls);
     as->updates = a->updates - a->rep.updates;
-    as->timesteps_sampled = a->timesteps_sampled;
     as->policy_lag = a->lag_count > 0.0 ? a->lag_sum / a->lag_count : 0.0;
     as->learner_utilization = ls.learner_utilization;
     as->dequeue_time_ms = ls.learner_dequeue_time_ms;

@@ -1,7 +1,7 @@
 /*
  * APPO/IMPALA checkpoints (dpt_appo_checkpoint, dpt_appo_restore): the
- * weights, the optimizers and the counters; the envs and the queues are
- * not saved (see appo.c).
+ * weights, the optimizers and the counters (the run's step counters as
+ * metadata); the envs and the queues are not saved (see appo.c).
  */
 #include "dpt/status.h"
 #include "appo_internal.h"
@@ -67,6 +67,7 @@ int dpt_appo_checkpoint(dpt_appo_t *a, dpt_safetensors_writer_t *w)
     a->ck_head[2] = a->timesteps;
     a->ck_head[3] = a->updates;
     a->ck_head[4] = a->episodes_total;
+    a->ck_counters = a->counters;
     pthread_mutex_unlock(&a->mu);
     for (int p = 0; !rc && p < a->npols; p++) {
         dpt__appo_pol_t *pol = &a->pols[p];
@@ -94,6 +95,8 @@ int dpt_appo_checkpoint(dpt_appo_t *a, dpt_safetensors_writer_t *w)
     }
     if (!rc)
         rc = dpt_safetensors_add_blob(w, "appo.state", a->ck_head, sizeof a->ck_head);
+    if (!rc)
+        rc = dpt__rl_counters_save(w, &a->ck_counters);
     return rc;
 }
 
@@ -141,6 +144,9 @@ int dpt_appo_restore(dpt_appo_t *a, const dpt_safetensors_t *st)
             rc = dpt_error(DPT_EFORMAT, "checkpoint %s: appo.state is not an APPO state",
                            dpt_safetensors_path(st));
     }
+    dpt_rl_counters_t counters;
+    if (!rc)
+        rc = dpt__rl_counters_load(st, head[2], &counters);
     if (rc)
         return rc;
     /* All or nothing: every policy is read and checked before any is
@@ -194,6 +200,7 @@ int dpt_appo_restore(dpt_appo_t *a, const dpt_safetensors_t *st)
         a->timesteps = head[2];
         a->updates = head[3];
         a->episodes_total = head[4];
+        a->counters = counters;
     }
     for (int p = 0; p < a->npols; p++)
         dpt__optim_ckpt_free(&ck[p]);

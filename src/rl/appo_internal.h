@@ -149,7 +149,10 @@ struct dpt_appo {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* monotonic clock; signalled once timesteps reaches wake_at */
     uint64_t wake_at;  /* what dpt_appo_train waits for (0: nobody waits) */
-    uint64_t updates, timesteps, timesteps_sampled, episodes_total;
+    uint64_t updates, timesteps, episodes_total;
+    /* sampled: a batch's steps on its first pass; trained: on every pass a
+     * policy trained on (RLlib's learner thread counts each pass) */
+    dpt_rl_counters_t counters;
     double lag_sum, lag_count, load_s;
     dpt__episode_window_t window; /* the newest episodes of every policy */
     uint64_t episodes_iter;
@@ -173,6 +176,7 @@ struct dpt_appo {
     int stop_asked_by;       /* rank 0: the first sampler rank that asked (0: none) */
     /* checkpoints */
     uint64_t ck_head[5];
+    dpt_rl_counters_t ck_counters;
     uint64_t iteration;
 };
 

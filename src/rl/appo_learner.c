@@ -136,8 +136,9 @@ void dpt__appo_learner_release(void *ctx, void *item)
 /* One update on a batch of a trained policy: load it into the policy's
  * towers (they hold one batch at a time), take a step, publish the
  * weights when it is time. A batch of a policy not trained takes no
- * update. The first pass counts the batch's env steps, episodes and (for
- * a trained policy) policy lag. */
+ * update. Every update counts the batch's steps as trained (the result's
+ * env and agent steps); the first pass counts them as sampled, with its
+ * episodes and (for a trained policy) policy lag. */
 int dpt__appo_learner_step(void *ctx, void *item, dpt_learner_result_t *res)
 {
     struct dpt_appo *a = ctx;
@@ -182,11 +183,16 @@ int dpt__appo_learner_step(void *ctx, void *item, dpt_learner_result_t *res)
             pthread_mutex_unlock(&a->wmu);
         }
     }
-    if (tb->passes++ == 0) {
-        uint64_t steps = (uint64_t)(a->seqs * a->T);
+    uint64_t steps = (uint64_t)(a->seqs * a->T);
+    if (pol->train) {
         res->env_steps = res->agent_steps = steps;
+        a->counters.env_steps_trained += steps;
+        a->counters.agent_steps_trained += steps;
+    }
+    if (tb->passes++ == 0) {
         a->timesteps += steps;
-        a->timesteps_sampled += steps;
+        a->counters.env_steps_sampled += steps;
+        a->counters.agent_steps_sampled += steps;
         if (pol->train) {
             a->lag_sum += (double)(pol->updates - 1) * (double)tb->seqs - tb->version_sum;
             a->lag_count += (double)tb->seqs;

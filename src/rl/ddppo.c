@@ -112,12 +112,15 @@ struct dpt_ddppo {
     dpt__rl_batch_t batch; /* the shuffled copy of the batch that is loaded */
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps, finished_base;
-    uint64_t local_iters; /* iterations run by this process (preemption counter base) */
-    float minmax[4];      /* this worker's [-min, max] and a spare pair */
-    float *gathered;      /* [size * 4] */
+    uint64_t local_iters;       /* iterations run by this process (preemption counter base) */
+    dpt_rl_counters_t counters; /* of every worker: each batch counts once as sampled and
+                                 * trained */
+    float minmax[4];            /* this worker's [-min, max] and a spare pair */
+    float *gathered;            /* [size * 4] */
     /* A restore validated by dpt__ddppo_restore_prepare, not yet applied. */
     dpt__optim_ckpt_t restore_ck; /* params and optimizer state; data NULL when none */
     uint64_t restore_head[4];
+    dpt_rl_counters_t restore_counters;
     const void *restore_buf;
     size_t restore_bytes;
 };
@@ -316,6 +319,11 @@ static int dpt__ddppo_aggregate(dpt_ddppo_t *w, size_t rows, int preempted, size
     w->iteration++;
     uint64_t total_rows = (uint64_t)st[ST_ROWS];
     w->timesteps += total_rows;
+    w->counters.env_steps_sampled += total_rows;
+    w->counters.env_steps_trained += total_rows;
+    w->counters.agent_steps_sampled += total_rows;
+    w->counters.agent_steps_trained += total_rows;
+    res->counters = w->counters;
     double P = (double)w->size, cnt = (double)st[ST_WIN_COUNT];
     res->iteration = w->iteration;
     res->timesteps_total = w->timesteps;
@@ -458,6 +466,8 @@ int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr)
                                   dpt_towers_optimizer(w->towers));
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(wr, "workers", (uint64_t)w->size);
+    if (!rc)
+        rc = dpt__rl_counters_save(wr, &w->counters);
     return rc;
 }
 
@@ -508,6 +518,9 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
                                               bytes - sizeof head)) != 0)
         rc = dpt_error(rc, "checkpoint %s: worker %d: %s", dpt_safetensors_path(st), w->rank,
                        dpt_last_error());
+    dpt_rl_counters_t counters;
+    if (!rc)
+        rc = dpt__rl_counters_load(st, head[2], &counters);
     dpt__optim_ckpt_t ck = {0};
     if (!rc)
         rc = dpt__optim_ckpt_load(st, dpt_policy_vars(w->actor), dpt_towers_optimizer(w->towers),
@@ -524,6 +537,7 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
     }
     w->restore_ck = ck;
     memcpy(w->restore_head, head, sizeof head);
+    w->restore_counters = counters;
     w->restore_buf = buf;
     w->restore_bytes = bytes;
     return DPT_OK;
@@ -549,6 +563,7 @@ void dpt__ddppo_restore_commit(dpt_ddppo_t *w)
         abort();
     w->iteration = w->restore_head[1];
     w->timesteps = w->restore_head[2];
+    w->counters = w->restore_counters;
     dpt_rng_seek(&w->shuffle_rng, w->restore_head[3]);
     dpt__ddppo_restore_abort(w);
 }

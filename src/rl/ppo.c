@@ -35,7 +35,8 @@ struct dpt_ppo {
     dpt__rl_batch_t batch; /* the shuffled copy of the batch that is loaded */
     dpt_rng_t shuffle_rng;
     uint64_t iteration, timesteps;
-    void *blob; /* checkpoint state, kept so a writer can borrow it */
+    dpt_rl_counters_t counters; /* every batch counts once as sampled and trained */
+    void *blob;                 /* checkpoint state, kept so a writer can borrow it */
     size_t blob_bytes;
 };
 
@@ -218,6 +219,10 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     double t2 = dpt_now();
     p->iteration++;
     p->timesteps += rows;
+    p->counters.env_steps_sampled += rows;
+    p->counters.env_steps_trained += rows;
+    p->counters.agent_steps_sampled += rows;
+    p->counters.agent_steps_trained += rows;
     res->iteration = p->iteration;
     res->timesteps_total = p->timesteps;
     res->timesteps_this_iter = rows;
@@ -236,6 +241,7 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     res->iteration_time_s = t2 - t0;
     res->env_steps_per_s = (double)rows / (t2 - t0);
     res->rows_min = rows;
+    res->counters = p->counters;
     if (p->L) {
         res->sequences = nseq;
         res->rows_padded = nseq * p->L - rows;
@@ -275,7 +281,8 @@ int dpt_ppo_checkpoint(dpt_ppo_t *p, dpt_safetensors_writer_t *w)
                                       bytes - sizeof head)) != 0 ||
         (rc = dpt__optim_ckpt_save(w, vars, p->params.data, dpt_towers_optimizer(p->towers))) !=
             0 ||
-        (rc = dpt_safetensors_add_blob(w, "ppo.state", p->blob, bytes)) != 0)
+        (rc = dpt_safetensors_add_blob(w, "ppo.state", p->blob, bytes)) != 0 ||
+        (rc = dpt__rl_counters_save(w, &p->counters)) != 0)
         return rc;
     return DPT_OK;
 }
@@ -302,6 +309,9 @@ int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
             rc = dpt_error(DPT_EFORMAT, "checkpoint %s: ppo.state is not a PPO state",
                            dpt_safetensors_path(st));
     }
+    dpt_rl_counters_t counters;
+    if (!rc)
+        rc = dpt__rl_counters_load(st, head[2], &counters);
     /* Everything validated: from here on the trainer changes. */
     if (!rc)
         rc = dpt__rollout_load_state(&p->ro, (const char *)blob + sizeof head, bytes - sizeof head);
@@ -314,6 +324,7 @@ int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
     if (!rc) {
         p->iteration = head[1];
         p->timesteps = head[2];
+        p->counters = counters;
         dpt_rng_seek(&p->shuffle_rng, head[3]);
     }
     dpt__optim_ckpt_free(&ck);

@@ -2,7 +2,8 @@
  * What the RL engines share (rl_engine.h): the rules and the learning
  * phase of PPO and DD-PPO, the towers settings of PPO's and APPO's
  * learners, the learning rate schedule, per-minibatch advantage
- * normalization and the evaluation episodes of every RL job.
+ * normalization, the evaluation episodes of every RL job and the
+ * checkpoint metadata of the run's step counters.
  */
 #include "rl_engine.h"
 #include "dpt/status.h"
@@ -97,6 +98,40 @@ void dpt__rl_result_episodes(dpt_rl_result_t *res, const dpt__episode_window_t *
     res->episode_len_mean = es.len_mean;
     res->episode_reward_mean_20 = es.reward_mean_20;
     res->episodes_in_window = es.count;
+}
+
+/* The checkpoint metadata keys of dpt_rl_counters_t's fields, in order:
+ * RLlib's names. */
+static const char *const dpt__rl_counter_keys[4] = {
+    "num_env_steps_sampled", "num_env_steps_trained", "num_agent_steps_sampled",
+    "num_agent_steps_trained"};
+
+int dpt__rl_counters_save(dpt_safetensors_writer_t *w, const dpt_rl_counters_t *c)
+{
+    const uint64_t v[4] = {c->env_steps_sampled, c->env_steps_trained, c->agent_steps_sampled,
+                           c->agent_steps_trained};
+    int rc = DPT_OK;
+    for (int k = 0; !rc && k < 4; k++)
+        rc = dpt_safetensors_set_meta_u64(w, dpt__rl_counter_keys[k], v[k]);
+    return rc;
+}
+
+int dpt__rl_counters_load(const dpt_safetensors_t *st, uint64_t timesteps, dpt_rl_counters_t *c)
+{
+    uint64_t v[4];
+    for (int k = 0; k < 4; k++) {
+        v[k] = timesteps;
+        if (!dpt_safetensors_meta(st, dpt__rl_counter_keys[k]))
+            continue; /* written before dpt kept the counters */
+        int rc = dpt_safetensors_meta_u64(st, dpt__rl_counter_keys[k], &v[k]);
+        if (rc)
+            return rc;
+    }
+    c->env_steps_sampled = v[0];
+    c->env_steps_trained = v[1];
+    c->agent_steps_sampled = v[2];
+    c->agent_steps_trained = v[3];
+    return DPT_OK;
 }
 
 int dpt__rl_make_batch(dpt__rollout_t *ro, const dpt_policy_t *learner, size_t L, dpt_rng_t *rng,

@@ -25,6 +25,16 @@ dpt_towers_config_t dpt__rl_towers_config(const dpt_rl_common_config_t *c,
  * (linear annealing to 0 over total_timesteps when enabled). */
 float dpt__rl_lr(const dpt_rl_common_config_t *c, uint64_t done);
 
+/* The run's step counters (dpt_rl_counters_t) into checkpoint metadata
+ * num_env_steps_sampled, num_env_steps_trained, num_agent_steps_sampled
+ * and num_agent_steps_trained. Errors: those of the writer. */
+int dpt__rl_counters_save(dpt_safetensors_writer_t *w, const dpt_rl_counters_t *c);
+/* Reads them back from st into *c; a counter the checkpoint lacks (one
+ * written before dpt kept them) is `timesteps`, the checkpoint's env steps.
+ * Errors (c unchanged): DPT_EFORMAT naming the file and the key of a value
+ * that is not a count. */
+int dpt__rl_counters_load(const dpt_safetensors_t *st, uint64_t timesteps, dpt_rl_counters_t *c);
+
 /* res's episode figures (the means, extremes and count) from window w. */
 void dpt__rl_result_episodes(dpt_rl_result_t *res, const dpt__episode_window_t *w);
 

@@ -165,6 +165,19 @@ typedef struct dpt_appo_config {
     dpt_rl_policies_t policies;
 } dpt_appo_config_t;
 
+/* RLlib's step counters of a run (num_env_steps_sampled, ...): cumulative
+ * over the run, resumes included (each engine saves them in its checkpoint
+ * metadata under those names). An env step steps one agent here (an env of
+ * several policies maps each env to one policy), so the agent counters
+ * equal the env counters. PPO and DD-PPO count each iteration's batch once
+ * as trained (its epochs do not multiply it): trained = sampled. APPO and
+ * IMPALA count every learner pass a policy trained on: with num_sgd_iter
+ * passes over each batch, trained is about num_sgd_iter x sampled. */
+typedef struct dpt_rl_counters {
+    uint64_t env_steps_sampled, env_steps_trained;
+    uint64_t agent_steps_sampled, agent_steps_trained;
+} dpt_rl_counters_t;
+
 /* What an iteration did; for DD-PPO, aggregated over every worker. */
 typedef struct dpt_rl_result {
     uint64_t iteration;
@@ -178,6 +191,7 @@ typedef struct dpt_rl_result {
     double env_steps_per_s;     /* timesteps_this_iter / iteration_time_s */
     uint64_t preempted_workers; /* DD-PPO: workers stopped early this iteration */
     uint64_t rows_min;          /* DD-PPO: fewest rows any worker collected */
+    dpt_rl_counters_t counters; /* the run's counters after this iteration */
     /* Recurrent policies: sequences made of the batch, the padding rows
      * among them and the rows the towers left out of the load (whole
      * sequences: see dpt/towers.h); for DD-PPO summed over workers. */
@@ -206,11 +220,13 @@ int dpt_ppo_get_weights(dpt_ppo_t *ppo, float *out, size_t count);
 /* Adds the trainer's complete state to a checkpoint writer: parameters
  * ("params." + variable), Adam's moments ("optim.m.", "optim.v."), a blob
  * "ppo.state" (envs, RNG positions, the iteration and timestep counters)
- * and metadata "optim_step". Data is borrowed until the writer saves; do
- * not train in between. */
+ * and metadata "optim_step" and the run's step counters
+ * (dpt_rl_counters_t: "num_env_steps_sampled", ...). Data is borrowed
+ * until the writer saves; do not train in between. */
 int dpt_ppo_checkpoint(dpt_ppo_t *ppo, dpt_safetensors_writer_t *w);
 /* Restores what dpt_ppo_checkpoint wrote, so training continues exactly as
- * if never interrupted. Errors name the checkpoint and the mismatch; on
+ * if never interrupted (step counters the checkpoint lacks are its
+ * timestep counter). Errors name the checkpoint and the mismatch; on
  * error the trainer is unchanged. */
 int dpt_ppo_restore(dpt_ppo_t *ppo, const dpt_safetensors_t *st);
 uint64_t dpt_ppo_iteration(const dpt_ppo_t *ppo);
@@ -246,7 +262,6 @@ typedef struct dpt_appo_policy_stats {
  * names in the metrics: docs/RL.md). */
 typedef struct dpt_appo_stats {
     uint64_t updates;           /* optimizer steps this iteration */
-    uint64_t timesteps_sampled; /* env steps that reached the learner, in all */
     double policy_lag;          /* mean learner updates between a fragment's weights and
                                  * the update that took it */
     double learner_utilization; /* share of the learner thread's time in its steps */
@@ -323,12 +338,14 @@ int dpt_appo_get_weights(dpt_appo_t *a, float *out, size_t count);
  * not trained. DPT_EINVAL for a bad index or count. */
 int dpt_appo_get_policy_weights(dpt_appo_t *a, int policy, float *out, size_t count);
 uint64_t dpt_appo_iteration(const dpt_appo_t *a);
-/* Adds the weights, the optimizer and the counters (blob "appo.state") to
- * w, copied between two learner updates (the learner goes on meanwhile). */
+/* Adds the weights, the optimizer and the counters (blob "appo.state", and
+ * the run's step counters as metadata, dpt_rl_counters_t) to w, copied
+ * between two learner updates (the learner goes on meanwhile). */
 int dpt_appo_checkpoint(dpt_appo_t *a, dpt_safetensors_writer_t *w);
 /* Restores what dpt_appo_checkpoint wrote; only before the first
- * dpt_appo_train. Samplers start from the restored weights with fresh
- * envs. On error the engine is unchanged. */
+ * dpt_appo_train (step counters the checkpoint lacks are its timestep
+ * counter). Samplers start from the restored weights with fresh envs. On
+ * error the engine is unchanged. */
 int dpt_appo_restore(dpt_appo_t *a, const dpt_safetensors_t *st);
 
 /* ---- DD-PPO workers ---------------------------------------------------------------- */
@@ -366,7 +383,9 @@ int dpt_ddppo_check_weights(dpt_ddppo_t *w);
 /* Checkpointing DD-PPO: the parameters and optimizer state are identical on
  * every worker; each worker adds its own envs/RNG state as bytes.
  * dpt_ddppo_checkpoint_common adds "params.", "optim.m.", "optim.v.",
- * "optim_step" and the worker count "workers" (call it for one worker);
+ * "optim_step", the worker count "workers" and the run's step counters
+ * (dpt_rl_counters_t, the same on every worker; those a checkpoint lacks
+ * are read as its timestep counter) (call it for one worker);
  * state_bytes/save_state give one worker's private state (the same size on
  * every worker, with its iteration and timestep counters), stored by the
  * caller as "worker.<rank>". */
@@ -378,7 +397,8 @@ int dpt_ddppo_save_state(const dpt_ddppo_t *w, void *buf, size_t bytes);
 int dpt_ddppo_restore(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf, size_t bytes);
 /* The same in two steps, so that workers can agree before any changes:
  * prepare validates everything (worker count, sizes, the parameter and
- * optimizer tensors, the private state) and keeps the loaded values;
+ * optimizer tensors, the step counters, the private state) and keeps the
+ * loaded values;
  * commit applies them (cannot fail); abort drops them. buf must stay valid
  * until commit or abort. */
 int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, const void *buf,

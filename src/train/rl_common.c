@@ -431,6 +431,12 @@ void dpt__rl_fill_result(const dpt_rl_result_t *rr, uint64_t total_timesteps, in
     snprintf(r->note, sizeof r->note, "%s", rr->note);
     dpt_train_result_add(r, "timing_breakdown/sample_time_ms", rr->sample_time_s * 1e3);
     dpt_train_result_add(r, "timing_breakdown/learn_time_ms", rr->learn_time_s * 1e3);
+    /* RLlib's step counters, cumulative over the run (rl_trainers.h: how
+     * each engine counts). */
+    dpt_train_result_add(r, "num_env_steps_sampled", (double)rr->counters.env_steps_sampled);
+    dpt_train_result_add(r, "num_env_steps_trained", (double)rr->counters.env_steps_trained);
+    dpt_train_result_add(r, "num_agent_steps_sampled", (double)rr->counters.agent_steps_sampled);
+    dpt_train_result_add(r, "num_agent_steps_trained", (double)rr->counters.agent_steps_trained);
 }
 
 /* ---- description and evaluation --------------------------------------------------- */

@@ -164,8 +164,8 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
     const dpt_rl_policies_t *pl = &t->rc.policies;
     dpt__rl_fill_result(&rr, t->rc.common.total_timesteps, 0, pl->count == 1 ? t->names[0] : NULL,
                         r);
-    /* The learner's own figures, under the names of RLlib's learner thread. */
-    dpt_train_result_add(r, "num_env_steps_sampled", (double)as.timesteps_sampled);
+    /* The learner's own figures, under the names of RLlib's learner thread
+     * (the step counters are dpt__rl_fill_result's, as every RL job's). */
     dpt_train_result_add(r, "info/num_updates_this_iter", (double)as.updates);
     dpt_train_result_add(r, "info/policy_lag", as.policy_lag);
     dpt_train_result_add(r, "info/learner_utilization", as.learner_utilization);
