@@ -321,6 +321,16 @@ check "ddppo: result.jsonl and progress.csv count the steps sampled and trained"
     grep -q '"num_env_steps_sampled":5120,"num_env_steps_trained":5120,"num_agent_steps_sampled":5120,"num_agent_steps_trained":5120' dd_full/result.jsonl
 check "ddppo: progress.csv has the step counters' columns" \
     grep -q '^training_iteration,.*,num_env_steps_sampled,num_env_steps_trained,num_agent_steps_sampled,num_agent_steps_trained' dd_full/progress.csv
+# A run that an earlier build started (no step counters in its progress.csv)
+# and this one resumes: the rows after the resume keep the header's columns.
+expect 0 "" -- train dd.conf --quiet --set output_dir=dd_oldcsv --set stop_iters=10
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) keep[i] = $i !~ /^num_(env|agent)_steps_/ }
+         { o = ""; for (i = 1; i <= NF; i++) if (keep[i]) o = o (o == "" ? "" : ",") $i; print o }' \
+    dd_oldcsv/progress.csv > old.csv && mv old.csv dd_oldcsv/progress.csv
+expect 0 "" -- train --resume dd_oldcsv --quiet --set stop_iters=12
+check "a resumed run writes the columns of its progress.csv header" \
+    awk -F, 'NR == 1 { n = NF; if ($0 ~ /num_env_steps/) bad = 1 } NF != n { bad = 1 }
+             END { exit bad || NR != 13 }' dd_oldcsv/progress.csv
 # Defect 4: a minibatch that does not divide the worker's batch (500 rows,
 # minibatches of 128) used to overflow the heap.
 expect 0 "" -- train dd.conf --set rollout_fragment_length=100 --set num_envs_per_worker=5 \

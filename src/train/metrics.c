@@ -1,6 +1,7 @@
 /* result.jsonl, progress.csv and the TensorBoard events of a run (see
  * train_internal.h). */
 #define _GNU_SOURCE /* getline */
+#include "core/intern.h"
 #include "core/io.h"
 #include "dpt/status.h"
 #include "train_internal.h"
@@ -13,6 +14,36 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* A resumed run's progress.csv keeps the columns of its header: they
+ * become m's columns (names interned), so that a metric the run did not
+ * have when it started (one a later build added) is left out of the rows
+ * instead of shifting the values under the header. Best effort: a header
+ * that cannot be read leaves m->ncols 0 (the rows then follow the metrics'
+ * order, as in a run of one build). */
+static void dpt__metrics_read_header(dpt__metrics_t *m, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0, max = sizeof m->columns / sizeof m->columns[0];
+    ssize_t len = f ? getline(&line, &cap, f) : -1;
+    if (f)
+        fclose(f);
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+        line[--len] = '\0';
+    size_t n = 0;
+    for (char *p = len > 0 ? line : NULL, *next; p && n < max; p = next) {
+        next = strchr(p, ',');
+        if (next)
+            *next++ = '\0';
+        if (!(m->columns[n++] = dpt__intern(p))) {
+            n = 0;
+            break;
+        }
+    }
+    free(line);
+    m->ncols = n;
+}
 
 int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append, const dpt_config_t *c)
 {
@@ -28,6 +59,8 @@ int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append, const dpt_
         /* An existing non-empty CSV already has its header. */
         struct stat st;
         m->header_written = stat(path, &st) == 0 && st.st_size > 0;
+        if (m->header_written)
+            dpt__metrics_read_header(m, path);
     }
     m->csv = dpt__io_fopen(path, append ? "a" : "w");
     if (!m->csv) {
@@ -154,7 +187,7 @@ int dpt__metrics_write(dpt__metrics_t *m, const dpt_metric_t *metrics, size_t n)
         m->header_written = 1;
     }
     /* CSV: one value per column, by name (empty when absent). After a
-     * resume the header is already there, in the rows' own order. */
+     * resume the columns are those of the header already there. */
     size_t cols = m->ncols ? m->ncols : n;
     for (size_t c = 0; c < cols; c++) {
         double v = m->ncols ? dpt__metrics_find(metrics, n, m->columns[c]) : metrics[c].value;

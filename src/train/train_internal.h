@@ -191,8 +191,9 @@ typedef struct dpt__metrics {
 } dpt__metrics_t;
 
 /* Opens the files of the run in dir whose finalized config is c, appending
- * (resume) or creating them; the events go to a new file either way. On
- * failure every file is closed. */
+ * (resume: the rows of progress.csv then follow the columns of its header)
+ * or creating them; the events go to a new file either way. On failure
+ * every file is closed. */
 int dpt__metrics_open(dpt__metrics_t *m, const char *dir, int append, const dpt_config_t *c);
 void dpt__metrics_close(dpt__metrics_t *m);
 /* Writes one row and flushes. Names must stay valid while m is open. */
