@@ -335,11 +335,13 @@ check "a resumed run writes the columns of its progress.csv header" \
 # minibatches of 128) used to overflow the heap.
 expect 0 "" -- train dd.conf --set rollout_fragment_length=100 --set num_envs_per_worker=5 \
     --set sgd_minibatch_size=128 --set total_timesteps=4000 --set output_dir=dd_odd --quiet
-# The seed's DD-PPO defaults (fragment 100, 5 envs, minibatch 50, 10 epochs).
+# The seed's DD-PPO defaults (fragment 100, 5 envs, minibatch 50, 10 epochs,
+# advantages standardized over each worker's batch).
 printf 'job = ddppo\nstop_iters = 1\noutput_dir = dd_defaults\n' > ddd.conf
 expect 0 "" -- train ddd.conf --quiet
 if grep -q '^rollout_fragment_length = 100$' dd_defaults/config.conf && grep -q '^num_envs_per_worker = 5$' dd_defaults/config.conf &&
-   grep -q '^sgd_minibatch_size = 50$' dd_defaults/config.conf && grep -q '^num_sgd_iter = 10$' dd_defaults/config.conf; then
+   grep -q '^sgd_minibatch_size = 50$' dd_defaults/config.conf && grep -q '^num_sgd_iter = 10$' dd_defaults/config.conf &&
+   grep -q '^normalize_advantages = batch$' dd_defaults/config.conf; then
     ok "ddppo defaults are the seed's DD-PPO keys"
 else
     bad "ddppo defaults"

@@ -65,6 +65,8 @@ static void test_job_defaults(void)
     CHECK(dpt_config_int(c, DPT_CFG_sgd_minibatch_size) == 50);
     CHECK(dpt_config_int(c, DPT_CFG_num_sgd_iter) == 10);
     CHECK(dpt_config_float(c, DPT_CFG_lr) == 0.00025);
+    /* The seed's: each worker standardizes its whole batch. */
+    CHECK(strcmp(dpt_config_str(c, DPT_CFG_normalize_advantages), "batch") == 0);
     dpt_config_destroy(c);
 
     const char *sup[] = {"job=supervised"};

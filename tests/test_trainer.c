@@ -2,9 +2,10 @@
  * trainers (dpt/train.h, job = ppo and job = ddppo): PPO learns CartPole,
  * repeats bitwise, resumes bitwise from a checkpoint (weights and the next
  * result's metrics), runs more than 4096 minibatches an iteration, and
- * normalizes advantages per minibatch; DD-PPO with 2 worker threads resumes
- * bitwise and runs a batch that is not a multiple of the minibatch (the
- * configuration that once overflowed its buffers); checkpoints describe the
+ * normalizes advantages per minibatch; DD-PPO with 2 worker threads
+ * standardizes each worker's batch by default, resumes bitwise and runs a
+ * batch that is not a multiple of the minibatch (the configuration that
+ * once overflowed its buffers); checkpoints describe the
  * model and evaluate without a trainer; a restore that one worker refuses
  * changes no worker; config and create errors.
  * Lower-level DD-PPO hooks (src/rl/rl_trainers.h): workers keep identical
@@ -346,6 +347,38 @@ static void test_ppo_normalization_modes(void)
 }
 
 /* ---- DD-PPO through the trainer --------------------------------------------------- */
+
+/* DD-PPO's default is the seed's, each worker's whole batch: bitwise the
+ * run that asks for normalize_advantages = batch, not the per-minibatch
+ * one. */
+static void test_ddppo_default_normalization(void)
+{
+    static const char *const modes[3] = {NULL, "normalize_advantages=batch",
+                                         "normalize_advantages=minibatch"};
+    float *w[3] = {NULL, NULL, NULL};
+    size_t n = 0;
+    for (int m = 0; m < 3; m++) {
+        dpt_config_t *c;
+        const char *sets[] = {
+            "num_workers=2",         "num_envs_per_worker=2", "rollout_fragment_length=32",
+            "sgd_minibatch_size=16", "sync_frac=1",           modes[m]};
+        /* modes[0]: the default (the key left out) */
+        REQUIRE_OK(make_cfg(&c, "ddppo", sets, NSETS(sets) - (m == 0)));
+        dpt_trainer_t *t;
+        REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+        dpt_train_result_t r;
+        for (int i = 0; i < 2; i++)
+            CHECK_OK(dpt_trainer_iterate(t, &r));
+        w[m] = dpt_test_weights(t, &n);
+        dpt_trainer_destroy(t);
+        dpt_config_destroy(c);
+    }
+    REQUIRE(w[0] && w[1] && w[2]);
+    CHECK(memcmp(w[0], w[1], n * sizeof(float)) == 0);
+    CHECK(memcmp(w[0], w[2], n * sizeof(float)) != 0);
+    for (int m = 0; m < 3; m++)
+        free(w[m]);
+}
 
 /* 100 steps x 5 envs = 500 rows a worker, minibatches of 128: 3 minibatches
  * of 128 rows (116 rows left over each epoch). The old plan made them
@@ -719,6 +752,7 @@ static void test_rl_defaults_from_key_table(void)
     CHECK(d.common.num_envs == 5 && d.common.rollout_fragment_length == 100 &&
           d.learn.sgd_minibatch_size == 50);
     CHECK(d.common.num_sgd_iter == 10 && d.sync_frac == 0.6 && d.check_weights_every == 10);
+    CHECK(d.learn.normalize_advantages == DPT_ADV_NORM_BATCH); /* the seed's: each worker's batch */
     /* Each job's settings come from a config of that job. */
     dpt_config_t *c;
     REQUIRE_OK(dpt__rl_default_config(DPT_JOB_SUPERVISED, &c));
@@ -743,6 +777,7 @@ int main(void)
         DPT_TEST(test_ppo_more_than_4096_minibatches),
         DPT_TEST(test_normalize_minibatches),
         DPT_TEST(test_ppo_normalization_modes),
+        DPT_TEST(test_ddppo_default_normalization),
         DPT_TEST(test_ddppo_batch_not_multiple_of_minibatch),
         DPT_TEST(test_ddppo_resume_bitwise),
         DPT_TEST(test_checkpoint_metadata_and_eval),

@@ -315,7 +315,8 @@ typedef enum dpt_dataset_id {
     X(reward_scale, FLOAT, DPT_JOBS_RL, 0, "1", 1e-9, 1e9, "",                                     \
       "multiply rewards by this for learning (returns are reported unscaled)")                     \
     X(normalize_advantages, ENUM, DPT_JOBS_ONPOLICY, 0, "minibatch", 0, 0, DPT_CHOICES_ADV_NORM,   \
-      "standardize advantages over each minibatch (CleanRL), over the whole batch, or not")        \
+      "standardize advantages over each minibatch (CleanRL), over the whole batch (ddppo: each "   \
+      "worker's own batch), or not")                                                               \
     X(policy_hidden, STR, DPT_JOBS_RL, 0, "64,64", 0, 0, "", "actor and critic hidden sizes")      \
     X(use_lstm, BOOL, DPT_JOBS_ONPOLICY, 0, "false", 0, 0, "",                                     \
       "put an LSTM in front of the actor and critic (a recurrent policy; RLlib's use_lstm)")       \
@@ -394,6 +395,7 @@ typedef enum dpt_dataset_id {
     X(DPT_JOB_DDPPO, num_envs_per_worker, "5")       \
     X(DPT_JOB_DDPPO, sgd_minibatch_size, "50")       \
     X(DPT_JOB_DDPPO, num_sgd_iter, "10")             \
+    X(DPT_JOB_DDPPO, normalize_advantages, "batch")  \
     X(DPT_JOB_APPO, lr, "0.0005")                    \
     X(DPT_JOB_APPO, grad_clip, "40")                 \
     X(DPT_JOB_APPO, num_devices, "1")                \
