@@ -122,10 +122,14 @@ int dpt_minibatch_buffer_next_ttl(const dpt_minibatch_buffer_t *b);
 
 /* One step's result: what the outqueue carries. */
 typedef struct dpt_learner_result {
-    /* Set by the learner: the step's number (1 for the first), and 1 when
-     * this was the item's last pass. */
+    /* Set by the learner: the step's number (1 for the first), 1 when
+     * this was the item's last pass, and, on an item's first pass (`first`
+     * = 1, it was just taken from the inqueue), the passes it gets (its
+     * TTL in the minibatch buffer; 0 on later passes). */
     uint64_t step;
     int released;
+    int first;
+    int passes;
     /* Set by the step function: env steps and agent steps trained on (equal
      * with one agent per env), and up to DPT_LEARNER_MAX_STATS numbers of
      * its own (loss terms, grad norm...) in stats[0..nstats). */
@@ -136,7 +140,7 @@ typedef struct dpt_learner_result {
 } dpt_learner_result_t;
 
 /* The owner's learning step on `item` (borrowed; valid until released).
- * `res` comes zeroed except for step and released. Returns 0, or a DPT_E...
+ * `res` comes zeroed except for step, released, first and passes. Returns 0, or a DPT_E...
  * code with a message (dpt_error), which ends the learner. Runs on the
  * learner thread. */
 typedef int (*dpt_learner_step_fn)(void *ctx, void *item, dpt_learner_result_t *res);

@@ -336,11 +336,16 @@ typedef enum dpt_dataset_id {
       "300", 0.01, 1e6, "", "seconds the learner waits for a sample batch before the job fails")   \
     X(minibatch_buffer_size, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e4, "",                              \
       "train batches the learner cycles through, each used num_sgd_iter times (RLlib's "           \
-      "minibatch buffer)")                                                                         \
+      "minibatch buffer; with num_multi_gpu_tower_stacks > 1 the buffer holds the stacks)")        \
     X(num_multi_gpu_tower_stacks, INT, DPT_JOBS_ASYNC, 0, "1", 1, 64, "",                          \
       "the learner's tower stacks (RLlib's); above 1, loader threads load train batches into "     \
-      "idle "                                                                                      \
-      "stacks while the learner steps on loaded ones (minibatch_buffer_size must not exceed it)")  \
+      "idle stacks while the learner steps on loaded ones, through a buffer of the stacks")        \
+    X(init_num_passes, INT, DPT_JOBS_ASYNC, 0, "0", 0, 1e4, "",                                    \
+      "passes of the learner's first batch, one more per batch up to num_sgd_iter (0 = RLlib's: "  \
+      "1 with num_multi_gpu_tower_stacks > 1, num_sgd_iter with one stack)")                       \
+    X(learner_result_queue_size, INT, DPT_JOBS_ASYNC, 0, "1024", 1, 1e7, "",                       \
+      "the learner's results waiting to be read (its outqueue; the learner waits while it is "     \
+      "full)")                                                                                     \
     X(num_data_load_threads, INT, DPT_JOBS_ASYNC, 0, "1", 1, 64, "",                               \
       "loader threads filling the tower stacks (needs num_multi_gpu_tower_stacks > 1)")            \
     X(broadcast_interval, INT, DPT_JOBS_ASYNC, 0, "1", 1, 1e6, "",                                 \

@@ -42,6 +42,8 @@ struct dpt_minibatch_buffer {
     int cur_ttl;  /* the TTL the next refill gives */
     void **items; /* [size] */
     int *ttl;     /* [size] passes left; 0: empty */
+    int refilled; /* the last get() took a new item, with this TTL: */
+    int refill_ttl;
 };
 
 int dpt_minibatch_queue_source(void *queue, void **item, double timeout_s)
@@ -103,6 +105,7 @@ void dpt_minibatch_buffer_destroy(dpt_minibatch_buffer_t *b)
 int dpt_minibatch_buffer_get(dpt_minibatch_buffer_t *b, void **item, int *released)
 {
     size_t i = b->idx;
+    b->refilled = 0;
     if (b->ttl[i] <= 0) {
         /* Refill. The source runs first, so a failure leaves the buffer as
          * it was and the call can be retried. */
@@ -113,6 +116,8 @@ int dpt_minibatch_buffer_get(dpt_minibatch_buffer_t *b, void **item, int *releas
             return dpt_error(rc, "minibatch buffer: %s", dpt__why(rc));
         b->items[i] = it;
         b->ttl[i] = b->cur_ttl;
+        b->refilled = 1;
+        b->refill_ttl = b->cur_ttl;
         if (b->cur_ttl < b->max_ttl)
             b->cur_ttl++;
     }
@@ -318,6 +323,8 @@ static void *dpt__learner_main(void *arg)
         memset(&res, 0, sizeof res);
         res.step = step;
         res.released = released;
+        res.first = l->mb->refilled;
+        res.passes = l->mb->refilled ? l->mb->refill_ttl : 0;
         dpt_error_clear();
         rc = o->step(o->ctx, item, &res);
         double t2 = dpt_now();

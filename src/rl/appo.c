@@ -195,8 +195,16 @@ static int dpt__appo_new_learner(dpt_appo_t *a)
     dpt_learner_options_init(&lo);
     lo.learner_queue_size = cfg->learner_queue_size;
     lo.learner_queue_timeout = cfg->learner_queue_timeout;
-    lo.minibatch_buffer_size = cfg->minibatch_buffer_size;
+    /* RLlib: the learner thread gives every batch num_sgd_iter passes; the
+     * multi-GPU learner's buffer holds its K stacks and ramps the passes up
+     * from 1. */
+    lo.minibatch_buffer_size = a->K > 1 ? (size_t)a->K : cfg->minibatch_buffer_size;
     lo.num_sgd_iter = cfg->common.num_sgd_iter;
+    lo.init_num_passes = cfg->init_num_passes ? cfg->init_num_passes
+                         : a->K > 1           ? 1
+                                              : cfg->common.num_sgd_iter;
+    if (cfg->result_queue_size)
+        lo.result_queue_size = cfg->result_queue_size;
     lo.step = dpt__appo_learner_step;
     lo.release = dpt__appo_learner_release;
     lo.check = dpt__appo_learner_check;
@@ -206,9 +214,6 @@ static int dpt__appo_new_learner(dpt_appo_t *a)
         return rc;
     /* RLlib's multi-GPU learner: the samplers' batches wait in the
      * loaders' inqueue; the learner's own queue holds loaded stacks. */
-    if (cfg->minibatch_buffer_size > (size_t)a->K)
-        return dpt_error(DPT_EINVAL, "appo: minibatch_buffer_size %zu exceeds the %d tower stacks",
-                         cfg->minibatch_buffer_size, a->K);
     if ((rc = dpt_queue_create(&a->sample_q, cfg->learner_queue_size)) != 0)
         return rc;
     if (!(a->loaders = calloc((size_t)a->nloaders, sizeof *a->loaders)))
@@ -580,6 +585,8 @@ static void dpt__appo_report_stats(dpt_appo_t *a, dpt_appo_stats_t *as)
     as->updates = a->updates - a->rep.updates;
     as->policy_lag = a->lag_count > 0.0 ? a->lag_sum / a->lag_count : 0.0;
     as->learner_utilization = ls.learner_utilization;
+    as->batches_taken = a->batches_taken;
+    as->passes_scheduled = a->passes_scheduled;
     as->dequeue_time_ms = ls.learner_dequeue_time_ms;
     as->grad_time_ms = ls.learner_grad_time_ms;
     as->load_time_ms = as->updates ? (a->load_s - a->rep.load_s) * 1e3 / (double)as->updates : 0.0;

@@ -176,6 +176,10 @@ int dpt__appo_learner_step(void *ctx, void *item, dpt_learner_result_t *res)
         }
         a->updates++;
         pol->updates++;
+        if (res->first) { /* a trained policy's batch, just taken */
+            a->batches_taken++;
+            a->passes_scheduled += (uint64_t)res->passes;
+        }
         if (pol->updates % (uint64_t)c->broadcast_interval == 0) {
             pthread_mutex_lock(&a->wmu);
             rc = dpt_towers_get_weights(pol->towers, pol->pub.data, pol->pub.count);

@@ -157,7 +157,12 @@ typedef struct dpt_appo_config {
     size_t train_batch_size;       /* env steps per learner update (whole fragments) */
     size_t learner_queue_size;     /* sample batches in the learner's queue */
     double learner_queue_timeout;  /* seconds */
-    size_t minibatch_buffer_size;  /* train batches the learner cycles through */
+    size_t minibatch_buffer_size;  /* train batches the learner cycles through (K = 1; with
+                                    * K > 1 the buffer holds the K stacks, as RLlib's) */
+    int init_num_passes;           /* a first batch's passes, growing by one per batch up to
+                                    * num_sgd_iter; 0: RLlib's, 1 with K > 1 (the multi-GPU
+                                    * learner's ramp), num_sgd_iter with K = 1 */
+    size_t result_queue_size;      /* the learner's results waiting to be read (0: 1024) */
     int broadcast_interval;        /* learner updates between weight publications */
     int tower_stacks;              /* K: above 1, loader threads fill the stacks */
     int load_threads;              /* loader threads (K > 1) */
@@ -265,6 +270,10 @@ typedef struct dpt_appo_stats {
     double policy_lag;          /* mean learner updates between a fragment's weights and
                                  * the update that took it */
     double learner_utilization; /* share of the learner thread's time in its steps */
+    /* Since the engine was created, of the trained policies' batches: those
+     * the learner took and the passes it scheduled for them (the sum of
+     * their TTLs); scheduled - updates are the passes still owed. */
+    uint64_t batches_taken, passes_scheduled;
     /* Mean ms per update: waiting for and taking a batch (the minibatch
      * buffer's get) and the whole step (over the learner thread's last 50
      * updates), and loading the batch into the towers (this iteration).

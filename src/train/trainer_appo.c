@@ -57,6 +57,8 @@ int dpt__appo_config_from(const dpt_config_t *c, dpt_appo_config_t *out)
     out->learner_queue_size = (size_t)DPT_CI(c, learner_queue_size);
     out->learner_queue_timeout = DPT_CF(c, learner_queue_timeout);
     out->minibatch_buffer_size = (size_t)DPT_CI(c, minibatch_buffer_size);
+    out->init_num_passes = (int)DPT_CI(c, init_num_passes);
+    out->result_queue_size = (size_t)DPT_CI(c, learner_result_queue_size);
     out->broadcast_interval = (int)DPT_CI(c, broadcast_interval);
     out->tower_stacks = (int)DPT_CI(c, num_multi_gpu_tower_stacks);
     out->load_threads = (int)DPT_CI(c, num_data_load_threads);
@@ -169,6 +171,8 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
     dpt_train_result_add(r, "info/num_updates_this_iter", (double)as.updates);
     dpt_train_result_add(r, "info/policy_lag", as.policy_lag);
     dpt_train_result_add(r, "info/learner_utilization", as.learner_utilization);
+    dpt_train_result_add(r, "info/learner_batches_taken", (double)as.batches_taken);
+    dpt_train_result_add(r, "info/learner_passes_scheduled", (double)as.passes_scheduled);
     dpt_train_result_add(r, "timing_breakdown/learner_dequeue_time_ms", as.dequeue_time_ms);
     dpt_train_result_add(r, "timing_breakdown/learner_load_time_ms", as.load_time_ms);
     dpt_train_result_add(r, "timing_breakdown/learner_grad_time_ms", as.grad_time_ms);
@@ -279,13 +283,15 @@ static int dpt__appo_check(const dpt_config_t *c)
                          "on whole fragments)",
                          (long long)tb, (long long)(tb / frag), (long long)frag, (long long)d);
     int64_t stacks = DPT_CI(c, num_multi_gpu_tower_stacks);
-    int64_t mbs = DPT_CI(c, minibatch_buffer_size);
-    if (stacks > 1 && mbs > stacks)
+    if (stacks > 1 && dpt_config_given(c, DPT_CFG_minibatch_buffer_size))
         return dpt_error(DPT_EINVAL,
-                         "minibatch_buffer_size %lld exceeds num_multi_gpu_tower_stacks %lld "
-                         "(each buffer slot holds a loaded stack; the learner would wait for "
-                         "a stack forever)",
-                         (long long)mbs, (long long)stacks);
+                         "minibatch_buffer_size does not apply with num_multi_gpu_tower_stacks "
+                         "= %lld: the learner's buffer holds the %lld stacks (RLlib's "
+                         "multi-GPU learner)",
+                         (long long)stacks, (long long)stacks);
+    if (DPT_CI(c, init_num_passes) > DPT_CI(c, num_sgd_iter))
+        return dpt_error(DPT_EINVAL, "init_num_passes = %lld exceeds num_sgd_iter = %lld",
+                         (long long)DPT_CI(c, init_num_passes), (long long)DPT_CI(c, num_sgd_iter));
     if (stacks == 1 && DPT_CI(c, num_data_load_threads) > 1)
         return dpt_error(DPT_EINVAL,
                          "num_data_load_threads = %lld needs num_multi_gpu_tower_stacks > 1 "
