@@ -576,6 +576,16 @@ expect 2 'divisible by num_devices' -- train sup.conf --set batch_size=33 --set 
 printf 'job = supervised\ndataset = spirals\nhidden = 64,64\nactivation = tanh\nbatch_size = 128\nlr = 0.01\nepochs = 3\n' > spirals.conf
 expect 0 "test accuracy" -- train spirals.conf --set output_dir=spirals
 expect 0 "1024 test samples" -- eval spirals
+# Frozen variables: an entry that matches none is a config error naming it
+# and the model's variables; a resume may change the list (logged), and
+# checkpoints name the frozen variables.
+expect 2 'frozen: "1" matches no variable (an entry is a name, or a prefix' -- train spirals.conf --set frozen=0,1 --set output_dir=frz_bad
+check "a start refused for its frozen list leaves no run directory" [ ! -e frz_bad ]
+expect 0 "reached stop_iters" -- train spirals.conf --set frozen=0 --set stop_iters=1 --set output_dir=frz
+expect 0 "test accuracy" -- train --resume frz --set frozen=2.weight,4 --set stop_iters=0
+check "a resume with another frozen list is logged" grep -q "frozen = 2.weight,4 (was 0)" frz/overrides.log
+check "checkpoints name their frozen variables" grep -aq '"frozen":"0.weight,0.bias"' frz/checkpoints/checkpoint-00000001.safetensors
+check "a resumed run's checkpoints name its own frozen variables" grep -aq '"frozen":"2.weight,4.weight,4.bias"' frz/checkpoints/checkpoint-00000003.safetensors
 
 # ---- TensorBoard events and dpt plot -------------------------------------------------
 check "every run writes TensorBoard events into its directory" ls ppo_full/events.out.tfevents.* spirals/events.out.tfevents.*

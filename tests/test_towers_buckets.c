@@ -9,7 +9,9 @@
  * communication thread during the backward pass) gives bitwise the weights,
  * norms and losses of bucket_bytes = 0 (one all-reduce), in ps and
  * replicated mode, with SGD and with Adam and clipping, and repeats
- * bitwise; a step that fails on one participant is refused by all; a failed
+ * bitwise, and so do frozen variables (zeroed after the buckets' all-reduce
+ * instead of before the one all-reduce); a step that fails on one
+ * participant is refused by all; a failed
  * communicator's error comes back from the communication thread; the
  * fallbacks (several devices, no hook, weight_rows, one bucket) keep one
  * all-reduce; a model whose set_grad_hook fails fails create.
@@ -205,7 +207,8 @@ typedef struct part {
     dpt_towers_mode_t mode;
     int sgd, devices, weight_rows, no_hook;
     size_t bucket_bytes;
-    int bad_step; /* 1-based step whose data is NaN on participant 1; 0 = none */
+    int bad_step;                 /* 1-based step whose data is NaN on participant 1; 0 = none */
+    const unsigned char *no_grad; /* the towers' variables without a gradient, or NULL */
     /* results */
     float w[1024];
     size_t nbuckets; /* 0: no overlap (one all-reduce) */
@@ -251,6 +254,7 @@ static void *part_main(void *arg)
         c.check_every = 3;
         c.weight_rows = p->weight_rows;
         c.bucket_bytes = p->bucket_bytes;
+        c.no_grad = p->no_grad;
         c.comm = comm;
         dpt_batch_t lay = xy(0, NULL, NULL);
         count = model.vars->total;
@@ -373,6 +377,46 @@ static void test_buckets_bitwise(void)
                        np, dpt_towers_mode_name(mode), sgd ? "sgd" : "adam + clip", NBUCKETS,
                        SMALL_BUCKETS, a[0].norm);
             }
+}
+
+/* Frozen variables (the middle layer, in buckets of its own): zeroed after
+ * the buckets' all-reduce instead of before the one all-reduce, the same
+ * bits either way: the frozen layer keeps its initial weights, the norm
+ * leaves it out. */
+static void test_buckets_frozen(void)
+{
+    static part_t a[MAXP], b[MAXP], none[MAXP];
+    static const unsigned char mask[6] = {0, 0, 1, 1, 0, 0};
+    for (int m = 0; m < 2; m++) {
+        dpt_towers_mode_t mode = m ? DPT_TOWERS_REPLICATED : DPT_TOWERS_PS;
+        a[0] = (part_t){.mode = mode, .devices = 1, .no_grad = mask};
+        b[0] = a[0];
+        b[0].bucket_bytes = SMALL_BUCKETS;
+        none[0] = b[0];
+        none[0].no_grad = NULL;
+        REQUIRE(run_parts(a, 2) == 0 && run_parts(b, 2) == 0 && run_parts(none, 2) == 0);
+        float w0[1024];
+        dpt_mlp_t *mlp;
+        REQUIRE_OK(dpt_mlp_create(&mlp, IN, layers, 5, DPT_LOSS_SOFTMAX_XENT, 8));
+        const dpt_vartable_t *vt = dpt_mlp_vars(mlp);
+        dpt_rng_t r;
+        dpt_rng_init(&r, 5, 0, 0, DPT_RNG_INIT);
+        dpt_mlp_init_params(mlp, w0, &r);
+        size_t lo = vt->vars[2].offset, hi = vt->vars[3].offset + vt->vars[3].count;
+        size_t n0 = vt->vars[0].count;
+        for (int i = 0; i < 2; i++) {
+            CHECK(a[i].rc == 0 && b[i].rc == 0 && b[i].nbuckets == NBUCKETS);
+            CHECK(memcmp(a[i].w, b[i].w, sizeof a[i].w) == 0);
+            CHECK(a[i].norm == b[i].norm && a[i].loss == b[i].loss);
+            CHECK(memcmp(b[i].w + lo, w0 + lo, (hi - lo) * sizeof(float)) == 0);
+            CHECK(memcmp(b[i].w, w0, n0 * sizeof(float)) != 0);
+            CHECK(memcmp(none[i].w + lo, w0 + lo, (hi - lo) * sizeof(float)) != 0);
+        }
+        dpt_mlp_destroy(mlp);
+        printf("%s, frozen layer 2: buckets give the bits of one all-reduce (norm %.9g, %.9g "
+               "unfrozen)\n",
+               dpt_towers_mode_name(mode), b[0].norm, none[0].norm);
+    }
 }
 
 /* Participant 1's data is NaN at step 3: its forward fails before any
@@ -514,6 +558,7 @@ int main(void)
         DPT_TEST(test_track),
         DPT_TEST(test_mlp_hook),
         DPT_TEST(test_buckets_bitwise),
+        DPT_TEST(test_buckets_frozen),
         DPT_TEST(test_buckets_failure_refused_everywhere),
         DPT_TEST(test_buckets_failed_communicator),
         DPT_TEST(test_fallbacks),

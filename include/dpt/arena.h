@@ -61,6 +61,19 @@ const dpt_var_t *dpt_vartable_find(const dpt_vartable_t *t, const char *name);
 int dpt_vartable_copy(dpt_vartable_t *dst, const dpt_vartable_t *src);
 /* 1 when both tables have the same names, shapes and offsets in order. */
 int dpt_vartable_equal(const dpt_vartable_t *a, const dpt_vartable_t *b);
+/* Selects variables by name: `list` is comma-separated entries (spaces
+ * around each ignored, empty ones skipped), each the name of a variable or
+ * a prefix of names that ends where a name's part ends: entry E matches
+ * name N when N == E, or when N starts with E and E ends in '.' or '/' or
+ * N goes on with '.' or '/' ("actor" and "actor." match "actor.0.weight";
+ * "actor.0" matches "actor.0.bias" but not "actor.01.bias"). Sets mask[i]
+ * (t->nvars entries) to 1 for each variable some entry matches, 0 for the
+ * others; *count (when not NULL) gets the number selected. NULL or "" selects
+ * none. Errors: DPT_EINVAL naming the first entry that matches no variable,
+ * or that is longer than a name can be, and listing the table's first
+ * names (mask is then all 0). */
+int dpt_vartable_select(const dpt_vartable_t *t, const char *list, unsigned char *mask,
+                        size_t *count);
 
 /* A float arena. The struct is the caller's; `data` is owned by the arena. */
 typedef struct dpt_arena {

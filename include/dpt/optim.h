@@ -17,6 +17,12 @@
  * A row-sparse gradient (dpt_sparse_rows_t: index and row pairs, e.g. of an
  * embedding table) is applied by dpt_optim_update_sparse() without ever
  * densifying it: exactly for sgd and momentum, lazily for Adam.
+ *
+ * Variables without a gradient (dpt_optim_set_no_grad(): frozen by the
+ * user, or declared unused by a model) are skipped by every update, as
+ * TensorFlow's apply_gradients skips a None gradient and PyTorch's
+ * optimizers a parameter whose .grad is None: see "Variables without a
+ * gradient" below.
  */
 #ifndef DPT_OPTIM_H
 #define DPT_OPTIM_H
@@ -118,6 +124,9 @@ void dpt_optim_update_into(dpt_optim_t *opt, const float *params, float *out, co
  *             NOT dense Adam on G, which would move every row whose m is
  *             not zero.
  *
+ * A variable marked by dpt_optim_set_no_grad() (its element at `offset`)
+ * is left as it is, parameters and slots, once the checks below pass.
+ *
  * Nothing is written unless every check passes. Errors (DPT_EINVAL, the
  * message naming the index and its position): g->dim == 0; an index outside
  * [0, rows); indices not strictly increasing (g not coalesced, see
@@ -125,6 +134,48 @@ void dpt_optim_update_into(dpt_optim_t *opt, const float *params, float *out, co
  * dpt_optim_count() (or overflowing size_t); t == 0. */
 int dpt_optim_update_sparse(dpt_optim_t *opt, float *params, size_t offset, size_t rows,
                             const struct dpt_sparse_rows *g, uint64_t t, float lr);
+
+/* Variables without a gradient. A variable that gets no gradient (frozen:
+ * the training key `frozen`; or one the model declares unused, e.g. a head
+ * that the run's loss does not reach) is not a variable whose gradient is
+ * zero: a zero gradient is still a gradient (Adam's moments and momentum
+ * decay towards it and keep moving the weights, weight decay shrinks
+ * them), while a variable without one is left out of the step entirely.
+ *
+ * dpt_optim_set_no_grad() marks variable i of `vars` (a table of at most
+ * dpt_optim_count() floats, the optimizer's layout) when no_grad[i] != 0;
+ * no_grad NULL clears every mark; a later call replaces the marks. From
+ * then on every update (dpt_optim_step, _update, _update_into, any slice,
+ * and dpt_optim_update_sparse) leaves the marked variables' elements alone:
+ * their parameters stay bitwise as they are (no update, no weight decay,
+ * L2 or decoupled; dpt_optim_update_into copies them from params to out),
+ * and so do their slots (momentum, Adam's m and v: they do not decay). The
+ * step counter t counts every step: the other variables' bias correction
+ * is unchanged, and a variable unmarked later continues at the global t
+ * with the slots it had (TensorFlow's Adam keeps one beta power for all).
+ * Marks are whole variables; an update of a slice leaves out the part of
+ * it that is marked. The marks are not part of the slots: checkpoints
+ * record them beside (the trainers' "frozen" metadata), and
+ * dpt_optim_create() starts with none.
+ *
+ * Callers that compute a global norm from the gradient arena (clipping)
+ * zero the marked elements first with dpt_optim_zero_no_grad(), so that a
+ * variable without a gradient adds nothing to it (TensorFlow's
+ * clip_by_global_norm sees only the gradients of the variables it
+ * trains), whatever the model wrote there.
+ *
+ * Errors of dpt_optim_set_no_grad: DPT_EINVAL (vars->total above
+ * dpt_optim_count()), DPT_ENOMEM (the earlier marks are kept). */
+struct dpt_vartable;
+int dpt_optim_set_no_grad(dpt_optim_t *opt, const struct dpt_vartable *vars,
+                          const unsigned char *no_grad);
+/* 1 when element i of the arenas belongs to a marked variable, else 0. */
+int dpt_optim_no_grad(const dpt_optim_t *opt, size_t i);
+/* The number of marked elements (0: every update is the plain rule). */
+size_t dpt_optim_no_grad_count(const dpt_optim_t *opt);
+/* grads[i] = 0 for every marked i in [lo, hi) (hi is cut to
+ * dpt_optim_count()); the rest of grads is untouched. */
+void dpt_optim_zero_no_grad(const dpt_optim_t *opt, float *grads, size_t lo, size_t hi);
 
 /* The step counter (number of completed whole steps), for checkpoints. */
 uint64_t dpt_optim_get_t(const dpt_optim_t *opt);

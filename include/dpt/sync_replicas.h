@@ -55,6 +55,14 @@
  * and momentum exactly, Adam lazily). Workers read only the rows they need
  * (dpt_sr_fetch_rows).
  *
+ * Variables without a gradient (cfg.no_grad; the trainer's key `frozen`):
+ * fetched like the others, but their pushed gradients are ignored (not
+ * checked, accumulated, averaged or counted in the norm that grad_clip
+ * clips), and a step changes nothing of them: not the variable, not its
+ * optimizer slots (dpt_optim_set_no_grad() marks the service's
+ * optimizer), not its moving average (which keeps the value it had; a
+ * variable frozen from the start keeps ema == variable).
+ *
  * Several services (num_ps > 1): each variable is placed on the service
  * with the fewest bytes so far, in table order, ties to the lower index
  * (tensorpack's least-loaded placement); dpt_sr_placement() reports it. In
@@ -105,6 +113,9 @@ typedef struct dpt_sr_config {
     int64_t init_tokens;         /* a session's initial tokens when dpt_sr_begin is given
                                   * num_tokens < 0 (-1, dpt_sr_defaults': max(0, R - N);
                                   * TensorFlow's get_init_tokens_op default is R) */
+    /* NULL, or one flag per variable: 1 = no gradient (frozen; see "Variables
+     * without a gradient" above); read at create. */
+    const unsigned char *no_grad;
     /* One shard of several services in separate processes: */
     const unsigned char *owned; /* NULL (all), or one flag per variable: 1 = kept here; the
                                  * others are not accumulated, applied, averaged or fetched

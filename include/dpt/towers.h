@@ -146,6 +146,17 @@
  * optimize() between them (replica checks): an MPI communicator needs
  * MPI_THREAD_SERIALIZED. The engine installs its hook on the model's
  * context (model->ctx) at create and removes it at destroy.
+ *
+ * Variables without a gradient (cfg.no_grad: the trainers' key `frozen`,
+ * or variables the model does not use): every optimizer of the engine
+ * (each replica's, each mirror's) is marked with dpt_optim_set_no_grad()
+ * at create, so those variables and their optimizer slots stay bitwise as
+ * they are in every mode, and each tower's gradient of them is zeroed
+ * after its backward pass (with gradient buckets, after the all-reduce),
+ * so the global norm, its clipping and grad_norm leave them out. The
+ * fused SGD update of ps mode is not used then. Mark the engine through
+ * cfg.no_grad, not through dpt_towers_optimizer(): the replicas must
+ * agree.
  */
 #ifndef DPT_TOWERS_H
 #define DPT_TOWERS_H
@@ -202,6 +213,9 @@ typedef struct dpt_towers_config {
                                        * its rows (excludes reduce_sum) */
     size_t bucket_bytes;                 /* with comm: gradient bucket size in bytes (see
                                           * "Gradient buckets"); 0 = one all-reduce */
+    const unsigned char *no_grad;        /* NULL, or one flag per variable of the model's
+                                          * table: 1 = no gradient (see "Variables without a
+                                          * gradient"); read at create only */
 } dpt_towers_config_t;
 
 /* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam, no

@@ -159,8 +159,9 @@ typedef enum dpt_dataset_id {
 #define DPT_CHOICES_ADV_NORM (DPT_ADV_NORM_LIST(DPT__CHOICE2) + 1)
 
 /* Keys that may change when a run is resumed: stop conditions, checkpoint
- * and evaluation settings, timeouts, where the data lives. Every other key
- * must equal the run's saved value (docs/TRAINING.md). */
+ * and evaluation settings, timeouts, where the data lives, the frozen
+ * variables. Every other key must equal the run's saved value
+ * (docs/TRAINING.md). */
 #define DPT_CFG_RESUMABLE 1u
 /* Keys that do not change the numbers a run computes (left out of the
  * cross-rank and resume comparisons). */
@@ -266,6 +267,10 @@ typedef enum dpt_dataset_id {
     X(adam_eps, FLOAT, DPT_JOBS_ALL, 0, "1e-8", 1e-30, 1, "", "Adam epsilon")                      \
     X(grad_clip, FLOAT, DPT_JOBS_ALL, 0, "0", 0, 1e9, "",                                          \
       "global-norm gradient clipping (0 = off)")                                                   \
+    X(frozen, STR, DPT_JOBS_ALL, DPT_CFG_RESUMABLE, "", 0, 0, "",                                  \
+      "variables the optimizer leaves alone, comma-separated: names, or prefixes that end where "  \
+      "a part of a name ends (e.g. 0, actor. or actor.0.weight); their weights and optimizer "     \
+      "slots stay bitwise as they are and grad_clip leaves them out")                              \
     X(towers_mode, ENUM, DPT_JOBS_TOWERS, 0, "ps", 0, 0, DPT_CHOICES_TOWERS_MODE,                  \
       "how tower gradients combine")                                                               \
     X(num_devices, INT, DPT_JOBS_TOWERS, 0, "2", 1, 256, "",                                       \

@@ -5,6 +5,7 @@
 #include "dpt/status.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -168,6 +169,69 @@ int dpt_vartable_equal(const dpt_vartable_t *a, const dpt_vartable_t *b)
                 return 0;
     }
     return 1;
+}
+
+/* 1 when entry e (len bytes) matches the name n (dpt_vartable_select). */
+static int dpt__vartable_entry_matches(const char *e, size_t len, const char *n)
+{
+    if (strncmp(n, e, len) != 0)
+        return 0;
+    char next = n[len], last = e[len - 1];
+    return next == '\0' || last == '.' || last == '/' || next == '.' || next == '/';
+}
+
+/* "a, b, c, ... (N in all)": the table's first names, for an error. */
+static void dpt__vartable_some_names(const dpt_vartable_t *t, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < t->nvars && i < 8; i++) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, size - len, "%s%s", i ? ", " : "", t->vars[i].name);
+    }
+    size_t len = strlen(buf);
+    if (t->nvars > 8)
+        snprintf(buf + len, size - len, ", ... (%zu in all)", t->nvars);
+    else if (t->nvars == 0)
+        snprintf(buf, size, "none");
+}
+
+int dpt_vartable_select(const dpt_vartable_t *t, const char *list, unsigned char *mask,
+                        size_t *count)
+{
+    if (t->nvars)
+        memset(mask, 0, t->nvars);
+    if (count)
+        *count = 0;
+    size_t selected = 0;
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        int hits = 0;
+        for (size_t i = 0; len && len < DPT_VAR_NAME_MAX && i < t->nvars; i++)
+            if (dpt__vartable_entry_matches(p, len, t->vars[i].name)) {
+                hits++;
+                selected += !mask[i];
+                mask[i] = 1;
+            }
+        if (len && !hits) {
+            char names[8 * DPT_VAR_NAME_MAX + 32];
+            dpt__vartable_some_names(t, names, sizeof names);
+            if (t->nvars)
+                memset(mask, 0, t->nvars);
+            return dpt_error(DPT_EINVAL,
+                             "\"%.*s\" matches no variable (an entry is a name, or a prefix "
+                             "of names up to a '.' or '/'; the variables: %s)",
+                             (int)(len < 200 ? len : 200), p, names);
+        }
+        p = end ? end + 1 : p + strlen(p);
+    }
+    if (count)
+        *count = selected;
+    return DPT_OK;
 }
 
 void dpt_vec_zero(float *x, size_t n)

@@ -15,6 +15,10 @@ struct dpt_optim {
     int nslots;
     dpt_arena_t slot[2];
     uint64_t t;
+    /* Variables without a gradient: nskip disjoint [lo, hi) ranges in
+     * increasing order (touching ranges merged), skip_count floats. */
+    size_t (*skip)[2];
+    size_t nskip, skip_count;
 };
 
 static const struct {
@@ -108,6 +112,7 @@ void dpt_optim_destroy(dpt_optim_t *o)
         return;
     dpt_arena_deinit(&o->slot[0]);
     dpt_arena_deinit(&o->slot[1]);
+    free(o->skip);
     free(o);
 }
 
@@ -121,13 +126,12 @@ static void dpt__adam_range(const float *p, float *out, const float *g, float *m
         out[i] = dpt__adam_elem(p[i], g[i] * s, &m[i], &v[i], &k);
 }
 
-void dpt__optim_update_scaled(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
-                              size_t hi, uint64_t t, float lr, float s)
+/* The rule on [lo, hi), every element (no marks looked at). */
+static void dpt__optim_apply(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
+                             size_t hi, uint64_t t, float lr, float s)
 {
     const dpt_optim_config_t *c = &o->cfg;
     float wd = c->weight_decay;
-    if (hi > o->count)
-        hi = o->count;
     switch (c->kind) {
     case DPT_OPTIM_SGD:
         for (size_t i = lo; i < hi; i++)
@@ -147,6 +151,108 @@ void dpt__optim_update_scaled(dpt_optim_t *o, const float *p, float *out, const 
         break;
     }
     default: break;
+    }
+}
+
+/* The first marked range that ends after i (o->nskip when none). */
+static size_t dpt__optim_skip_from(const dpt_optim_t *o, size_t i)
+{
+    size_t a = 0, b = o->nskip;
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (o->skip[mid][1] <= i)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a;
+}
+
+void dpt__optim_update_scaled(dpt_optim_t *o, const float *p, float *out, const float *g, size_t lo,
+                              size_t hi, uint64_t t, float lr, float s)
+{
+    if (hi > o->count)
+        hi = o->count;
+    if (lo >= hi)
+        return;
+    /* The unmarked runs get the rule, each element as in one whole pass
+     * (the rules are elementwise); the marked ones stay as they are. */
+    size_t at = lo;
+    for (size_t r = o->nskip ? dpt__optim_skip_from(o, lo) : 0; r < o->nskip && at < hi; r++) {
+        size_t a = o->skip[r][0] > at ? o->skip[r][0] : at;
+        size_t b = o->skip[r][1] < hi ? o->skip[r][1] : hi;
+        if (a >= hi)
+            break;
+        if (at < a)
+            dpt__optim_apply(o, p, out, g, at, a, t, lr, s);
+        if (out != p)
+            memcpy(out + a, p + a, (b - a) * sizeof *out);
+        at = b;
+    }
+    if (at < hi)
+        dpt__optim_apply(o, p, out, g, at, hi, t, lr, s);
+}
+
+int dpt_optim_set_no_grad(dpt_optim_t *o, const struct dpt_vartable *vars,
+                          const unsigned char *no_grad)
+{
+    size_t n = 0, count = 0;
+    size_t(*skip)[2] = NULL;
+    if (no_grad) {
+        if (vars->total > o->count)
+            return dpt_error(DPT_EINVAL,
+                             "optimizer: a table of %zu floats marked on an optimizer of %zu",
+                             vars->total, o->count);
+        for (size_t i = 0; i < vars->nvars; i++)
+            n += no_grad[i] != 0;
+        if (n && !(skip = malloc(n * sizeof *skip)))
+            return dpt_error(DPT_ENOMEM, "optimizer: cannot allocate %zu marks", n);
+        n = 0;
+        /* Table order is offset order; ranges that touch are merged. */
+        for (size_t i = 0; i < vars->nvars; i++) {
+            const dpt_var_t *v = &vars->vars[i];
+            if (!no_grad[i] || v->count == 0)
+                continue;
+            if (n && skip[n - 1][1] >= v->offset)
+                skip[n - 1][1] = v->offset + v->count;
+            else {
+                skip[n][0] = v->offset;
+                skip[n++][1] = v->offset + v->count;
+            }
+        }
+        for (size_t r = 0; r < n; r++)
+            count += skip[r][1] - skip[r][0];
+    }
+    free(o->skip);
+    o->skip = n ? skip : NULL;
+    if (!n)
+        free(skip);
+    o->nskip = n;
+    o->skip_count = count;
+    return DPT_OK;
+}
+
+int dpt_optim_no_grad(const dpt_optim_t *o, size_t i)
+{
+    size_t r = o->nskip ? dpt__optim_skip_from(o, i) : 0;
+    return r < o->nskip && o->skip[r][0] <= i;
+}
+
+size_t dpt_optim_no_grad_count(const dpt_optim_t *o)
+{
+    return o->skip_count;
+}
+
+void dpt_optim_zero_no_grad(const dpt_optim_t *o, float *grads, size_t lo, size_t hi)
+{
+    if (hi > o->count)
+        hi = o->count;
+    for (size_t r = o->nskip ? dpt__optim_skip_from(o, lo) : 0; r < o->nskip; r++) {
+        size_t a = o->skip[r][0] > lo ? o->skip[r][0] : lo;
+        size_t b = o->skip[r][1] < hi ? o->skip[r][1] : hi;
+        if (a >= b)
+            break;
+        memset(grads + a, 0, (b - a) * sizeof *grads);
     }
 }
 

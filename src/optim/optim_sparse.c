@@ -280,8 +280,8 @@ int dpt_optim_update_sparse(dpt_optim_t *opt, float *params, size_t offset, size
                              "gradient is not coalesced",
                              (long long)idx[k], k, (long long)idx[k - 1]);
     }
-    if (span == 0)
-        return DPT_OK; /* no rows (then g has none either) */
+    if (span == 0 || dpt_optim_no_grad(opt, offset))
+        return DPT_OK; /* no rows (then g has none either), or no gradient */
     const dpt_optim_config_t *c = dpt_optim_config(opt);
     float wd = c->weight_decay;
     float *p = params + offset;

@@ -52,6 +52,7 @@ struct dpt_sr {
     dpt_vartable_t vars;
     unsigned char *is_sparse; /* [nvars] */
     unsigned char *owned;     /* [nvars] 1: this service keeps the variable (cfg.owned) */
+    unsigned char *no_grad;   /* [nvars] 1: no gradient (cfg.no_grad): fetched, not updated */
     size_t *packed;           /* [nvars] dense: offset in a packed slot; sparse: ordinal */
     size_t dense_count;       /* floats of the dense variables */
     size_t nsparse;
@@ -150,6 +151,7 @@ void dpt_sr_destroy(dpt_sr_t *sr)
     free(sr->runs);
     free(sr->is_sparse);
     free(sr->owned);
+    free(sr->no_grad);
     free(sr->packed);
     free(sr->placement);
     free(sr->ps_bytes);
@@ -194,13 +196,15 @@ static int sr_check_config(const dpt_sr_config_t *c)
     return DPT_OK;
 }
 
-static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned char *owned)
+static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned char *owned,
+                    const unsigned char *no_grad)
 {
     const dpt_sr_config_t *c = &sr->cfg;
     size_t nv = sr->vars.nvars, R = (size_t)c->replicas_to_aggregate;
     size_t N = (size_t)c->total_num_replicas, P = (size_t)c->num_ps;
     sr->is_sparse = calloc(nv, 1);
     sr->owned = calloc(nv, 1);
+    sr->no_grad = calloc(nv, 1);
     sr->packed = calloc(nv, sizeof(size_t));
     sr->placement = calloc(nv, sizeof(int));
     sr->ps_bytes = calloc(P, sizeof(uint64_t));
@@ -213,9 +217,9 @@ static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned ch
     sr->lost = calloc(N, 1);
     sr->cap = 16;
     sr->runs = calloc(sr->cap, sizeof(sr_run_t));
-    if (!sr->is_sparse || !sr->owned || !sr->packed || !sr->placement || !sr->ps_bytes || !vb ||
-        !sr->slots || !sr->order || !sr->worker_seq || !sr->last_pushed || !sr->contributed ||
-        !sr->lost || !sr->runs) {
+    if (!sr->is_sparse || !sr->owned || !sr->no_grad || !sr->packed || !sr->placement ||
+        !sr->ps_bytes || !vb || !sr->slots || !sr->order || !sr->worker_seq || !sr->last_pushed ||
+        !sr->contributed || !sr->lost || !sr->runs) {
         free(vb);
         return dpt_error(DPT_ENOMEM, "sync replicas: cannot allocate the service");
     }
@@ -223,10 +227,11 @@ static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned ch
         const dpt_var_t *v = &sr->vars.vars[i];
         vb[i] = (uint64_t)v->count * sizeof(float);
         sr->owned[i] = owned ? owned[i] != 0 : 1;
+        sr->no_grad[i] = no_grad ? no_grad[i] != 0 : 0;
         if (sparse && sparse[i]) {
             sr->is_sparse[i] = 1;
             sr->packed[i] = sr->nsparse++;
-        } else if (sr->owned[i]) {
+        } else if (sr->owned[i] && !sr->no_grad[i]) {
             sr->packed[i] = sr->dense_count;
             sr->dense_count += v->count;
         }
@@ -237,7 +242,8 @@ static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned ch
     if ((rc = dpt_arena_init(&sr->params, sr->vars.total)) != 0 ||
         (rc = dpt_arena_init(&sr->avg, sr->vars.total)) != 0 ||
         (c->ema_decay > 0.0f && (rc = dpt_arena_init(&sr->ema, sr->vars.total)) != 0) ||
-        (rc = dpt_optim_create(&sr->opt, &c->optim, sr->vars.total)) != 0)
+        (rc = dpt_optim_create(&sr->opt, &c->optim, sr->vars.total)) != 0 ||
+        (rc = dpt_optim_set_no_grad(sr->opt, &sr->vars, no_grad)) != 0)
         return rc;
     if (sr->nsparse) {
         sr->avg_rows = calloc(sr->nsparse, sizeof(dpt_sparse_rows_t));
@@ -288,8 +294,8 @@ int dpt_sr_create(dpt_sr_t **out, const dpt_sr_config_t *cfg)
     if ((rc = dpt_vartable_copy(&sr->vars, cfg->vars)) != 0)
         goto fail;
     sr->cfg.vars = &sr->vars;
-    sr->cfg.owned = NULL;
-    if ((rc = sr_alloc(sr, cfg->sparse, cfg->owned)) != 0)
+    sr->cfg.owned = sr->cfg.no_grad = NULL;
+    if ((rc = sr_alloc(sr, cfg->sparse, cfg->owned, cfg->no_grad)) != 0)
         goto fail;
     *out = sr;
     return DPT_OK;
@@ -457,7 +463,7 @@ static int sr_apply(dpt_sr_t *sr)
     int rc;
     for (size_t i = 0; i < t->nvars; i++) {
         const dpt_var_t *v = &t->vars[i];
-        if (!sr->owned[i])
+        if (!sr->owned[i] || sr->no_grad[i])
             continue;
         if (sr->is_sparse[i]) {
             dpt_sparse_rows_t *acc = &sr->avg_rows[sr->packed[i]];
@@ -497,7 +503,7 @@ static int sr_apply(dpt_sr_t *sr)
     float lr = dpt_schedule_lr(&sr->cfg.schedule, sr->global_step);
     for (size_t i = 0; i < t->nvars; i++) {
         const dpt_var_t *v = &t->vars[i];
-        if (!sr->owned[i])
+        if (!sr->owned[i] || sr->no_grad[i])
             continue;
         if (sr->is_sparse[i]) {
             dpt_sparse_rows_t *acc = &sr->avg_rows[sr->packed[i]];
@@ -518,7 +524,7 @@ static int sr_apply(dpt_sr_t *sr)
         float d = sr->cfg.ema_decay, e = 1.0f - d;
         for (size_t i = 0; i < t->nvars; i++) {
             const dpt_var_t *v = &t->vars[i];
-            if (!sr->owned[i])
+            if (!sr->owned[i] || sr->no_grad[i])
                 continue;
             float *m = sr->ema.data + v->offset;
             const float *p = sr->params.data + v->offset;
@@ -560,7 +566,7 @@ static int sr_check_grad(const dpt_sr_t *sr, int worker, const float *grads,
     uint64_t b = 0, sb = 0, rows = 0;
     for (size_t i = 0; i < t->nvars; i++) {
         const dpt_var_t *v = &t->vars[i];
-        if (!sr->owned[i])
+        if (!sr->owned[i] || sr->no_grad[i])
             continue;
         if (!sr->is_sparse[i]) {
             size_t k = dpt_vec_first_nonfinite(grads + v->offset, v->count);
@@ -642,7 +648,7 @@ int dpt_sr_push(dpt_sr_t *sr, int worker, uint64_t local_step, const float *grad
     const dpt_vartable_t *t = &sr->vars;
     for (size_t i = 0; i < t->nvars && !rc; i++) {
         const dpt_var_t *v = &t->vars[i];
-        if (!sr->owned[i])
+        if (!sr->owned[i] || sr->no_grad[i])
             continue;
         if (!sr->is_sparse[i]) {
             dpt_vec_copy(s->dense + sr->packed[i], grads + v->offset, v->count);

@@ -140,6 +140,16 @@ static int dpt__check_config(const dpt_model_t *model, const dpt_batch_t *layout
     return DPT_OK;
 }
 
+/* An optimizer of the engine, marked with the variables without a
+ * gradient (the caller's cfg.no_grad, read at create only). */
+static int dpt__towers_new_optim(dpt_towers_t *t, dpt_optim_t **opt)
+{
+    int rc = dpt_optim_create(opt, &t->cfg.optim, t->nparams);
+    if (!rc && t->cfg.no_grad)
+        rc = dpt_optim_set_no_grad(*opt, t->model.vars, t->cfg.no_grad);
+    return rc;
+}
+
 /* Device i's own buffers: its gradient, its parameters and optimizer where
  * the mode gives it a copy, its communicator (replicated), and the columns of
  * every stack. Freed by dpt_towers_destroy. */
@@ -168,14 +178,14 @@ static int dpt__tower_init(dpt_towers_t *t, int i, int shared)
     }
     if (t->mirrored) {
         if ((rc = dpt_arena_init(&w->sum, t->nparams)) != 0 ||
-            (i > 0 && (rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0))
+            (i > 0 && (rc = dpt__towers_new_optim(t, &w->own_opt)) != 0))
             return rc;
     }
     /* ps towers read t->params, whose arena changes place when the fused
      * update swaps it with t->params_next: no pointer is kept here. */
     w->params = cfg->mode == DPT_TOWERS_PS && !(t->mirrored && i > 0) ? NULL : w->own_params.data;
     if (!shared) {
-        if ((rc = dpt_optim_create(&w->own_opt, &cfg->optim, t->nparams)) != 0)
+        if ((rc = dpt__towers_new_optim(t, &w->own_opt)) != 0)
             return rc;
         if (!cfg->comm && (rc = dpt_comm_threads_join(t->group, i, &w->comm)) != 0)
             return rc;
@@ -231,7 +241,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
     int shared = cfg->mode != DPT_TOWERS_REPLICATED;
     if (shared) {
         if ((rc = dpt_arena_init(&t->params, t->nparams)) != 0 ||
-            (rc = dpt_optim_create(&t->opt, &cfg->optim, t->nparams)) != 0)
+            (rc = dpt__towers_new_optim(t, &t->opt)) != 0)
             goto fail;
     }
     /* The fused update needs no global norm, so it runs before the devices
@@ -241,6 +251,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
         cfg->mode == DPT_TOWERS_PS && !cfg->comm && n > 1 && t->nparams <= dpt__towers_mirror_max;
     if (cfg->mode == DPT_TOWERS_PS && !cfg->comm && !t->mirrored &&
         dpt_optim_num_slots(t->opt) == 0 && cfg->grad_clip == 0.0 &&
+        dpt_optim_no_grad_count(t->opt) == 0 &&
         (rc = dpt_arena_init(&t->params_next, t->nparams)) != 0)
         goto fail;
     if (cfg->mode == DPT_TOWERS_ASYNC) {
@@ -271,6 +282,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
     if ((rc = dpt_device_pool_create(&t->pool, n, cfg->pin_devices)) != 0 ||
         (rc = dpt__buckets_create(t)) != 0)
         goto fail;
+    t->cfg.no_grad = NULL; /* the optimizers hold the marks */
     *out = t;
     return DPT_OK;
 fail : {

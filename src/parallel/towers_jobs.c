@@ -76,6 +76,11 @@ static int dpt__tower_compute(dpt_towers_t *t, dpt__tower_t *w, const float *par
     int rc = t->model.loss_grad(w->ctx, params, w->grads.data, &view, &w->out);
     if (rc)
         return rc;
+    /* Variables without a gradient add nothing to the norm. With buckets
+     * some of the gradient is being all-reduced already: the step zeroes
+     * them after the all-reduce instead (dpt__job_step_comm). */
+    if (!t->bk)
+        dpt_optim_zero_no_grad(dpt_towers_optimizer(t), w->grads.data, 0, t->nparams);
     if (!isfinite(w->out.loss))
         return dpt_error(DPT_ENUMERIC, "loss is %g on rows [%zu, %zu) of stack %d; step refused",
                          w->out.loss, t->job_offset, t->job_offset + si->per_device_batch,
@@ -399,6 +404,8 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     /* Every participant holds the same bits now: the same norm, the same
      * clip and the same update everywhere. */
     float scale = t->cfg.weight_rows ? 1.0f / gs[count] : 1.0f;
+    if (t->bk)
+        dpt_optim_zero_no_grad(dpt_towers_optimizer(t), gs, lo, hi);
     t->slice_sumsq[d] = dpt__add_scale_sumsq(gs + lo, gs + lo, NULL, hi - lo, scale);
     dpt__barrier(t);
     double sq = 0.0;

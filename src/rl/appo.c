@@ -249,8 +249,11 @@ static int dpt__appo_new_policy(dpt_appo_t *a, int p, const dpt_towers_config_t 
         return DPT_OK;
     dpt_model_t model = dpt_policy_vtrace_model(pol->learner, &cfg->loss);
     dpt_batch_t lay;
+    dpt_towers_config_t ptc = *tc;
+    unsigned char frozen[DPT__RL_MAX_VARS];
     if ((rc = dpt_vtrace_batch(&lay, a->cls, 0, a->T, NULL, NULL, NULL, NULL, NULL)) != 0 ||
-        (rc = dpt_towers_create(&pol->towers, &model, &lay, tc)) != 0 ||
+        (rc = dpt__rl_frozen(&cfg->common, pol->learner, frozen, &ptc)) != 0 ||
+        (rc = dpt_towers_create(&pol->towers, &model, &lay, &ptc)) != 0 ||
         (rc = dpt_towers_set_weights(pol->towers, pol->pub.data, n)) != 0 ||
         (rc = dpt_optim_create(&pol->ck_opt, &tc->optim, n)) != 0)
         return rc;

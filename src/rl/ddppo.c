@@ -212,7 +212,9 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     tc.weight_rows = 1;
     tc.check_every = 0; /* check_weights_every is the workers' check */
     dpt_batch_t lay;
+    unsigned char frozen[DPT__RL_MAX_VARS];
     if ((rc = dpt__rl_layout(w->learner, &lay)) != 0 ||
+        (rc = dpt__rl_frozen(&cfg->common, w->learner, frozen, &tc)) != 0 ||
         (rc = dpt_towers_create(&w->towers, &model, &lay, &tc)) != 0 ||
         (rc = dpt__rl_batch_init(&w->batch, &w->ro, load_rows, seqs)) != 0)
         goto fail;

@@ -103,7 +103,9 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_ppo_co
     dpt_model_t model = dpt_policy_ppo_model(p->learner, &cfg->learn.loss);
     dpt_towers_config_t tc = dpt__rl_towers_config(&cfg->common, &cfg->towers, pdb, load_rows);
     dpt_batch_t lay;
+    unsigned char frozen[DPT__RL_MAX_VARS];
     if ((rc = dpt__rl_layout(p->learner, &lay)) != 0 ||
+        (rc = dpt__rl_frozen(&cfg->common, p->learner, frozen, &tc)) != 0 ||
         (rc = dpt_towers_create(&p->towers, &model, &lay, &tc)) != 0 ||
         (rc = dpt_towers_set_weights(p->towers, p->params.data, n)) != 0 ||
         (rc = dpt__rl_batch_init(&p->batch, &p->ro, load_rows, seqs)) != 0)

@@ -2,13 +2,14 @@
  * What the RL engines share (rl_engine.h): the rules and the learning
  * phase of PPO and DD-PPO, the towers settings of PPO's and APPO's
  * learners, the learning rate schedule, per-minibatch advantage
- * normalization, the evaluation episodes of every RL job and the
- * checkpoint metadata of the run's step counters.
+ * normalization, the evaluation episodes of every RL job, the checkpoint
+ * metadata of the run's step counters and the learner's frozen variables.
  */
 #include "rl_engine.h"
 #include "dpt/status.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +79,29 @@ dpt_towers_config_t dpt__rl_towers_config(const dpt_rl_common_config_t *cfg,
     tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
     tc.optim.eps = cfg->adam_eps;
     return tc;
+}
+
+int dpt__rl_frozen(const dpt_rl_common_config_t *c, const dpt_policy_t *learner,
+                   unsigned char *no_grad, dpt_towers_config_t *tc)
+{
+    if (!c->frozen || !c->frozen[0])
+        return DPT_OK;
+    const dpt_vartable_t *vars = dpt_policy_vars(learner);
+    /* Two MLPs of at most DPT_POLICY_MAX_HIDDEN + 1 linear layers, the
+     * LSTM's 3 variables and log_std: unreachable today, kept for the
+     * buffer's sake. */
+    _Static_assert(DPT__RL_MAX_VARS >= 4 * (DPT_POLICY_MAX_HIDDEN + 1) + 4, "DPT__RL_MAX_VARS");
+    if (vars->nvars > DPT__RL_MAX_VARS)
+        return dpt_error(DPT_EINVAL, "frozen: the policy has %zu variables, more than %d",
+                         vars->nvars, DPT__RL_MAX_VARS);
+    int rc = dpt_vartable_select(vars, c->frozen, no_grad, NULL);
+    if (rc) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", dpt_last_error());
+        return dpt_error(rc, "frozen: %s", msg);
+    }
+    tc->no_grad = no_grad;
+    return DPT_OK;
 }
 
 float dpt__rl_lr(const dpt_rl_common_config_t *c, uint64_t done)

@@ -21,6 +21,14 @@ int dpt__rl_check_config(const dpt_rl_common_config_t *c, const dpt_ppo_learn_co
 dpt_towers_config_t dpt__rl_towers_config(const dpt_rl_common_config_t *c,
                                           const dpt_rl_towers_config_t *t, size_t per_device,
                                           size_t load_rows);
+/* Most variables a policy has (the towers' no_grad flags of a learner). */
+#define DPT__RL_MAX_VARS 64
+/* The learner's variables that c->frozen names, one flag each in no_grad
+ * (room for DPT__RL_MAX_VARS), made tc's no_grad when any is frozen.
+ * Errors: DPT_EINVAL "frozen: ..." naming the entry that matches no
+ * variable (dpt_vartable_select). */
+int dpt__rl_frozen(const dpt_rl_common_config_t *c, const dpt_policy_t *learner,
+                   unsigned char *no_grad, dpt_towers_config_t *tc);
 /* The learning rate of an iteration that starts after `done` env steps
  * (linear annealing to 0 over total_timesteps when enabled). */
 float dpt__rl_lr(const dpt_rl_common_config_t *c, uint64_t done);

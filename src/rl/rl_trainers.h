@@ -113,6 +113,9 @@ typedef struct dpt_rl_common_config {
     uint64_t total_timesteps; /* for annealing (all workers together) */
     double comm_timeout_s;    /* collectives (replicated towers, DD-PPO threads) */
     dpt_comm_algorithm_t allreduce_algorithm; /* of those collectives */
+    const char *frozen; /* the learner's variables without a gradient (key frozen:
+                         * dpt_vartable_select's list); NULL or "" = none; borrowed,
+                         * read while the engine is created */
 } dpt_rl_common_config_t;
 
 /* PPO's learning settings, shared by PPO and DD-PPO. */

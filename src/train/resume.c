@@ -63,8 +63,8 @@ static int dpt__resume_compare(const dpt_config_t *a, const dpt_config_t *b, uns
     if (n)
         return dpt_error(DPT_EINVAL,
                          "%s: %s%s. Only stop conditions, checkpoint and "
-                         "evaluation settings, timeouts and data locations may change when a "
-                         "run is resumed",
+                         "evaluation settings, timeouts, data locations and the frozen "
+                         "variables may change when a run is resumed",
                          what, msg, n > 8 ? "; ..." : "");
     return DPT_OK;
 }

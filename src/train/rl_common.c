@@ -296,6 +296,7 @@ int dpt__rl_common_from(const dpt_config_t *c, dpt_rl_common_config_t *out)
     out->total_timesteps = (uint64_t)DPT_CI(c, total_timesteps);
     out->comm_timeout_s = DPT_CF(c, comm_timeout_s);
     out->allreduce_algorithm = (dpt_comm_algorithm_t)DPT_CI(c, allreduce_algorithm);
+    out->frozen = DPT_CS(c, frozen);
     return DPT_OK;
 }
 

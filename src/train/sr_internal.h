@@ -70,6 +70,7 @@ struct srt {
     int bags;
     size_t rows, edim, nids;
     const dpt_vartable_t *vars; /* the model's table */
+    unsigned char *frozen;      /* [nvars] 1: in the key frozen (no gradient); NULL: none */
     dpt_sr_t *sr;
     int N, R, num_ps, lost;
     size_t batch, b, nchunks;

@@ -170,17 +170,19 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
 /* ---- the worker loop ------------------------------------------------------------- */
 
 /* replica_grad_clip: the worker's gradient (its dense variables and, for
- * bags, the table's rows) scaled to that global norm when above it. */
+ * bags, the table's rows) scaled to that global norm when above it. The
+ * frozen variables' gradients count for nothing (the service ignores
+ * them). */
 static void dpt__sr_clip(const srt_t *t, srt_worker_t *w)
 {
     const dpt_vartable_t *vt = t->vars;
     double sumsq = 0.0;
     for (size_t i = t->bags ? 1 : 0; i < vt->nvars; i++) {
         const float *g = w->grads.data + vt->vars[i].offset;
-        for (size_t j = 0; j < vt->vars[i].count; j++)
+        for (size_t j = 0; !(t->frozen && t->frozen[i]) && j < vt->vars[i].count; j++)
             sumsq += (double)g[j] * (double)g[j];
     }
-    size_t nrows = t->bags ? w->grad_rows.n * w->grad_rows.dim : 0;
+    size_t nrows = t->bags && !(t->frozen && t->frozen[0]) ? w->grad_rows.n * w->grad_rows.dim : 0;
     for (size_t j = 0; j < nrows; j++)
         sumsq += (double)w->grad_rows.values[j] * (double)w->grad_rows.values[j];
     float f = dpt_clip_factor(sqrt(sumsq), t->replica_clip);

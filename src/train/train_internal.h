@@ -108,6 +108,12 @@ void dpt__jobs_text(unsigned mask, char *buf, size_t n);
 #define DPT_CF(c, key) dpt_config_float((c), DPT_CFG_##key)
 #define DPT_CS(c, key) dpt_config_str((c), DPT_CFG_##key)
 
+/* The variables of `vars` that the key frozen selects (dpt_vartable_select),
+ * one flag each in *mask (malloc'd, the caller frees it); *mask is NULL
+ * when none is frozen (the key empty or not the job's). Errors: DPT_EINVAL
+ * "frozen: ..." naming the entry that matches no variable, DPT_ENOMEM. */
+int dpt__train_frozen(const dpt_config_t *c, const dpt_vartable_t *vars, unsigned char **mask);
+
 /* ---- files ---- */
 
 /* Writes n bytes to path atomically: a temporary file beside it

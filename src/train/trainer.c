@@ -114,6 +114,53 @@ int dpt_trainer_iterate(dpt_trainer_t *t, dpt_train_result_t *r)
     return DPT_OK;
 }
 
+int dpt__train_frozen(const dpt_config_t *c, const dpt_vartable_t *vars, unsigned char **mask)
+{
+    *mask = NULL;
+    if (!dpt_config_applies(c, DPT_CFG_frozen) || !DPT_CS(c, frozen)[0])
+        return DPT_OK;
+    unsigned char *m = malloc(vars->nvars ? vars->nvars : 1);
+    if (!m)
+        return dpt_error(DPT_ENOMEM, "frozen: cannot allocate %zu flags", vars->nvars);
+    int rc = dpt_vartable_select(vars, DPT_CS(c, frozen), m, NULL);
+    if (rc) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", dpt_last_error());
+        free(m);
+        return dpt_error(rc, "frozen: %s", msg);
+    }
+    *mask = m;
+    return DPT_OK;
+}
+
+/* Metadata "frozen": the names of the variables the key frozen selects,
+ * comma-separated in table order ("" when none). */
+static int dpt__trainer_frozen_meta(dpt_trainer_t *t, dpt_safetensors_writer_t *w)
+{
+    const dpt_vartable_t *vars = t->ops->vars ? t->ops->vars(t->self) : NULL;
+    unsigned char *mask = NULL;
+    int rc = vars ? dpt__train_frozen(t->cfg, vars, &mask) : DPT_OK;
+    if (rc || !mask)
+        return rc ? rc : dpt_safetensors_set_meta(w, "frozen", "");
+    size_t len = 1;
+    for (size_t i = 0; i < vars->nvars; i++)
+        len += mask[i] ? strlen(vars->vars[i].name) + 1 : 0;
+    char *text = malloc(len);
+    if (text) {
+        text[0] = '\0';
+        for (size_t i = 0, at = 0; i < vars->nvars; i++)
+            if (mask[i])
+                at += (size_t)snprintf(text + at, len - at, "%s%s", at ? "," : "",
+                                       vars->vars[i].name);
+        rc = dpt_safetensors_set_meta(w, "frozen", text);
+    } else {
+        rc = dpt_error(DPT_ENOMEM, "checkpoint: cannot allocate the frozen variables' names");
+    }
+    free(text);
+    free(mask);
+    return rc;
+}
+
 /* "avx2,fma,avx512f": the instruction-set extensions this CPU reports
  * that dpt's kernels care about. */
 static void dpt__trainer_cpu_flags(char *buf, size_t n)
@@ -146,7 +193,7 @@ int dpt_trainer_checkpoint(dpt_trainer_t *t, dpt_safetensors_writer_t *w)
     int rc = t->ops->checkpoint(t->self, w);
     if (rc || !w)
         return rc;
-    if ((rc = t->ops->describe(t->self, w)) != 0)
+    if ((rc = t->ops->describe(t->self, w)) != 0 || (rc = dpt__trainer_frozen_meta(t, w)) != 0)
         return rc;
     size_t n = dpt_config_format(t->cfg, NULL, 0);
     char *text = malloc(n + 1);

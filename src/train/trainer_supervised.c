@@ -177,7 +177,13 @@ static int dpt__sup_build(sup_t *s, const dpt_config_t *c)
         return rc;
     s->vars = s->net.model.vars;
     dpt_batch_t lay = dpt__task_batch(0, s->task.in_dim, NULL, NULL, NULL, s->task.ydim);
-    if ((rc = dpt_towers_create(&s->towers, &s->net.model, &lay, &tc)) != 0)
+    unsigned char *frozen;
+    if ((rc = dpt__train_frozen(c, s->vars, &frozen)) != 0)
+        return rc;
+    tc.no_grad = frozen;
+    rc = dpt_towers_create(&s->towers, &s->net.model, &lay, &tc);
+    free(frozen);
+    if (rc)
         return rc;
     size_t n = s->vars->total;
     if ((rc = dpt_arena_init(&s->params, n)) != 0)

@@ -85,6 +85,7 @@ static void dpt__srt_destroy(void *self)
         }
     }
     free(t->place);
+    free(t->frozen);
     free(t->w);
     free(t->base_contrib);
     if (t->srv)
@@ -119,6 +120,7 @@ static int dpt__srt_service_config(srt_t *t, const dpt_config_t *c, dpt_sr_confi
     /* strict|fifo, in the engine's order */
     sc.tokens = DPT_CI(c, sync_replicas_tokens) ? DPT_SR_TOKENS_FIFO : DPT_SR_TOKENS_STRICT;
     sc.init_tokens = DPT_CI(c, init_tokens) < 0 ? (int64_t)t->R : DPT_CI(c, init_tokens);
+    sc.no_grad = t->frozen;
     memset(sparse, 0, nsparse);
     if (t->bags) {
         if (t->vars->nvars > nsparse)
@@ -197,6 +199,8 @@ static int dpt__srt_build(srt_t *t, const dpt_config_t *c)
     if ((rc = dpt__net_init(&t->eval, &t->task, DPT__TASK_EVAL_BATCH)) != 0)
         return rc;
     t->vars = t->eval.model.vars;
+    if ((rc = dpt__train_frozen(c, t->vars, &t->frozen)) != 0)
+        return rc;
     /* Where each variable lives: every rank computes the same placement. */
     size_t nv = t->vars->nvars;
     t->P = t->role == SRT_LOCAL ? 1 : t->num_ps;
