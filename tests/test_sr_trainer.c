@@ -63,7 +63,7 @@ static void test_fifo_goes_past_a_straggler(void)
      * is slow stalls TensorFlow's queue too: the step waits for that
      * token's gradient.) */
     REQUIRE_OK(straggled_epoch("fifo", 3.0, &r));
-    double step = -1, w0 = -1, w3 = -1; /* w0: shown */
+    double step = -1, w0 = -1, w3 = -1;                          /* w0: shown */
     CHECK(metric_name(&r, "global_step", &step) && step == 8.0); /* 512 / 64 */
     CHECK(metric_name(&r, "info/sync_replicas/batches_contributed/w0", &w0));
     CHECK(metric_name(&r, "info/sync_replicas/batches_contributed/w3", &w3));
