@@ -73,6 +73,12 @@ fi
 expect 2 "eval_ema = true needs ema_decay > 0" -- train sp.conf --set eval_ema=true \
     --set ema_decay=0 --set output_dir=e7
 
+# ---- N < R, set explicitly: each worker computes several gradients a step -------------
+expect 0 "total_num_replicas = 2 < replicas_to_aggregate = 3" -- train sp.conf \
+    --set total_num_replicas=2 --set output_dir=nr --set epochs=1
+gs=$(metric nr/result.jsonl global_step)
+if [ "$gs" = "21" ]; then ok "N = 2 < R = 3: every step of the epoch made (21)"; else bad "N < R: global_step $gs"; fi
+
 # ---- backups ---------------------------------------------------------------------------
 expect 0 "" -- train sp.conf --quiet --set output_dir=bk \
     --set total_num_replicas=4 --set num_ps=2

@@ -176,6 +176,32 @@ static void test_passes(void)
            taken, sched, (unsigned long long)r.timesteps_total);
     CHECK(taken == 80.0 && sched == 160.0);
     CHECK(updates <= sched && sched - updates <= 2.0 * 2.0);
+    /* broadcast_interval = 1: the weights went out after every update. */
+    CHECK(metric(&r, "info/num_weight_broadcasts") == updates);
+    dpt_trainer_destroy(t);
+    dpt_config_destroy(c);
+}
+
+/* broadcast_interval = 4: the learner publishes its weights after every
+ * 4th update, counted by the learner itself. */
+static void test_broadcast_interval(void)
+{
+    const char *sets[] = {"broadcast_interval=4", "total_timesteps=20000"};
+    dpt_config_t *c = NULL;
+    REQUIRE_OK(dpt_test_config(&c, appo_base, NBASE, sets, 2));
+    dpt_trainer_t *t = NULL;
+    REQUIRE_OK(dpt_trainer_create(&t, c, NULL));
+    dpt_train_result_t r;
+    double updates = 0.0;
+    int rc;
+    do {
+        rc = dpt_trainer_iterate(t, &r);
+        updates += metric(&r, "info/num_updates_this_iter");
+    } while (!rc && !r.finished);
+    CHECK_OK(rc);
+    double b = metric(&r, "info/num_weight_broadcasts");
+    printf("     %.0f updates, %.0f weight broadcasts\n", updates, b);
+    CHECK(updates >= 4.0 && b == floor(updates / 4.0));
     dpt_trainer_destroy(t);
     dpt_config_destroy(c);
 }
@@ -579,7 +605,8 @@ int main(int argc, char **argv)
     fault_plugin = argc > 1 ? argv[1] : NULL;
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_config_rules),    DPT_TEST(test_cartpole_smoke),
-        DPT_TEST(test_passes),          DPT_TEST(test_checkpoint_restore),
+        DPT_TEST(test_passes),
+        DPT_TEST(test_broadcast_interval),          DPT_TEST(test_checkpoint_restore),
         DPT_TEST(test_policies_config), DPT_TEST(test_two_policies),
         DPT_TEST(test_tower_stacks),    DPT_TEST(test_sampler_failures),
     };

@@ -709,6 +709,28 @@ static void test_tokens_fifo_stuck_worker(void)
               "global step 0 waits for worker 1 (no gradient of it");
     CHECK(strstr(dpt_last_error(), "worker 0 waited for a token") != NULL);
     dpt_sr_destroy(sr);
+    /* Strict, N = 3, R = 2: a token left over from step 1 is dropped when
+     * worker 2 looks at global step 2 (it would only make a stale
+     * gradient), and the worker gets a step-2 token. */
+    c = sgd_config(&t, 2, 3, 1.0f);
+    REQUIRE_OK(dpt_sr_create(&sr, &c));
+    dpt_sr_set_global_step(sr, 0);
+    REQUIRE_OK(dpt_sr_begin(sr, -1, 100));
+    for (uint64_t s = 0; s < 2; s++)
+        for (int w = 0; w < 2; w++) {
+            if (s > 0) {
+                CHECK_OK(dpt_sr_take_token(sr, w, &step));
+                CHECK(step == s);
+            }
+            CHECK_OK(dpt_sr_push(sr, w, s, g, NULL, &acc));
+            CHECK(acc == 1);
+        }
+    CHECK(dpt_sr_global_step(sr) == 2);
+    CHECK_OK(dpt_sr_take_token(sr, 2, &step));
+    CHECK(step == 2);
+    dpt_sr_get_stats(sr, &st);
+    CHECK(st.tokens_dropped == 1 && st.tokens_available == 2);
+    dpt_sr_destroy(sr);
     /* A config with an unknown rule is refused. */
     c.tokens = 7;
     CHECK_ERR(dpt_sr_create(&sr, &c), DPT_EINVAL, "tokens = 7");

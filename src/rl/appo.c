@@ -590,6 +590,7 @@ static void dpt__appo_report_stats(dpt_appo_t *a, dpt_appo_stats_t *as)
     as->learner_utilization = ls.learner_utilization;
     as->batches_taken = a->batches_taken;
     as->passes_scheduled = a->passes_scheduled;
+    as->broadcasts = a->broadcasts;
     as->dequeue_time_ms = ls.learner_dequeue_time_ms;
     as->grad_time_ms = ls.learner_grad_time_ms;
     as->load_time_ms = as->updates ? (a->load_s - a->rep.load_s) * 1e3 / (double)as->updates : 0.0;

@@ -174,6 +174,7 @@ struct dpt_appo {
     int finished;            /* rank 0 told the samplers to stop */
     int asked_stop;          /* a sampler rank: it asked rank 0 to stop the run */
     uint64_t batches_taken, passes_scheduled; /* dpt_appo_stats_t's (mu) */
+    uint64_t broadcasts;                      /* weight publications (mu) */
     int stop_asked_by; /* rank 0: the first sampler rank that asked (0: none) */
     /* checkpoints */
     uint64_t ck_head[5];

@@ -185,6 +185,7 @@ int dpt__appo_learner_step(void *ctx, void *item, dpt_learner_result_t *res)
             rc = dpt_towers_get_weights(pol->towers, pol->pub.data, pol->pub.count);
             pol->pub_version = pol->updates;
             pthread_mutex_unlock(&a->wmu);
+            a->broadcasts++;
         }
     }
     uint64_t steps = (uint64_t)(a->seqs * a->T);

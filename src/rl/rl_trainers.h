@@ -277,6 +277,10 @@ typedef struct dpt_appo_stats {
      * the learner took and the passes it scheduled for them (the sum of
      * their TTLs); scheduled - updates are the passes still owed. */
     uint64_t batches_taken, passes_scheduled;
+    /* Weight publications to the samplers since the engine was created (one
+     * every broadcast_interval updates of a trained policy; RLlib's
+     * num_weight_broadcasts). */
+    uint64_t broadcasts;
     /* Mean ms per update: waiting for and taking a batch (the minibatch
      * buffer's get) and the whole step (over the learner thread's last 50
      * updates), and loading the batch into the towers (this iteration).

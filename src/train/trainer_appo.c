@@ -173,6 +173,7 @@ static int dpt__appo_iterate(void *self, dpt_train_result_t *r)
     dpt_train_result_add(r, "info/learner_utilization", as.learner_utilization);
     dpt_train_result_add(r, "info/learner_batches_taken", (double)as.batches_taken);
     dpt_train_result_add(r, "info/learner_passes_scheduled", (double)as.passes_scheduled);
+    dpt_train_result_add(r, "info/num_weight_broadcasts", (double)as.broadcasts);
     dpt_train_result_add(r, "timing_breakdown/learner_dequeue_time_ms", as.dequeue_time_ms);
     dpt_train_result_add(r, "timing_breakdown/learner_load_time_ms", as.load_time_ms);
     dpt_train_result_add(r, "timing_breakdown/learner_grad_time_ms", as.grad_time_ms);
