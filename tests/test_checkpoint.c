@@ -509,13 +509,16 @@ static void test_not_found_and_not_a_file(void)
     dpt_safetensors_t *st = NULL;
     CHECK_ERR(dpt_safetensors_load(&st, path), DPT_ENOENT, path);
     CHECK(st == NULL);
-    CHECK_ERR(dpt_safetensors_load(&st, tmpdir), DPT_EIO, "not a regular file");
+    /* What is not a file, or names nothing, is bad input (exit 2 in the
+     * command), not an I/O failure. */
+    CHECK_ERR(dpt_safetensors_load(&st, tmpdir), DPT_EINVAL, "a directory, not a checkpoint file");
+    CHECK_ERR(dpt_safetensors_load(&st, "/dev/zero"), DPT_EINVAL, "not a regular file");
     /* A path through a regular file: the system's reason is in the message. */
     char small[512], through[600];
     path_in(small, sizeof small, "plain-file");
     REQUIRE(dpt_test_spill(small, "x", 1) == 0);
     snprintf(through, sizeof through, "%s/x.safetensors", small);
-    CHECK_ERR(dpt_safetensors_load(&st, through), DPT_EIO, "cannot open: Not a directory");
+    CHECK_ERR(dpt_safetensors_load(&st, through), DPT_ENOENT, "cannot open: Not a directory");
     CHECK(st == NULL);
 }
 

@@ -167,8 +167,9 @@ typedef struct dpt_safetensors_tensor {
 
 /* Reads and validates the file at `path` into *out (caller owns; free with
  * dpt_safetensors_destroy). On failure *out is NULL.
- * Errors: DPT_ENOENT (no such file), DPT_EIO (unreadable, not a regular
- * file), DPT_EFORMAT (anything malformed or corrupted: short file, bad header
+ * Errors: DPT_ENOENT (no such file), DPT_EINVAL (not a regular file, a path
+ * that cannot be opened for another reason than the system's), DPT_EIO (a
+ * read error), DPT_EFORMAT (anything malformed or corrupted: short file, bad header
  * length, JSON syntax, shape/offset/size inconsistencies, duplicate names,
  * checksum mismatch), DPT_ENOTSUP (a dtype dpt does not read, e.g. BF16, or a
  * newer "dpt.format"), DPT_ENOMEM. */

@@ -481,7 +481,8 @@ int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c);
  * data_dir) are later resolved relative to this file's directory;
  * tensorboard_dir (an output, as output_dir) relative to the working
  * directory.
- * Errors naming "FILE:LINE": DPT_ENOENT (missing file), DPT_EINVAL (a
+ * Errors naming "FILE:LINE": DPT_ENOENT (missing file, a path through a
+ * file), DPT_EIO (the system failed to read it), DPT_EINVAL (a
  * directory or non-regular file, a NUL byte or other control character, a
  * value longer than DPT_CONFIG_STR_MAX - 1, syntax, unknown key with the
  * closest valid key, duplicate key, bad type or range). */

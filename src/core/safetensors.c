@@ -3,6 +3,7 @@
  * writer in checkpoint.c. */
 #include "dpt/checkpoint.h"
 #include "dpt/status.h"
+#include "io.h"
 #include "safetensors_impl.h"
 
 #include <errno.h>
@@ -270,14 +271,16 @@ int dpt_safetensors_load(dpt_safetensors_t **out, const char *path)
 
     f = fopen(path, "rb");
     if (!f) {
-        rc = errno == ENOENT
-                 ? dpt_error(DPT_ENOENT, "checkpoint %s: no such file", path)
-                 : dpt_error(DPT_EIO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        rc = errno == ENOENT ? dpt_error(DPT_ENOENT, "checkpoint %s: no such file", path)
+                             : dpt_error(dpt__io_read_status(errno),
+                                         "checkpoint %s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = dpt_error(DPT_EIO, "checkpoint %s: not a regular file", path);
+        rc = S_ISDIR(sb.st_mode)
+                 ? dpt_error(DPT_EINVAL, "checkpoint %s: a directory, not a checkpoint file", path)
+                 : dpt_error(DPT_EINVAL, "checkpoint %s: not a regular file", path);
         goto fail;
     }
     uint64_t size = (uint64_t)sb.st_size;

@@ -4,6 +4,7 @@
  * the env_config lines (their list is kept by config_env.c).
  */
 #define _GNU_SOURCE /* realpath with a NULL buffer is POSIX; getline too */
+#include "core/io.h"
 #include "dpt/train.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
@@ -448,14 +449,14 @@ int dpt_config_load(dpt_config_t *c, const char *path)
 {
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s", path,
+        return dpt_error(dpt__io_read_status(errno), "config %s: cannot open: %s", path,
                          strerror(errno));
     if (!S_ISREG(sb.st_mode))
         return dpt_error(DPT_EINVAL, "config %s: not a regular file (%s)", path,
                          S_ISDIR(sb.st_mode) ? "a directory" : "a special file");
     FILE *f = fopen(path, "r");
     if (!f)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s", path,
+        return dpt_error(dpt__io_read_status(errno), "config %s: cannot open: %s", path,
                          strerror(errno));
     int rc = dpt__config_read(c, f, path);
     fclose(f);
