@@ -261,6 +261,28 @@ check "a refused checkpoint or run directory changes nothing saved" \
     cmp -s before.safetensors ppo_full/checkpoints/checkpoint-00000020.safetensors
 check "a refused --resume writes nothing into the directory" sh -c '[ -z "$(ls -A no_checkpoints)" ]'
 
+# ---- a key set while the key that enables it is off: refused, naming both -------------
+expect 2 "lstm_use_prev_action = true is used only with use_lstm = true (use_lstm = false)" -- \
+    train ppo.conf --set lstm_use_prev_action=true --set use_lstm=false --set output_dir=dep1
+expect 2 "max_seq_len = 8 is used only with use_lstm = true" -- train ppo.conf --set max_seq_len=8 --set output_dir=dep1
+expect 2 "evaluation_episodes = 3 is used only with evaluation_interval > 0" -- \
+    train ppo.conf --set evaluation_episodes=3 --set output_dir=dep1
+printf 'job = supervised\ndataset = spirals\nspirals_points = 256\nhidden = 16\nepochs = 1\n' > dep.conf
+expect 2 "lr_end = 0.001 is used only with lr_schedule = linear (lr_schedule = constant)" -- \
+    train dep.conf --set lr_end=0.001 --set output_dir=dep1
+expect 2 "momentum = 0.5 is used only with optimizer = momentum (optimizer = adam)" -- \
+    train dep.conf --set momentum=0.5 --set output_dir=dep1
+expect 2 "data_dir = /data is used only with dataset = fashion_mnist (dataset = spirals)" -- \
+    train dep.conf --set data_dir=/data --set output_dir=dep1
+expect 2 "spirals_points = 256 is used only with dataset = spirals (dataset = csv)" -- \
+    train dep.conf --set dataset=csv --set train_csv=a.csv --set test_csv=b.csv --set output_dir=dep1
+check "a refused key leaves no run directory" [ ! -e dep1 ]
+# On resume and in dpt eval too; a run's own config.conf names every key and
+# is not refused; a key at its default is not.
+expect 2 "evaluation_episodes = 3 is used only with" -- train --resume ppo_half --set evaluation_episodes=3
+expect 2 "lstm_cell_size = 32 is used only with use_lstm = true" -- eval ppo_full --set lstm_cell_size=32
+expect 0 "reached stop_iters" -- train ppo.conf --set lstm_use_prev_action=false --set stop_iters=1 --set output_dir=dep_default
+
 # ---- evaluation during training: evaluation/ metrics, checkpoints/best -------------
 expect 0 "" -- train ppo.conf --quiet --set output_dir=evald --set evaluation_interval=4 --set evaluation_episodes=3
 check "evaluation: the training is the run without it, bitwise" "$cmp" \
