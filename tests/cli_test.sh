@@ -345,6 +345,27 @@ expect 0 "" -- train --resume sig_INT --set stop_iters=$((its + 2)) --quiet
 check "a run stopped by SIGINT resumes bitwise" "$cmp" \
     sig_ref/checkpoints/checkpoint-$(printf %08d $((its + 2))).safetensors \
     sig_INT/checkpoints/checkpoint-$(printf %08d $((its + 2))).safetensors
+# --seeds: after a stop request no seed starts, and the summary leaves the
+# stopped runs out of its figures. SIGINT once seeds 1 and 2 both have a
+# result (long.conf never ends by itself).
+"$dpt" train long.conf --seeds 1-4 --parallel 2 --set output_dir=seeds_stop > seeds_stop.out 2>&1 &
+pid=$!
+i=0
+while { [ ! -s seeds_stop/seed-1/result.jsonl ] || [ ! -s seeds_stop/seed-2/result.jsonl ]; } &&
+      [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+kill -INT $pid; wait $pid; rc=$?
+check "--seeds stopped by SIGINT: exit 130" [ $rc -eq 130 ]
+check "--seeds stopped: seeds 3 and 4 never started" \
+    sh -c '[ ! -e seeds_stop/seed-3 ] && [ ! -e seeds_stop/seed-4 ]'
+check "--seeds stopped: seeds 1 and 2 wrote their checkpoint" \
+    sh -c 'ls seeds_stop/seed-1/checkpoints/checkpoint-*.safetensors seeds_stop/seed-2/checkpoints/checkpoint-*.safetensors >/dev/null 2>&1'
+check "--seeds stopped: the summary marks seeds 1, 2 stopped and 3, 4 not run" \
+    sh -c 'grep -q "^1  *stopped " seeds_stop.out && grep -q "^2  *stopped " seeds_stop.out &&
+           grep -q "^3  *not run " seeds_stop.out && grep -q "^4  *not run " seeds_stop.out'
+check "--seeds stopped: no figure averages the stopped runs" \
+    grep -q "^final return: none of 4 seeds ran to its end" seeds_stop.out
+check "--seeds stopped: the summary says what it left out" \
+    grep -q "^left out after the stop request: 2 runs stopped before their end, 2 not started" seeds_stop.out
 
 # ---- DD-PPO with threads --------------------------------------------------------
 cat > dd.conf <<'CONF'
