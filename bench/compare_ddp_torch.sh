@@ -25,7 +25,7 @@ fair="$fair OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OPENBLAS_NUM_THREADS
 med() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 rate() { awk '{for (k = 1; k <= NF; k++) if ($k == "samples/s") print $(k-1)}'; }
 dir=$(mktemp -d) || exit 1
-sets="data_dir=$data epochs=2 num_devices=1 checkpoint_every=0 lr_schedule=constant"
+sets="data_dir=$data epochs=2 num_devices=1 checkpoint_every=0 lr_schedule=constant lr_end=0"
 dcmd="mpirun --oversubscribe -np 2 $dpt train examples/fashion_mnist_mlp.conf"
 for s in $sets; do dcmd="$dcmd --set $s"; done
 tcmd="env $fair $py $here/torch_ddp_mlp.py $data --procs 2 --batch 128 --epochs 2"

@@ -30,6 +30,16 @@ expect() { # expect CODE PATTERN -- ARGS...
 untimed() { sed -E 's/"(time_[a-z_]*|env_steps_per_s|samples_per_s|timing_breakdown)":(\{[^}]*\}|[^,}]*),?//g' "$1"; }
 rows() { wc -l < "$1" | tr -d ' '; }
 
+# ---- the exit-code table is one table: the same in both documents -----------
+docs="$(cd "$(dirname "$0")/../docs" && pwd)"
+table() { sed -n '/^<!-- The exit-code table/,/^<!-- end of the exit-code table/p' "$1"; }
+if [ -n "$(table "$docs/RELIABILITY.md")" ] &&
+   [ "$(table "$docs/RELIABILITY.md")" = "$(table "$docs/TRAINING.md")" ]; then
+    ok "docs: RELIABILITY.md and TRAINING.md hold the same exit-code table"
+else
+    bad "docs: the exit-code tables of RELIABILITY.md and TRAINING.md differ"
+fi
+
 # ---- basics ----------------------------------------------------------------
 expect 0 "features:"            -- info
 expect 2 "unexpected argument"  -- info extra
@@ -201,13 +211,14 @@ printf 'garbage' | dd of=ppo_corrupt/checkpoints/checkpoint-00000023.safetensors
 expect 0 "skipping checkpoint" -- train --resume ppo_corrupt --set stop_iters=23 --set total_timesteps=10240
 check "rotation kept the checkpoint this run wrote (23 again, valid)" \
     "$cmp" ppo_half/checkpoints/checkpoint-00000023.safetensors ppo_corrupt/checkpoints/checkpoint-00000023.safetensors
-expect 1 "checkpoint-00000099.safetensors: no such file" -- eval ppo_corrupt/checkpoints/checkpoint-00000099.safetensors
+expect 2 "checkpoint-00000099.safetensors: no such file" -- eval ppo_corrupt/checkpoints/checkpoint-00000099.safetensors
 head -c 100 ppo_full/checkpoints/checkpoint-00000010.safetensors > trunc.safetensors
-expect 1 "trunc.safetensors" -- eval trunc.safetensors
+expect 2 "trunc.safetensors" -- eval trunc.safetensors
 expect 2 "not a run directory" -- train --resume ok_missing_dir
 mkdir -p empty_run/checkpoints && cp ppo_full/config.conf empty_run/config.conf
 printf 'garbage' > empty_run/checkpoints/checkpoint-00000003.safetensors
-expect 1 "no valid checkpoint" -- train --resume empty_run
+expect 2 "no valid checkpoint" -- train --resume empty_run
+expect 2 "no valid checkpoint in empty_run/checkpoints; the newest: checkpoint" -- eval empty_run
 # Stopped before its first checkpoint: --resume starts the run over from
 # its config.conf; a fresh start into a directory holding only the
 # temporary of a killed start goes ahead.
@@ -224,6 +235,53 @@ expect 2 "this run was made by dpt 0.1" -- train --resume old_run
 # Resuming with a key that changes the results is refused, naming the key.
 expect 2 "these keys cannot change: lr (0.00025, now 0.1)" -- train --resume ppo_half --set lr=0.1
 expect 2 "give CONFIG or --resume DIR, not both" -- train ppo.conf --resume ppo_half
+
+# ---- bad input is exit 2 wherever a checkpoint or run directory is given --------------
+# (docs/RELIABILITY.md, "Exit codes"): a directory without checkpoints, a
+# device, a truncated or bit-flipped checkpoint, a config file, a path that
+# names nothing; what was saved stays as it was.
+cp ppo_full/checkpoints/checkpoint-00000020.safetensors before.safetensors
+cp before.safetensors flipped.safetensors
+at=$(($(wc -c < flipped.safetensors) - 100))
+byte=$(od -An -tu1 -j $at -N 1 flipped.safetensors | tr -d ' ')
+if [ "$byte" = 1 ]; then flip='\002'; else flip='\001'; fi
+printf "$flip" | dd of=flipped.safetensors bs=1 seek=$at conv=notrunc 2>/dev/null
+mkdir -p no_checkpoints
+expect 2 "no valid checkpoint in no_checkpoints/checkpoints" -- eval no_checkpoints
+expect 2 "checkpoint /dev/zero: not a regular file" -- eval /dev/zero
+expect 2 "runs past the end of the file" -- eval trunc.safetensors
+expect 2 "flipped.safetensors: checksum mismatch" -- eval flipped.safetensors
+expect 2 "is over the 100 MiB limit: not a safetensors file" -- eval ppo_full/config.conf
+expect 2 "no_such_run: no such file" -- eval no_such_run
+for target in no_checkpoints /dev/zero trunc.safetensors flipped.safetensors ppo_full/config.conf no_such_run; do
+    expect 2 "--resume $target: not a run directory" -- train --resume $target
+done
+expect 2 "not a directory (give run directories)" -- plot /dev/zero -o zero.svg
+check "a refused checkpoint or run directory changes nothing saved" \
+    cmp -s before.safetensors ppo_full/checkpoints/checkpoint-00000020.safetensors
+check "a refused --resume writes nothing into the directory" sh -c '[ -z "$(ls -A no_checkpoints)" ]'
+
+# ---- a key set while the key that enables it is off: refused, naming both -------------
+expect 2 "lstm_use_prev_action = true is used only with use_lstm = true (use_lstm = false)" -- \
+    train ppo.conf --set lstm_use_prev_action=true --set use_lstm=false --set output_dir=dep1
+expect 2 "max_seq_len = 8 is used only with use_lstm = true" -- train ppo.conf --set max_seq_len=8 --set output_dir=dep1
+expect 2 "evaluation_episodes = 3 is used only with evaluation_interval > 0" -- \
+    train ppo.conf --set evaluation_episodes=3 --set output_dir=dep1
+printf 'job = supervised\ndataset = spirals\nspirals_points = 256\nhidden = 16\nepochs = 1\n' > dep.conf
+expect 2 "lr_end = 0.001 is used only with lr_schedule = linear (lr_schedule = constant)" -- \
+    train dep.conf --set lr_end=0.001 --set output_dir=dep1
+expect 2 "momentum = 0.5 is used only with optimizer = momentum (optimizer = adam)" -- \
+    train dep.conf --set momentum=0.5 --set output_dir=dep1
+expect 2 "data_dir = /data is used only with dataset = fashion_mnist (dataset = spirals)" -- \
+    train dep.conf --set data_dir=/data --set output_dir=dep1
+expect 2 "spirals_points = 256 is used only with dataset = spirals (dataset = csv)" -- \
+    train dep.conf --set dataset=csv --set train_csv=a.csv --set test_csv=b.csv --set output_dir=dep1
+check "a refused key leaves no run directory" [ ! -e dep1 ]
+# On resume and in dpt eval too; a run's own config.conf names every key and
+# is not refused; a key at its default is not.
+expect 2 "evaluation_episodes = 3 is used only with" -- train --resume ppo_half --set evaluation_episodes=3
+expect 2 "lstm_cell_size = 32 is used only with use_lstm = true" -- eval ppo_full --set lstm_cell_size=32
+expect 0 "reached stop_iters" -- train ppo.conf --set lstm_use_prev_action=false --set stop_iters=1 --set output_dir=dep_default
 
 # ---- evaluation during training: evaluation/ metrics, checkpoints/best -------------
 expect 0 "" -- train ppo.conf --quiet --set output_dir=evald --set evaluation_interval=4 --set evaluation_episodes=3
@@ -287,6 +345,27 @@ expect 0 "" -- train --resume sig_INT --set stop_iters=$((its + 2)) --quiet
 check "a run stopped by SIGINT resumes bitwise" "$cmp" \
     sig_ref/checkpoints/checkpoint-$(printf %08d $((its + 2))).safetensors \
     sig_INT/checkpoints/checkpoint-$(printf %08d $((its + 2))).safetensors
+# --seeds: after a stop request no seed starts, and the summary leaves the
+# stopped runs out of its figures. SIGINT once seeds 1 and 2 both have a
+# result (long.conf never ends by itself).
+"$dpt" train long.conf --seeds 1-4 --parallel 2 --set output_dir=seeds_stop > seeds_stop.out 2>&1 &
+pid=$!
+i=0
+while { [ ! -s seeds_stop/seed-1/result.jsonl ] || [ ! -s seeds_stop/seed-2/result.jsonl ]; } &&
+      [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+kill -INT $pid; wait $pid; rc=$?
+check "--seeds stopped by SIGINT: exit 130" [ $rc -eq 130 ]
+check "--seeds stopped: seeds 3 and 4 never started" \
+    sh -c '[ ! -e seeds_stop/seed-3 ] && [ ! -e seeds_stop/seed-4 ]'
+check "--seeds stopped: seeds 1 and 2 wrote their checkpoint" \
+    sh -c 'ls seeds_stop/seed-1/checkpoints/checkpoint-*.safetensors seeds_stop/seed-2/checkpoints/checkpoint-*.safetensors >/dev/null 2>&1'
+check "--seeds stopped: the summary marks seeds 1, 2 stopped and 3, 4 not run" \
+    sh -c 'grep -q "^1  *stopped " seeds_stop.out && grep -q "^2  *stopped " seeds_stop.out &&
+           grep -q "^3  *not run " seeds_stop.out && grep -q "^4  *not run " seeds_stop.out'
+check "--seeds stopped: no figure averages the stopped runs" \
+    grep -q "^final return: none of 4 seeds ran to its end" seeds_stop.out
+check "--seeds stopped: the summary says what it left out" \
+    grep -q "^left out after the stop request: 2 runs stopped before their end, 2 not started" seeds_stop.out
 
 # ---- DD-PPO with threads --------------------------------------------------------
 cat > dd.conf <<'CONF'
@@ -568,8 +647,8 @@ cp test.csv moved_test.csv
 expect 0 "200 test samples" -- eval sup_full --set test_csv=moved_test.csv
 printf 'a,b,c,label\n1,2,x,0\n' > badcell.csv
 # Defect 2: a start that fails removes what it created.
-expect 1 'line 2, column 3' -- train sup.conf --set train_csv=badcell.csv --set output_dir=sup_bad
-expect 1 'nothere.csv' -- train sup.conf --set train_csv=nothere.csv --set output_dir=sup_bad
+expect 2 'line 2, column 3' -- train sup.conf --set train_csv=badcell.csv --set output_dir=sup_bad
+expect 2 'nothere.csv' -- train sup.conf --set train_csv=nothere.csv --set output_dir=sup_bad
 check "defect 2: a failed start leaves no run directory behind" [ ! -e sup_bad ]
 expect 2 'divisible by num_devices' -- train sup.conf --set batch_size=33 --set output_dir=sup_bad
 # The built-in spirals dataset.
@@ -586,6 +665,11 @@ expect 0 "test accuracy" -- train --resume frz --set frozen=2.weight,4 --set sto
 check "a resume with another frozen list is logged" grep -q "frozen = 2.weight,4 (was 0)" frz/overrides.log
 check "checkpoints name their frozen variables" grep -aq '"frozen":"0.weight,0.bias"' frz/checkpoints/checkpoint-00000001.safetensors
 check "a resumed run's checkpoints name its own frozen variables" grep -aq '"frozen":"2.weight,4.weight,4.bias"' frz/checkpoints/checkpoint-00000003.safetensors
+# A data_dir that is not there is bad input (exit 2), as the data files
+# above; nothing is created.
+expect 2 "no_such_data does not exist" -- train spirals.conf \
+    --set dataset=fashion_mnist --set data_dir=no_such_data --set output_dir=fm_missing
+check "a missing data_dir leaves no run directory" [ ! -e fm_missing ]
 
 # ---- TensorBoard events and dpt plot -------------------------------------------------
 check "every run writes TensorBoard events into its directory" ls ppo_full/events.out.tfevents.* spirals/events.out.tfevents.*

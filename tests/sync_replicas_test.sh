@@ -120,6 +120,27 @@ else
         bad "bags: test R^2 $r2 after 3 epochs"
     fi
 fi
+# A resumed bags run takes the memory of a fresh one (it took 1.6 times as
+# much: the checkpoint, and a copy of the model read from it, were held
+# beside the trainer they restored). Peak RSS of one epoch fresh, and of one
+# epoch resumed after it, by /usr/bin/time; left out under a sanitizer
+# (its allocator keeps freed memory).
+if [ -z "$sanitize" ] && [ -x /usr/bin/time ]; then
+    /usr/bin/time -f %M -o rss_fresh.txt "$dpt" train bags.conf --quiet --set output_dir=bags_rss \
+        --set stop_iters=1 > rss.out 2>&1; rc1=$?
+    /usr/bin/time -f %M -o rss_resumed.txt "$dpt" train --resume bags_rss --quiet \
+        --set stop_iters=2 >> rss.out 2>&1; rc2=$?
+    fresh=$(tail -1 rss_fresh.txt) resumed=$(tail -1 rss_resumed.txt)
+    if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] &&
+       awk -v f="$fresh" -v r="$resumed" 'BEGIN { exit !(f > 0 && r <= 1.15 * f) }'; then
+        ok "bags: max RSS resumed $resumed KiB, fresh $fresh KiB (at most 1.15 times)"
+    else
+        bad "bags: max RSS resumed $resumed KiB, fresh $fresh KiB (exit $rc1, $rc2)"
+        tail -3 rss.out
+    fi
+else
+    echo "skipped: bags memory of a resume (${sanitize:+under $sanitize}${sanitize:-no /usr/bin/time})"
+fi
 rows=$(metric bags/result.jsonl rows_touched_per_push)
 if awk -v r="$rows" 'BEGIN { exit !(r > 0 && r < 2048) }'; then
     ok "bags: a push carries $rows distinct rows, not the table"

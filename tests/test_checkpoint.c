@@ -509,13 +509,16 @@ static void test_not_found_and_not_a_file(void)
     dpt_safetensors_t *st = NULL;
     CHECK_ERR(dpt_safetensors_load(&st, path), DPT_ENOENT, path);
     CHECK(st == NULL);
-    CHECK_ERR(dpt_safetensors_load(&st, tmpdir), DPT_EIO, "not a regular file");
+    /* What is not a file, or names nothing, is bad input (exit 2 in the
+     * command), not an I/O failure. */
+    CHECK_ERR(dpt_safetensors_load(&st, tmpdir), DPT_EINVAL, "a directory, not a checkpoint file");
+    CHECK_ERR(dpt_safetensors_load(&st, "/dev/zero"), DPT_EINVAL, "not a regular file");
     /* A path through a regular file: the system's reason is in the message. */
     char small[512], through[600];
     path_in(small, sizeof small, "plain-file");
     REQUIRE(dpt_test_spill(small, "x", 1) == 0);
     snprintf(through, sizeof through, "%s/x.safetensors", small);
-    CHECK_ERR(dpt_safetensors_load(&st, through), DPT_EIO, "cannot open: Not a directory");
+    CHECK_ERR(dpt_safetensors_load(&st, through), DPT_ENOENT, "cannot open: Not a directory");
     CHECK(st == NULL);
 }
 
@@ -787,6 +790,10 @@ static void test_arena_roundtrip_and_mismatch(void)
     CHECK_ERR(dpt_safetensors_load_arena(st, "optim.v.", &t, p2.data, p2.count), DPT_ENOENT,
               "tensor optim.v.0.weight");
     CHECK_ERR(dpt_safetensors_load_arena(st, "params.", &t, p2.data, 3), DPT_EINVAL, "needs");
+    /* With no arena: checked only. */
+    CHECK_OK(dpt_safetensors_load_arena(st, "params.", &t, NULL, 0));
+    CHECK_ERR(dpt_safetensors_load_arena(st, "params.", &t5, NULL, 0), DPT_EINVAL,
+              "the model has [5, 3]");
     int untouched = 1;
     for (size_t i = 0; i < p2.count; i++)
         untouched &= p2.data[i] == 42.0f;
@@ -815,6 +822,46 @@ static void test_arena_roundtrip_and_mismatch(void)
     dpt_vartable_deinit(&t5);
     dpt_vartable_deinit(&tx);
     dpt_vartable_deinit(&tnb);
+}
+
+/* A large file is mapped, not read: its tensors read back the same, the
+ * pages an arena load gave back come again from the file, and blobs stay
+ * valid until destroy. */
+static void test_large_file_mapped(void)
+{
+    char path[512];
+    path_in(path, sizeof path, "large.safetensors");
+    dpt_vartable_t t;
+    make_table(&t, 200000, 1, 0); /* 800k floats: 3.2 MB */
+    dpt_arena_t params, back;
+    REQUIRE_OK(dpt_arena_init(&params, t.total));
+    REQUIRE_OK(dpt_arena_init(&back, t.total));
+    for (size_t i = 0; i < t.total; i++)
+        params.data[i] = (float)i * 0.5f - 7.0f;
+    unsigned char blob[5] = {1, 2, 3, 4, 5};
+    dpt_safetensors_writer_t *w;
+    REQUIRE_OK(dpt_safetensors_writer_create(&w));
+    CHECK_OK(dpt_safetensors_add_arena(w, "params.", &t, params.data, params.count));
+    CHECK_OK(dpt_safetensors_add_blob(w, "state", blob, sizeof blob));
+    CHECK_OK(dpt_safetensors_save(w, path));
+    dpt_safetensors_writer_destroy(w);
+    dpt_safetensors_t *st;
+    REQUIRE_OK(dpt_safetensors_load(&st, path));
+    for (int pass = 0; pass < 2; pass++) {
+        memset(back.data, 0, t.total * sizeof(float));
+        CHECK_OK(dpt_safetensors_load_arena(st, "params.", &t, back.data, back.count));
+        CHECK(memcmp(back.data, params.data, t.total * sizeof(float)) == 0);
+    }
+    const dpt_safetensors_tensor_t *tw = dpt_safetensors_find(st, "params.0.weight");
+    CHECK(tw && memcmp(tw->data, params.data + t.vars[0].offset, tw->bytes) == 0);
+    const void *got;
+    size_t n;
+    CHECK_OK(dpt_safetensors_get_blob(st, "state", &got, &n));
+    CHECK(n == sizeof blob && memcmp(got, blob, n) == 0);
+    dpt_safetensors_destroy(st);
+    dpt_arena_deinit(&params);
+    dpt_arena_deinit(&back);
+    dpt_vartable_deinit(&t);
 }
 
 /* ---- atomic saves -------------------------------------------------------- */
@@ -1001,6 +1048,7 @@ int main(void)
         DPT_TEST(test_foreign_files),
         DPT_TEST(test_header_mutations),
         DPT_TEST(test_arena_roundtrip_and_mismatch),
+        DPT_TEST(test_large_file_mapped),
         DPT_TEST(test_atomic_save_failures),
         DPT_TEST(test_python_reader),
     };

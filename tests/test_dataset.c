@@ -207,7 +207,7 @@ static void test_idx_errors(void)
     CHECK_ERR(dpt_dataset_load_idx(&ds, missing, lb, 0), DPT_ENOENT, missing);
     CHECK(ds.x == NULL && ds.labels == NULL && ds.rows == 0);
     CHECK_ERR(dpt_dataset_load_idx(&ds, im, missing, 0), DPT_ENOENT, "no such file");
-    CHECK_ERR(dpt_dataset_load_idx(&ds, tmpdir, lb, 0), DPT_EIO, "not a regular file");
+    CHECK_ERR(dpt_dataset_load_idx(&ds, tmpdir, lb, 0), DPT_EINVAL, "not a regular file");
     CHECK_ERR(dpt_dataset_load_idx(&ds, im, lb, -1), DPT_EINVAL, "negative");
 
     /* Swapped files: each has the wrong number of dimensions. */
@@ -472,10 +472,10 @@ static void test_csv_errors(void)
     char missing[512];
     path_in(missing, sizeof missing, "missing.csv");
     CHECK_ERR(dpt_dataset_load_csv(&ds, missing, NULL), DPT_ENOENT, missing);
-    CHECK_ERR(dpt_dataset_load_csv(&ds, tmpdir, NULL), DPT_EIO, "not a regular file");
+    CHECK_ERR(dpt_dataset_load_csv(&ds, tmpdir, NULL), DPT_EINVAL, "not a regular file");
     char through[600];
     snprintf(through, sizeof through, "%s/x.csv", path);
-    CHECK_ERR(dpt_dataset_load_csv(&ds, through, NULL), DPT_EIO, "cannot open: Not a directory");
+    CHECK_ERR(dpt_dataset_load_csv(&ds, through, NULL), DPT_ENOENT, "cannot open: Not a directory");
 }
 
 /* ---- MNIST directories ---------------------------------------------------- */

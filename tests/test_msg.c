@@ -65,7 +65,7 @@ static void test_fields_round_trip(void)
     CHECK_OK(dpt__msg_check(&in, 1, "a test message"));
     /* Reading past the end is an error, not a read out of bounds. */
     CHECK(dpt__msg_get_u64(&in) == 0);
-    CHECK_ERR(dpt__msg_check(&in, 0, "a test message"), DPT_EFORMAT,
+    CHECK_ERR(dpt__msg_check(&in, 0, "a test message"), DPT_EPROTO,
               "a test message from rank 1: the message");
     dpt__msg_deinit(&m);
     dpt__msg_deinit(&in);
@@ -80,7 +80,7 @@ static void test_foreign_and_short(void)
     /* Bytes without the header, on the protocol's tag. */
     CHECK_OK(
         dpt_comm_send(rank[2], 0, DPT__MSG_TAG(DPT__MSG_PROTO_TEST, DPT__MSG_FIRST), "xyz", 3));
-    CHECK_ERR(dpt__msg_recv(rank[0], 2, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST, 5.0, &in), DPT_EFORMAT,
+    CHECK_ERR(dpt__msg_recv(rank[0], 2, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST, 5.0, &in), DPT_EPROTO,
               "rank 2 sent a message (tag");
     /* Another header version. */
     dpt__msg_t m;
@@ -88,7 +88,7 @@ static void test_foreign_and_short(void)
     dpt__msg_begin(&m, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST);
     m.buf[4] = 9;
     CHECK_OK(dpt__msg_send(rank[2], 0, &m));
-    CHECK_ERR(dpt__msg_recv(rank[0], 2, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST, 5.0, &in), DPT_EFORMAT,
+    CHECK_ERR(dpt__msg_recv(rank[0], 2, DPT__MSG_PROTO_TEST, DPT__MSG_FIRST, 5.0, &in), DPT_EPROTO,
               "speaks message version 9");
     /* Another protocol's message is not taken by an any-kind receive. */
     dpt__msg_begin(&m, DPT__MSG_PROTO_SR, DPT__MSG_FIRST);

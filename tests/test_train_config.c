@@ -139,6 +139,80 @@ static void test_keys_of_other_jobs(void)
     dpt_config_destroy(c);
 }
 
+/* A key that matters only when another key enables it is refused, naming
+ * both, when the user set it (not at its default) while that key is off;
+ * a run's saved record, which names every key, is not. */
+static void test_keys_that_need_another(void)
+{
+    static const struct {
+        const char *sets[3];
+        const char *msg;
+    } refused[] = {
+        {{"job=ppo", "lstm_use_prev_action=true", "use_lstm=false"},
+         "lstm_use_prev_action = true is used only with use_lstm = true (use_lstm = false)"},
+        {{"job=ddppo", "max_seq_len=8", NULL}, "max_seq_len = 8 is used only with use_lstm = true"},
+        {{"job=supervised", "lr_end=0.001", NULL},
+         "lr_end = 0.001 is used only with lr_schedule = linear (lr_schedule = constant)"},
+        {{"job=sync_replicas", "nesterov=true", "optimizer=adam"},
+         "nesterov = true is used only with optimizer = momentum (optimizer = adam)"},
+        {{"job=supervised", "optimizer=sgd", "adam_eps=1e-6"},
+         "adam_eps = 1e-6 is used only with optimizer = adam or adamw (optimizer = sgd)"},
+        {{"job=supervised", "dataset=spirals", "data_dir=/data"},
+         "data_dir = /data is used only with dataset = fashion_mnist (dataset = spirals)"},
+        {{"job=sync_replicas", "bags_vocab=500", NULL},
+         "bags_vocab = 500 is used only with dataset = bags (dataset = fashion_mnist)"},
+        {{"job=ppo", "evaluation_episodes=3", NULL},
+         "evaluation_episodes = 3 is used only with evaluation_interval > 0"},
+        {{"job=supervised", "model=/x.so", "hidden=8"},
+         "hidden = 8 sizes the built-in MLP, which model = /x.so replaces"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        dpt_config_t *c = make(refused[i].sets, refused[i].sets[2] ? 3 : 2);
+        REQUIRE(c);
+        CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, refused[i].msg);
+        dpt_config_destroy(c);
+    }
+    static const char *const accepted[][3] = {
+        {"job=ppo", "lstm_use_prev_action=false", "use_lstm=false"}, /* the default */
+        {"job=ppo", "use_lstm=true", "lstm_cell_size=8"},
+        {"job=supervised", "lr_schedule=linear", "lr_end=0.001"},
+        {"job=supervised", "dataset=spirals", "data_dir=/usr/share/datasets/fashion-mnist"},
+        {"job=ppo", "evaluation_interval=2", "evaluation_episodes=3"},
+    };
+    for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+        dpt_config_t *c = make(accepted[i], 3);
+        REQUIRE(c);
+        CHECK_OK(dpt_config_finalize(c));
+        dpt_config_destroy(c);
+    }
+    /* A run's record (a checkpoint's config) is not refused; what the user
+     * sets over it is. */
+    dpt_config_t *c;
+    REQUIRE_OK(dpt_config_create(&c));
+    REQUIRE_OK(dpt__config_load_text(c, "job = ppo\nuse_lstm = false\nlstm_cell_size = 8\n", "ck"));
+    CHECK_OK(dpt_config_finalize(c));
+    REQUIRE_OK(dpt_config_set(c, "lstm_cell_size=16"));
+    CHECK_ERR(dpt_config_finalize(c), DPT_EINVAL, "lstm_cell_size = 16 is used only with");
+    dpt_config_destroy(c);
+    /* A starter config read as the user's file: every key at its default. */
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    REQUIRE(dpt_test_mkdtemp(dir, sizeof dir, "cfg_need") == 0);
+    snprintf(path, sizeof path, "%s/s.conf", dir);
+    for (int j = 0; j < DPT_JOB_COUNT; j++) {
+        size_t n = dpt_config_format_starter((dpt_job_t)j, NULL, 0);
+        char *text = malloc(n + 1);
+        REQUIRE(text);
+        dpt_config_format_starter((dpt_job_t)j, text, n + 1);
+        write_file(path, text, n);
+        free(text);
+        REQUIRE_OK(dpt_config_create(&c));
+        CHECK_OK(dpt_config_load(c, path));
+        CHECK_OK(dpt_config_finalize(c));
+        dpt_config_destroy(c);
+    }
+    dpt_test_rm_tree(dir);
+}
+
 static void test_values(void)
 {
     dpt_config_t *c;
@@ -543,9 +617,15 @@ static void test_fuzz_regressions(void)
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_job_defaults), DPT_TEST(test_keys_of_other_jobs), DPT_TEST(test_values),
-        DPT_TEST(test_files),        DPT_TEST(test_starter_and_digest), DPT_TEST(test_env_config),
-        DPT_TEST(test_atomic_file),  DPT_TEST(test_fuzz_regressions),
+        DPT_TEST(test_job_defaults),
+        DPT_TEST(test_keys_of_other_jobs),
+        DPT_TEST(test_values),
+        DPT_TEST(test_files),
+        DPT_TEST(test_starter_and_digest),
+        DPT_TEST(test_env_config),
+        DPT_TEST(test_atomic_file),
+        DPT_TEST(test_fuzz_regressions),
+        DPT_TEST(test_keys_that_need_another),
     };
     return DPT_TEST_RUN(cases);
 }

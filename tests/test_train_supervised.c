@@ -49,10 +49,12 @@ static dpt_config_t *cfg_make(const char *first, ...)
     "dataset=spirals", "spirals_points=2048", "hidden=64,64", "activation=relu", "optimizer=adam", \
         "lr=0.01", "lr_end=0.001", "lr_schedule=linear", "batch_size=32", "num_devices=2"
 
-/* A smaller task for the bitwise tests. */
-#define SPIRALS_SMALL                                                                      \
-    "dataset=spirals", "spirals_points=512", "hidden=32,32", "activation=tanh", "lr=0.01", \
-        "lr_end=0.001", "lr_schedule=linear", "batch_size=32", "num_devices=2"
+/* A smaller task for the bitwise tests, and its model and training alone
+ * (for other data). */
+#define MLP_SMALL                                                                       \
+    "hidden=32,32", "activation=tanh", "lr=0.01", "lr_end=0.001", "lr_schedule=linear", \
+        "batch_size=32", "num_devices=2"
+#define SPIRALS_SMALL "dataset=spirals", "spirals_points=512", MLP_SMALL
 
 static size_t nweights(dpt_trainer_t *t)
 {
@@ -495,7 +497,7 @@ static void test_eval_checkpoint(void)
     char set_test[600];
     snprintf(set_test, sizeof set_test, "test_csv=%s", csv);
     dpt_config_t *c3 =
-        cfg_make(SPIRALS_SMALL, "dataset=csv", "train_csv=/nonexistent.csv", set_test, NULL);
+        cfg_make(MLP_SMALL, "dataset=csv", "train_csv=/nonexistent.csv", set_test, NULL);
     REQUIRE(c3);
     CHECK_ERR(ops->eval_checkpoint(c3, st, 0, 0, &got), DPT_EINVAL, "takes 2 features");
     dpt_config_destroy(c3);
@@ -534,7 +536,7 @@ static void test_csv(void)
     snprintf(set_train, sizeof set_train, "train_csv=%s", train);
     snprintf(set_test, sizeof set_test, "test_csv=%s", test);
     dpt_config_t *cs = cfg_make(SPIRALS_SMALL, "epochs=2", NULL);
-    dpt_config_t *cc = cfg_make(SPIRALS_SMALL, "epochs=2", "dataset=csv", set_train, set_test,
+    dpt_config_t *cc = cfg_make(MLP_SMALL, "epochs=2", "dataset=csv", set_train, set_test,
                                 "label_column=label", NULL);
     REQUIRE(cs && cc);
     dpt_trainer_t *a, *b;
@@ -565,19 +567,19 @@ static void test_csv(void)
     char missing[512], set_missing[600];
     path_in(missing, sizeof missing, "missing.csv");
     snprintf(set_missing, sizeof set_missing, "train_csv=%s", missing);
-    dpt_config_t *cm = cfg_make(SPIRALS_SMALL, "dataset=csv", set_missing, set_test, NULL);
+    dpt_config_t *cm = cfg_make(MLP_SMALL, "dataset=csv", set_missing, set_test, NULL);
     REQUIRE(cm);
     dpt_trainer_t *t = NULL;
     CHECK_ERR(dpt_trainer_create(&t, cm, NULL), DPT_ENOENT, missing);
     CHECK(t == NULL);
     dpt_config_destroy(cm);
     snprintf(set_missing, sizeof set_missing, "test_csv=%s", missing);
-    cm = cfg_make(SPIRALS_SMALL, "dataset=csv", set_train, set_missing, NULL);
+    cm = cfg_make(MLP_SMALL, "dataset=csv", set_train, set_missing, NULL);
     REQUIRE(cm);
     CHECK_ERR(dpt_trainer_create(&t, cm, NULL), DPT_ENOENT, missing);
     dpt_config_destroy(cm);
     /* A label column that is not there. */
-    cm = cfg_make(SPIRALS_SMALL, "dataset=csv", set_train, set_test, "label_column=y", NULL);
+    cm = cfg_make(MLP_SMALL, "dataset=csv", set_train, set_test, "label_column=y", NULL);
     REQUIRE(cm);
     CHECK_ERR(dpt_trainer_create(&t, cm, NULL), DPT_EINVAL, "\"y\"");
     dpt_config_destroy(cm);

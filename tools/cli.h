@@ -36,8 +36,12 @@ int dpt_bench_lstm(int argc, char **argv);
 int dpt_bench_appo(int argc, char **argv);
 int dpt_bench_sync_replicas(int argc, char **argv);
 
-/* The exit code of a library error: 2 for a bad config or argument
- * (DPT_EINVAL), 1 otherwise. */
+/* The exit code of a library error (the table of docs/RELIABILITY.md, "Exit
+ * codes"): 2 for bad input given by the user: a bad argument, key or config
+ * (DPT_EINVAL), a malformed or corrupted file (DPT_EFORMAT: a checkpoint, a
+ * dataset, result.jsonl), a path that names nothing (DPT_ENOENT); 1 for a
+ * failure while running: I/O (DPT_EIO), memory, numbers, threads, peers
+ * (DPT_ECOMM: a malformed message between ranks too), timeouts. */
 int dpt_cli_exit_code(int rc);
 
 /* Parses a whole decimal integer in [lo, hi] ("--episodes 10"). Returns 0,

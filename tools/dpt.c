@@ -1,7 +1,7 @@
 /*
  * The `dpt` command: subcommands from one table (name, summary, handler).
  * The library never prints; this program does, and maps errors to exit
- * codes (0 success, 1 runtime failure, 2 usage error).
+ * codes (0 success, 1 runtime failure, 2 bad usage or input; docs/RELIABILITY.md).
  */
 #include "cli.h"
 #include "dpt/dpt.h"

@@ -230,7 +230,7 @@ static int plot_load(plot_run_t *r)
         rc = dpt_error(DPT_EINVAL, "%s/result.jsonl has no rows yet", r->dir);
     if (rc) {
         fprintf(stderr, "dpt plot: %s\n", dpt_last_error());
-        return rc == DPT_ENOMEM || rc == DPT_EIO ? DPT_EXIT_FAIL : DPT_EXIT_USAGE;
+        return dpt_cli_exit_code(rc);
     }
     return DPT_EXIT_OK;
 }

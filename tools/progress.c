@@ -10,7 +10,13 @@
 
 int dpt_cli_exit_code(int rc)
 {
-    return rc == DPT_OK ? DPT_EXIT_OK : rc == DPT_EINVAL ? DPT_EXIT_USAGE : DPT_EXIT_FAIL;
+    switch (rc) {
+    case DPT_OK: return DPT_EXIT_OK;
+    case DPT_EINVAL:  /* a bad argument, key, config or input */
+    case DPT_EFORMAT: /* a malformed or corrupted file given (checkpoint, dataset, metrics) */
+    case DPT_ENOENT: /* a file, directory or name given that is not there */ return DPT_EXIT_USAGE;
+    default: return DPT_EXIT_FAIL;
+    }
 }
 
 int dpt_cli_parse_u64(const char *cmd, const char *option, const char *s, uint64_t lo, uint64_t hi,

@@ -185,14 +185,16 @@ static int train_usage(FILE *f, int code)
                "saved config; --set may then change only the keys marked \"may change on\n"
                "resume\" below. Ctrl-C (SIGINT) or SIGTERM: the current iteration finishes, a\n"
                "checkpoint is written, exit 130 or 143; a second signal exits at once.\n"
-               "Exit codes: 0 done, 1 runtime failure, 2 bad usage or config.\n"
+               "Exit codes: 0 done, 1 runtime failure, 2 bad usage, config or input (a bad\n"
+               "checkpoint, run directory or dataset).\n"
                "DD-PPO across processes: mpirun -np N dpt train CONFIG (every rank the same\n"
                "command; rank 0 writes the files). `dpt init JOB` writes a starter config.\n"
                "--seeds 1,2,3 (or 1-5): one run per seed, in OUTPUT_DIR/seed-S (or a new\n"
                "runs/JOB-ENV-seeds-TIMESTAMP/seed-S), N at a time (default: as many as the\n"
                "cores hold given each run's threads), then one line per seed and a summary:\n"
                "final return (or test accuracy) mean +- std and interquartile mean; steps and\n"
-               "time to stop_reward.\n"
+               "time to stop_reward, over the runs that ran to their end (Ctrl-C stops the runs\n"
+               "under way and starts no other).\n"
                "RL jobs: `" DPT_CONFIG_ENV_PREFIX "NAME = value` (in CONFIG, or --set) sets "
                "parameter NAME of\nthe env (built-in: listed at the end; a plug-in: its own); "
                "config.conf of the run\nlists every parameter, defaults included.\n");
@@ -280,7 +282,7 @@ static int train_seeds(const dpt_config_t *c, const uint64_t *seeds, size_t n, u
     int rc = dpt_train_seeds(c, seeds, n, (size_t)parallel, &o, runs);
     size_t ran = 0;
     for (size_t i = 0; i < n; i++)
-        ran += runs[i].status != DPT_OK || runs[i].time_s > 0.0;
+        ran += runs[i].status != DPT_OK || runs[i].started;
     if (rc && !ran) {
         /* refused before any run started */
         fprintf(stderr, "dpt train: %s\n", dpt_last_error());
@@ -290,24 +292,37 @@ static int train_seeds(const dpt_config_t *c, const uint64_t *seeds, size_t n, u
     int rl = DPT_JOB_IS_RL(dpt_config_job(c));
     printf("\n%-10s %-7s %12s %12s %10s %14s  %s\n", "seed", "status", rl ? "return" : "accuracy",
            "steps", "time_s", "to_target", "run directory");
-    int stopped = 0;
     for (size_t i = 0; i < n; i++) {
         const dpt_seed_run_t *r = &runs[i];
         char target[48] = "-";
         if (r->reached)
             snprintf(target, sizeof target, "%llu in %.1fs", (unsigned long long)r->steps_to_target,
                      r->time_to_target_s);
-        stopped |= r->status == DPT_OK && r->reason == DPT_RUN_STOPPED;
-        printf("%-10llu %-7s %12.4g %12llu %10.1f %14s  %s\n", (unsigned long long)r->seed,
-               r->status ? "failed" : "ok", r->final, (unsigned long long)r->timesteps, r->time_s,
-               target, r->dir);
+        /* A run stopped by the request ended early: its figures are not
+         * final ones; a run not started has none. */
+        const char *status = r->status                      ? "failed"
+                             : !r->started                  ? "not run"
+                             : r->reason == DPT_RUN_STOPPED ? "stopped"
+                                                            : "ok";
+        printf("%-10llu %-7s %12.4g %12llu %10.1f %14s  %s\n", (unsigned long long)r->seed, status,
+               r->final, (unsigned long long)r->timesteps, r->time_s, target,
+               r->started ? r->dir : "-");
         if (r->status)
             fprintf(stderr, "dpt train: seed %llu: %s\n", (unsigned long long)r->seed, r->error);
     }
     dpt_seeds_summary_t sum;
     dpt_seeds_summarize(runs, n, &sum);
-    printf("%s over %zu of %zu seeds: mean %.4g +- %.4g (std), interquartile mean %.4g\n",
-           rl ? "final return" : "test accuracy", sum.ok, sum.runs, sum.mean, sum.std, sum.iqm);
+    if (sum.ok)
+        printf("%s over %zu of %zu seeds: mean %.4g +- %.4g (std), interquartile mean %.4g\n",
+               rl ? "final return" : "test accuracy", sum.ok, sum.runs, sum.mean, sum.std, sum.iqm);
+    else
+        printf("%s: none of %zu seeds ran to its end\n", rl ? "final return" : "test accuracy",
+               sum.runs);
+    if (sum.stopped || sum.not_started)
+        printf("left out after the stop request: %zu run%s stopped before %s end, %zu not "
+               "started\n",
+               sum.stopped, sum.stopped == 1 ? "" : "s", sum.stopped == 1 ? "its" : "their",
+               sum.not_started);
     if (rl && dpt_config_float(c, DPT_CFG_stop_reward) != 0.0 && sum.reached)
         printf("stop_reward %g reached by %zu of %zu seeds; median %.0f steps, %.2f s to it\n",
                dpt_config_float(c, DPT_CFG_stop_reward), sum.reached, sum.runs,
@@ -316,8 +331,8 @@ static int train_seeds(const dpt_config_t *c, const uint64_t *seeds, size_t n, u
         printf("stop_reward %g reached by none of %zu seeds\n",
                dpt_config_float(c, DPT_CFG_stop_reward), sum.runs);
     int code = rc ? dpt_cli_exit_code(rc) : DPT_EXIT_OK;
-    if (!rc && stopped)
-        code = 128 + (int)dpt__stop_signal;
+    if (!rc && (sum.stopped || sum.not_started))
+        code = 128 + (int)(dpt__stop_signal ? dpt__stop_signal : SIGTERM);
     free(runs);
     return code;
 }

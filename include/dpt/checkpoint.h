@@ -167,8 +167,15 @@ typedef struct dpt_safetensors_tensor {
 
 /* Reads and validates the file at `path` into *out (caller owns; free with
  * dpt_safetensors_destroy). On failure *out is NULL.
- * Errors: DPT_ENOENT (no such file), DPT_EIO (unreadable, not a regular
- * file), DPT_EFORMAT (anything malformed or corrupted: short file, bad header
+ * A large file's data (1 MiB or more, on a little-endian host) is mapped
+ * read-only rather than read: the tensors' pointers stay valid until
+ * destroy, and its pages are read from the file as they are used, so the
+ * file must not be changed or cut short in place meanwhile (dpt never
+ * does: it writes a new file and renames it over the old one, which leaves
+ * the mapped file as it was).
+ * Errors: DPT_ENOENT (no such file), DPT_EINVAL (not a regular file, a path
+ * that cannot be opened for another reason than the system's), DPT_EIO (a
+ * read error), DPT_EFORMAT (anything malformed or corrupted: short file, bad header
  * length, JSON syntax, shape/offset/size inconsistencies, duplicate names,
  * checksum mismatch), DPT_ENOTSUP (a dtype dpt does not read, e.g. BF16, or a
  * newer "dpt.format"), DPT_ENOMEM. */
@@ -205,11 +212,12 @@ int dpt_safetensors_get_blob(const dpt_safetensors_t *st, const char *name, cons
  * arena `data` (`count` floats, laid out by the table; padding untouched).
  * Every variable must exist as an F32 tensor of exactly its shape, and every
  * tensor whose name starts with `prefix` must be a variable of the table.
- * Nothing is copied unless everything matches.
+ * Nothing is copied unless everything matches; with data NULL (count
+ * ignored) nothing is copied, everything is checked.
  * Errors: DPT_ENOENT ("checkpoint P: variable 0.weight (tensor
  * params.0.weight) is missing"), DPT_EINVAL ("checkpoint P: variable
  * 0.weight has shape [4, 3], the model has [5, 3]", wrong dtype, a tensor
- * that is not a variable, count < table->total). */
+ * that is not a variable, count < table->total with data). */
 int dpt_safetensors_load_arena(const dpt_safetensors_t *st, const char *prefix,
                                const dpt_vartable_t *table, float *data, size_t count);
 

@@ -64,7 +64,9 @@ void dpt_dataset_deinit(dpt_dataset_t *ds);
 /* Loads an IDX image file and its IDX label file (plain or gzipped) into
  * *ds (any previous contents are not freed: pass a zeroed or deinitialised
  * struct). On failure *ds is zeroed.
- * Errors: DPT_ENOENT (missing file), DPT_EIO (unreadable), DPT_EFORMAT (bad
+ * Errors: DPT_ENOENT (missing file, or a path through a file), DPT_EINVAL
+ * (not a regular file, a path that cannot be opened for another reason than
+ * the system's), DPT_EIO (a read error), DPT_EFORMAT (bad
  * magic, header sizes that do not match the file length, corrupted gzip
  * data, different image and label counts, a label out of range),
  * DPT_ENOTSUP (an IDX element type other than unsigned byte; a gzipped file
@@ -95,8 +97,9 @@ typedef struct dpt_csv_options {
  * decimal numbers (as strtod reads them, surrounding blanks allowed; NaN and
  * infinities refused), the label cell an integer. `opt` NULL means a zeroed
  * struct.
- * Errors: DPT_ENOENT, DPT_EIO, DPT_EFORMAT ("line 7, column 3: \"abc\" is not
- * a number", "line 9 has 4 cells, expected 5", label not an integer or out of
+ * Errors: DPT_ENOENT, DPT_EINVAL and DPT_EIO as for the IDX files,
+ * DPT_EFORMAT ("line 7, column 3: \"abc\" is not a number", "line 9 has 4
+ * cells, expected 5", label not an integer or out of
  * range, no data lines, only one column), DPT_EINVAL (label_name without a
  * header or not among the header's names, label_index out of range),
  * DPT_ENOTSUP (gzipped without zlib), DPT_ENOMEM. With target_names:

@@ -35,7 +35,8 @@ extern "C" {
     X(DPT_ECOMM, -10, "communication failure")                \
     X(DPT_EOVERFLOW, -11, "size overflow")                    \
     X(DPT_ENOENT, -12, "not found")                           \
-    X(DPT_ETHREAD, -13, "thread failure")
+    X(DPT_ETHREAD, -13, "thread failure")                     \
+    X(DPT_EPROTO, -14, "malformed message from a peer")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_status {

@@ -493,7 +493,8 @@ int dpt_config_clone(dpt_config_t **out, const dpt_config_t *c);
  * data_dir) are later resolved relative to this file's directory;
  * tensorboard_dir (an output, as output_dir) relative to the working
  * directory.
- * Errors naming "FILE:LINE": DPT_ENOENT (missing file), DPT_EINVAL (a
+ * Errors naming "FILE:LINE": DPT_ENOENT (missing file, a path through a
+ * file), DPT_EIO (the system failed to read it), DPT_EINVAL (a
  * directory or non-regular file, a NUL byte or other control character, a
  * value longer than DPT_CONFIG_STR_MAX - 1, syntax, unknown key with the
  * closest valid key, duplicate key, bad type or range). */
@@ -835,7 +836,8 @@ int dpt_config_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
 /* One run of dpt_train_seeds: how it ended and what it reached. */
 typedef struct dpt_seed_run {
     uint64_t seed;
-    int status; /* DPT_OK, or the run's error (message in `error`) */
+    int started; /* 0: never started (a stop request came first) */
+    int status;  /* DPT_OK, or the run's error (message in `error`) */
     char error[512];
     char dir[4096]; /* its run directory ("" when none was made) */
     dpt_run_reason_t reason;
@@ -855,22 +857,28 @@ typedef struct dpt_seed_run {
  * num_workers for ddppo, num_devices otherwise). Each run gets its own
  * directory: OUTPUT_DIR/seed-S when output_dir is set, else a new
  * runs/JOB-LABEL-seedS-TIME. options (may be NULL): resume_dir must be NULL;
- * stop_flag stops every run; on_event gets every run's events, one at a
- * time (ev->dir tells the runs apart). runs[i] describes seeds[i] (n
- * entries, caller's storage). A run that fails does not stop the others.
+ * stop_flag stops every run (reason DPT_RUN_STOPPED, after a checkpoint)
+ * and, once set, no other run starts (started 0); on_event gets every
+ * run's events, one at a time (ev->dir tells the runs apart). runs[i]
+ * describes seeds[i] (n entries, caller's storage). A run that fails does
+ * not stop the others.
  * Not under mpirun. Returns DPT_OK when every run succeeded, else the
  * first failed run's status with "seed S: its message"; DPT_EINVAL for bad
  * arguments (no seeds, a repeated seed, resume_dir, under mpirun). */
 int dpt_train_seeds(const dpt_config_t *cfg, const uint64_t *seeds, size_t n, size_t parallel,
                     const dpt_run_options_t *options, dpt_seed_run_t *runs);
 
-/* What several seeds reached: over the runs that succeeded (ok of them),
- * the mean, standard deviation (n - 1) and interquartile mean (the mean of
- * the middle half: floor(ok/4) runs cut off each end) of `final`; and over
- * those that reached stop_reward (reached of them), the median steps and
- * time to it (NAN when none did). */
+/* What several seeds reached: over the runs that succeeded and ran to their
+ * end (ok of them), the mean, standard deviation (n - 1) and interquartile
+ * mean (the mean of the middle half: floor(ok/4) runs cut off each end) of
+ * `final`; and over those of them that reached stop_reward (reached), the
+ * median steps and time to it (NAN when none did). Runs stopped by a stop
+ * request before their end (stopped) and runs never started (not_started)
+ * are left out of every figure: a stopped run's last return is not a final
+ * one. */
 typedef struct dpt_seeds_summary {
     size_t runs, ok, reached;
+    size_t stopped, not_started;
     double mean, std, iqm;
     double median_steps_to_target, median_time_to_target_s;
 } dpt_seeds_summary_t;

@@ -167,20 +167,20 @@ static int dpt__msg_take(dpt__msg_t *m, void *data, size_t n, int src, int tag, 
     m->src = src;
     const unsigned char *p = data;
     if (n < DPT__MSG_HEADER || memcmp(p, "dptm", 4) != 0)
-        return dpt_error(DPT_EFORMAT,
+        return dpt_error(DPT_EPROTO,
                          "rank %d sent a message (tag %d, %zu bytes) without dpt's "
                          "message header",
                          src, tag, n);
     unsigned version = (unsigned)dpt__le_get(p + 4, 2);
     if (version != DPT__MSG_VERSION)
-        return dpt_error(DPT_EFORMAT,
+        return dpt_error(DPT_EPROTO,
                          "rank %d speaks message version %u, this rank %d (the ranks run "
                          "different dpt builds)",
                          src, version, DPT__MSG_VERSION);
     m->proto = p[6];
     m->kind = p[7];
     if (m->proto != proto || DPT__MSG_TAG(m->proto, m->kind) != tag)
-        return dpt_error(DPT_EFORMAT,
+        return dpt_error(DPT_EPROTO,
                          "rank %d sent a message whose header (protocol %d, kind %d) does not "
                          "match its tag %d",
                          src, m->proto, m->kind, tag);
@@ -297,12 +297,12 @@ size_t dpt__msg_left(const dpt__msg_t *m)
 int dpt__msg_check(const dpt__msg_t *m, int whole, const char *what)
 {
     if (m->failed)
-        return dpt_error(DPT_EFORMAT,
+        return dpt_error(DPT_EPROTO,
                          "%s from rank %d: the message (%zu bytes) is shorter than "
                          "its fields",
                          what, m->src, m->len);
     if (whole && m->pos != m->len)
-        return dpt_error(DPT_EFORMAT, "%s from rank %d: %zu bytes left after its fields", what,
+        return dpt_error(DPT_EPROTO, "%s from rank %d: %zu bytes left after its fields", what,
                          m->src, m->len - m->pos);
     return DPT_OK;
 }
@@ -390,7 +390,7 @@ int dpt__msg_stop_all(dpt_comm_t *comm, int proto, const int *peers, size_t n, d
         int got = dpt__msg_recv(comm, DPT_COMM_ANY_SOURCE, proto, -1, wait, &m);
         if (got == DPT_ETIMEDOUT)
             break;
-        if (got && got != DPT_EFORMAT) {
+        if (got && got != DPT_EPROTO) { /* a malformed message is skipped */
             rc = got;
             break;
         }

@@ -18,7 +18,7 @@
  * Its tag is DPT__MSG_TAG(proto, kind): each protocol owns the 64 tags from
  * proto * 64, so two protocols on one communicator never take each other's
  * messages. A receiver checks magic, version, protocol and kind, and reads
- * the payload through a cursor that fails (DPT_EFORMAT naming the sender and
+ * the payload through a cursor that fails (DPT_EPROTO naming the sender and
  * the field) instead of reading past the end.
  *
  * Shared kinds:
@@ -104,7 +104,7 @@ int dpt__msg_send_async(dpt_comm_t *comm, int dest, dpt__msg_t *m);
  * waiting at most timeout_s, into m (its old contents freed). With kind -1
  * a message of another protocol met on the way is dropped: a communicator
  * on which such receives run carries one protocol. Errors:
- * dpt_comm_recv's; DPT_EFORMAT naming the sender when the header is not
+ * dpt_comm_recv's; DPT_EPROTO naming the sender when the header is not
  * this protocol's of this version. A FAIL is returned as a message like any
  * other (kind DPT__MSG_FAIL): turn it into an error with dpt__msg_error. */
 int dpt__msg_recv(dpt_comm_t *comm, int src, int proto, int kind, double timeout_s, dpt__msg_t *m);
@@ -122,13 +122,13 @@ void dpt__msg_get_str(dpt__msg_t *m, char *out, size_t size);
 /* The bytes left to read. */
 size_t dpt__msg_left(const dpt__msg_t *m);
 /* 0 when every read was inside the message and (when `whole`) the payload
- * was read to its end; else DPT_EFORMAT naming `what` and the sender. */
+ * was read to its end; else DPT_EPROTO naming `what` and the sender. */
 int dpt__msg_check(const dpt__msg_t *m, int whole, const char *what);
 
 /* The shared error encoding: sends FAIL {code, text} to dest. */
 int dpt__msg_send_fail(dpt_comm_t *comm, int dest, int proto, int code, const char *text);
 /* The error a received FAIL carries, set as this thread's error
- * ("rank N: text") with its code; DPT_EFORMAT for a malformed one. */
+ * ("rank N: text") with its code; DPT_EPROTO for a malformed one. */
 int dpt__msg_error(dpt__msg_t *m);
 
 /* The shutdown handshake, from the rank that ends the run: STOP to each of

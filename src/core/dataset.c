@@ -6,6 +6,7 @@
 #include "dpt/status.h"
 
 #include "dpt_config.h"
+#include "io.h"
 
 #include <errno.h>
 #include <math.h>
@@ -41,8 +42,9 @@ static int read_gz(const char *path, size_t file_size, blob_t *b)
 {
     gzFile gz = gzopen(path, "rb");
     if (!gz)
-        return dpt_error(errno == ENOMEM ? DPT_ENOMEM : DPT_EIO, "dataset %s: cannot open: %s",
-                         path, errno ? strerror(errno) : "zlib failed");
+        return dpt_error(errno ? dpt__io_read_status(errno) : DPT_EIO,
+                         "dataset %s: cannot open: %s", path,
+                         errno ? strerror(errno) : "zlib failed");
     /* Start at 4x the compressed size (MNIST images compress about 2-10x)
      * and double. */
     size_t cap = file_size < ((size_t)1 << 28) ? file_size * 4 + 4096 : file_size, len = 0;
@@ -106,13 +108,13 @@ static int read_file(const char *path, blob_t *b)
     memset(b, 0, sizeof *b);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return errno == ENOENT
-                   ? dpt_error(DPT_ENOENT, "dataset %s: no such file", path)
-                   : dpt_error(DPT_EIO, "dataset %s: cannot open: %s", path, strerror(errno));
+        return errno == ENOENT ? dpt_error(DPT_ENOENT, "dataset %s: no such file", path)
+                               : dpt_error(dpt__io_read_status(errno),
+                                           "dataset %s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(f);
-        return dpt_error(DPT_EIO, "dataset %s: not a regular file", path);
+        return dpt_error(DPT_EINVAL, "dataset %s: not a regular file", path);
     }
     if ((unsigned long long)sb.st_size >= (unsigned long long)((size_t)-1)) {
         fclose(f);

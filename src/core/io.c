@@ -1,6 +1,7 @@
 /* The system calls through which dpt writes files, and their fault hook
  * (see io.h). */
 #include "io.h"
+#include "dpt/status.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -152,4 +153,23 @@ int dpt__io_rename(const char *from, const char *to)
         return -1;
     }
     return rename(from, to);
+}
+
+int dpt__io_read_status(int err)
+{
+    switch (err) {
+    case ENOENT:
+    case ENOTDIR: return DPT_ENOENT;
+    case ENOMEM: return DPT_ENOMEM;
+    case EIO:
+    case EMFILE:
+    case ENFILE:
+    case EINTR:
+    case EAGAIN:
+    case ENOSPC:
+    case EOVERFLOW:
+    case ETXTBSY:
+    case EFBIG: return DPT_EIO;
+    default: return DPT_EINVAL;
+    }
 }

@@ -59,4 +59,13 @@ int dpt__io_fflush(FILE *f);
 int dpt__io_fsync(int fd);
 int dpt__io_rename(const char *from, const char *to);
 
+/* The status of a failed open of a file dpt reads (a config, a checkpoint,
+ * a dataset, a run's files), from its errno: what the given path names is
+ * bad input, a failure of the system is not. DPT_ENOENT when the path names
+ * nothing (ENOENT, ENOTDIR: a component is a file), DPT_ENOMEM for ENOMEM,
+ * DPT_EIO for the system's failures (EIO, EMFILE, ENFILE, EINTR, ...),
+ * DPT_EINVAL otherwise (EACCES, EISDIR, ELOOP, ENAMETOOLONG, ...: the path
+ * names what cannot be read). Not counted and never faulted. */
+int dpt__io_read_status(int err);
+
 #endif

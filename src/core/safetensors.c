@@ -1,8 +1,10 @@
 /* The safetensors reader: validation of the whole file, loading and the
  * accessors. The header's JSON parser is in safetensors_header.c, the
  * writer in checkpoint.c. */
+#define _GNU_SOURCE /* madvise */
 #include "dpt/checkpoint.h"
 #include "dpt/status.h"
+#include "io.h"
 #include "safetensors_impl.h"
 
 #include <errno.h>
@@ -10,7 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+/* Data sections of at least this many bytes are mapped, not read. */
+#define DPT__SAFETENSORS_MAP_MIN ((size_t)1 << 20)
 
 #define CKS_PREFIX "fnv1a64:"
 #define CKS_PREFIX_LEN 8
@@ -42,7 +49,10 @@ void dpt_safetensors_destroy(dpt_safetensors_t *st)
     free(st->e);
     free(st->m);
     free(st->by_name);
-    dpt_free_aligned(st->data);
+    if (st->map)
+        munmap(st->map, st->map_bytes);
+    else
+        dpt_free_aligned(st->data);
     free(st->path);
     free(st);
 }
@@ -229,7 +239,7 @@ static int validate_tensors(dpt_safetensors_t *st)
             e->pub.data = src;
             continue;
         }
-        if (e->begin % es != 0) {
+        if ((uintptr_t)src % es != 0) {
             e->copy = malloc(e->pub.bytes);
             if (!e->copy)
                 return dpt_error(DPT_ENOMEM, "checkpoint %s: out of memory", path);
@@ -270,14 +280,16 @@ int dpt_safetensors_load(dpt_safetensors_t **out, const char *path)
 
     f = fopen(path, "rb");
     if (!f) {
-        rc = errno == ENOENT
-                 ? dpt_error(DPT_ENOENT, "checkpoint %s: no such file", path)
-                 : dpt_error(DPT_EIO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        rc = errno == ENOENT ? dpt_error(DPT_ENOENT, "checkpoint %s: no such file", path)
+                             : dpt_error(dpt__io_read_status(errno),
+                                         "checkpoint %s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = dpt_error(DPT_EIO, "checkpoint %s: not a regular file", path);
+        rc = S_ISDIR(sb.st_mode)
+                 ? dpt_error(DPT_EINVAL, "checkpoint %s: a directory, not a checkpoint file", path)
+                 : dpt_error(DPT_EINVAL, "checkpoint %s: not a regular file", path);
         goto fail;
     }
     uint64_t size = (uint64_t)sb.st_size;
@@ -320,7 +332,20 @@ int dpt_safetensors_load(dpt_safetensors_t **out, const char *path)
         goto fail;
     }
     st->data_bytes = (size_t)(size - 8 - n);
-    if (st->data_bytes > 0) {
+    /* The data of a large file, on a little-endian host (nothing to swap in
+     * place), is the file mapped read-only: after the validation below its
+     * pages are given back, and a reader's copies take them from the page
+     * cache again, so the file is not held in memory while, say, the
+     * trainer it restores is built. Elsewhere, or when mapping fails: read. */
+    if (st->data_bytes >= DPT__SAFETENSORS_MAP_MIN && host_is_little_endian() && fits_size(size)) {
+        void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+        if (map != MAP_FAILED) {
+            st->map = map;
+            st->map_bytes = (size_t)size;
+            st->data = st->map + 8 + n;
+        }
+    }
+    if (st->data_bytes > 0 && !st->map) {
         st->data = dpt_alloc_aligned(st->data_bytes);
         if (!st->data) {
             rc = dpt_error(DPT_ENOMEM, "checkpoint %s: cannot allocate %zu bytes", path,
@@ -361,6 +386,8 @@ int dpt_safetensors_load(dpt_safetensors_t **out, const char *path)
         goto fail;
     }
     free(hdr);
+    if (st->map)
+        madvise(st->map, st->map_bytes, MADV_DONTNEED);
     *out = st;
     return DPT_OK;
 
@@ -373,6 +400,16 @@ fail:
     free(hdr);
     dpt_safetensors_destroy(st);
     return rc;
+}
+
+void dpt__safetensors_release(const dpt_safetensors_t *st, const void *p, size_t n)
+{
+    if (!st->map || n == 0)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + n) / page * page;
+    if (a >= (uintptr_t)st->map && b <= (uintptr_t)st->map + st->map_bytes && a < b)
+        madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
 }
 
 /* ---- accessors ------------------------------------------------------- */

@@ -40,9 +40,18 @@ struct dpt_safetensors {
     size_t *by_name; /* indices into e, sorted by name */
     meta_t *m;
     size_t nm, capm;
-    unsigned char *data; /* the data section, 64-byte aligned */
+    unsigned char *data; /* the data section: 64-byte aligned, or in map */
     size_t data_bytes;
+    unsigned char *map; /* the whole file mapped read-only, or NULL (data is owned) */
+    size_t map_bytes;
 };
+
+/* Gives back the memory of the data section's bytes [p, p + n) (whole pages
+ * inside it) when the data is a mapping of the file: the next read of them
+ * comes from the file again (the page cache), so a large tensor copied out
+ * (dpt_safetensors_load_arena) does not stay resident twice. A no-op for
+ * owned data. */
+void dpt__safetensors_release(const dpt_safetensors_t *st, const void *p, size_t n);
 
 /* Parses the header JSON (the n bytes at hdr, borrowed; they follow the
  * 8-byte length in the file) into st, whose path must be set: tensors are

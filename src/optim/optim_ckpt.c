@@ -98,6 +98,38 @@ int dpt__optim_ckpt_load_ns(const dpt_safetensors_t *st, const char *ns, const d
     return DPT_OK;
 }
 
+/* Checks (params NULL) or restores params and opt's slots from st. */
+static int dpt__optim_ckpt_into(const dpt_safetensors_t *st, const dpt_vartable_t *vars,
+                                float *params, dpt_optim_t *opt, uint64_t *t)
+{
+    char name[DPT__OPTIM_NS_MAX + 64];
+    int rc = dpt_safetensors_load_arena(st, "params.", vars, params, vars->total);
+    for (int k = 0; !rc && k < dpt_optim_num_slots(opt); k++) {
+        dpt__optim_slot_prefix("", opt, k, name, sizeof name);
+        rc = dpt_safetensors_load_arena(st, name, vars, params ? dpt_optim_slot(opt, k) : NULL,
+                                        dpt_optim_count(opt));
+    }
+    return rc ? rc : dpt_safetensors_meta_u64(st, "optim_step", t);
+}
+
+int dpt__optim_ckpt_check(const dpt_safetensors_t *st, const dpt_vartable_t *vars, dpt_optim_t *opt)
+{
+    uint64_t t;
+    return dpt__optim_ckpt_into(st, vars, NULL, opt, &t);
+}
+
+int dpt__optim_ckpt_restore(const dpt_safetensors_t *st, const dpt_vartable_t *vars, float *params,
+                            dpt_optim_t *opt)
+{
+    uint64_t t;
+    int rc = dpt__optim_ckpt_into(st, vars, NULL, opt, &t);
+    if (!rc)
+        rc = dpt__optim_ckpt_into(st, vars, params, opt, &t);
+    if (!rc)
+        dpt_optim_set_t(opt, t);
+    return rc;
+}
+
 void dpt__optim_ckpt_apply(const dpt__optim_ckpt_t *s, dpt_optim_t *opt)
 {
     for (int k = 0; k < s->nslots; k++)

@@ -58,6 +58,20 @@ int dpt__optim_ckpt_save_ns(dpt_safetensors_writer_t *w, const char *ns, const d
 int dpt__optim_ckpt_load_ns(const dpt_safetensors_t *st, const char *ns, const dpt_vartable_t *vars,
                             const dpt_optim_t *opt, dpt__optim_ckpt_t *out);
 
+/* Checks what dpt__optim_ckpt_load reads (every tensor against vars, the
+ * slots of opt, "optim_step") without copying anything. Errors: those of
+ * dpt__optim_ckpt_load. */
+int dpt__optim_ckpt_check(const dpt_safetensors_t *st, const dpt_vartable_t *vars,
+                          dpt_optim_t *opt);
+
+/* Restores the parameters (into params, vars->total floats) and opt's slots
+ * and step counter from st with no buffer of its own: everything is checked
+ * first, so on error nothing changed. For a trainer that has checked the
+ * rest of its state (dpt__optim_ckpt_check) and whose model is large: the
+ * checkpoint's tensors go straight where they belong. */
+int dpt__optim_ckpt_restore(const dpt_safetensors_t *st, const dpt_vartable_t *vars, float *params,
+                            dpt_optim_t *opt);
+
 /* Copies the loaded slots and step counter into `opt`, the optimizer (or one
  * of the same kind and count) that s was loaded for. Cannot fail. The
  * parameters are the caller's to apply. */

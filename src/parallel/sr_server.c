@@ -241,7 +241,7 @@ static int srs_answer_fetch(dpt_sr_server_t *s, int w, dpt__msg_t *m)
     if (m->failed || (dense && n) ||
         (!dense && (var >= s->l.nvars || !s->l.sparse[var] || s->l.place[var] != s->rank ||
                     n > s->l.rows[var] || dpt__msg_left(m) != n * 8)))
-        return dpt_error(DPT_EFORMAT, "sync replicas: a malformed fetch from rank %d", m->src);
+        return dpt_error(DPT_EPROTO, "sync replicas: a malformed fetch from rank %d", m->src);
     if (dpt_sr_global_step(s->sr) < step)
         return 1;
     int rc;
@@ -287,7 +287,7 @@ static int srs_read_rows(dpt_sr_server_t *s, dpt__msg_t *m, size_t i)
     uint64_t n = dpt__msg_get_u64(m);
     size_t dim = s->l.dim[i];
     if (m->failed || n > s->l.rows[i] || dpt__msg_left(m) < n * (8 + 4 * dim))
-        return dpt_error(DPT_EFORMAT,
+        return dpt_error(DPT_EPROTO,
                          "sync replicas: a push from rank %d with %" PRIu64 " rows of variable %zu",
                          m->src, n, i);
     int rc = dpt_sparse_rows_reserve(g, (size_t)n);
@@ -596,7 +596,7 @@ static int srs_from_chief(dpt_sr_server_t *s, int *gather, uint64_t *gather_min,
         return dpt_sr_begin(s->sr, -1, UINT64_MAX);
     }
     default:
-        return dpt_error(DPT_EFORMAT,
+        return dpt_error(DPT_EPROTO,
                          "sync replicas: service %d: an unexpected message (kind %d) "
                          "from rank 0",
                          s->rank, m->kind);

@@ -87,7 +87,7 @@ static void dpt__appo_tb_write(const struct dpt_appo *a, const dpt__appo_tb_t *b
 }
 
 /* Rank 0: the batch of a BATCH message, and the WEIGHTS its sender says it
- * got; DPT_EFORMAT naming the sender when the message does not fit this
+ * got; DPT_EPROTO naming the sender when the message does not fit this
  * run's sizes. */
 static int dpt__appo_tb_read(struct dpt_appo *a, dpt__msg_t *m, dpt__appo_tb_t **out)
 {
@@ -97,7 +97,7 @@ static int dpt__appo_tb_read(struct dpt_appo *a, dpt__msg_t *m, dpt__appo_tb_t *
     uint64_t seqs = dpt__msg_get_u64(m), episodes = dpt__msg_get_u64(m);
     int rc = dpt__msg_check(m, 0, "appo: a sample batch");
     if (!rc && (seqs != a->seqs || episodes > DPT__EPISODE_WINDOW))
-        rc = dpt_error(DPT_EFORMAT,
+        rc = dpt_error(DPT_EPROTO,
                        "appo: a sample batch from rank %d holds %llu sequences and %llu "
                        "episodes; this run's hold %zu and at most %d",
                        m->src, (unsigned long long)seqs, (unsigned long long)episodes, a->seqs,
@@ -148,7 +148,7 @@ static int dpt__appo_take_weights(struct dpt_appo *a, dpt__msg_t *m, dpt__appo_g
     uint64_t version = dpt__msg_get_u64(m), count = dpt__msg_get_u64(m);
     int rc = dpt__msg_check(m, 0, "appo: weights");
     if (!rc && (count != g->params.count || dpt__msg_left(m) != count * sizeof(float)))
-        return dpt_error(DPT_EFORMAT,
+        return dpt_error(DPT_EPROTO,
                          "appo: weights from rank %d: %llu values in %zu bytes, this run's "
                          "policy has %zu",
                          m->src, (unsigned long long)count, dpt__msg_left(m), g->params.count);
@@ -195,7 +195,7 @@ int dpt__appo_sampler_poll(dpt__appo_sampler_t *s, int wait)
         if (a->in.kind == DPT__MSG_STOP)
             return DPT_ECLOSED;
         if (a->in.kind != DPT__APPO_WEIGHTS)
-            return dpt_error(DPT_EFORMAT, "appo: rank 0 sent a message of kind %d to a sampler",
+            return dpt_error(DPT_EPROTO, "appo: rank 0 sent a message of kind %d to a sampler",
                              a->in.kind);
         if ((rc = dpt__appo_take_weights(a, &a->in, g)) != 0)
             return rc;
@@ -244,7 +244,7 @@ static int dpt__appo_recv_batch(struct dpt_appo *a, double wait_s)
             a->stop_asked_by = m->src;
         return DPT_OK;
     }
-    return dpt_error(DPT_EFORMAT, "appo: rank %d sent a message of kind %d during the run", m->src,
+    return dpt_error(DPT_EPROTO, "appo: rank %d sent a message of kind %d during the run", m->src,
                      m->kind);
 }
 

@@ -4,6 +4,7 @@
  * the env_config lines (their list is kept by config_env.c).
  */
 #define _GNU_SOURCE /* realpath with a NULL buffer is POSIX; getline too */
+#include "core/io.h"
 #include "dpt/train.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
@@ -82,6 +83,7 @@ typedef struct dpt__value {
     char s[DPT_CONFIG_STR_MAX]; /* the value's text */
     int given;                  /* from a file or dpt_config_set */
     int from_file;              /* given in the file (paths resolve against it) */
+    int saved;                  /* read back from a run's record (dpt__config_mark_saved) */
 } dpt__value_t;
 
 struct dpt_config {
@@ -398,6 +400,7 @@ static int dpt__config_apply_line(dpt_config_t *c, char *line, const char *where
         return rc;
     c->v[k].given = 1;
     c->v[k].from_file = from_file;
+    c->v[k].saved = 0;
     return DPT_OK;
 }
 
@@ -448,14 +451,14 @@ int dpt_config_load(dpt_config_t *c, const char *path)
 {
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s", path,
+        return dpt_error(dpt__io_read_status(errno), "config %s: cannot open: %s", path,
                          strerror(errno));
     if (!S_ISREG(sb.st_mode))
         return dpt_error(DPT_EINVAL, "config %s: not a regular file (%s)", path,
                          S_ISDIR(sb.st_mode) ? "a directory" : "a special file");
     FILE *f = fopen(path, "r");
     if (!f)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "config %s: cannot open: %s", path,
+        return dpt_error(dpt__io_read_status(errno), "config %s: cannot open: %s", path,
                          strerror(errno));
     int rc = dpt__config_read(c, f, path);
     fclose(f);
@@ -473,7 +476,30 @@ int dpt__config_load_text(dpt_config_t *c, const char *text, const char *name)
         return dpt_error(DPT_ENOMEM, "config %s: cannot open the text", name);
     int rc = dpt__config_read(c, f, name);
     fclose(f);
+    if (!rc)
+        dpt__config_mark_saved(c);
     return rc;
+}
+
+void dpt__config_mark_saved(dpt_config_t *c)
+{
+    for (int k = 0; k < DPT_CFG_COUNT; k++)
+        c->v[k].saved = c->v[k].given;
+}
+
+int dpt__config_user_set(const dpt_config_t *c, dpt_config_key_t k)
+{
+    if ((unsigned)k >= DPT_CFG_COUNT || !c->v[k].given || c->v[k].saved)
+        return 0;
+    const dpt_config_key_info_t *ki = &dpt__config_keys[k];
+    const char *def = dpt_config_default(k, dpt_config_job(c));
+    switch (ki->type) {
+    case DPT_CFG_T_INT: return c->v[k].i != strtoll(def, NULL, 10);
+    case DPT_CFG_T_FLOAT: return c->v[k].f != strtod(def, NULL);
+    case DPT_CFG_T_BOOL: return c->v[k].i != (strcmp(def, "true") == 0);
+    case DPT_CFG_T_ENUM: return c->v[k].i != dpt__config_choice_index(ki->choices, def);
+    default: return strcmp(c->v[k].s, def) != 0;
+    }
 }
 
 int dpt_config_set(dpt_config_t *c, const char *assignment)
@@ -847,6 +873,7 @@ int dpt__config_apply_overrides(dpt_config_t *dst, const dpt_config_t *overrides
             return rc;
         dst->v[k].given = 1;
         dst->v[k].from_file = 0;
+        dst->v[k].saved = 0;
     }
     for (size_t i = 0; i < overrides->envc.n; i++) {
         const dpt__env_entry_t *e = &overrides->envc.e[i];

@@ -11,6 +11,65 @@
 
 #include <stdint.h>
 
+/* Keys that matter only when another key enables them: a key the user set
+ * (dpt__config_user_set: given, not at its default) while the key that
+ * enables it is off would be ignored without a word, so it is refused
+ * naming both. `on` is an INT, BOOL or ENUM key; `values` are its values
+ * that use `key` (bits of a BOOL's or an ENUM's index), 0: any above 0. */
+typedef struct dpt__config_need {
+    dpt_config_key_t key, on;
+    unsigned values;
+    const char *when;
+} dpt__config_need_t;
+
+static const dpt__config_need_t dpt__config_needs[] = {
+    {DPT_CFG_lstm_cell_size, DPT_CFG_use_lstm, 1u << 1, "use_lstm = true"},
+    {DPT_CFG_lstm_use_prev_action, DPT_CFG_use_lstm, 1u << 1, "use_lstm = true"},
+    {DPT_CFG_lstm_use_prev_reward, DPT_CFG_use_lstm, 1u << 1, "use_lstm = true"},
+    {DPT_CFG_max_seq_len, DPT_CFG_use_lstm, 1u << 1, "use_lstm = true"},
+    {DPT_CFG_lr_end, DPT_CFG_lr_schedule, 1u << DPT_SCHEDULE_LINEAR, "lr_schedule = linear"},
+    {DPT_CFG_momentum, DPT_CFG_optimizer, 1u << DPT_OPTIM_MOMENTUM, "optimizer = momentum"},
+    {DPT_CFG_nesterov, DPT_CFG_optimizer, 1u << DPT_OPTIM_MOMENTUM, "optimizer = momentum"},
+    {DPT_CFG_adam_eps, DPT_CFG_optimizer, (1u << DPT_OPTIM_ADAM) | (1u << DPT_OPTIM_ADAMW),
+     "optimizer = adam or adamw"},
+    {DPT_CFG_data_dir, DPT_CFG_dataset, 1u << DPT_DATASET_FASHION_MNIST, "dataset = fashion_mnist"},
+    {DPT_CFG_train_csv, DPT_CFG_dataset, 1u << DPT_DATASET_CSV, "dataset = csv"},
+    {DPT_CFG_test_csv, DPT_CFG_dataset, 1u << DPT_DATASET_CSV, "dataset = csv"},
+    {DPT_CFG_label_column, DPT_CFG_dataset, 1u << DPT_DATASET_CSV, "dataset = csv"},
+    {DPT_CFG_spirals_points, DPT_CFG_dataset, 1u << DPT_DATASET_SPIRALS, "dataset = spirals"},
+    {DPT_CFG_embedding_dim, DPT_CFG_dataset, 1u << DPT_DATASET_BAGS, "dataset = bags"},
+    {DPT_CFG_bags_vocab, DPT_CFG_dataset, 1u << DPT_DATASET_BAGS, "dataset = bags"},
+    {DPT_CFG_bags_ids, DPT_CFG_dataset, 1u << DPT_DATASET_BAGS, "dataset = bags"},
+    {DPT_CFG_bags_rows, DPT_CFG_dataset, 1u << DPT_DATASET_BAGS, "dataset = bags"},
+    {DPT_CFG_evaluation_episodes, DPT_CFG_evaluation_interval, 0, "evaluation_interval > 0"},
+};
+
+static int dpt__config_need_checks(const dpt_config_t *c)
+{
+    for (size_t i = 0; i < sizeof dpt__config_needs / sizeof dpt__config_needs[0]; i++) {
+        const dpt__config_need_t *n = &dpt__config_needs[i];
+        if (!dpt_config_applies(c, n->key) || !dpt_config_applies(c, n->on) ||
+            !dpt__config_user_set(c, n->key))
+            continue;
+        int64_t v = dpt_config_int(c, n->on);
+        if (n->values ? v >= 0 && v < 32 && ((n->values >> v) & 1u) : v > 0)
+            continue;
+        const char *name = dpt_config_key_info(n->key)->name;
+        return dpt_error(DPT_EINVAL,
+                         "%s = %s is used only with %s (%s = %s): set %s, or leave %s out", name,
+                         dpt_config_str(c, n->key), n->when, dpt_config_key_info(n->on)->name,
+                         dpt_config_str(c, n->on), n->when, name);
+    }
+    /* The built-in MLP's sizes mean nothing to a model plug-in. */
+    if (dpt_config_applies(c, DPT_CFG_model) && DPT_CS(c, model)[0] &&
+        dpt__config_user_set(c, DPT_CFG_hidden))
+        return dpt_error(DPT_EINVAL,
+                         "hidden = %s sizes the built-in MLP, which model = %s replaces: leave "
+                         "hidden out",
+                         DPT_CS(c, hidden), DPT_CS(c, model));
+    return DPT_OK;
+}
+
 /* The rules between keys that hold for every job that has the keys; the
  * job's own rules follow (its descriptor's check). The enum keys' values
  * are the enums' values (their lists make the choices). */
@@ -75,6 +134,8 @@ int dpt__config_rules(const dpt_config_t *c)
         rc = dpt__config_towers_checks(c);
     if (!rc && dpt_config_applies(c, DPT_CFG_dataset))
         rc = dpt__config_data_checks(c);
+    if (!rc)
+        rc = dpt__config_need_checks(c);
     if (!rc && dpt_config_applies(c, DPT_CFG_eval_ema) && DPT_CI(c, eval_ema) &&
         DPT_CF(c, ema_decay) <= 0.0)
         rc = dpt_error(DPT_EINVAL, "eval_ema = true needs ema_decay > 0 (there is no "

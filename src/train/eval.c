@@ -8,6 +8,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Keeps why the newest checkpoint of a directory was skipped: the note
+ * comes right after its load failed, whose message is still this thread's. */
+static void dpt__eval_skipped(void *ctx, const char *text)
+{
+    (void)text;
+    char *first = ctx;
+    if (!first[0])
+        snprintf(first, 512, "%s", dpt_last_error());
+}
+
 int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n, size_t episodes,
                         uint64_t seed, dpt_eval_result_t *out, char *path_out, size_t path_size,
                         dpt_job_t *job_out)
@@ -21,10 +31,12 @@ int dpt_eval_checkpoint(const char *path, const char *const *overrides, size_t n
     struct stat sb;
     int rc;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        if ((rc = dpt__find_checkpoint(path, &st, NULL, NULL)) != 0)
+        char skipped[512] = "";
+        if ((rc = dpt__find_checkpoint(path, &st, dpt__eval_skipped, skipped)) != 0)
             return rc;
         if (!st)
-            return dpt_error(DPT_ENOENT, "%s: no valid checkpoint in %s/checkpoints", path, path);
+            return dpt_error(DPT_ENOENT, "%s: no valid checkpoint in %s/checkpoints%s%s", path,
+                             path, skipped[0] ? "; the newest: " : "", skipped);
     } else if ((rc = dpt_safetensors_load(&st, path)) != 0) {
         return rc;
     }

@@ -4,6 +4,7 @@
  * nested objects — into one column per flattened name.
  */
 #define _GNU_SOURCE /* getline */
+#include "core/io.h"
 #include "dpt/status.h"
 #include "dpt/train.h"
 
@@ -279,8 +280,7 @@ int dpt_metrics_load(dpt_metrics_table_t **out, const char *path)
     }
     FILE *f = fopen(file, "r");
     if (!f)
-        return dpt_error(errno == ENOENT ? DPT_ENOENT : DPT_EIO, "cannot open %s: %s", file,
-                         strerror(errno));
+        return dpt_error(dpt__io_read_status(errno), "cannot open %s: %s", file, strerror(errno));
     dpt__loader_t L;
     memset(&L, 0, sizeof L);
     L.path = file;

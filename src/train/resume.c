@@ -134,6 +134,7 @@ int dpt__resume_config(const char *dir, const dpt_config_t *given, dpt_config_t 
                            dpt_last_error());
         goto out;
     }
+    dpt__config_mark_saved(saved);
     if ((rc = dpt_config_finalize(saved)) != 0) {
         rc = dpt_error(DPT_EINVAL, "%s: %s", path, dpt_last_error());
         goto out;

@@ -73,6 +73,7 @@ static void dpt__seeds_one(dpt__seed_job_t *j)
     o.on_event = dpt__seeds_event;
     o.user = j;
     o.stop_flag = u ? u->stop_flag : NULL;
+    j->out->started = 1;
     j->start = dpt_now();
     int rc = dpt_train_run(j->cfg, &o, &j->out->reason);
     j->out->time_s = dpt_now() - j->start;
@@ -84,9 +85,12 @@ static void dpt__seeds_one(dpt__seed_job_t *j)
 static void *dpt__seeds_worker(void *arg)
 {
     dpt__seeds_t *s = arg;
+    const volatile sig_atomic_t *stop = s->user ? s->user->stop_flag : NULL;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        size_t i = s->next < s->n ? s->next++ : s->n;
+        /* After a stop request no run starts: the runs under way stop, the
+         * others stay not started. */
+        size_t i = s->next < s->n && !(stop && *stop) ? s->next++ : s->n;
         pthread_mutex_unlock(&s->mu);
         if (i == s->n)
             return NULL;
@@ -252,9 +256,14 @@ void dpt_seeds_summarize(const dpt_seed_run_t *runs, size_t n, dpt_seeds_summary
         return;
     double *steps = v + n, *times = v + 2 * n;
     for (size_t i = 0; i < n; i++) {
-        if (runs[i].status == DPT_OK && isfinite(runs[i].final))
+        int stopped = runs[i].reason == DPT_RUN_STOPPED;
+        out->not_started += runs[i].status == DPT_OK && !runs[i].started;
+        out->stopped += runs[i].status == DPT_OK && runs[i].started && stopped;
+        if (runs[i].status != DPT_OK || !runs[i].started || stopped)
+            continue;
+        if (isfinite(runs[i].final))
             v[out->ok++] = runs[i].final;
-        if (runs[i].status == DPT_OK && runs[i].reached) {
+        if (runs[i].reached) {
             steps[out->reached] = (double)runs[i].steps_to_target;
             times[out->reached++] = runs[i].time_to_target_s;
         }

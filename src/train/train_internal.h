@@ -63,8 +63,18 @@ int dpt__env_entries_fill(dpt__env_entries_t *l, const struct dpt_env_class *cls
  * messages ("file:3", "--set ..."). Does not mark the key as given. */
 int dpt__config_assign(dpt_config_t *c, dpt_config_key_t k, const char *text, const char *where);
 /* Reads config text (the "config" metadata of a checkpoint); `name`
- * prefixes messages. Keys count as given in a file. */
+ * prefixes messages. Keys count as given in a file, and as saved
+ * (dpt__config_mark_saved). */
 int dpt__config_load_text(dpt_config_t *c, const char *text, const char *name);
+/* Marks every key given so far as read back from a run's own record
+ * (config.conf, a checkpoint's config), which names every key of the job:
+ * the rules that refuse a key set while the key that enables it is off
+ * (config_rules.c) look only at what the user set since. */
+void dpt__config_mark_saved(dpt_config_t *c);
+/* 1 when the user gave key k (a config file, dpt_config_set, an override;
+ * not a run's saved record) a value other than its default for the job (a
+ * starter config of `dpt init` lists every key at its default). */
+int dpt__config_user_set(const dpt_config_t *c, dpt_config_key_t k);
 /* Copies every key given in `overrides` into dst, as given on the command
  * line (relative paths resolve against the working directory at the next
  * finalize). dst must be finalized again. */

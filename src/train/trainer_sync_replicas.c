@@ -687,23 +687,16 @@ static int dpt__srt_restore(void *self, const dpt_safetensors_t *st)
                              dpt_safetensors_path(st), t->N);
         text = *end ? end + 1 : end;
     }
-    dpt__optim_ckpt_t ck;
-    if ((rc = dpt__optim_ckpt_load(st, t->vars, opt, &ck)) != 0)
+    /* Everything checked before anything changes, then the tensors go
+     * straight into the service: no copy of the model (an embedding table
+     * can be most of the memory) beside the checkpoint and the service. */
+    if ((rc = dpt__optim_ckpt_check(st, t->vars, opt)) != 0 ||
+        (t->ema_decay > 0.0f &&
+         (rc = dpt_safetensors_load_arena(st, "ema.", t->vars, NULL, 0)) != 0) ||
+        (rc = dpt__optim_ckpt_restore(st, t->vars, dpt_sr_params(t->sr), opt)) != 0 ||
+        (t->ema_decay > 0.0f && (rc = dpt_safetensors_load_arena(
+                                     st, "ema.", t->vars, dpt_sr_ema(t->sr), t->vars->total)) != 0))
         return rc;
-    dpt_arena_t ema = {0};
-    if (t->ema_decay > 0.0f &&
-        ((rc = dpt_arena_init(&ema, t->vars->total)) != 0 ||
-         (rc = dpt_safetensors_load_arena(st, "ema.", t->vars, ema.data, ema.count)) != 0)) {
-        dpt_arena_deinit(&ema);
-        dpt__optim_ckpt_free(&ck);
-        return rc;
-    }
-    memcpy(dpt_sr_params(t->sr), ck.data, ck.count * sizeof(float));
-    dpt__optim_ckpt_apply(&ck, opt);
-    dpt__optim_ckpt_free(&ck);
-    if (ema.data)
-        memcpy(dpt_sr_ema(t->sr), ema.data, ema.count * sizeof(float));
-    dpt_arena_deinit(&ema);
     dpt_sr_set_global_step(t->sr, step);
     /* Counted anew by this service from here. */
     dpt_sr_stats_t now;
