@@ -604,11 +604,15 @@ int main(int argc, char **argv)
 {
     fault_plugin = argc > 1 ? argv[1] : NULL;
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_config_rules),    DPT_TEST(test_cartpole_smoke),
+        DPT_TEST(test_config_rules),
+        DPT_TEST(test_cartpole_smoke),
         DPT_TEST(test_passes),
-        DPT_TEST(test_broadcast_interval),          DPT_TEST(test_checkpoint_restore),
-        DPT_TEST(test_policies_config), DPT_TEST(test_two_policies),
-        DPT_TEST(test_tower_stacks),    DPT_TEST(test_sampler_failures),
+        DPT_TEST(test_broadcast_interval),
+        DPT_TEST(test_checkpoint_restore),
+        DPT_TEST(test_policies_config),
+        DPT_TEST(test_two_policies),
+        DPT_TEST(test_tower_stacks),
+        DPT_TEST(test_sampler_failures),
     };
     return DPT_TEST_RUN(cases);
 }
