@@ -14,7 +14,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* A failed rank above 0 under a launcher: the launcher ends the whole job
+ * as soon as one rank exits with an error, so a rank that ended first could
+ * have rank 0 killed before its report (the failure they share, or the
+ * rank that failed) is out. It waits (at most 5 s) for rank 0 to print and
+ * exit, which ends this process too. */
+static void dpt__train_let_rank0_report(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    for (int i = 0; i < 100; i++)
+        nanosleep(&ts, NULL);
+}
 
 /* ---- signals ------------------------------------------------------------------- */
 
@@ -467,6 +482,8 @@ int dpt_cmd_train(int argc, char **argv)
         dpt_progress_done(&ui.progress);
         if (!dpt_train_error_shared()) /* else rank 0 prints it */
             fprintf(stderr, "dpt train: %s\n", dpt_last_error());
+        if (dpt_cli_launcher_rank(&world) > 0)
+            dpt__train_let_rank0_report();
         code = dpt_cli_exit_code(rc);
         /* Under mpirun a failed run leaves MPI up when a peer may hang:
          * end every rank of the job rather than wait for it. */
