@@ -540,7 +540,7 @@ static void test_sync_replicas_service(void)
     CHECK(!same_range(dpt_sr_ema(sr), e0, w->offset, w->offset + w->count));
     dpt_optim_t *o = dpt_sr_optimizer(sr);
     CHECK(dpt_optim_no_grad(o, f->offset) && !dpt_optim_no_grad(o, w->offset));
-    float zero[8] = {0};
+    float zero[32] = {0}; /* indexed like the table (t.total <= 32) */
     CHECK(same_range(dpt_optim_slot(o, 0), zero, f->offset, f->offset + f->count) &&
           same_range(dpt_optim_slot(o, 1), zero, f->offset, f->offset + f->count));
     /* Fetched like any other. */

@@ -269,6 +269,7 @@ int dpt__ddppo_defaults(dpt_ddppo_config_t *out)
     if (!rc)
         rc = dpt__ddppo_config_from(c, out);
     dpt_config_destroy(c);
+    out->common.frozen = NULL; /* it pointed into c; the defaults freeze nothing */
     return rc;
 }
 

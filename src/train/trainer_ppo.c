@@ -59,6 +59,7 @@ int dpt__ppo_defaults(dpt_ppo_config_t *out)
     if (!rc)
         rc = dpt__ppo_config_from(c, out);
     dpt_config_destroy(c);
+    out->common.frozen = NULL; /* it pointed into c; the defaults freeze nothing */
     return rc;
 }
 
