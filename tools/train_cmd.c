@@ -8,6 +8,7 @@
 #include "dpt/env.h"
 #include "dpt/train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,10 +42,14 @@ static volatile sig_atomic_t dpt__stop_signal;
 
 static void dpt__on_signal(int sig)
 {
-    if (dpt__stop_flag)
+    int saved = errno;
+    /* Atomic stores: the handler may run on any of the run's threads while
+     * the others read the flag (core/stopflag.h). */
+    if (__atomic_load_n(&dpt__stop_flag, __ATOMIC_RELAXED))
         _exit(128 + sig);
-    dpt__stop_signal = sig;
-    dpt__stop_flag = 1;
+    __atomic_store_n(&dpt__stop_signal, sig, __ATOMIC_RELAXED);
+    __atomic_store_n(&dpt__stop_flag, 1, __ATOMIC_RELAXED);
+    errno = saved;
 }
 
 static void dpt__install_signals(void)
@@ -346,8 +351,9 @@ static int train_seeds(const dpt_config_t *c, const uint64_t *seeds, size_t n, u
         printf("stop_reward %g reached by none of %zu seeds\n",
                dpt_config_float(c, DPT_CFG_stop_reward), sum.runs);
     int code = rc ? dpt_cli_exit_code(rc) : DPT_EXIT_OK;
+    int stopsig = __atomic_load_n(&dpt__stop_signal, __ATOMIC_RELAXED);
     if (!rc && (sum.stopped || sum.not_started))
-        code = 128 + (int)(dpt__stop_signal ? dpt__stop_signal : SIGTERM);
+        code = 128 + (stopsig ? stopsig : SIGTERM);
     free(runs);
     return code;
 }
@@ -495,7 +501,8 @@ int dpt_cmd_train(int argc, char **argv)
     } else {
         /* Stopped at another rank's request (a signal that reached it
          * alone): as for SIGTERM. */
-        int sig = dpt__stop_signal ? (int)dpt__stop_signal : SIGTERM;
+        int sig = __atomic_load_n(&dpt__stop_signal, __ATOMIC_RELAXED);
+        sig = sig ? sig : SIGTERM;
         code = why == DPT_RUN_STOPPED ? 128 + sig : DPT_EXIT_OK;
         /* MPI left up after a success: a rank did not answer the end of the
          * run (reported as a note) and MPI_Finalize would wait for it. */

@@ -348,7 +348,7 @@ struct timespec dpt__tabstime(double t)
 }
 
 /* Called with the mutex held once the deadline has passed. */
-static int timeout_locked(dpt__tpart_t *p, const char *what, double waited)
+static int timeout_locked(dpt__tpart_t *p, const char *what, double limit)
 {
     dpt__tgroup_t *g = p->g;
     char missing[200];
@@ -371,7 +371,7 @@ static int timeout_locked(dpt__tpart_t *p, const char *what, double waited)
     snprintf(msg, sizeof msg,
              "rank %d: %s timed out after %.3g s waiting for rank%s %s (group of %d); the group "
              "is now failed",
-             p->rank + g->rank_offset, what, waited, n == 1 ? "" : "s", missing, g->size);
+             p->rank + g->rank_offset, what, limit, n == 1 ? "" : "s", missing, g->size);
     fail_locked(g, DPT_ETIMEDOUT, msg);
     return dpt_error(DPT_ETIMEDOUT, "comm %s", msg);
 }
@@ -394,7 +394,9 @@ static int wait_blocking(dpt__tpart_t *p, const char *what, double t0, double ex
             break;
         double now = dpt_now();
         if (now >= deadline) {
-            rc = timeout_locked(p, what, now - t0);
+            /* The limit, not the time it took to notice (as the MPI
+             * backend reports it): the message names what was configured. */
+            rc = timeout_locked(p, what, g->timeout_s + extra_s);
             break;
         }
         int w = pthread_cond_timedwait(&g->cv, &g->mu, &ts);

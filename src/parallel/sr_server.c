@@ -14,6 +14,7 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "sr_wire.h"
+#include "core/stopflag.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -481,7 +482,7 @@ int dpt_sr_server_session(dpt_sr_server_t *s, uint64_t until, uint64_t tag, uint
          * that waits for a silent worker cannot end: say so within a
          * second instead of after timeout_s. */
         double now = dpt_now();
-        int stopping = (s->stop && *s->stop) || s->asked_by >= 0;
+        int stopping = dpt__stop_flag_set(s->stop) || s->asked_by >= 0;
         if (stopping && now - heard >= (s->l.timeout_s < 1.0 ? s->l.timeout_s : 1.0))
             return srs_silent(s, until, 1);
         double left = heard + s->l.timeout_s - now;
@@ -611,7 +612,7 @@ int dpt_sr_server_serve(dpt_sr_server_t *s)
     uint64_t gather_min = 0;
     double wait = 2.0 * s->l.timeout_s, heard = dpt_now();
     while (!rc && !stop) {
-        if (s->stop && *s->stop && !s->asked) {
+        if (dpt__stop_flag_set(s->stop) && !s->asked) {
             s->asked = 1; /* rank 0 ends the run */
             if ((rc = dpt__msg_send_ask_stop(s->comm, 0, DPT__SRW_PROTO)) != 0)
                 break;

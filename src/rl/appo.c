@@ -24,6 +24,7 @@
 #include "dpt/status.h"
 #include "appo_internal.h"
 #include "core/clock.h"
+#include "core/stopflag.h"
 
 #include <errno.h>
 #include <math.h>
@@ -505,7 +506,7 @@ static int dpt__appo_wait(dpt_appo_t *a, uint64_t target)
         /* A stop request ends the iteration with what it has: the run then
          * checkpoints and ends, without waiting for samplers that may be
          * stopped. */
-        if (a->timesteps >= target || (a->stop_flag && *a->stop_flag) || a->stop_asked_by)
+        if (a->timesteps >= target || dpt__stop_flag_set(a->stop_flag) || a->stop_asked_by)
             break;
         if (a->comm) {
             /* Rank 0 under mpirun: the sampler ranks' batches come in here. */

@@ -32,6 +32,7 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "appo_internal.h"
+#include "core/stopflag.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,7 +168,7 @@ int dpt__appo_sampler_poll(dpt__appo_sampler_t *s, int wait)
 {
     struct dpt_appo *a = s->a;
     dpt__appo_group_t *g = &s->groups[0];
-    if (a->stop_flag && *a->stop_flag && !a->asked_stop) {
+    if (dpt__stop_flag_set(a->stop_flag) && !a->asked_stop) {
         /* Rank 0 ends the run (its STOP comes as for any end). */
         a->asked_stop = 1;
         int rc = dpt__msg_send_ask_stop(a->comm, 0, DPT__MSG_PROTO_APPO);

@@ -17,6 +17,7 @@
 #include "dpt/status.h"
 #include "dpt/train.h"
 #include "train_internal.h"
+#include "core/stopflag.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -306,7 +307,7 @@ static void dpt__run_remove_fresh(dpt__run_t *r)
  * through the trainer (res->stop_requested). */
 static int dpt__run_stop_requested(dpt__run_t *r, const dpt_train_result_t *res, int *rc)
 {
-    float f = (r->o && r->o->stop_flag && *r->o->stop_flag) || res->stop_requested ? 1.0f : 0.0f;
+    float f = (r->o && dpt__stop_flag_set(r->o->stop_flag)) || res->stop_requested ? 1.0f : 0.0f;
     *rc = DPT_OK;
     if (r->launch.comm && !r->launch.alone)
         *rc = dpt_comm_allreduce(r->launch.comm, &f, 1, DPT_REDUCE_SUM);
@@ -724,7 +725,7 @@ int dpt_train_run(const dpt_config_t *cfg_in, const dpt_run_options_t *o, dpt_ru
     rc = dpt__launch_join(&r.launch, rc ? NULL : r.cfg, r.resume_dir, o, rc);
     if (!rc && r.launch.role) { /* this rank is not a trainer */
         rc = dpt__launch_role(&r.launch, r.cfg, o);
-        if (!rc && reason && o && o->stop_flag && *o->stop_flag)
+        if (!rc && reason && o && dpt__stop_flag_set(o->stop_flag))
             *reason = DPT_RUN_STOPPED; /* it asked rank 0 to stop the run */
         return dpt__run_close(&r, rc);
     }

@@ -4,6 +4,7 @@
 #include "dpt/status.h"
 #include "dpt/train.h"
 #include "train_internal.h"
+#include "core/stopflag.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -90,7 +91,7 @@ static void *dpt__seeds_worker(void *arg)
         pthread_mutex_lock(&s->mu);
         /* After a stop request no run starts: the runs under way stop, the
          * others stay not started. */
-        size_t i = s->next < s->n && !(stop && *stop) ? s->next++ : s->n;
+        size_t i = s->next < s->n && !dpt__stop_flag_set(stop) ? s->next++ : s->n;
         pthread_mutex_unlock(&s->mu);
         if (i == s->n)
             return NULL;

@@ -13,6 +13,7 @@
  * calling thread); the engine's lock is taken inside the client calls.
  */
 #include "sr_internal.h"
+#include "core/stopflag.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -213,7 +214,7 @@ int dpt__sr_work(srt_worker_t *w)
         double loss = 0.0, correct = 0.0, fig[SRT_NFIGURES];
         int accepted = 0;
         /* A worker rank asked to stop asks rank 0, which ends the run. */
-        if (t->stop_flag && *t->stop_flag && (rc = dpt_sr_client_ask_stop(w->c)) != 0)
+        if (dpt__stop_flag_set(t->stop_flag) && (rc = dpt_sr_client_ask_stop(w->c)) != 0)
             break;
         if ((rc = dpt_sr_client_take_token(w->c, &tok)) != 0)
             break;
