@@ -38,12 +38,12 @@ printf 'job = sync_replicas\ndataset = spirals\nspirals_points = 2048\nhidden = 
 printf 'total_num_replicas = 2\nreplicas_to_aggregate = 2\nepochs = 100000\n' >>sr.conf
 printf 'comm_timeout_s = 5\ncheckpoint_every = 1\n' >>sr.conf
 
-# start NAME [ARGS...]: the run in the background (90 s guard), output in
-# NAME.out; waits for its first result. Sets $job.
+# start NAME [ARGS...]: the run on $np ranks (3 unless set) in the background
+# (90 s guard), output in NAME.out; waits for its first result. Sets $job.
 start() {
     name="$1"
     shift
-    timeout 90 mpirun --oversubscribe -np 3 "$dpt" train --quiet sr.conf \
+    timeout 90 mpirun --oversubscribe -np "${np:-3}" "$dpt" train --quiet sr.conf \
         --set output_dir="${token}_$name" "$@" >"$name.out" 2>&1 &
     job=$!
     i=0
@@ -150,19 +150,7 @@ if line=$("$check" "${token}_ask" 2>&1); then ok "ask: the run directory is comp
 # ---- a backup rank held back, then continued ----------------------------------------
 # count NAME: worker 2's (rank 3's) batches_contributed in the last result.
 count() { tail -1 "${token}_$1/result.jsonl" | tr ',{}' '\n\n\n' | sed -n 's/^"w2"://p' | head -1; }
-start4() { # like start, -np 4 with one backup
-    name="$1"
-    shift
-    timeout 90 mpirun --oversubscribe -np 4 "$dpt" train --quiet sr.conf \
-        --set total_num_replicas=3 --set output_dir="${token}_$name" "$@" >"$name.out" 2>&1 &
-    job=$!
-    i=0
-    while [ ! -s "${token}_$name/result.jsonl" ] && [ $i -lt 300 ]; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-}
-start4 back
+np=4 start back --set total_num_replicas=3
 backup=$(rank_pid "${token}_back" 3)
 chief=$(rank_pid "${token}_back" 0)
 [ -n "$backup" ] && kill -STOP "$backup"
@@ -186,7 +174,7 @@ fi
 if [ "$rc" -eq 143 ]; then ok "back: the run went on until the stop request (exit 143)"; else bad "back: exit $rc, not 143"; fi
 
 # ---- a backup rank stopped for good ----------------------------------------------------
-start4 gone --set epochs=40
+np=4 start gone --set total_num_replicas=3 --set epochs=40
 backup=$(rank_pid "${token}_gone" 3)
 [ -n "$backup" ] && kill -STOP "$backup"
 finish gone
