@@ -220,3 +220,12 @@ put("tfevents", "run", first + scalars + record(event(1.7e9 + 2, 1024, values=[(
 put("tfevents", "cut_record", first + scalars[:-7])
 put("tfevents", "bad_data_crc", first[:-1] + bytes([first[-1] ^ 1]) + scalars)
 put("tfevents", "unknown_fields", record(b"\x20\x05\x35\x00\x00\x80\x3f" + event(0.0, 7)))
+
+# ---- network: model-language descriptions ----------------------------------
+put("network", "lenet", "conv(32,k=3,pad=1) relu maxpool(2) conv(64,k=3,pad=1) relu maxpool(2) "
+    "flatten dense(128) relu")
+put("network", "minatar", "conv(32,k=2,pad=same) relu avgpool(2) flatten dense(64) relu")
+put("network", "forms", "conv2d(8, 2x3, stride=2x1, pad=same, init=orthogonal, gain=1.4)\n"
+    "avgpool2d(3x2,stride=1,pad=1x0,count_pad=0) flatten linear(4,init=normal,gain=0.5) tanh()")
+put("network", "bad_arg", "conv(32,k=3,foo=1) maxpool(2,stride=0) dense(1a)")
+put("network", "unclosed", "relu conv(4,k=3 dense(2)")

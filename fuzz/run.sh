@@ -12,7 +12,7 @@ build=${1:-build-fuzz}
 total=${2:-240}
 # target:max_len (bytes): enough for every seed and for the structures
 # each reader cares about, small enough to keep runs fast.
-targets="config:4096 safetensors:8192 idx:8192 csv:4096 env:1024 metrics:4096 tfevents:4096"
+targets="config:4096 safetensors:8192 idx:8192 csv:4096 env:1024 metrics:4096 tfevents:4096 network:1024"
 n=$(echo "$targets" | wc -w)
 share=$((total / n))
 [ "$share" -ge 1 ] || share=1

@@ -41,11 +41,12 @@ static char path[512];
 
 enum { IN = 6, OUT = 3, ROWS = 16, NB = 5 };
 
-static const dpt_layer_spec_t layers[] = {{DPT_LAYER_LINEAR, 16, DPT_INIT_DEFAULT, 0},
-                                          {DPT_LAYER_TANH, 0, 0, 0},
-                                          {DPT_LAYER_LINEAR, 16, DPT_INIT_DEFAULT, 0},
-                                          {DPT_LAYER_TANH, 0, 0, 0},
-                                          {DPT_LAYER_LINEAR, OUT, DPT_INIT_DEFAULT, 0}};
+static const dpt_layer_spec_t layers[] = {
+    {.kind = DPT_LAYER_LINEAR, .out = 16, .init = DPT_INIT_DEFAULT, .gain = 0},
+    {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+    {.kind = DPT_LAYER_LINEAR, .out = 16, .init = DPT_INIT_DEFAULT, .gain = 0},
+    {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+    {.kind = DPT_LAYER_LINEAR, .out = OUT, .init = DPT_INIT_DEFAULT, .gain = 0}};
 
 static dpt_batch_t xy(size_t rows, float *x, int32_t *y)
 {

@@ -160,16 +160,18 @@ static void check_stack(const dpt_layer_spec_t *layers, size_t nlayers, size_t i
 
 static void test_gradcheck_linear(void)
 {
-    const dpt_layer_spec_t l[] = {{DPT_LAYER_LINEAR, 5, DPT_INIT_DEFAULT, 0}};
+    const dpt_layer_spec_t l[] = {
+        {.kind = DPT_LAYER_LINEAR, .out = 5, .init = DPT_INIT_DEFAULT, .gain = 0}};
     check_stack(l, 1, 4, 3, FD_H, GRAD_TOL);
 }
 
 static void test_gradcheck_tanh(void)
 {
-    const dpt_layer_spec_t l[] = {{DPT_LAYER_LINEAR, 6, DPT_INIT_NORMAL, 0.7f},
-                                  {DPT_LAYER_TANH, 0, 0, 0},
-                                  {DPT_LAYER_LINEAR, 3, DPT_INIT_ORTHOGONAL, 1.0f},
-                                  {DPT_LAYER_TANH, 0, 0, 0}};
+    const dpt_layer_spec_t l[] = {
+        {.kind = DPT_LAYER_LINEAR, .out = 6, .init = DPT_INIT_NORMAL, .gain = 0.7f},
+        {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+        {.kind = DPT_LAYER_LINEAR, .out = 3, .init = DPT_INIT_ORTHOGONAL, .gain = 1.0f},
+        {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0}};
     check_stack(l, 4, 5, 4, FD_H, GRAD_TOL);
 }
 
@@ -203,7 +205,7 @@ static void test_tanh_accuracy(void)
     CHECK(dpt__tanhf(9.0f) == 1.0f && dpt__tanhf(1e30f) == 1.0f && dpt__tanhf(-INFINITY) == -1.0f);
 
     enum { ROWS = 7, COLS = 45 }; /* odd sizes: vector bodies and tails */
-    const dpt_layer_spec_t l[] = {{DPT_LAYER_TANH, 0, 0, 0}};
+    const dpt_layer_spec_t l[] = {{.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0}};
     dpt_vartable_t t;
     dpt_vartable_init(&t);
     dpt_seq_t *seq = NULL;
@@ -270,9 +272,10 @@ static void test_gradcheck_relu(void)
     /* ReLU has kinks: a smaller step keeps differences off them (a kink
      * inside [p-h, p+h] would be the only way to fail) with a looser
      * tolerance for the larger float rounding of a small h. */
-    const dpt_layer_spec_t l[] = {{DPT_LAYER_LINEAR, 7, DPT_INIT_DEFAULT, 0},
-                                  {DPT_LAYER_RELU, 0, 0, 0},
-                                  {DPT_LAYER_LINEAR, 2, DPT_INIT_DEFAULT, 0}};
+    const dpt_layer_spec_t l[] = {
+        {.kind = DPT_LAYER_LINEAR, .out = 7, .init = DPT_INIT_DEFAULT, .gain = 0},
+        {.kind = DPT_LAYER_RELU, .out = 0, .init = 0, .gain = 0},
+        {.kind = DPT_LAYER_LINEAR, .out = 2, .init = DPT_INIT_DEFAULT, .gain = 0}};
     check_stack(l, 3, 3, 5, 1e-3f, 1e-2);
 }
 
@@ -534,7 +537,8 @@ static void test_orthogonal_init(void)
     const size_t shapes[2][2] = {{4, 9}, {9, 4}};
     for (int s = 0; s < 2; s++) {
         size_t o = shapes[s][0], in = shapes[s][1];
-        dpt_layer_spec_t l = {DPT_LAYER_LINEAR, o, DPT_INIT_ORTHOGONAL, 1.5f};
+        dpt_layer_spec_t l = {
+            .kind = DPT_LAYER_LINEAR, .out = o, .init = DPT_INIT_ORTHOGONAL, .gain = 1.5f};
         dpt_vartable_t t;
         dpt_vartable_init(&t);
         dpt_seq_t *seq;
@@ -603,11 +607,12 @@ static void train_spirals(float *final_params, size_t *nparams, double *acc)
     dpt_rng_t rng;
     dpt_rng_init(&rng, 21, 0, 0, DPT_RNG_DATA);
     spirals(&rng, NTR + NTE, x, y);
-    const dpt_layer_spec_t l[] = {{DPT_LAYER_LINEAR, 48, DPT_INIT_DEFAULT, 0},
-                                  {DPT_LAYER_TANH, 0, 0, 0},
-                                  {DPT_LAYER_LINEAR, 48, DPT_INIT_DEFAULT, 0},
-                                  {DPT_LAYER_TANH, 0, 0, 0},
-                                  {DPT_LAYER_LINEAR, 2, DPT_INIT_DEFAULT, 0}};
+    const dpt_layer_spec_t l[] = {
+        {.kind = DPT_LAYER_LINEAR, .out = 48, .init = DPT_INIT_DEFAULT, .gain = 0},
+        {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+        {.kind = DPT_LAYER_LINEAR, .out = 48, .init = DPT_INIT_DEFAULT, .gain = 0},
+        {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+        {.kind = DPT_LAYER_LINEAR, .out = 2, .init = DPT_INIT_DEFAULT, .gain = 0}};
     dpt_mlp_t *m;
     REQUIRE_OK(dpt_mlp_create(&m, 2, l, 5, DPT_LOSS_SOFTMAX_XENT, BATCH));
     size_t n = dpt_mlp_vars(m)->total;
@@ -654,18 +659,21 @@ static void test_mlp_learns_spirals(void)
 
 static void test_bad_input(void)
 {
-    const dpt_layer_spec_t l[] = {{DPT_LAYER_LINEAR, 3, DPT_INIT_DEFAULT, 0},
-                                  {DPT_LAYER_RELU, 0, 0, 0}};
+    const dpt_layer_spec_t l[] = {
+        {.kind = DPT_LAYER_LINEAR, .out = 3, .init = DPT_INIT_DEFAULT, .gain = 0},
+        {.kind = DPT_LAYER_RELU, .out = 0, .init = 0, .gain = 0}};
     dpt_mlp_t *m = NULL;
     CHECK_ERR(dpt_mlp_create(&m, 4, l, 0, DPT_LOSS_SOFTMAX_XENT, 8), DPT_EINVAL, "no layers");
     CHECK_ERR(dpt_mlp_create(&m, 0, l, 2, DPT_LOSS_SOFTMAX_XENT, 8), DPT_EINVAL, "input size");
     CHECK_ERR(dpt_mlp_create(&m, 4, l, 2, DPT_LOSS_SOFTMAX_XENT, 0), DPT_EINVAL, "max_batch");
     CHECK_ERR(dpt_mlp_create(&m, 4, l, 2, (dpt_loss_kind_t)9, 8), DPT_EINVAL, "loss");
-    const dpt_layer_spec_t bad0[] = {{DPT_LAYER_LINEAR, 0, DPT_INIT_DEFAULT, 0}};
+    const dpt_layer_spec_t bad0[] = {
+        {.kind = DPT_LAYER_LINEAR, .out = 0, .init = DPT_INIT_DEFAULT, .gain = 0}};
     CHECK_ERR(dpt_mlp_create(&m, 4, bad0, 1, DPT_LOSS_MSE, 8), DPT_EINVAL, "output size is 0");
-    const dpt_layer_spec_t badk[] = {{(dpt_layer_kind_t)42, 3, DPT_INIT_DEFAULT, 0}};
+    const dpt_layer_spec_t badk[] = {{.kind = (dpt_layer_kind_t)42, .out = 3}};
     CHECK_ERR(dpt_mlp_create(&m, 4, badk, 1, DPT_LOSS_MSE, 8), DPT_EINVAL, "unknown kind");
-    const dpt_layer_spec_t one[] = {{DPT_LAYER_LINEAR, 1, DPT_INIT_DEFAULT, 0}};
+    const dpt_layer_spec_t one[] = {
+        {.kind = DPT_LAYER_LINEAR, .out = 1, .init = DPT_INIT_DEFAULT, .gain = 0}};
     CHECK_ERR(dpt_mlp_create(&m, 4, one, 1, DPT_LOSS_SOFTMAX_XENT, 8), DPT_EINVAL, ">= 2");
     CHECK(m == NULL);
 
@@ -743,7 +751,8 @@ static void test_bad_input(void)
 
 static void test_mse_head_and_replicate(void)
 {
-    const dpt_layer_spec_t l[] = {{DPT_LAYER_LINEAR, 2, DPT_INIT_DEFAULT, 0}};
+    const dpt_layer_spec_t l[] = {
+        {.kind = DPT_LAYER_LINEAR, .out = 2, .init = DPT_INIT_DEFAULT, .gain = 0}};
     dpt_mlp_t *m;
     REQUIRE_OK(dpt_mlp_create(&m, 3, l, 1, DPT_LOSS_MSE, 4));
     dpt_model_t model = dpt_mlp_model(m);

@@ -32,11 +32,12 @@ enum { IN = 6, OUT = 3, ROWS = 48, MB = 12 };
  * gives 1e-2 and more (the unweighted-average check below gives ~12). */
 #define EQUIV_TOL 5e-5
 
-static const dpt_layer_spec_t layers[] = {{DPT_LAYER_LINEAR, 16, DPT_INIT_DEFAULT, 0},
-                                          {DPT_LAYER_TANH, 0, 0, 0},
-                                          {DPT_LAYER_LINEAR, 16, DPT_INIT_DEFAULT, 0},
-                                          {DPT_LAYER_TANH, 0, 0, 0},
-                                          {DPT_LAYER_LINEAR, OUT, DPT_INIT_DEFAULT, 0}};
+static const dpt_layer_spec_t layers[] = {
+    {.kind = DPT_LAYER_LINEAR, .out = 16, .init = DPT_INIT_DEFAULT, .gain = 0},
+    {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+    {.kind = DPT_LAYER_LINEAR, .out = 16, .init = DPT_INIT_DEFAULT, .gain = 0},
+    {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+    {.kind = DPT_LAYER_LINEAR, .out = OUT, .init = DPT_INIT_DEFAULT, .gain = 0}};
 
 static float data_x[ROWS * IN];
 static int32_t data_y[ROWS];

@@ -125,11 +125,12 @@ static void test_track(void)
 
 enum { IN = 6, OUT = 3, ROWS = 48, MAXP = 3 };
 
-static const dpt_layer_spec_t layers[] = {{DPT_LAYER_LINEAR, 16, DPT_INIT_DEFAULT, 0},
-                                          {DPT_LAYER_TANH, 0, 0, 0},
-                                          {DPT_LAYER_LINEAR, 16, DPT_INIT_DEFAULT, 0},
-                                          {DPT_LAYER_TANH, 0, 0, 0},
-                                          {DPT_LAYER_LINEAR, OUT, DPT_INIT_DEFAULT, 0}};
+static const dpt_layer_spec_t layers[] = {
+    {.kind = DPT_LAYER_LINEAR, .out = 16, .init = DPT_INIT_DEFAULT, .gain = 0},
+    {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+    {.kind = DPT_LAYER_LINEAR, .out = 16, .init = DPT_INIT_DEFAULT, .gain = 0},
+    {.kind = DPT_LAYER_TANH, .out = 0, .init = 0, .gain = 0},
+    {.kind = DPT_LAYER_LINEAR, .out = OUT, .init = DPT_INIT_DEFAULT, .gain = 0}};
 
 static float data_x[ROWS * IN];
 static int32_t data_y[ROWS];

@@ -86,10 +86,12 @@ static int bt_cfg_setup(bt_cfg_t *c, const bt_args_t *a, const float *x, const i
     dpt_layer_spec_t layers[2 * BT_MAX_HIDDEN + 1];
     int nl = 0;
     for (int h = 0; h < a->nhidden; h++) {
-        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, a->hidden[h], DPT_INIT_DEFAULT, 0};
-        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_RELU, 0, 0, 0};
+        layers[nl++] = (dpt_layer_spec_t){
+            .kind = DPT_LAYER_LINEAR, .out = a->hidden[h], .init = DPT_INIT_DEFAULT, .gain = 0};
+        layers[nl++] = (dpt_layer_spec_t){.kind = DPT_LAYER_RELU, .out = 0, .init = 0, .gain = 0};
     }
-    layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, BT_OUT, DPT_INIT_DEFAULT, 0};
+    layers[nl++] = (dpt_layer_spec_t){
+        .kind = DPT_LAYER_LINEAR, .out = BT_OUT, .init = DPT_INIT_DEFAULT, .gain = 0};
     size_t pdb = a->batch / (size_t)c->devices;
     int rc = dpt_mlp_create(&c->mlp, BT_IN, layers, (size_t)nl, DPT_LOSS_SOFTMAX_XENT, pdb);
     if (rc)

@@ -53,8 +53,10 @@ static int bm_engine_setup(bm_engine_t *e, const bm_args_t *a, dpt_comm_t *comm,
     int nl = 0;
     for (int l = 0; l < a->layers; l++) {
         if (l)
-            layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_RELU, 0, 0, 0};
-        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, a->width, DPT_INIT_DEFAULT, 0};
+            layers[nl++] =
+                (dpt_layer_spec_t){.kind = DPT_LAYER_RELU, .out = 0, .init = 0, .gain = 0};
+        layers[nl++] = (dpt_layer_spec_t){
+            .kind = DPT_LAYER_LINEAR, .out = a->width, .init = DPT_INIT_DEFAULT, .gain = 0};
     }
     int rc = dpt_mlp_create(&e->mlp, a->width, layers, (size_t)nl, DPT_LOSS_SOFTMAX_XENT, a->batch);
     if (rc)

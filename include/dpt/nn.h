@@ -31,10 +31,14 @@ extern "C" {
 /* Layers                                                                    */
 
 /* Layer kinds: symbol, config name. */
-#define DPT_LAYER_LIST(X)         \
-    X(DPT_LAYER_LINEAR, "linear") \
-    X(DPT_LAYER_RELU, "relu")     \
-    X(DPT_LAYER_TANH, "tanh")
+#define DPT_LAYER_LIST(X)               \
+    X(DPT_LAYER_LINEAR, "linear")       \
+    X(DPT_LAYER_RELU, "relu")           \
+    X(DPT_LAYER_TANH, "tanh")           \
+    X(DPT_LAYER_CONV2D, "conv2d")       \
+    X(DPT_LAYER_MAXPOOL2D, "maxpool2d") \
+    X(DPT_LAYER_AVGPOOL2D, "avgpool2d") \
+    X(DPT_LAYER_FLATTEN, "flatten")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_layer_kind {
@@ -66,18 +70,52 @@ typedef enum dpt_init {
 } dpt_init_t;
 /* clang-format on */
 
-/* One layer of a sequential stack.
- *  linear:  y = x W^T + b with W [O, I] ("<prefix><i>.weight") and b [O]
- *           ("<prefix><i>.bias"), i = the layer's position (as PyTorch's
- *           nn.Sequential names them).
- *  relu:    y = max(x, 0);   dx += dy * (y > 0)
- *  tanh:    y = tanh(x);     dx += dy * (1 - y^2) */
+/* The shape of one sample: channels, height and width of an image (NCHW,
+ * dpt/conv.h), or {features, 1, 1} for a flat row. A row of a batch holds
+ * c*h*w floats in that order, so an image batch [N, C, H, W] is the
+ * row-major matrix [N, C*H*W] the layers read. */
+typedef struct dpt_shape {
+    size_t c, h, w;
+} dpt_shape_t;
+
+/* One layer of a sequential stack. The layers with parameters are named by
+ * their position i in the stack (as PyTorch's nn.Sequential names them).
+ *  linear:    y = x W^T + b with W [O, I] ("<prefix><i>.weight") and b [O]
+ *             ("<prefix><i>.bias"); its input must be flat (h = w = 1:
+ *             a flatten layer turns an image into a row).
+ *  relu:      y = max(x, 0);   dx += dy * (y > 0)
+ *  tanh:      y = tanh(x);     dx += dy * (1 - y^2)
+ *  conv2d:    dpt_conv2d_forward() (dpt/conv.h) with `out` filters, W
+ *             [O, C, kh, kw] and b [O], named as linear's.
+ *  maxpool2d, avgpool2d: dpt/conv.h's pooling of each channel (a window of
+ *             kh x kw, count_pad for the average).
+ *  flatten:   an image [C, H, W] as the flat row [C*H*W, 1, 1] (no copy of
+ *             meaning: the same floats in the same order).
+ * Geometry (conv2d and pooling): a kernel or window kh x kw; stride_h,
+ * stride_w (0 means 1 for conv2d, the window for pooling, PyTorch's
+ * defaults); padding pad_top, pad_bottom, pad_left, pad_right, or, with
+ * pad_same set, XLA's SAME padding of the input (dpt_conv2d_same()). Other
+ * kinds ignore these fields, so a zero-initialised tail is always valid. */
 typedef struct dpt_layer_spec {
     dpt_layer_kind_t kind;
-    size_t out;      /* linear: O; ignored by activations */
-    dpt_init_t init; /* linear: initialisation */
-    float gain;      /* linear: gain/bound/std of the init (unused by default) */
+    size_t out;      /* linear: O; conv2d: output channels; others ignore it */
+    dpt_init_t init; /* linear, conv2d: initialisation (fan-in I, or C*kh*kw) */
+    float gain;      /* linear, conv2d: gain/bound/std of the init (unused by default) */
+    size_t kh, kw;   /* conv2d, pooling */
+    size_t stride_h, stride_w;
+    size_t pad_top, pad_bottom, pad_left, pad_right;
+    int pad_same;  /* conv2d, pooling: SAME padding instead of the four above */
+    int count_pad; /* avgpool2d: divide by kh*kw (1) or the elements inside (0) */
 } dpt_layer_spec_t;
+
+/* The output shape of every layer of a stack on inputs of shape `in` into
+ * shapes[0 .. nlayers) (may be NULL: check only). Checks every layer: a
+ * known kind and init, nonzero sizes, a geometry that fits its input
+ * (dpt_conv2d_check(), dpt_pool2d_check()), a flat input for linear.
+ * Errors: DPT_EINVAL or DPT_EOVERFLOW naming the layer (its position and
+ * kind) and its input shape. */
+int dpt_layers_shapes(dpt_shape_t in, const dpt_layer_spec_t *layers, size_t nlayers,
+                      dpt_shape_t *shapes);
 
 /* Name of a layer kind / init ("linear", "orthogonal"); "unknown" otherwise. */
 const char *dpt_layer_kind_name(dpt_layer_kind_t kind);
@@ -113,12 +151,21 @@ typedef struct dpt_seq dpt_seq_t;
  * with out == 0, bad kind/init, name clash), DPT_EOVERFLOW, DPT_ENOMEM. */
 int dpt_seq_create(dpt_seq_t **seq, size_t in_dim, const dpt_layer_spec_t *layers, size_t nlayers,
                    size_t max_batch, dpt_vartable_t *table, const char *prefix);
+/* The same on inputs of shape `in` (in_dim = c*h*w): a stack that may
+ * hold convolutions and pooling. dpt_seq_create() is this with the shape
+ * {in_dim, 1, 1}. Errors: those of dpt_seq_create() and dpt_layers_shapes(). */
+int dpt_seq_create_shaped(dpt_seq_t **seq, dpt_shape_t in, const dpt_layer_spec_t *layers,
+                          size_t nlayers, size_t max_batch, dpt_vartable_t *table,
+                          const char *prefix);
 /* Frees the stack (not the table). NULL is a no-op. */
 void dpt_seq_destroy(dpt_seq_t *seq);
 
 size_t dpt_seq_in_dim(const dpt_seq_t *seq);
 size_t dpt_seq_out_dim(const dpt_seq_t *seq);
 size_t dpt_seq_max_batch(const dpt_seq_t *seq);
+/* The shape of the stack's input and output. */
+dpt_shape_t dpt_seq_in_shape(const dpt_seq_t *seq);
+dpt_shape_t dpt_seq_out_shape(const dpt_seq_t *seq);
 
 /* Initialises this stack's variables inside `params` (an arena with the
  * table's layout) from `rng`, layer by layer in order. */
@@ -146,6 +193,45 @@ int dpt_seq_backward_ex(dpt_seq_t *seq, const float *params, float *grads, const
  * with v the table index of that layer's weight (its bias is v + 1), last
  * layer first. The MLP's set_grad_hook installs it on its stack. */
 void dpt_seq_set_grad_hook(dpt_seq_t *seq, dpt_grad_hook_t hook, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Network descriptions (the model language of the config key `network`)    */
+
+/* Most layers one description may hold. */
+#define DPT_NETWORK_MAX_LAYERS 64
+
+/*
+ * Parses a network description into layers[0 .. *nlayers). A description
+ * is a list of layers separated by spaces (or newlines), each a name with
+ * optional arguments in parentheses, positional first, then name=value:
+ *
+ *   conv(OUT, k=K, stride=S, pad=P, init=I, gain=G)   conv2d; also conv2d
+ *   maxpool(K, stride=S, pad=P)                       maxpool2d
+ *   avgpool(K, stride=S, pad=P, count_pad=0|1)        avgpool2d
+ *   dense(OUT, init=I, gain=G)                        linear; also linear
+ *   flatten   relu   tanh                             no arguments
+ *
+ * K, S and P are one size for both axes or HxW ("3x2"); P may also be
+ * `same` (XLA's SAME padding, dpt_conv2d_same()); a second positional of
+ * conv is K. Defaults: conv k=3, stride 1, pad 0; pooling stride = the
+ * window, pad 0, count_pad 1 (PyTorch's); init default (PyTorch's), gain 1
+ * for the other inits. Example (LeNet-like, for 1x28x28 images):
+ *
+ *   conv(32,k=3,pad=1) relu maxpool(2) conv(64,k=3,pad=1) relu maxpool(2)
+ *   flatten dense(128) relu
+ *
+ * Shapes are not checked here (dpt_layers_shapes() does that against an
+ * input). Errors: DPT_EINVAL naming the layer's position (from 1) and text
+ * and what is wrong (an unknown layer or argument, a value that is not a
+ * positive integer, a missing or repeated argument, more than max_layers
+ * layers, an empty description); nothing is written to *nlayers then.
+ */
+int dpt_network_parse(const char *text, dpt_layer_spec_t *layers, size_t max_layers,
+                      size_t *nlayers);
+
+/* Describes one layer as the language writes it ("conv(32,k=3x3,stride=1x1,
+ * pad=1,1,1,1)"), into buf of size bytes (truncated, always terminated). */
+void dpt_layer_describe(const dpt_layer_spec_t *layer, char *buf, size_t size);
 
 /* ------------------------------------------------------------------------ */
 /* Embedding bags                                                            */
@@ -343,6 +429,10 @@ typedef struct dpt_mlp dpt_mlp_t;
 
 int dpt_mlp_create(dpt_mlp_t **mlp, size_t in_dim, const dpt_layer_spec_t *layers, size_t nlayers,
                    dpt_loss_kind_t loss, size_t max_batch);
+/* The same on inputs of shape `in` (layers that may hold convolutions:
+ * dpt_seq_create_shaped()); dpt_mlp_create() is this with {in_dim, 1, 1}. */
+int dpt_mlp_create_shaped(dpt_mlp_t **mlp, dpt_shape_t in, const dpt_layer_spec_t *layers,
+                          size_t nlayers, dpt_loss_kind_t loss, size_t max_batch);
 void dpt_mlp_destroy(dpt_mlp_t *mlp);
 /* The parameter layout (owned by the MLP). */
 const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *mlp);

@@ -11,6 +11,7 @@ struct dpt_mlp {
     dpt_loss_kind_t loss;
     dpt_layer_spec_t *specs; /* kept so that replicate() can rebuild the stack */
     size_t nlayers, in_dim, out_dim, max_batch;
+    dpt_shape_t in_shape;
     float *dy; /* [max_batch, out_dim] loss gradient scratch */
 };
 
@@ -34,6 +35,13 @@ void dpt_mlp_destroy(dpt_mlp_t *m)
 int dpt_mlp_create(dpt_mlp_t **out, size_t in_dim, const dpt_layer_spec_t *layers, size_t nlayers,
                    dpt_loss_kind_t loss, size_t max_batch)
 {
+    return dpt_mlp_create_shaped(out, (dpt_shape_t){in_dim, 1, 1}, layers, nlayers, loss,
+                                 max_batch);
+}
+
+int dpt_mlp_create_shaped(dpt_mlp_t **out, dpt_shape_t in, const dpt_layer_spec_t *layers,
+                          size_t nlayers, dpt_loss_kind_t loss, size_t max_batch)
+{
     *out = NULL;
     if ((unsigned)loss >= DPT_LOSS_COUNT)
         return dpt_error(DPT_EINVAL, "mlp: unknown loss %d", (int)loss);
@@ -41,12 +49,13 @@ int dpt_mlp_create(dpt_mlp_t **out, size_t in_dim, const dpt_layer_spec_t *layer
     if (!m)
         return dpt_error(DPT_ENOMEM, "mlp: cannot allocate");
     dpt_vartable_init(&m->vars);
-    int rc = dpt_seq_create(&m->seq, in_dim, layers, nlayers, max_batch, &m->vars, "");
+    int rc = dpt_seq_create_shaped(&m->seq, in, layers, nlayers, max_batch, &m->vars, "");
     if (rc)
         goto fail;
     m->loss = loss;
     m->nlayers = nlayers;
-    m->in_dim = in_dim;
+    m->in_shape = in;
+    m->in_dim = dpt_seq_in_dim(m->seq);
     m->out_dim = dpt_seq_out_dim(m->seq);
     m->max_batch = max_batch;
     if (loss == DPT_LOSS_SOFTMAX_XENT && m->out_dim < 2) {
@@ -192,7 +201,7 @@ static int dpt__mlp_model_replicate(void *ctx, void **copy)
 {
     const dpt_mlp_t *m = ctx;
     dpt_mlp_t *r;
-    int rc = dpt_mlp_create(&r, m->in_dim, m->specs, m->nlayers, m->loss, m->max_batch);
+    int rc = dpt_mlp_create_shaped(&r, m->in_shape, m->specs, m->nlayers, m->loss, m->max_batch);
     *copy = rc ? NULL : r;
     return rc;
 }

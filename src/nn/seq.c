@@ -3,6 +3,7 @@
  *
  * Each layer kind is one entry of a const ops table (name, parameter
  * tensors, output size, init, forward, backward); the stack walks the table.
+ * The image layers (conv2d, pooling, flatten) are in seq_conv.c.
  * Activations are kept per layer for the backward pass; input gradients go
  * through two ping-pong buffers. Everything is sized at create.
  */
@@ -11,38 +12,13 @@
 #include "dpt/status.h"
 #include "gemm_impl.h"
 #include "nn_impl.h"
+#include "seq_impl.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct dpt__layer {
-    dpt_layer_spec_t spec;
-    size_t in, out; /* features in and out */
-    size_t w_off;   /* linear: offset of W [out, in] in the arena */
-    size_t b_off;   /* linear: offset of b [out] */
-    size_t var;     /* linear: table index of W (b is var + 1) */
-    size_t wt_off;  /* linear: offset of W^T in the seq's acting copy */
-} dpt__layer_t;
-
-/* Backward modes: what a layer stores rather than adds to. */
-#define DPT__STORE_GRADS 1u
-#define DPT__STORE_DX 2u
-
-typedef struct dpt__layer_ops {
-    const char *name;
-    int has_params;
-    /* y [B, out] = f(x [B, in]) */
-    void (*forward)(const dpt__layer_t *l, const float *params, const float *x, float *y,
-                    size_t batch);
-    /* grads += dL/dparams and dx [B, in] += dL/dx (dx may be NULL); with
-     * DPT__STORE_GRADS in `mode` the parameter gradients are stored instead
-     * of added, with DPT__STORE_DX the input gradient is. */
-    void (*backward)(const dpt__layer_t *l, const float *params, float *grads, const float *x,
-                     const float *y, const float *dy, float *dx, size_t batch, unsigned mode);
-} dpt__layer_ops_t;
 
 /* linear: y = x W^T + b
  *   x [B, I], W [O, I], b [O], y [B, O]
@@ -227,10 +203,15 @@ static void dpt__bias_act(const dpt__layer_t *l, int act, const float *b, const 
 }
 
 /* Indexed by dpt_layer_kind_t; the order follows DPT_LAYER_LIST. */
-static const dpt__layer_ops_t dpt__layer_ops[DPT_LAYER_COUNT] = {
-    [DPT_LAYER_LINEAR] = {"linear", 1, dpt__linear_forward, dpt__linear_backward},
-    [DPT_LAYER_RELU] = {"relu", 0, dpt__relu_forward, dpt__relu_backward},
-    [DPT_LAYER_TANH] = {"tanh", 0, dpt__tanh_forward, dpt__tanh_backward},
+static const dpt__layer_ops_t *const dpt__layer_ops[DPT_LAYER_COUNT] = {
+    [DPT_LAYER_LINEAR] =
+        &(const dpt__layer_ops_t){"linear", 1, dpt__linear_forward, dpt__linear_backward},
+    [DPT_LAYER_RELU] = &(const dpt__layer_ops_t){"relu", 0, dpt__relu_forward, dpt__relu_backward},
+    [DPT_LAYER_TANH] = &(const dpt__layer_ops_t){"tanh", 0, dpt__tanh_forward, dpt__tanh_backward},
+    [DPT_LAYER_CONV2D] = &dpt__seq_conv2d_ops,
+    [DPT_LAYER_MAXPOOL2D] = &dpt__seq_maxpool_ops,
+    [DPT_LAYER_AVGPOOL2D] = &dpt__seq_avgpool_ops,
+    [DPT_LAYER_FLATTEN] = &dpt__seq_flatten_ops,
 };
 
 static const char *const dpt__layer_names[] = {
@@ -262,7 +243,10 @@ int dpt_layer_kind_parse(const char *name, dpt_layer_kind_t *kind)
             *kind = (dpt_layer_kind_t)i;
             return DPT_OK;
         }
-    return dpt_error(DPT_EINVAL, "unknown layer kind \"%s\" (known: linear, relu, tanh)", name);
+    return dpt_error(DPT_EINVAL,
+                     "unknown layer kind \"%s\" (known: linear, relu, tanh, conv2d, maxpool2d, "
+                     "avgpool2d, flatten)",
+                     name);
 }
 
 int dpt_init_parse(const char *name, dpt_init_t *init)
@@ -281,6 +265,8 @@ struct dpt_seq {
     dpt__layer_t *layers;
     size_t nlayers;
     size_t in_dim, out_dim, max_batch, max_width;
+    dpt_shape_t in_shape, out_shape;
+    float *ws;            /* the convolutions' workspace (shared: they run one at a time) */
     float **act;          /* act[i] = output of layer i, [max_batch, layers[i].out] */
     float *dbuf[2];       /* ping-pong input-gradient buffers [max_batch, max_width] */
     const float *x;       /* input of the last forward (borrowed) */
@@ -303,6 +289,7 @@ void dpt_seq_destroy(dpt_seq_t *s)
             dpt_free_aligned(s->act[i]);
     free(s->act);
     dpt_free_aligned(s->wt);
+    dpt_free_aligned(s->ws);
     dpt_free_aligned(s->dbuf[0]);
     dpt_free_aligned(s->dbuf[1]);
     free(s->layers);
@@ -317,14 +304,116 @@ static float *dpt__alloc_floats(size_t rows, size_t cols)
     return dpt_alloc_aligned(bytes);
 }
 
+/* A shape as text for messages: "[32, 14, 14]". */
+static const char *dpt__shape_text(dpt_shape_t sh, char *buf, size_t size)
+{
+    snprintf(buf, size, "[%zu, %zu, %zu]", sh.c, sh.h, sh.w);
+    return buf;
+}
+
+/* Layer i's output shape on input `in` (l: its geometry, may be scratch). */
+static int dpt__layer_shape(size_t i, size_t n, const dpt_layer_spec_t *sp, dpt_shape_t in,
+                            dpt__layer_t *l, dpt_shape_t *out)
+{
+    char ib[80];
+    const char *kind = dpt_layer_kind_name(sp->kind);
+    if ((unsigned)sp->kind >= DPT_LAYER_COUNT)
+        return dpt_error(DPT_EINVAL, "layer %zu of %zu: unknown kind %d", i + 1, n, (int)sp->kind);
+    int params = sp->kind == DPT_LAYER_LINEAR || sp->kind == DPT_LAYER_CONV2D;
+    if (params && (unsigned)sp->init >= DPT_INIT_COUNT)
+        return dpt_error(DPT_EINVAL, "layer %zu of %zu (%s): unknown init %d", i + 1, n, kind,
+                         (int)sp->init);
+    size_t feats;
+    if (dpt_mul_size(in.c, in.h, &feats) || dpt_mul_size(feats, in.w, &feats))
+        return dpt_error(DPT_EOVERFLOW, "layer %zu of %zu (%s): input %s overflows", i + 1, n, kind,
+                         dpt__shape_text(in, ib, sizeof ib));
+    switch (sp->kind) {
+    case DPT_LAYER_LINEAR:
+        if (sp->out == 0)
+            return dpt_error(DPT_EINVAL, "layer %zu of %zu (linear): output size is 0", i + 1, n);
+        if (in.h != 1 || in.w != 1)
+            return dpt_error(DPT_EINVAL,
+                             "layer %zu of %zu (linear) on input %s: the input is an image; put a "
+                             "flatten layer before it",
+                             i + 1, n, dpt__shape_text(in, ib, sizeof ib));
+        *out = (dpt_shape_t){sp->out, 1, 1};
+        return DPT_OK;
+    case DPT_LAYER_CONV2D:
+    case DPT_LAYER_MAXPOOL2D:
+    case DPT_LAYER_AVGPOOL2D: {
+        int rc = dpt__seq_conv_geometry(sp, in, l, out);
+        if (rc) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", dpt_last_error());
+            char desc[160];
+            dpt_layer_describe(sp, desc, sizeof desc);
+            return dpt_error(rc, "layer %zu of %zu (%s) on input %s: %s", i + 1, n, desc,
+                             dpt__shape_text(in, ib, sizeof ib), why);
+        }
+        return DPT_OK;
+    }
+    case DPT_LAYER_FLATTEN: *out = (dpt_shape_t){feats, 1, 1}; return DPT_OK;
+    default: *out = in; return DPT_OK;
+    }
+}
+
+int dpt_layers_shapes(dpt_shape_t in, const dpt_layer_spec_t *layers, size_t nlayers,
+                      dpt_shape_t *shapes)
+{
+    if (!layers || nlayers == 0)
+        return dpt_error(DPT_EINVAL, "sequential model: no layers");
+    if (in.c == 0 || in.h == 0 || in.w == 0)
+        return dpt_error(DPT_EINVAL, "sequential model: input size is 0 ([%zu, %zu, %zu])", in.c,
+                         in.h, in.w);
+    dpt_shape_t cur = in;
+    for (size_t i = 0; i < nlayers; i++) {
+        dpt__layer_t scratch;
+        dpt_shape_t next;
+        int rc = dpt__layer_shape(i, nlayers, &layers[i], cur, &scratch, &next);
+        if (rc)
+            return rc;
+        if (shapes)
+            shapes[i] = next;
+        cur = next;
+    }
+    return DPT_OK;
+}
+
+/* Adds layer l's weight and bias (layer i) to the table. */
+static int dpt__layer_vars(dpt__layer_t *l, size_t i, dpt_vartable_t *table, const char *prefix)
+{
+    char name[DPT_VAR_NAME_MAX + 32];
+    size_t wshape[4] = {l->out, l->in}, bshape[1] = {l->out};
+    int ndim = 2;
+    if (l->spec.kind == DPT_LAYER_CONV2D) {
+        wshape[0] = bshape[0] = l->cv.out_c;
+        wshape[1] = l->cv.in_c, wshape[2] = l->cv.kh, wshape[3] = l->cv.kw;
+        ndim = 4;
+    }
+    l->var = table->nvars;
+    snprintf(name, sizeof name, "%s%zu.weight", prefix, i);
+    int rc = dpt_vartable_add(table, name, ndim, wshape, &l->w_off);
+    if (rc)
+        return rc;
+    snprintf(name, sizeof name, "%s%zu.bias", prefix, i);
+    return dpt_vartable_add(table, name, 1, bshape, &l->b_off);
+}
+
 int dpt_seq_create(dpt_seq_t **out, size_t in_dim, const dpt_layer_spec_t *layers, size_t nlayers,
                    size_t max_batch, dpt_vartable_t *table, const char *prefix)
 {
+    return dpt_seq_create_shaped(out, (dpt_shape_t){in_dim, 1, 1}, layers, nlayers, max_batch,
+                                 table, prefix);
+}
+
+int dpt_seq_create_shaped(dpt_seq_t **out, dpt_shape_t in, const dpt_layer_spec_t *layers,
+                          size_t nlayers, size_t max_batch, dpt_vartable_t *table,
+                          const char *prefix)
+{
     *out = NULL;
-    if (!layers || nlayers == 0)
-        return dpt_error(DPT_EINVAL, "sequential model: no layers");
-    if (in_dim == 0)
-        return dpt_error(DPT_EINVAL, "sequential model: input size is 0");
+    int rc = dpt_layers_shapes(in, layers, nlayers, NULL);
+    if (rc)
+        return rc;
     if (max_batch == 0)
         return dpt_error(DPT_EINVAL, "sequential model: max_batch is 0");
     if (!table)
@@ -341,40 +430,28 @@ int dpt_seq_create(dpt_seq_t **out, size_t in_dim, const dpt_layer_spec_t *layer
         return dpt_error(DPT_ENOMEM, "sequential model: cannot allocate %zu layers", nlayers);
     }
     s->nlayers = nlayers;
-    s->in_dim = in_dim;
+    s->in_shape = in;
+    s->in_dim = in.c * in.h * in.w;
     s->max_batch = max_batch;
-    size_t width = in_dim, max_width = in_dim;
-    int rc = DPT_OK;
+    size_t width = s->in_dim, max_width = width, ws = 0;
+    dpt_shape_t cur = in;
     for (size_t i = 0; i < nlayers; i++) {
         dpt__layer_t *l = &s->layers[i];
         l->spec = layers[i];
+        l->ishape = cur;
         l->in = width;
-        if ((unsigned)l->spec.kind >= DPT_LAYER_COUNT) {
-            rc = dpt_error(DPT_EINVAL, "layer %zu: unknown kind %d", i, (int)l->spec.kind);
+        if ((rc = dpt__layer_shape(i, nlayers, &layers[i], cur, l, &l->oshape)) != 0)
             goto fail;
-        }
-        if (l->spec.kind == DPT_LAYER_LINEAR) {
-            if (l->spec.out == 0) {
-                rc = dpt_error(DPT_EINVAL, "layer %zu (linear): output size is 0", i);
+        cur = l->oshape;
+        l->out = cur.c * cur.h * cur.w;
+        if (dpt__layer_ops[l->spec.kind]->has_params &&
+            (rc = dpt__layer_vars(l, i, table, prefix)) != 0)
+            goto fail;
+        if (l->spec.kind == DPT_LAYER_CONV2D) {
+            size_t f;
+            if ((rc = dpt_conv2d_workspace(&l->cv, &f)) != 0)
                 goto fail;
-            }
-            if ((unsigned)l->spec.init >= DPT_INIT_COUNT) {
-                rc = dpt_error(DPT_EINVAL, "layer %zu (linear): unknown init %d", i,
-                               (int)l->spec.init);
-                goto fail;
-            }
-            l->out = l->spec.out;
-            char name[DPT_VAR_NAME_MAX + 32];
-            size_t wshape[2] = {l->out, l->in}, bshape[1] = {l->out};
-            l->var = table->nvars;
-            snprintf(name, sizeof name, "%s%zu.weight", prefix, i);
-            if ((rc = dpt_vartable_add(table, name, 2, wshape, &l->w_off)) != 0)
-                goto fail;
-            snprintf(name, sizeof name, "%s%zu.bias", prefix, i);
-            if ((rc = dpt_vartable_add(table, name, 1, bshape, &l->b_off)) != 0)
-                goto fail;
-        } else {
-            l->out = l->in;
+            ws = f > ws ? f : ws;
         }
         width = l->out;
         if (width > max_width)
@@ -387,9 +464,16 @@ int dpt_seq_create(dpt_seq_t **out, size_t in_dim, const dpt_layer_spec_t *layer
         }
     }
     s->out_dim = width;
+    s->out_shape = cur;
     s->max_width = max_width;
     s->dbuf[0] = dpt__alloc_floats(max_batch, max_width);
     s->dbuf[1] = dpt__alloc_floats(max_batch, max_width);
+    if (ws && !(s->ws = dpt__alloc_floats(ws, 1))) {
+        rc = dpt_error(DPT_ENOMEM, "sequential model: cannot allocate %zu floats of workspace", ws);
+        goto fail;
+    }
+    for (size_t i = 0; i < nlayers; i++)
+        s->layers[i].ws = s->ws;
     if (!s->dbuf[0] || !s->dbuf[1]) {
         rc = dpt_error(DPT_ENOMEM, "sequential model: cannot allocate gradient buffers");
         goto fail;
@@ -399,6 +483,16 @@ int dpt_seq_create(dpt_seq_t **out, size_t in_dim, const dpt_layer_spec_t *layer
 fail:
     dpt_seq_destroy(s);
     return rc;
+}
+
+dpt_shape_t dpt_seq_in_shape(const dpt_seq_t *s)
+{
+    return s->in_shape;
+}
+
+dpt_shape_t dpt_seq_out_shape(const dpt_seq_t *s)
+{
+    return s->out_shape;
 }
 
 size_t dpt_seq_in_dim(const dpt_seq_t *s)
@@ -445,29 +539,34 @@ void dpt__orthonormal_rows(double *m, size_t rows, size_t cols, dpt_rng_t *rng)
     }
 }
 
+/* The weights of a linear or conv2d layer: W as [O, I] with I its fan-in
+ * (C*kh*kw for a convolution, whose W [O, C, kh, kw] is that matrix). */
 static void dpt__init_linear(const dpt__layer_t *l, float *params, dpt_rng_t *rng)
 {
     float *w = params + l->w_off, *b = params + l->b_off;
-    size_t n = l->out * l->in;
+    size_t O = l->out, I = l->in;
+    if (l->spec.kind == DPT_LAYER_CONV2D)
+        O = l->cv.out_c, I = l->cv.in_c * l->cv.kh * l->cv.kw;
+    size_t n = O * I;
     float gain = l->spec.gain;
     switch (l->spec.init) {
     case DPT_INIT_DEFAULT: {
-        float bound = 1.0f / sqrtf((float)l->in);
+        float bound = 1.0f / sqrtf((float)I);
         dpt_rng_fill_uniform(rng, w, n, -bound, bound);
-        dpt_rng_fill_uniform(rng, b, l->out, -bound, bound);
+        dpt_rng_fill_uniform(rng, b, O, -bound, bound);
         return;
     }
     case DPT_INIT_UNIFORM: dpt_rng_fill_uniform(rng, w, n, -gain, gain); break;
     case DPT_INIT_NORMAL: dpt_rng_fill_normal(rng, w, n, 0.0f, gain); break;
     case DPT_INIT_ORTHOGONAL: {
         /* Work on the orientation with fewer vectors than their length. */
-        size_t rows = l->out <= l->in ? l->out : l->in;
-        size_t cols = l->out <= l->in ? l->in : l->out;
+        size_t rows = O <= I ? O : I;
+        size_t cols = O <= I ? I : O;
         double *m = malloc(n * sizeof *m);
         if (!m) {
             /* Out of memory for the scratch: fall back to a scaled normal
              * init rather than leaving the weights zero. */
-            dpt_rng_fill_normal(rng, w, n, 0.0f, gain / sqrtf((float)l->in));
+            dpt_rng_fill_normal(rng, w, n, 0.0f, gain / sqrtf((float)I));
             break;
         }
         for (size_t i = 0; i < n; i++)
@@ -476,23 +575,23 @@ static void dpt__init_linear(const dpt__layer_t *l, float *params, dpt_rng_t *rn
         for (size_t i = 0; i < rows; i++)
             for (size_t c = 0; c < cols; c++) {
                 float v = (float)((double)gain * m[i * cols + c]);
-                if (l->out <= l->in)
-                    w[i * l->in + c] = v; /* rows of W */
+                if (O <= I)
+                    w[i * I + c] = v; /* rows of W */
                 else
-                    w[c * l->in + i] = v; /* columns of W */
+                    w[c * I + i] = v; /* columns of W */
             }
         free(m);
         break;
     }
     default: break;
     }
-    dpt_vec_zero(b, l->out);
+    dpt_vec_zero(b, O);
 }
 
 void dpt_seq_init_params(const dpt_seq_t *s, float *params, dpt_rng_t *rng)
 {
     for (size_t i = 0; i < s->nlayers; i++)
-        if (s->layers[i].spec.kind == DPT_LAYER_LINEAR)
+        if (dpt__layer_ops[s->layers[i].spec.kind]->has_params)
             dpt__init_linear(&s->layers[i], params, rng);
 }
 
@@ -524,7 +623,7 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
         const dpt__layer_t *l = &s->layers[i];
         int act = dpt__fused_act(s, i);
         if (l->spec.kind != DPT_LAYER_LINEAR || (act < 0 && !acting)) {
-            dpt__layer_ops[l->spec.kind].forward(l, params, in, s->act[i], batch);
+            dpt__layer_ops[l->spec.kind]->forward(l, params, in, s->act[i], batch);
             in = s->act[i];
             continue;
         }
@@ -539,7 +638,7 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
             dpt_gemm(0, 1, batch, l->out, l->in, 1.0f, in, l->in, params + l->w_off, l->in, 0.0f,
                      s->act[i], l->out);
         else
-            dpt__layer_ops[l->spec.kind].forward(l, params, in, s->act[i], batch);
+            dpt__layer_ops[l->spec.kind]->forward(l, params, in, s->act[i], batch);
         if (act >= 0)
             dpt__bias_act(l, act, b, s->act[i], s->act[i + 1], batch);
         in = s->act[act >= 0 ? ++i : i];
@@ -565,10 +664,11 @@ int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const f
          * buffers between layers are overwritten, so they need no zeroing. */
         float *ldx = i ? s->dbuf[i & 1] : dx;
         unsigned mode = gmode | (i ? DPT__STORE_DX : 0u);
-        dpt__layer_ops[l->spec.kind].backward(l, params, grads, lx, s->act[i], g, ldx, batch, mode);
+        dpt__layer_ops[l->spec.kind]->backward(l, params, grads, lx, s->act[i], g, ldx, batch,
+                                               mode);
         /* The layer's parameter gradients are final: the layers below
          * write only their own. */
-        if (s->hook && dpt__layer_ops[l->spec.kind].has_params)
+        if (s->hook && dpt__layer_ops[l->spec.kind]->has_params)
             s->hook(s->hook_user, l->var, l->var + 2);
         g = ldx;
     }

@@ -164,15 +164,20 @@ int dpt_policy_create_ex(dpt_policy_t **out, const dpt_env_class_t *cls,
     dpt_layer_spec_t layers[2 * DPT_POLICY_MAX_HIDDEN + 1];
     int nl = 0;
     for (int i = 0; i < spec->nhidden; i++) {
-        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, spec->hidden[i], DPT_INIT_ORTHOGONAL,
-                                          (float)sqrt(2.0)};
-        layers[nl++] = (dpt_layer_spec_t){DPT_LAYER_TANH, 0, DPT_INIT_DEFAULT, 0.0f};
+        layers[nl++] = (dpt_layer_spec_t){.kind = DPT_LAYER_LINEAR,
+                                          .out = spec->hidden[i],
+                                          .init = DPT_INIT_ORTHOGONAL,
+                                          .gain = (float)sqrt(2.0)};
+        layers[nl++] = (dpt_layer_spec_t){
+            .kind = DPT_LAYER_TANH, .out = 0, .init = DPT_INIT_DEFAULT, .gain = 0.0f};
     }
-    layers[nl] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, p->out_dim, DPT_INIT_ORTHOGONAL, 0.01f};
+    layers[nl] = (dpt_layer_spec_t){
+        .kind = DPT_LAYER_LINEAR, .out = p->out_dim, .init = DPT_INIT_ORTHOGONAL, .gain = 0.01f};
     if ((rc = dpt_seq_create(&p->actor, feat, layers, (size_t)nl + 1, max_batch, &p->vars,
                              "actor.")) != 0)
         goto fail;
-    layers[nl] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, 1, DPT_INIT_ORTHOGONAL, 1.0f};
+    layers[nl] = (dpt_layer_spec_t){
+        .kind = DPT_LAYER_LINEAR, .out = 1, .init = DPT_INIT_ORTHOGONAL, .gain = 1.0f};
     if ((rc = dpt_seq_create(&p->critic, feat, layers, (size_t)nl + 1, max_batch, &p->vars,
                              "critic.")) != 0)
         goto fail;

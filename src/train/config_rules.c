@@ -10,6 +10,7 @@
 #include "train_internal.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* Keys that matter only when another key enables them: a key the user set
  * (dpt__config_user_set: given, not at its default) while the key that
@@ -59,6 +60,30 @@ static int dpt__config_need_checks(const dpt_config_t *c)
                          "%s = %s is used only with %s (%s = %s): set %s, or leave %s out", name,
                          dpt_config_str(c, n->key), n->when, dpt_config_key_info(n->on)->name,
                          dpt_config_str(c, n->on), n->when, name);
+    }
+    /* A network replaces the MLP of hidden and activation; a plug-in and
+     * the bags' embedding model have their own. */
+    if (dpt_config_applies(c, DPT_CFG_network) && DPT_CS(c, network)[0]) {
+        const char *net = DPT_CS(c, network);
+        dpt_layer_spec_t layers[DPT_NETWORK_MAX_LAYERS];
+        size_t n;
+        if (dpt_config_applies(c, DPT_CFG_model) && DPT_CS(c, model)[0])
+            return dpt_error(DPT_EINVAL, "network and model = %s both describe the model: keep one",
+                             DPT_CS(c, model));
+        if (DPT_CI(c, dataset) == DPT_DATASET_BAGS)
+            return dpt_error(DPT_EINVAL,
+                             "network does not apply to dataset = bags (its model is an embedding "
+                             "bag and the MLP of hidden)");
+        if (dpt__config_user_set(c, DPT_CFG_hidden) || dpt__config_user_set(c, DPT_CFG_activation))
+            return dpt_error(DPT_EINVAL,
+                             "%s sizes the built-in MLP, which network replaces: leave it out "
+                             "(the network's layers name their activations)",
+                             dpt__config_user_set(c, DPT_CFG_hidden) ? "hidden" : "activation");
+        char why[512];
+        if (dpt_network_parse(net, layers, DPT_NETWORK_MAX_LAYERS, &n) != 0) {
+            snprintf(why, sizeof why, "%s", dpt_last_error());
+            return dpt_error(DPT_EINVAL, "network: %s", why);
+        }
     }
     /* The built-in MLP's sizes mean nothing to a model plug-in. */
     if (dpt_config_applies(c, DPT_CFG_model) && DPT_CS(c, model)[0] &&

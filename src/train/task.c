@@ -131,6 +131,15 @@ static int dpt__task_meta_count(const dpt_safetensors_t *st, const char *key, si
     return DPT_OK;
 }
 
+/* The shape of a row of d: IDX images keep theirs (channels from the
+ * row's size), other data are flat. */
+static dpt_shape_t dpt__task_shape(const dpt_dataset_t *d)
+{
+    if (d->height && d->width && d->dim % (d->height * d->width) == 0)
+        return (dpt_shape_t){d->dim / (d->height * d->width), d->height, d->width};
+    return (dpt_shape_t){d->dim, 1, 1};
+}
+
 /* For the evaluation of st: its test data and the sizes of its model
  * (checked in the order: outputs, then inputs). */
 static int dpt__task_load_for(dpt__task_t *t, const dpt_config_t *c, const dpt_safetensors_t *st)
@@ -146,6 +155,7 @@ static int dpt__task_load_for(dpt__task_t *t, const dpt_config_t *c, const dpt_s
         return rc;
     if (!bags) {
         t->in_dim = t->test.dim;
+        t->in_shape = dpt__task_shape(&t->test);
         t->ydim = t->test.target_dim;
     }
     if (t->ydim) {
@@ -188,6 +198,7 @@ int dpt__task_init(dpt__task_t *t, const dpt_config_t *c, const dpt_safetensors_
         rc = dpt__task_load(t, c, 1, 0);
         if (!rc && t->dataset != DPT_DATASET_BAGS) {
             t->in_dim = t->train.dim;
+            t->in_shape = dpt__task_shape(&t->train);
             t->ydim = t->train.target_dim;
             t->rows = t->train.rows;
             t->outputs = t->ydim ? t->ydim : (size_t)t->train.num_classes;

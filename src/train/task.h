@@ -17,8 +17,9 @@
  *
  *   task.c         data, optimizer settings, epoch results, checkpoint
  *                  position, metadata, eval_checkpoint
- *   task_models.c  the model adapters: mlp (keys hidden, activation) and
- *                  plugin (key model, dpt/nn.h's dpt_model_plugin_t)
+ *   task_models.c  the model adapters: mlp (keys hidden, activation, or
+ *                  the layers of key network) and plugin (key model,
+ *                  dpt/nn.h's dpt_model_plugin_t)
  *   task_bags.c    the synthetic bags data and their embedding model
  *
  * A new dataset is one line in DPT_DATASET_LIST (dpt/train.h) and a case of
@@ -42,8 +43,11 @@
  * which the loss is summed, so a trainer and eval_checkpoint agree bitwise
  * because both use it. */
 #define DPT__TASK_EVAL_BATCH 1000
-/* Layers of the MLP of keys hidden and activation. */
-#define DPT__TASK_MAX_LAYERS (2 * DPT__MAX_HIDDEN + 1)
+/* Layers of the model: the MLP of keys hidden and activation, or a
+ * network's layers and the output layer. */
+#define DPT__TASK_MAX_LAYERS                                                        \
+    (2 * DPT__MAX_HIDDEN + 1 > DPT_NETWORK_MAX_LAYERS + 1 ? 2 * DPT__MAX_HIDDEN + 1 \
+                                                          : DPT_NETWORK_MAX_LAYERS + 1)
 
 typedef struct dpt__task dpt__task_t;
 typedef struct dpt__net dpt__net_t;
@@ -100,10 +104,11 @@ struct dpt__task {
      * fashion_mnist, csv and spirals; bags for bags. */
     dpt_dataset_t train, test;
     dpt__bags_t bags;
-    size_t in_dim;  /* features a row (the embedding width for bags) */
-    size_t outputs; /* the model's outputs: classes, or targets */
-    size_t ydim;    /* targets a row; 0 when classifying */
-    size_t rows;    /* training rows (0 when built for eval_checkpoint) */
+    size_t in_dim;        /* features a row (the embedding width for bags) */
+    dpt_shape_t in_shape; /* a row's shape: [1, 28, 28] for IDX images, [in_dim, 1, 1] else */
+    size_t outputs;       /* the model's outputs: classes, or targets */
+    size_t ydim;          /* targets a row; 0 when classifying */
+    size_t rows;          /* training rows (0 when built for eval_checkpoint) */
     /* The model. */
     const dpt__model_ops_t *model;
     size_t hidden[DPT__MAX_HIDDEN];
@@ -111,6 +116,7 @@ struct dpt__task {
     dpt_layer_kind_t act;
     dpt_layer_spec_t layers[DPT__TASK_MAX_LAYERS]; /* mlp, and bags' MLP */
     size_t nlayers;
+    char network[DPT_CONFIG_STR_MAX];             /* key network ("": the MLP of hidden) */
     char layers_text[16 * (DPT__MAX_HIDDEN + 2)]; /* "784,256,128,10" */
     const dpt_model_plugin_t *plugin;             /* plugin (loaded once, never unloaded) */
     char plugin_path[DPT_CONFIG_STR_MAX];

@@ -29,11 +29,12 @@ int dpt__task_mlp_spec(dpt__task_t *t, const dpt_config_t *c)
     t->nhidden = nh;
     t->nlayers = 0;
     for (int i = 0; i < nh; i++) {
-        t->layers[t->nlayers++] =
-            (dpt_layer_spec_t){DPT_LAYER_LINEAR, t->hidden[i], DPT_INIT_DEFAULT, 0};
-        t->layers[t->nlayers++] = (dpt_layer_spec_t){t->act, 0, DPT_INIT_DEFAULT, 0};
+        t->layers[t->nlayers++] = (dpt_layer_spec_t){
+            .kind = DPT_LAYER_LINEAR, .out = t->hidden[i], .init = DPT_INIT_DEFAULT, .gain = 0};
+        t->layers[t->nlayers++] = (dpt_layer_spec_t){.kind = t->act};
     }
-    t->layers[t->nlayers++] = (dpt_layer_spec_t){DPT_LAYER_LINEAR, t->outputs, DPT_INIT_DEFAULT, 0};
+    t->layers[t->nlayers++] = (dpt_layer_spec_t){
+        .kind = DPT_LAYER_LINEAR, .out = t->outputs, .init = DPT_INIT_DEFAULT, .gain = 0};
     size_t size = sizeof t->layers_text;
     size_t len = (size_t)snprintf(t->layers_text, size, "%zu", t->in_dim);
     for (int i = 0; i < nh && len < size; i++)
@@ -151,15 +152,41 @@ static int dpt__task_scores(const dpt_loss_out_t *o, task_predict_fn predict, vo
 
 /* ---- mlp ---------------------------------------------------------------------- */
 
+/* The layers of key network, then the output layer (dense of the task's
+ * outputs), checked against the data's shape. */
+static int dpt__task_network_spec(dpt__task_t *t, const dpt_config_t *c)
+{
+    snprintf(t->network, sizeof t->network, "%s", DPT_CS(c, network));
+    size_t n = 0;
+    char why[512];
+    int rc = dpt_network_parse(t->network, t->layers, DPT_NETWORK_MAX_LAYERS, &n);
+    if (!rc) {
+        t->layers[n++] = (dpt_layer_spec_t){.kind = DPT_LAYER_LINEAR, .out = t->outputs};
+        t->nlayers = n;
+        rc = dpt_layers_shapes(t->in_shape, t->layers, n, NULL);
+    }
+    if (!rc)
+        return DPT_OK;
+    snprintf(why, sizeof why, "%s", dpt_last_error());
+    const dpt_shape_t *s = &t->in_shape;
+    return dpt_error(rc,
+                     "network on the %s rows of shape [%zu, %zu, %zu] (%zu outputs added "
+                     "as a last dense layer): %s",
+                     dpt__task_dataset_name(t->dataset), s->c, s->h, s->w, t->outputs, why);
+}
+
 static int dpt__task_mlp_setup(dpt__task_t *t, const dpt_config_t *c)
 {
+    if (DPT_CS(c, network)[0])
+        return dpt__task_network_spec(t, c);
     return dpt__task_mlp_spec(t, c);
 }
 
 static int dpt__task_mlp_create(const dpt__task_t *t, size_t max_batch, dpt__net_t *n)
 {
     dpt_mlp_t *mlp = NULL;
-    int rc = dpt_mlp_create(&mlp, t->in_dim, t->layers, t->nlayers, t->loss, max_batch);
+    dpt_shape_t in = t->network[0] ? t->in_shape : (dpt_shape_t){t->in_dim, 1, 1};
+    int rc = dpt_mlp_create_shaped(&mlp, in, t->layers, t->nlayers, t->loss, max_batch);
     if (rc)
         return rc;
     n->impl = mlp;
@@ -190,6 +217,12 @@ static int dpt__task_mlp_evaluate(dpt__net_t *n, const float *params, dpt_eval_r
 
 static int dpt__task_mlp_describe(const dpt__task_t *t, dpt_safetensors_writer_t *w)
 {
+    if (t->network[0]) {
+        char shape[96];
+        snprintf(shape, sizeof shape, "%zu,%zu,%zu", t->in_shape.c, t->in_shape.h, t->in_shape.w);
+        int rc = dpt_safetensors_set_meta(w, "network", t->network);
+        return rc ? rc : dpt_safetensors_set_meta(w, "input_shape", shape);
+    }
     int rc = dpt_safetensors_set_meta(w, "layers", t->layers_text);
     if (!rc)
         rc = dpt_safetensors_set_meta(w, "activation", dpt_layer_kind_name(t->act));

@@ -1,0 +1,156 @@
+/*
+ * The image layers of a sequential stack: conv2d, max and average pooling
+ * and flatten, on rows that hold one NCHW image each (dpt/conv.h's kernels
+ * on the whole batch at once). The kernels accumulate; the stack's modes
+ * that store (DPT__STORE_GRADS, DPT__STORE_DX) zero the target first.
+ */
+#include "dpt/conv.h"
+#include "dpt/nn.h"
+#include "dpt/status.h"
+#include "seq_impl.h"
+
+#include <string.h>
+
+int dpt__seq_conv_geometry(const dpt_layer_spec_t *sp, dpt_shape_t in, dpt__layer_t *l,
+                           dpt_shape_t *out)
+{
+    size_t sh = sp->stride_h, sw = sp->stride_w;
+    int rc;
+    if (sp->kind == DPT_LAYER_CONV2D) {
+        dpt_conv2d_t cv = {in.c,        in.h,           in.w,         sp->out,
+                           sp->kh,      sp->kw,         sh ? sh : 1,  sw ? sw : 1,
+                           sp->pad_top, sp->pad_bottom, sp->pad_left, sp->pad_right};
+        if (sp->out == 0)
+            return dpt_error(DPT_EINVAL, "0 output channels");
+        rc = sp->pad_same ? dpt_conv2d_same(&cv) : dpt_conv2d_check(&cv);
+        if (rc)
+            return rc;
+        l->cv = cv;
+        *out = (dpt_shape_t){cv.out_c, dpt_conv2d_out_h(&cv), dpt_conv2d_out_w(&cv)};
+        return DPT_OK;
+    }
+    dpt_pool2d_t p = {in.c,
+                      in.h,
+                      in.w,
+                      sp->kh,
+                      sp->kw,
+                      sh ? sh : sp->kh,
+                      sw ? sw : sp->kw,
+                      sp->pad_top,
+                      sp->pad_bottom,
+                      sp->pad_left,
+                      sp->pad_right,
+                      sp->count_pad};
+    if (sp->pad_same) {
+        /* SAME padding for a window, as for a kernel (dpt_conv2d_same()). */
+        dpt_conv2d_t cv = {in.c, in.h, in.w, 1, p.kh, p.kw, p.stride_h, p.stride_w, 0, 0, 0, 0};
+        if ((rc = dpt_conv2d_same(&cv)) != 0)
+            return rc;
+        p.pad_top = cv.pad_top, p.pad_bottom = cv.pad_bottom;
+        p.pad_left = cv.pad_left, p.pad_right = cv.pad_right;
+    }
+    if ((rc = dpt_pool2d_check(&p)) != 0)
+        return rc;
+    l->pool = p;
+    *out = (dpt_shape_t){p.channels, dpt_pool2d_out_h(&p), dpt_pool2d_out_w(&p)};
+    return DPT_OK;
+}
+
+/* ---- conv2d ---------------------------------------------------------------- */
+
+static void dpt__seq_conv_forward(const dpt__layer_t *l, const float *params, const float *x,
+                                  float *y, size_t batch)
+{
+    /* The geometry was checked at create and the arrays are the stack's. */
+    (void)dpt_conv2d_forward(&l->cv, y, x, params + l->w_off, params + l->b_off, batch, l->ws);
+}
+
+static void dpt__seq_conv_backward(const dpt__layer_t *l, const float *params, float *grads,
+                                   const float *x, const float *y, const float *dy, float *dx,
+                                   size_t batch, unsigned mode)
+{
+    (void)y;
+    float *dw = grads + l->w_off, *db = grads + l->b_off;
+    if (mode & DPT__STORE_GRADS) {
+        memset(dw, 0, l->cv.out_c * l->cv.in_c * l->cv.kh * l->cv.kw * sizeof(float));
+        memset(db, 0, l->cv.out_c * sizeof(float));
+    }
+    if (dx && (mode & DPT__STORE_DX))
+        memset(dx, 0, batch * l->in * sizeof(float));
+    (void)dpt_conv2d_backward(&l->cv, dx, dw, db, dy, x, params + l->w_off, batch, l->ws);
+}
+
+const dpt__layer_ops_t dpt__seq_conv2d_ops = {"conv2d", 1, dpt__seq_conv_forward,
+                                              dpt__seq_conv_backward};
+
+/* ---- pooling --------------------------------------------------------------- */
+
+static void dpt__seq_maxpool_forward(const dpt__layer_t *l, const float *params, const float *x,
+                                     float *y, size_t batch)
+{
+    (void)params;
+    (void)dpt_maxpool2d_forward(&l->pool, y, x, batch);
+}
+
+static void dpt__seq_maxpool_backward(const dpt__layer_t *l, const float *params, float *grads,
+                                      const float *x, const float *y, const float *dy, float *dx,
+                                      size_t batch, unsigned mode)
+{
+    (void)params, (void)grads, (void)y;
+    if (!dx)
+        return;
+    if (mode & DPT__STORE_DX)
+        memset(dx, 0, batch * l->in * sizeof(float));
+    (void)dpt_maxpool2d_backward(&l->pool, dx, dy, x, batch);
+}
+
+static void dpt__seq_avgpool_forward(const dpt__layer_t *l, const float *params, const float *x,
+                                     float *y, size_t batch)
+{
+    (void)params;
+    (void)dpt_avgpool2d_forward(&l->pool, y, x, batch);
+}
+
+static void dpt__seq_avgpool_backward(const dpt__layer_t *l, const float *params, float *grads,
+                                      const float *x, const float *y, const float *dy, float *dx,
+                                      size_t batch, unsigned mode)
+{
+    (void)params, (void)grads, (void)x, (void)y;
+    if (!dx)
+        return;
+    if (mode & DPT__STORE_DX)
+        memset(dx, 0, batch * l->in * sizeof(float));
+    (void)dpt_avgpool2d_backward(&l->pool, dx, dy, batch);
+}
+
+const dpt__layer_ops_t dpt__seq_maxpool_ops = {"maxpool2d", 0, dpt__seq_maxpool_forward,
+                                               dpt__seq_maxpool_backward};
+const dpt__layer_ops_t dpt__seq_avgpool_ops = {"avgpool2d", 0, dpt__seq_avgpool_forward,
+                                               dpt__seq_avgpool_backward};
+
+/* ---- flatten --------------------------------------------------------------- */
+
+static void dpt__seq_flatten_forward(const dpt__layer_t *l, const float *params, const float *x,
+                                     float *y, size_t batch)
+{
+    (void)params;
+    memcpy(y, x, batch * l->in * sizeof(float));
+}
+
+static void dpt__seq_flatten_backward(const dpt__layer_t *l, const float *params, float *grads,
+                                      const float *x, const float *y, const float *dy, float *dx,
+                                      size_t batch, unsigned mode)
+{
+    (void)params, (void)grads, (void)x, (void)y;
+    size_t n = batch * l->in;
+    if (!dx)
+        return;
+    if (mode & DPT__STORE_DX)
+        memcpy(dx, dy, n * sizeof(float));
+    else
+        for (size_t i = 0; i < n; i++)
+            dx[i] += dy[i];
+}
+
+const dpt__layer_ops_t dpt__seq_flatten_ops = {"flatten", 0, dpt__seq_flatten_forward,
+                                               dpt__seq_flatten_backward};
