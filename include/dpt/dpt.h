@@ -16,6 +16,7 @@
 #include "dpt/learner.h"
 #include "dpt/lstm.h"
 #include "dpt/nn.h"
+#include "dpt/norm.h"
 #include "dpt/optim.h"
 #include "dpt/profile.h"
 #include "dpt/queue.h"

@@ -29,7 +29,8 @@ extern "C" {
     X(DPT_RNG_ENV, 3)           \
     X(DPT_RNG_ACTION, 4)        \
     X(DPT_RNG_DATA, 5)          \
-    X(DPT_RNG_TEST, 6)
+    X(DPT_RNG_TEST, 6)          \
+    X(DPT_RNG_DROPOUT, 7)
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 enum {
