@@ -276,7 +276,21 @@ expect 2 "data_dir = /data is used only with dataset = fashion_mnist (dataset = 
     train dep.conf --set data_dir=/data --set output_dir=dep1
 expect 2 "spirals_points = 256 is used only with dataset = spirals (dataset = csv)" -- \
     train dep.conf --set dataset=csv --set train_csv=a.csv --set test_csv=b.csv --set output_dir=dep1
+# The model language: syntax when the config is read, shapes against the data or the env.
+printf 'job = supervised\ndataset = spirals\nspirals_points = 256\nepochs = 1\n' > net.conf
+expect 2 'network: network layer 2 "maxpool(2,foo=1)": unknown argument "foo"' -- \
+    train net.conf --set "network=dense(8) maxpool(2,foo=1)" --set output_dir=dep1
+expect 2 "hidden sizes the built-in MLP, which network replaces" -- \
+    train dep.conf --set "network=dense(8) relu" --set output_dir=dep1
+expect 2 "layer 1 of 2 (conv(4,k=3x3,stride=1x1,pad=0x0)) on input \\[2, 1, 1\\]" -- \
+    train net.conf --set "network=conv(4,k=3)" --set output_dir=dep1
+expect 2 "network on the observations of CartPole-v1, shape \\[4, 1, 1\\]: layer 2 of 2" -- \
+    train ppo.conf --set "network=dense(8) maxpool(2)" --set output_dir=dep1
 check "a refused key leaves no run directory" [ ! -e dep1 ]
+expect 0 "" -- train net.conf --set "network=dense(16) tanh dense(16) relu" --set output_dir=net1 --quiet
+check "a network's checkpoint records it" grep -q '"network":"dense(16) tanh dense(16) relu"' \
+    net1/checkpoints/checkpoint-00000001.safetensors
+expect 0 "test samples" -- eval net1
 # On resume and in dpt eval too; a run's own config.conf names every key and
 # is not refused; a key at its default is not.
 expect 2 "evaluation_episodes = 3 is used only with" -- train --resume ppo_half --set evaluation_episodes=3

@@ -114,12 +114,17 @@ static double ppo_loss_at(ppo_case_t *c, const float *params, float *scratch_gra
     return out.loss;
 }
 
-static void check_ppo_gradient(const dpt_env_class_t *cls)
+/* network: an encoder in the model language on the 3 observation values
+ * (as [3, 1, 1]), or NULL for none. */
+static void check_ppo_gradient(const dpt_env_class_t *cls, const char *network)
 {
     enum { B = 8 };
-    const size_t hidden[2] = {5, 4};
+    dpt_policy_spec_t spec = {.hidden = {5, 4}, .nhidden = 2};
+    if (network)
+        REQUIRE_OK(
+            dpt_network_parse(network, spec.encoder, DPT_NETWORK_MAX_LAYERS, &spec.nencoder));
     ppo_case_t c;
-    REQUIRE_OK(dpt_policy_create(&c.p, cls, hidden, 2, B));
+    REQUIRE_OK(dpt_policy_create_ex(&c.p, cls, &spec, B));
     dpt_ppo_loss_params_t hp = {0.2f, 0.2f, 0.5f, 0.05f};
     c.m = dpt_policy_ppo_model(c.p, &hp);
     size_t n = c.m.vars->total;
@@ -190,9 +195,17 @@ static void check_ppo_gradient(const dpt_env_class_t *cls)
         nn += num[i] * num[i];
     }
     double rel = sqrt(d) / sqrt(fmax(na, nn));
-    printf("%s: ppo gradient relative error %.2e (|g| = %.3g)\n", cls->name, rel, sqrt(na));
+    printf("%s%s%s: ppo gradient relative error %.2e (|g| = %.3g)\n", cls->name,
+           network ? ", encoder " : "", network ? network : "", rel, sqrt(na));
     CHECK(rel < 3e-3);
     CHECK(na > 1e-6);
+    /* Every encoder variable gets a gradient. */
+    for (size_t v = 0; network && v < c.m.vars->nvars; v++) {
+        const dpt_var_t *var = &c.m.vars->vars[v];
+        if (strncmp(var->name, "encoder.", 8) == 0)
+            CHECK(dpt_vec_sumsq(g.data + var->offset, var->count) > 1e-12);
+    }
+    CHECK(!network || strcmp(c.m.vars->vars[0].name, "encoder.0.weight") == 0);
     free(num);
     dpt_arena_deinit(&p);
     dpt_arena_deinit(&g);
@@ -203,13 +216,16 @@ static void check_ppo_gradient(const dpt_env_class_t *cls)
 static void test_ppo_gradient_categorical(void)
 {
     dpt_env_class_t c = discrete_cls();
-    check_ppo_gradient(&c);
+    check_ppo_gradient(&c, NULL);
+    check_ppo_gradient(&c, "dense(6) tanh dense(4) tanh");
+    check_ppo_gradient(&c, "conv(4,k=1) tanh avgpool(1) flatten dense(3) tanh");
 }
 
 static void test_ppo_gradient_gaussian(void)
 {
     dpt_env_class_t c = box_cls();
-    check_ppo_gradient(&c);
+    check_ppo_gradient(&c, NULL);
+    check_ppo_gradient(&c, "dense(6) tanh");
 }
 
 static void test_policy_layout_and_act(void)

@@ -210,13 +210,19 @@ static double loss_at(dpt_model_t *m, const float *params, float *grad, size_t n
     return out.loss;
 }
 
-static void check_rnn_gradient(const dpt_env_class_t *cls, int prev_action, int prev_reward)
+static void check_rnn_gradient(const dpt_env_class_t *cls, int prev_action, int prev_reward,
+                               const char *network)
 {
     enum { S = 3, L = 4 };
     dpt_policy_spec_t spec = rnn_spec(5, L, prev_action, prev_reward);
+    if (network)
+        REQUIRE_OK(
+            dpt_network_parse(network, spec.encoder, DPT_NETWORK_MAX_LAYERS, &spec.nencoder));
     dpt_policy_t *p;
     REQUIRE_OK(dpt_policy_create_ex(&p, cls, &spec, S * L));
-    dpt_ppo_loss_params_t hp = {0.2f, 0.2f, 0.5f, 0.05f};
+    /* With an encoder, no value clipping: the fill's values come from
+     * acting from zero states, so a row may sit at the clip's kink. */
+    dpt_ppo_loss_params_t hp = {0.2f, network ? 0.0f : 0.2f, 0.5f, 0.05f};
     dpt_model_t m = dpt_policy_ppo_model(p, &hp);
     CHECK(!(m.flags & DPT_MODEL_STORES_GRADS)); /* the LSTM's gradient accumulates */
     size_t n = m.vars->total;
@@ -256,14 +262,17 @@ static void check_rnn_gradient(const dpt_env_class_t *cls, int prev_action, int 
         nn += num * num;
     }
     double rel = sqrt(d) / sqrt(fmax(na, nn));
-    printf("%s (prev action %d, prev reward %d): recurrent ppo gradient relative error %.2e "
+    printf("%s (prev action %d, prev reward %d%s%s): recurrent ppo gradient relative error %.2e "
            "(|g| = %.3g)\n",
-           cls->name, prev_action, prev_reward, rel, sqrt(na));
+           cls->name, prev_action, prev_reward, network ? ", encoder " : "", network ? network : "",
+           rel, sqrt(na));
     CHECK(rel < 3e-3);
     /* Every LSTM variable gets a gradient. */
     const dpt_var_t *wih = dpt_vartable_find(m.vars, "lstm.weight_ih");
     REQUIRE(wih);
     CHECK(dpt_vec_sumsq(g.data + wih->offset, wih->count) > 1e-12);
+    const dpt_var_t *e0 = dpt_vartable_find(m.vars, "encoder.0.weight");
+    CHECK(!network || (e0 && dpt_vec_sumsq(g.data + e0->offset, e0->count) > 1e-12));
     seq_case_free(&c);
     dpt_arena_deinit(&a);
     dpt_arena_deinit(&g);
@@ -274,14 +283,16 @@ static void check_rnn_gradient(const dpt_env_class_t *cls, int prev_action, int 
 static void test_gradient_categorical(void)
 {
     dpt_env_class_t cls = discrete_cls();
-    check_rnn_gradient(&cls, 0, 0);
-    check_rnn_gradient(&cls, 1, 1);
+    check_rnn_gradient(&cls, 0, 0, NULL);
+    check_rnn_gradient(&cls, 1, 1, NULL);
+    check_rnn_gradient(&cls, 1, 1, "dense(6) tanh");
 }
 
 static void test_gradient_gaussian(void)
 {
     dpt_env_class_t cls = box_cls();
-    check_rnn_gradient(&cls, 1, 1);
+    check_rnn_gradient(&cls, 1, 1, NULL);
+    check_rnn_gradient(&cls, 0, 1, "dense(4) relu");
 }
 
 /* Whatever the padded rows hold (NaN observations, out-of-range actions,
@@ -350,11 +361,14 @@ static void test_padding_changes_nothing(void)
  * sequences of 3 (at the episode's end and every 3 steps), each starting
  * from the state recorded while acting, give the training forward the
  * acting log-probs and values: KL 0, value loss 0. */
-static void test_training_replays_acting(void)
+static void replays_acting(const char *network)
 {
     enum { N = 2, T = 7, L = 3, H = 6 };
     dpt_env_class_t cls = discrete_cls();
     dpt_policy_spec_t spec = rnn_spec(H, 1, 1, 1);
+    if (network)
+        REQUIRE_OK(
+            dpt_network_parse(network, spec.encoder, DPT_NETWORK_MAX_LAYERS, &spec.nencoder));
     dpt_policy_t *actor, *learner;
     REQUIRE_OK(dpt_policy_create_ex(&actor, &cls, &spec, N));
     spec.max_seq_len = L;
@@ -398,8 +412,8 @@ static void test_training_replays_acting(void)
     dpt_loss_out_t out;
     REQUIRE_OK(m.loss_grad(m.ctx, a.data, g.data, &b, &out));
     CHECK(out.rows == N * T);
-    printf("training replays acting: kl %.3g, value loss %.3g\n", out.extra[DPT_PPO_STAT_KL],
-           out.extra[DPT_PPO_STAT_VF_LOSS]);
+    printf("training replays acting%s%s: kl %.3g, value loss %.3g\n", network ? ", encoder " : "",
+           network ? network : "", out.extra[DPT_PPO_STAT_KL], out.extra[DPT_PPO_STAT_VF_LOSS]);
     CHECK(fabs(out.extra[DPT_PPO_STAT_KL]) < 1e-10);
     CHECK(out.extra[DPT_PPO_STAT_VF_LOSS] < 1e-10);
     CHECK(out.extra[DPT_PPO_STAT_CLIPFRAC] == 0.0);
@@ -414,6 +428,12 @@ static void test_training_replays_acting(void)
     dpt_arena_deinit(&g);
     dpt_policy_destroy(actor);
     dpt_policy_destroy(learner);
+}
+
+static void test_training_replays_acting(void)
+{
+    replays_acting(NULL);
+    replays_acting("dense(5) tanh");
 }
 
 /* The cutting rule on hand-made episode ends. */

@@ -114,6 +114,15 @@ typedef struct dpt_policy_spec {
                                            * 0 means 1 */
     size_t max_seq_len;                   /* use_lstm: steps per training sequence,
                                            * 1 for a policy that only acts */
+    /* A shared encoder (the training key `network`): a sequential stack
+     * (dpt/nn.h) on the observation, shaped as obs_shape, whose output
+     * feeds the LSTM or, without one, both the actor and the critic in
+     * place of the observation. Its variables are "encoder.<i>.weight"
+     * and ".bias", before the others. nencoder 0: none (the heads read the
+     * observation, as before). */
+    size_t nencoder;
+    dpt_layer_spec_t encoder[DPT_NETWORK_MAX_LAYERS];
+    dpt_shape_t obs_shape; /* the observation's shape; zero: flat [obs_dim, 1, 1] */
 } dpt_policy_spec_t;
 
 /* Creates a policy for environments of class `cls` (borrowed) with the given

@@ -212,9 +212,11 @@ typedef enum dpt_dataset_id {
       "a model plug-in (path of a .so made with DPT_MODEL_PLUGIN, relative to the config file) "   \
       "instead of the built-in MLP of hidden and activation")                                      \
     X(activation, ENUM, DPT_JOBS_DATA, 0, "relu", 0, 0, "relu|tanh", "hidden activation")          \
-    X(network, STR, DPT_JOBS_DATA, 0, "", 0, 0, "",                                                \
-      "the model in the model language (docs/MODELS.md) instead of hidden and activation, e.g. "   \
-      "conv(32,k=3,pad=1) relu maxpool(2) flatten dense(128) relu; the output layer is added")     \
+    X(network, STR, DPT_JOBS_DATA | DPT_JOBS_RL, 0, "", 0, 0, "",                                  \
+      "layers in the model language (docs/MODELS.md), e.g. conv(32,k=3,pad=1) relu maxpool(2) "    \
+      "flatten dense(128) relu: supervised and sync_replicas, the model instead of hidden and "    \
+      "activation (the output layer is added); RL jobs, an encoder of the observation under the "  \
+      "actor and critic of policy_hidden")                                                         \
     X(epochs, INT, DPT_JOBS_DATA, 0, "10", 1, 1e6, "", "passes over the training set")             \
     X(batch_size, INT, DPT_JOBS_DATA, 0, "128", 1, 1e6, "",                                        \
       "minibatch rows per step (all devices)")                                                     \

@@ -11,6 +11,7 @@
 #include "dpt/arena.h"
 #include "dpt/lstm.h"
 #include "dpt/status.h"
+#include "policy_impl.h"
 #include "rl_trainers.h"
 
 #include <math.h>
@@ -18,34 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct dpt_policy {
-    const dpt_env_class_t *cls;
-    dpt_policy_spec_t spec;
-    dpt_vartable_t vars;
-    dpt_lstm_t *lstm; /* recurrent: in front of the actor and the critic */
-    dpt_seq_t *actor, *critic;
-    size_t max_batch, out_dim, log_std_off;
-    size_t act_w;   /* values per action row: 1 (int32) or action_dim (float) */
-    size_t in_dim;  /* recurrent: the LSTM's input size I */
-    size_t max_seq; /* recurrent: sequences per call (max_batch / max_seq_len) */
-    int discrete;
-    dpt_ppo_loss_params_t hp;
-    dpt_vtrace_loss_params_t vt; /* the V-trace model's (dpt_policy_vtrace_model) */
-    /* scratch, [max_batch] or [max_batch, out_dim] */
-    float *logp, *ent, *dlogp, *dent, *dz, *dv, *values;
-    /* recurrent scratch, time-major: x [max_batch, I], y and dy
-     * [max_batch, H], the loss's columns and the mask [max_batch] */
-    float *x, *y, *dy, *tm_logp, *tm_adv, *tm_ret, *tm_val;
-    void *tm_act;
-    uint8_t *mask;
-    /* discrete: what the loss's log-probabilities leave for its backward */
-    dpt__categorical_cache_t cat;
-};
-
 void dpt_policy_destroy(dpt_policy_t *p)
 {
     if (!p)
         return;
+    dpt_seq_destroy(p->enc);
+    free(p->denc);
+    free(p->dx);
+    free(p->xobs);
     dpt_lstm_destroy(p->lstm);
     dpt_seq_destroy(p->actor);
     dpt_seq_destroy(p->critic);
@@ -152,8 +133,12 @@ int dpt_policy_create_ex(dpt_policy_t **out, const dpt_env_class_t *cls,
     p->discrete = cls->action_kind == DPT_ACTION_DISCRETE;
     p->out_dim = p->discrete ? cls->num_actions : cls->action_dim;
     p->act_w = p->discrete ? 1 : cls->action_dim;
-    p->in_dim = in_dim;
-    size_t feat = cls->obs_dim, H = p->spec.lstm_cell_size;
+    if ((rc = dpt__policy_encoder_create(p, max_batch)) != 0)
+        goto fail;
+    /* The LSTM reads the encoder's output in place of the observation. */
+    p->in_dim = in_dim - cls->obs_dim + p->enc_dim;
+    in_dim = p->in_dim;
+    size_t feat = p->enc_dim, H = p->spec.lstm_cell_size;
     if (spec->use_lstm) {
         p->max_seq = max_batch / spec->max_seq_len;
         if ((rc = dpt_lstm_create(&p->lstm, in_dim, H, p->max_seq, spec->max_seq_len, &p->vars,
@@ -213,6 +198,11 @@ int dpt_policy_create_ex(dpt_policy_t **out, const dpt_env_class_t *cls,
         p->tm_val = calloc(max_batch, sizeof(float));
         p->tm_act = dpt__policy_calloc2(max_batch, p->act_w, 4);
         ok = p->x && p->y && p->dy && p->tm_logp && p->tm_val && p->tm_act;
+        if (ok && p->enc) {
+            p->dx = dpt__policy_calloc2(max_batch, in_dim, sizeof(float));
+            p->xobs = dpt__policy_calloc2(max_batch, cls->obs_dim, sizeof(float));
+            ok = p->dx && p->xobs;
+        }
     }
     if (!ok) {
         rc = dpt_error(DPT_ENOMEM, "policy: cannot allocate scratch for %zu rows", max_batch);
@@ -255,6 +245,8 @@ int dpt__policy_hidden(const dpt_policy_t *p, size_t *out)
 
 void dpt_policy_init_params(const dpt_policy_t *p, float *params, dpt_rng_t *rng)
 {
+    if (p->enc)
+        dpt_seq_init_params(p->enc, params, rng);
     if (p->lstm)
         dpt_lstm_init_params(p->lstm, params, rng);
     dpt_seq_init_params(p->actor, params, rng);
@@ -264,12 +256,13 @@ void dpt_policy_init_params(const dpt_policy_t *p, float *params, dpt_rng_t *rng
 }
 
 /* One row of the LSTM's input: [obs, prev action, prev reward] (the last
- * two when the spec asks for them). prev_action points at the row's action
- * (NULL: none, zeros), prev_reward at its reward (NULL: 0). */
+ * two when the spec asks for them; obs is the encoder's output with an
+ * encoder). prev_action points at the row's action (NULL: none, zeros),
+ * prev_reward at its reward (NULL: 0). */
 static int dpt__policy_input(const dpt_policy_t *p, float *x, const float *obs,
                              const void *prev_action, const float *prev_reward)
 {
-    size_t od = p->cls->obs_dim;
+    size_t od = p->enc_dim;
     memcpy(x, obs, od * sizeof(float));
     x += od;
     if (p->spec.lstm_use_prev_action) {
@@ -300,23 +293,24 @@ static int dpt__policy_features(dpt_policy_t *p, const float *params, const floa
                                 const dpt_policy_state_t *st, size_t n, int keep,
                                 const float **feat)
 {
-    *feat = obs;
-    if (!p->lstm)
-        return DPT_OK;
-    if (n == 0 || n > p->max_seq)
+    if (p->lstm && (n == 0 || n > p->max_seq))
         return dpt_error(DPT_EINVAL, "policy: %zu rows (allowed 1..%zu)", n, p->max_seq);
-    size_t od = p->cls->obs_dim, I = p->in_dim, ab = p->act_w * 4;
+    int rc = dpt__policy_encode(p, params, obs, n, feat);
+    if (rc || !p->lstm)
+        return rc;
+    obs = *feat;
+    size_t od = p->enc_dim, I = p->in_dim, ab = p->act_w * 4;
     const char *pa = st ? st->prev_actions : NULL;
     const float *pr = st ? st->prev_rewards : NULL;
     for (size_t i = 0; i < n; i++) {
-        int rc = dpt__policy_input(p, p->x + i * I, obs + i * od, pa ? pa + i * ab : NULL,
-                                   pr ? pr + i : NULL);
+        rc = dpt__policy_input(p, p->x + i * I, obs + i * od, pa ? pa + i * ab : NULL,
+                               pr ? pr + i : NULL);
         if (rc)
             return rc;
     }
     float *h = st ? st->h : NULL, *c = st ? st->c : NULL;
-    int rc = dpt_lstm_forward(p->lstm, params, p->x, 1, n, NULL, h, c, p->y, keep ? h : NULL,
-                              keep ? c : NULL);
+    rc = dpt_lstm_forward(p->lstm, params, p->x, 1, n, NULL, h, c, p->y, keep ? h : NULL,
+                          keep ? c : NULL);
     if (rc)
         return rc;
     *feat = p->y;
@@ -624,9 +618,24 @@ static int dpt__policy_ppo_loss_grad_seq(dpt_policy_t *p, const float *params, f
                                          const dpt__ppo_seq_cols_t *sc, dpt_loss_out_t *out)
 {
     size_t L = b->seq_len, S = b->rows / L, B = b->rows, I = p->in_dim;
-    size_t H = p->spec.lstm_cell_size, od = p->cls->obs_dim, ab = p->act_w * 4;
+    size_t H = p->spec.lstm_cell_size, od = p->enc_dim, ab = p->act_w * 4;
     size_t valid = 0;
     const char *pa = sc->prev_actions;
+    const float *obs = c->obs;
+    int rc;
+    if (p->enc) {
+        /* The encoder runs on every row in the batch's order; a padded
+         * step's observation may be anything, so it reads zeros there. */
+        size_t ow = p->cls->obs_dim;
+        for (size_t r = 0; r < B; r++) {
+            if (r % L < (size_t)sc->seq_lens[r / L])
+                memcpy(p->xobs + r * ow, c->obs + r * ow, ow * sizeof(float));
+            else
+                dpt_vec_zero(p->xobs + r * ow, ow);
+        }
+        if ((rc = dpt__policy_encode(p, params, p->xobs, B, &obs)) != 0)
+            return rc;
+    }
     for (size_t s = 0; s < S; s++)
         for (size_t t = 0; t < L; t++) {
             size_t r = s * L + t, k = t * S + s;
@@ -638,8 +647,8 @@ static int dpt__policy_ppo_loss_grad_seq(dpt_policy_t *p, const float *params, f
                 p->tm_logp[k] = p->tm_adv[k] = p->tm_ret[k] = p->tm_val[k] = 0.0f;
                 continue;
             }
-            int rc = dpt__policy_input(p, p->x + k * I, c->obs + r * od, pa ? pa + r * ab : NULL,
-                                       sc->prev_rewards ? sc->prev_rewards + r : NULL);
+            rc = dpt__policy_input(p, p->x + k * I, obs + r * od, pa ? pa + r * ab : NULL,
+                                   sc->prev_rewards ? sc->prev_rewards + r : NULL);
             if (rc)
                 return dpt_error(rc, "ppo loss: row %zu: %s", r, dpt_last_error());
             p->mask[k] = 1;
@@ -650,8 +659,7 @@ static int dpt__policy_ppo_loss_grad_seq(dpt_policy_t *p, const float *params, f
             p->tm_val[k] = c->v_old[r];
             valid++;
         }
-    int rc =
-        dpt_lstm_forward(p->lstm, params, p->x, L, S, p->mask, sc->h0, sc->c0, p->y, NULL, NULL);
+    rc = dpt_lstm_forward(p->lstm, params, p->x, L, S, p->mask, sc->h0, sc->c0, p->y, NULL, NULL);
     if (rc)
         return rc;
     dpt__ppo_cols_t tm = {NULL, p->tm_logp, p->tm_adv, p->tm_ret, p->tm_val, p->tm_act};
@@ -659,7 +667,40 @@ static int dpt__policy_ppo_loss_grad_seq(dpt_policy_t *p, const float *params, f
     if ((rc = dpt__policy_ppo_core(p, params, grads, p->y, B, &tm, p->mask, valid, p->dy, out, NULL,
                                    0)) != 0)
         return rc;
-    return dpt_lstm_backward(p->lstm, params, grads, p->dy, NULL, NULL, NULL, NULL, NULL);
+    if (p->enc)
+        dpt_vec_zero(p->dx, B * I);
+    if ((rc = dpt_lstm_backward(p->lstm, params, grads, p->dy, NULL, NULL, p->enc ? p->dx : NULL,
+                                NULL, NULL)) != 0 ||
+        !p->enc)
+        return rc;
+    /* The input gradient's observation part, back in the batch's order. */
+    for (size_t s = 0; s < S; s++)
+        for (size_t t = 0; t < L; t++) {
+            float *de = p->denc + (s * L + t) * od;
+            if (t < (size_t)sc->seq_lens[s])
+                memcpy(de, p->dx + (t * S + s) * I, od * sizeof(float));
+            else
+                dpt_vec_zero(de, od);
+        }
+    return dpt__policy_encoder_backward(p, params, grads, p->denc, 0);
+}
+
+/* The loss of a batch of single steps through the encoder (when there is
+ * one), the heads' input gradient back into it; gradients stored. */
+static int dpt__policy_core_encoded(dpt_policy_t *p, const float *params, float *grads,
+                                    const dpt__ppo_cols_t *c, size_t B, size_t valid,
+                                    dpt_loss_out_t *out, const dpt__vtrace_cols_t *vt)
+{
+    const float *feat;
+    int rc = dpt__policy_encode(p, params, c->obs, B, &feat);
+    if (rc)
+        return rc;
+    if (p->enc)
+        dpt_vec_zero(p->denc, B * p->enc_dim);
+    if ((rc = dpt__policy_ppo_core(p, params, grads, feat, B, c, NULL, valid,
+                                   p->enc ? p->denc : NULL, out, vt, 1)) != 0)
+        return rc;
+    return dpt__policy_encoder_backward(p, params, grads, p->denc, 1);
 }
 
 static int dpt__policy_ppo_loss_grad(void *ctx, const float *params, float *grads,
@@ -673,8 +714,7 @@ static int dpt__policy_ppo_loss_grad(void *ctx, const float *params, float *grad
         return rc;
     if (p->lstm)
         return dpt__policy_ppo_loss_grad_seq(p, params, grads, b, &c, &sc, out);
-    return dpt__policy_ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, b->rows, NULL, out,
-                                NULL, 1);
+    return dpt__policy_core_encoded(p, params, grads, &c, b->rows, b->rows, out, NULL);
 }
 
 static int dpt__policy_ppo_replicate(void *ctx, void **copy)
@@ -740,8 +780,7 @@ static int dpt__policy_vtrace_loss_grad(void *ctx, const float *params, float *g
         !(vt.discounts = dpt_batch_get(b, who, DPT_VTRACE_COL_DISCOUNTS, DPT_F32, 1, NULL)))
         return DPT_EINVAL;
     size_t valid = b->rows / L * (L - 1);
-    return dpt__policy_ppo_core(p, params, grads, c.obs, b->rows, &c, NULL, valid, NULL, out, &vt,
-                                1);
+    return dpt__policy_core_encoded(p, params, grads, &c, b->rows, valid, out, &vt);
 }
 
 dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_params_t *hp)
@@ -760,125 +799,4 @@ dpt_model_t dpt_policy_vtrace_model(dpt_policy_t *p, const dpt_vtrace_loss_param
         .flags = DPT_MODEL_STORES_GRADS, /* no LSTM (refused by the loss) */
     };
     return m;
-}
-
-int dpt_vtrace_batch(dpt_batch_t *b, const dpt_env_class_t *cls, size_t fragments, size_t T,
-                     float *obs, void *actions, float *logp, float *rewards, float *discounts)
-{
-    size_t rows;
-    if (T == 0 || dpt_mul_size(fragments, T + 1, &rows))
-        return dpt_error(DPT_EINVAL, "vtrace batch: %zu fragments of %zu steps", fragments, T);
-    int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
-    dpt_batch_init(b, rows);
-    b->seq_len = T + 1;
-    int rc = dpt_batch_add(b, DPT_PPO_COL_OBS, DPT_F32, cls->obs_dim, 0, obs);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_ACTIONS, discrete ? DPT_I32 : DPT_F32,
-                           discrete ? 1 : cls->action_dim, 0, actions);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_LOGP, DPT_F32, 1, 0, logp);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_VTRACE_COL_REWARDS, DPT_F32, 1, 0, rewards);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_VTRACE_COL_DISCOUNTS, DPT_F32, 1, 0, discounts);
-    return rc;
-}
-
-int dpt_ppo_batch(dpt_batch_t *b, const dpt_env_class_t *cls, size_t rows, float *obs,
-                  void *actions, float *logp, float *adv, float *returns, float *values)
-{
-    dpt_batch_init(b, rows);
-    int discrete = cls->action_kind == DPT_ACTION_DISCRETE;
-    int rc = dpt_batch_add(b, DPT_PPO_COL_OBS, DPT_F32, cls->obs_dim, 0, obs);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_ACTIONS, discrete ? DPT_I32 : DPT_F32,
-                           discrete ? 1 : cls->action_dim, 0, actions);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_LOGP, DPT_F32, 1, 0, logp);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_ADV, DPT_F32, 1, 0, adv);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_RETURNS, DPT_F32, 1, 0, returns);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_VALUES, DPT_F32, 1, 0, values);
-    return rc;
-}
-
-int dpt_ppo_batch_seq(dpt_batch_t *b, const dpt_policy_t *p, size_t seq_len, int32_t *seq_lens,
-                      float *state_h, float *state_c, void *prev_actions, float *prev_rewards)
-{
-    if (!p->lstm)
-        return dpt_error(DPT_EINVAL, "ppo batch: the policy is not recurrent");
-    if (seq_len == 0 || b->rows % seq_len)
-        return dpt_error(DPT_EINVAL, "ppo batch: %zu rows are not whole sequences of %zu", b->rows,
-                         seq_len);
-    b->seq_len = seq_len;
-    size_t H = p->spec.lstm_cell_size;
-    int rc = dpt_batch_add(b, DPT_PPO_COL_SEQ_LENS, DPT_I32, 1, 1, seq_lens);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_STATE_H, DPT_F32, H, 1, state_h);
-    if (!rc)
-        rc = dpt_batch_add(b, DPT_PPO_COL_STATE_C, DPT_F32, H, 1, state_c);
-    if (!rc && p->spec.lstm_use_prev_action)
-        rc = dpt_batch_add(b, DPT_PPO_COL_PREV_ACTIONS, p->discrete ? DPT_I32 : DPT_F32, p->act_w,
-                           0, prev_actions);
-    if (!rc && p->spec.lstm_use_prev_reward)
-        rc = dpt_batch_add(b, DPT_PPO_COL_PREV_REWARDS, DPT_F32, 1, 0, prev_rewards);
-    return rc;
-}
-
-/* ---- advantages ---------------------------------------------------------------- */
-
-void dpt_gae(const float *rewards, const float *values, const uint8_t *dones,
-             const float *last_values, size_t T, size_t N, double gamma, double lambda,
-             float *advantages, float *returns)
-{
-    for (size_t i = 0; i < N; i++) {
-        double next_adv = 0.0, next_v = (double)last_values[i];
-        for (size_t t = T; t-- > 0;) {
-            size_t k = t * N + i;
-            double keep = dones[k] ? 0.0 : 1.0;
-            double delta = (double)rewards[k] + gamma * next_v * keep - (double)values[k];
-            double a = delta + gamma * lambda * keep * next_adv;
-            advantages[k] = (float)a;
-            returns[k] = (float)(a + (double)values[k]);
-            next_adv = a;
-            next_v = (double)values[k];
-        }
-    }
-}
-
-void dpt_normalize(float *x, size_t n)
-{
-    if (n == 0)
-        return;
-    double m = 0.0, s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        m += (double)x[i];
-    m /= (double)n;
-    for (size_t i = 0; i < n; i++)
-        s += ((double)x[i] - m) * ((double)x[i] - m);
-    double sd = sqrt(s / (double)n) + 1e-8;
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(((double)x[i] - m) / sd);
-}
-
-double dpt_explained_variance(const float *values, const float *returns, size_t n)
-{
-    if (n == 0)
-        return 0.0;
-    double mr = 0.0, md = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        mr += (double)returns[i];
-        md += (double)returns[i] - (double)values[i];
-    }
-    mr /= (double)n;
-    md /= (double)n;
-    double vr = 0.0, vd = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double r = (double)returns[i] - mr, d = (double)returns[i] - (double)values[i] - md;
-        vr += r * r;
-        vd += d * d;
-    }
-    return vr > 0.0 ? 1.0 - vd / vr : 0.0;
 }

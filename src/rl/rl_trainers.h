@@ -446,5 +446,7 @@ void dpt__policy_act_end(dpt_policy_t *p);
 /* The hidden layer sizes of a policy: copies them into out
  * (DPT_POLICY_MAX_HIDDEN entries) and returns how many there are. */
 int dpt__policy_hidden(const dpt_policy_t *p, size_t *out);
+/* The observation's shape a policy's encoder reads (policy_encoder.c). */
+dpt_shape_t dpt__policy_obs_shape(const dpt_policy_t *p);
 
 #endif /* DPT_RL_TRAINERS_H */

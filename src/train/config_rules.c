@@ -70,7 +70,7 @@ static int dpt__config_need_checks(const dpt_config_t *c)
         if (dpt_config_applies(c, DPT_CFG_model) && DPT_CS(c, model)[0])
             return dpt_error(DPT_EINVAL, "network and model = %s both describe the model: keep one",
                              DPT_CS(c, model));
-        if (DPT_CI(c, dataset) == DPT_DATASET_BAGS)
+        if (dpt_config_applies(c, DPT_CFG_dataset) && DPT_CI(c, dataset) == DPT_DATASET_BAGS)
             return dpt_error(DPT_EINVAL,
                              "network does not apply to dataset = bags (its model is an embedding "
                              "bag and the MLP of hidden)");

@@ -284,6 +284,14 @@ int dpt__rl_common_from(const dpt_config_t *c, dpt_rl_common_config_t *out)
     if (nh < 0)
         return nh;
     out->policy.nhidden = nh;
+    /* The encoder of key network (its syntax was checked with the config;
+     * its shapes are checked against the env's observation by the policy). */
+    if (DPT_CS(c, network)[0]) {
+        int rc = dpt_network_parse(DPT_CS(c, network), out->policy.encoder, DPT_NETWORK_MAX_LAYERS,
+                                   &out->policy.nencoder);
+        if (rc)
+            return rc;
+    }
     /* The LSTM keys apply to the jobs that train recurrent policies. */
     out->policy.use_lstm = dpt_config_applies(c, DPT_CFG_use_lstm) ? (int)DPT_CI(c, use_lstm) : 0;
     if (out->policy.use_lstm) {
@@ -487,9 +495,17 @@ int dpt__describe_policy(dpt_safetensors_writer_t *w, const struct dpt_policy *p
                       : dpt_safetensors_set_meta_u64(w, "action_dim", cls->action_dim);
     if (!rc)
         rc = dpt_safetensors_set_meta(w, "policy_hidden", sizes);
-    /* The recurrent part, so a reader rebuilds the policy from the file
-     * alone (docs/CHECKPOINTS.md). */
+    /* The recurrent part and the encoder, so a reader rebuilds the policy
+     * from the file alone (docs/CHECKPOINTS.md). */
     const dpt_policy_spec_t *sp = dpt_policy_spec(policy);
+    if (!rc && sp->nencoder) {
+        dpt_shape_t sh = dpt__policy_obs_shape(policy);
+        char shape[96];
+        snprintf(shape, sizeof shape, "%zu,%zu,%zu", sh.c, sh.h, sh.w);
+        rc = dpt_safetensors_set_meta(w, "network", DPT_CS(cfg, network));
+        if (!rc)
+            rc = dpt_safetensors_set_meta(w, "obs_shape", shape);
+    }
     if (!rc)
         rc = dpt_safetensors_set_meta(w, "use_lstm", sp->use_lstm ? "true" : "false");
     if (!rc && sp->use_lstm) {
