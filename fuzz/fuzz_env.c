@@ -76,9 +76,9 @@ static char *take_text(reader_t *r, char *buf)
 /* The runner's callbacks write obs_dim values: the configured class's. */
 static size_t g_obs_dim;
 
-/* configure: obs_dim from the first parameter when it is an int (any
- * value: the check afterwards must refuse a bad one); refuses when a bool
- * parameter is true. */
+/* configure: obs_dim from the first parameter when it is an int, and
+ * obs_shape {v, 2, 2} when the second is an int v > 0 (any values: the check
+ * afterwards must refuse bad ones); refuses when a bool parameter is true. */
 static int env_configure(dpt_env_class_t *cls, const dpt_env_value_t *values, char *why,
                          size_t why_size)
 {
@@ -89,6 +89,8 @@ static int env_configure(dpt_env_class_t *cls, const dpt_env_value_t *values, ch
         }
     if (cls->num_params && cls->params[0].type == DPT_ENV_PARAM_INT)
         cls->obs_dim = (size_t)values[0].i;
+    if (cls->num_params > 1 && cls->params[1].type == DPT_ENV_PARAM_INT && values[1].i > 0)
+        cls->obs_shape = (dpt_shape_t){(size_t)values[1].i, 2, 2};
     return 0;
 }
 
@@ -129,6 +131,10 @@ static void check_accepted(const dpt_env_class_t *cls)
         cls->obs_dim > DPT_ENV_DIM_LIMIT || !cls->reset || !cls->step ||
         !isfinite(cls->reward_threshold) || cls->num_params > DPT_ENV_PARAMS_LIMIT ||
         (cls->num_params && !cls->params))
+        abort();
+    dpt_shape_t s = cls->obs_shape;
+    if ((s.c || s.h || s.w) &&
+        (!s.c || !s.h || !s.w || s.c > cls->obs_dim || s.c * s.h * s.w != cls->obs_dim))
         abort();
     if (cls->action_kind == DPT_ACTION_BOX) {
         if (cls->action_dim < 1 || cls->action_dim > DPT_ENV_DIM_LIMIT || !cls->action_low ||

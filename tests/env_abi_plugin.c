@@ -1,8 +1,8 @@
 /*
  * An env plug-in that does not match this dpt's env ABI (env_abi_test.sh):
  * built with -DPLUGIN_ABI=N it declares ABI N (another dpt's headers: a
- * newer one, or the previous one, whose class held 32-float bound arrays
- * and no parameters); with -DPLUGIN_NO_ABI it exports only dpt_env_plugin(),
+ * newer one, or the previous one, whose class had no obs_shape after
+ * obs_dim); with -DPLUGIN_NO_ABI it exports only dpt_env_plugin(),
  * as plug-ins written before the ABI was numbered did. The loader must refuse
  * every one before it calls dpt_env_plugin() (which would abort here).
  */

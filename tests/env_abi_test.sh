@@ -1,8 +1,9 @@
 #!/bin/sh
 # `dpt train` refuses env plug-ins built for another env ABI (DPT_ENV_ABI_VERSION
 # in dpt/env.h) with the reason and exit 2: a newer one, the previous one (ABI
-# 1: fixed 32-value bound arrays in the class, no parameters), and one from
-# before the ABI was numbered. A matching plug-in trains (cli_test.sh).
+# 2: no obs_shape after obs_dim, so every later field of the class sits
+# elsewhere), and one from before the ABI was numbered. A matching plug-in
+# trains (cli_test.sh).
 # usage: env_abi_test.sh PATH_TO_DPT WORK_DIR NEWER_PLUGIN OLD_PLUGIN ABI [PREVIOUS_PLUGIN]
 dpt="$1" work="$2" newer="$3" old="$4" abi="$5" prev="$6"
 fails=0 passes=0

@@ -96,8 +96,13 @@ int dpt_cmd_check_env(int argc, char **argv)
         code = DPT_EXIT_FAIL;
         goto out;
     }
-    printf("env %s: %zu observations, %s actions, %llu steps, %llu episodes (seed %llu)\n",
-           cls->name, cls->obs_dim, cls->action_kind == DPT_ACTION_DISCRETE ? "discrete" : "box",
+    dpt_shape_t shape = dpt_env_obs_shape(cls);
+    char layout[96] = "";
+    if (shape.h * shape.w > 1)
+        snprintf(layout, sizeof layout, " (shape [%zu, %zu, %zu])", shape.c, shape.h, shape.w);
+    printf("env %s: %zu observations%s, %s actions, %llu steps, %llu episodes (seed %llu)\n",
+           cls->name, cls->obs_dim, layout,
+           cls->action_kind == DPT_ACTION_DISCRETE ? "discrete" : "box",
            (unsigned long long)r.steps, (unsigned long long)r.episodes, (unsigned long long)seed);
     for (int k = 0; k < DPT_ENV_RULE_COUNT; k++) {
         const dpt_env_violation_t *v = NULL;

@@ -21,6 +21,7 @@
 #include "dpt/profile.h"
 #include "dpt/queue.h"
 #include "dpt/rng.h"
+#include "dpt/shape.h"
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "dpt/version.h"

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "dpt/rng.h"
+#include "dpt/shape.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,11 +96,11 @@ typedef struct dpt_env_class dpt_env_class_t;
  *   configure(cls, values, why, why_size)  (optional): called once when a
  *     configured class is made (dpt_env_class_create) with the parameter
  *     values [num_params] in declaration order, on a copy of the class. It may
- *     change obs_dim, action_kind, num_actions, action_dim, action_low,
- *     action_high, max_episode_steps, reward_threshold and state_size (every
- *     other field is restored afterwards); the result must pass
- *     dpt_env_class_check. Returns 0, or non-zero to refuse the values, with a
- *     reason (one line, NUL-terminated) written into why [why_size].
+ *     change obs_dim, obs_shape, action_kind, num_actions, action_dim,
+ *     action_low, action_high, max_episode_steps, reward_threshold and
+ *     state_size (every other field is restored afterwards); the result must
+ *     pass dpt_env_class_check. Returns 0, or non-zero to refuse the values,
+ *     with a reason (one line, NUL-terminated) written into why [why_size].
  *   init(state, values)  (optional): called once per env when a runner is
  *     created, after the state is zeroed and before the first reset, with the
  *     values the class was configured with (the defaults for a class as
@@ -110,13 +111,19 @@ typedef struct dpt_env_class dpt_env_class_t;
  *     action_dim floats (box; the runner clips them to [action_low,
  *     action_high] before the call, as Gymnasium's ClipAction wrapper
  *     would). Writes the next obs, the reward, and *terminated (0/1).
+ * obs_shape says how the obs_dim values are laid out: {0, 0, 0} (the
+ * default of a class that does not set it) for a flat vector, or an image
+ * {c, h, w} with c*h*w == obs_dim, written channel by channel, row by row
+ * (NCHW, as dpt/conv.h reads it: value (ch, y, x) at obs[(ch*h + y)*w + x]).
  * A class with parameters, as written, must be the env at its defaults: its
- * dims and state_size are what configure gives for the default values
- * (dpt_env_class_check verifies it), so dpt_env_find's class runs as is.
+ * dims, obs_shape and state_size are what configure gives for the default
+ * values (dpt_env_class_check verifies it), so dpt_env_find's class runs as
+ * is.
  */
 struct dpt_env_class {
-    const char *name; /* e.g. "CartPole-v1"; 1..63 bytes */
-    size_t obs_dim;   /* 1..DPT_ENV_DIM_LIMIT */
+    const char *name;      /* e.g. "CartPole-v1"; 1..63 bytes */
+    size_t obs_dim;        /* 1..DPT_ENV_DIM_LIMIT */
+    dpt_shape_t obs_shape; /* {c, h, w} with c*h*w == obs_dim; {0, 0, 0}: flat */
     dpt_action_kind_t action_kind;
     size_t num_actions;            /* discrete: number of actions */
     size_t action_dim;             /* box: action dimensions (1..DPT_ENV_DIM_LIMIT) */
@@ -154,8 +161,9 @@ struct dpt_env_class {
  * the dpt_rng_* functions a plug-in may call, or this contract change.
  *   1: the first numbered ABI.
  *   2: parameters (params, num_params, configure, init, values), box bounds
- *      as pointers, dims no longer capped at 32. */
-#define DPT_ENV_ABI_VERSION 2
+ *      as pointers, dims no longer capped at 32.
+ *   3: obs_shape (after obs_dim), the layout of an image observation. */
+#define DPT_ENV_ABI_VERSION 3
 #define DPT_ENV_PLUGIN_SYMBOL "dpt_env_plugin"
 #define DPT_ENV_PLUGIN_ABI_SYMBOL "dpt_env_plugin_abi"
 
@@ -198,7 +206,9 @@ const dpt_env_class_t *dpt_env_find(const char *name);
 size_t dpt_env_count(void);
 const dpt_env_class_t *dpt_env_get(size_t i);
 /* Checks a class for consistency; DPT_EINVAL with a message naming the class
- * and the field. Rules: name of 1..63 bytes; obs_dim 1..DPT_ENV_DIM_LIMIT; a
+ * and the field. Rules: name of 1..63 bytes; obs_dim 1..DPT_ENV_DIM_LIMIT;
+ * obs_shape all zero, or each of c, h, w at least 1 with c*h*w == obs_dim
+ * (`env class "X": obs_shape [2, 3, 5] holds 30 values, its obs_dim is 24`); a
  * valid action_kind; discrete: num_actions 1..INT32_MAX; box: action_dim
  * 1..DPT_ENV_DIM_LIMIT, action_low and action_high set, with finite
  * action_low[k] <= action_high[k]; state_size <= 1 GiB (0 is allowed); finite
@@ -206,9 +216,15 @@ const dpt_env_class_t *dpt_env_get(size_t i);
  * params set when num_params > 0, each with a valid unique name, a valid type,
  * a finite range (int, float) and a default that parses; values, when set,
  * each a valid value of its parameter; a class with configure and no values
- * must equal its configuration at the defaults (same dims, bounds, limits and
- * state_size). dpt_vecenv_create() runs it. */
+ * must equal its configuration at the defaults (same dims, observation
+ * shape, bounds, limits and state_size). dpt_vecenv_create() runs it. */
 int dpt_env_class_check(const dpt_env_class_t *cls);
+
+/* The shape of one observation of cls: its obs_shape when declared (not all
+ * zero), else {obs_dim, 1, 1} (a flat row); {0, 0, 0} for NULL. An image
+ * has h*w > 1. For a class that passes dpt_env_class_check, c*h*w is
+ * obs_dim. */
+dpt_shape_t dpt_env_obs_shape(const dpt_env_class_t *cls);
 
 /* The parameter of cls called `name`, or NULL (no message). */
 const dpt_env_param_t *dpt_env_param_find(const dpt_env_class_t *cls, const char *name);

@@ -22,6 +22,7 @@
 #include "dpt/batch.h"
 #include "dpt/optim.h"
 #include "dpt/rng.h"
+#include "dpt/shape.h" /* dpt_shape_t */
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,14 +70,6 @@ typedef enum dpt_init {
     DPT_INIT_COUNT
 } dpt_init_t;
 /* clang-format on */
-
-/* The shape of one sample: channels, height and width of an image (NCHW,
- * dpt/conv.h), or {features, 1, 1} for a flat row. A row of a batch holds
- * c*h*w floats in that order, so an image batch [N, C, H, W] is the
- * row-major matrix [N, C*H*W] the layers read. */
-typedef struct dpt_shape {
-    size_t c, h, w;
-} dpt_shape_t;
 
 /* One layer of a sequential stack. The layers with parameters are named by
  * their position i in the stack (as PyTorch's nn.Sequential names them).

@@ -122,7 +122,7 @@ typedef struct dpt_policy_spec {
      * observation, as before). */
     size_t nencoder;
     dpt_layer_spec_t encoder[DPT_NETWORK_MAX_LAYERS];
-    dpt_shape_t obs_shape; /* the observation's shape; zero: flat [obs_dim, 1, 1] */
+    dpt_shape_t obs_shape; /* the observation's shape; zero: the class's (dpt_env_obs_shape) */
 } dpt_policy_spec_t;
 
 /* Creates a policy for environments of class `cls` (borrowed) with the given

@@ -33,12 +33,19 @@ class DptError(RuntimeError):
         self.code = code
 
 
+class Shape(ctypes.Structure):
+    """dpt_shape_t of dpt/shape.h: one sample's channels, height, width."""
+
+    _fields_ = [("c", c_size_t), ("h", c_size_t), ("w", c_size_t)]
+
+
 class EnvClass(ctypes.Structure):
-    """struct dpt_env_class of dpt/env.h (env ABI 2); only read here."""
+    """struct dpt_env_class of dpt/env.h (env ABI 3); only read here."""
 
     _fields_ = [
         ("name", c_char_p),
         ("obs_dim", c_size_t),
+        ("obs_shape", Shape),
         ("action_kind", c_int),
         ("num_actions", c_size_t),
         ("action_dim", c_size_t),
@@ -65,6 +72,7 @@ _PROTOTYPES = {
     "dpt_fnv1a64": (ctypes.c_uint64, [ctypes.c_uint64, c_void_p, c_size_t]),
     "dpt_env_count": (c_size_t, []),
     "dpt_env_get": (P(EnvClass), [c_size_t]),
+    "dpt_env_obs_shape": (Shape, [P(EnvClass)]),
     "dpt_config_create": (c_int, [P(c_void_p)]),
     "dpt_config_destroy": (None, [c_void_p]),
     "dpt_config_set": (c_int, [c_void_p, c_char_p]),
@@ -106,7 +114,15 @@ def lib():
                     "from a dpt checkout, or set DPT_LIBRARY to a built libdpt.so" % where)
             cdll = ctypes.CDLL(where, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
             for name, (res, args) in _PROTOTYPES.items():
-                fn = getattr(cdll, name)
+                try:
+                    fn = getattr(cdll, name)
+                except AttributeError:
+                    # EnvClass follows this package's dpt/env.h: a libdpt
+                    # without its functions is another version.
+                    raise ImportError(
+                        "dpt: %s has no %s(): it is another version of libdpt than this "
+                        "package's (env ABI 3); rebuild it from the same checkout" %
+                        (where, name)) from None
                 fn.restype = res
                 fn.argtypes = args
             _lib = cdll

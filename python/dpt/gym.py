@@ -21,6 +21,10 @@ observation of the next one (the runner resets an env as its episode ends).
 Time limits are the runner's (max_episode_steps of the env class), like
 Gymnasium's TimeLimit, except that a terminal state reached on the last
 allowed step is terminated only (Gymnasium's wrapper sets both flags).
+
+Observations are float32 arrays of shape (obs_dim,), or (C, H, W) for an env
+class that declares an image (obs_shape in dpt/env.h with H*W > 1); a
+vector env's are (num_envs, obs_dim) or (num_envs, C, H, W).
 """
 import ctypes
 import os
@@ -104,11 +108,15 @@ class _Class:
         c = ptr.contents
         self.name = c.name.decode()
         self.obs_dim = c.obs_dim
+        # An image (C, H, W) when the class declares one, else a flat vector.
+        shape = cdll.dpt_env_obs_shape(ptr)
+        self.obs_shape = ((shape.c, shape.h, shape.w) if shape.h * shape.w > 1 else
+                          (self.obs_dim,))
         self.discrete = c.action_kind == _lib.ACTION_DISCRETE
         self.state_size = c.state_size
         self.max_episode_steps = c.max_episode_steps or None
         self.reward_threshold = c.reward_threshold or None
-        self.observation_space = spaces.Box(-np.inf, np.inf, (self.obs_dim,), np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, self.obs_shape, np.float32)
         if self.discrete:
             self.num_actions = c.num_actions
             self.action_space = spaces.Discrete(self.num_actions)
@@ -144,9 +152,10 @@ class _Runner:
         v = ctypes.c_void_p()
         _lib.check(cdll.dpt_vecenv_create(ctypes.byref(v), cls._ptr, n, seed, rank))
         self._v = v
-        od = cls.obs_dim
-        self.obs = np.zeros((n, od), np.float32)
-        self.final = np.zeros((n, od), np.float32)
+        # Each row is the class's obs_dim floats, viewed in its shape (C
+        # contiguous: the same bytes as [n, obs_dim]).
+        self.obs = np.zeros((n,) + cls.obs_shape, np.float32)
+        self.final = np.zeros((n,) + cls.obs_shape, np.float32)
         self.rewards = np.zeros(n, np.float32)
         self.terminated = np.zeros(n, np.uint8)
         self.truncated = np.zeros(n, np.uint8)

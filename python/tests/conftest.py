@@ -1,8 +1,9 @@
 """Shared fixtures: the dpt command (DPT_BIN) that trains the runs the policy
 tests load, and those runs (trained once per session in a temporary
 directory). tests/python_test.sh, which CTest runs, sets DPT_BIN to the
-build's dpt, DPT_LIBRARY to its libdpt and DPT_TEST_PLUGIN to the corridor
-env plug-in."""
+build's dpt, DPT_LIBRARY to its libdpt, DPT_TEST_PLUGIN to the corridor env
+plug-in and DPT_TEST_SHAPED_PLUGIN to the Shaped-v0 plug-in (observations of
+shape (2, 3, 4), tests/env_shaped_plugin.c)."""
 import os
 import subprocess
 from pathlib import Path
@@ -67,4 +68,13 @@ def plugin_path():
     path = os.environ.get("DPT_TEST_PLUGIN")
     if not path:
         pytest.skip("DPT_TEST_PLUGIN is not set (an env plug-in: the build's libcorridor_env.so)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shaped_plugin_path():
+    path = os.environ.get("DPT_TEST_SHAPED_PLUGIN")
+    if not path:
+        pytest.skip("DPT_TEST_SHAPED_PLUGIN is not set (an env plug-in with image observations: "
+                    "the build's tests/libenv_shaped.so)")
     return path

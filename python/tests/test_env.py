@@ -169,6 +169,34 @@ def test_plugin(plugin_path):
         dpt.gym.make(plugin_path + ".nothere.so")
 
 
+def test_shaped_plugin(shaped_plugin_path):
+    """An env class with an image observation (obs_shape {2, 3, 4}): a Box of
+    shape (C, H, W), and observations in that shape, value (c, y, x) of
+    Shaped-v0 being 100 c + 10 y + x + 1000 t."""
+    env = dpt.gym.make(shaped_plugin_path)
+    assert env.name == "Shaped-v0"
+    assert env.observation_space == gymnasium.spaces.Box(-np.inf, np.inf, (2, 3, 4), np.float32)
+    checked(env)
+    obs, _ = env.reset(seed=1)
+    c, y, x = np.meshgrid(np.arange(2), np.arange(3), np.arange(4), indexing="ij")
+    grid = (100 * c + 10 * y + x).astype(np.float32)
+    assert obs.shape == (2, 3, 4) and obs.dtype == np.float32
+    assert np.array_equal(obs, grid) and obs[1, 2, 3] == 123
+    for t in range(1, 6):
+        obs, r, term, trunc, _ = env.step(0)
+        assert obs.shape == (2, 3, 4) and np.array_equal(obs, grid + 1000 * t)
+        assert r == 1.0 and not term and trunc == (t == 5)
+    obs, _ = env.reset()
+    assert np.array_equal(obs, grid)
+    # env_config.channels reaches configure, which reshapes the image.
+    env = dpt.gym.make(shaped_plugin_path, channels=3)
+    assert env.observation_space.shape == (3, 3, 4)
+    obs, _ = env.reset(seed=1)
+    assert obs.shape == (3, 3, 4) and obs[2, 1, 0] == 210
+    env = dpt.gym.make(shaped_plugin_path, channels=1)
+    assert env.observation_space.shape == (1, 3, 4)
+
+
 def test_actions_and_state_errors():
     env = dpt.gym.make("Pendulum-v1")
     env.reset(seed=1)

@@ -101,6 +101,39 @@ def test_same_step_mode():
             ended += 1
 
 
+def test_shaped_observations(shaped_plugin_path):
+    """A vector env of an image env (Shaped-v0, (2, 3, 4)): batches of shape
+    (n, C, H, W) from reset and step, final observations of shape (C, H, W),
+    in both autoreset modes."""
+    n = 3
+    c, y, x = np.meshgrid(np.arange(2), np.arange(3), np.arange(4), indexing="ij")
+    grid = (100 * c + 10 * y + x).astype(np.float32)
+    envs = dpt.gym.make_vec(shaped_plugin_path, n)
+    assert envs.single_observation_space.shape == (2, 3, 4)
+    assert envs.observation_space.shape == (n, 2, 3, 4)
+    obs, _ = envs.reset(seed=2)
+    assert obs.shape == (n, 2, 3, 4) and np.array_equal(obs, np.broadcast_to(grid, obs.shape))
+    assert envs.observation_space.contains(obs)
+    for t in range(1, 6):
+        obs, r, term, trunc, _ = envs.step(np.zeros(n, np.int64))
+        assert obs.shape == (n, 2, 3, 4) and np.all(obs == grid + 1000 * t)
+    assert trunc.all()  # 5 steps; the last observations were returned
+    obs, r, term, trunc, _ = envs.step(np.zeros(n, np.int64))  # only resets
+    assert np.all(obs == grid) and not r.any()
+
+    same = dpt.gym.make_vec(shaped_plugin_path, n, autoreset_mode=AutoresetMode.SAME_STEP,
+                            channels=3)
+    assert same.single_observation_space.shape == (3, 3, 4)
+    same.reset(seed=2)
+    for t in range(1, 6):
+        obs, r, term, trunc, info = same.step(np.ones(n, np.int64))
+        assert obs.shape == (n, 3, 3, 4)
+    assert trunc.all() and np.all(obs[:, 2, 1, 0] == 210)  # the next episodes' first
+    for i in range(n):
+        final = info["final_obs"][i]
+        assert final.shape == (3, 3, 4) and final[2, 1, 0] == 5210
+
+
 def test_box_actions():
     envs = dpt.gym.make_vec("Pendulum-v1", 4)
     assert envs.single_action_space == gymnasium.spaces.Box(-2.0, 2.0, (1,), np.float32)

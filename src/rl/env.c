@@ -97,6 +97,9 @@ static const char *dpt__env_differs(const dpt_env_class_t *a, const dpt_env_clas
 {
     if (a->obs_dim != b->obs_dim)
         return "obs_dim";
+    if (a->obs_shape.c != b->obs_shape.c || a->obs_shape.h != b->obs_shape.h ||
+        a->obs_shape.w != b->obs_shape.w)
+        return "obs_shape";
     if (a->action_kind != b->action_kind)
         return "action_kind";
     if (a->action_kind == DPT_ACTION_DISCRETE && a->num_actions != b->num_actions)
@@ -117,6 +120,45 @@ static const char *dpt__env_differs(const dpt_env_class_t *a, const dpt_env_clas
     return NULL;
 }
 
+static int dpt__env_shape_is_flat(dpt_shape_t s)
+{
+    return s.c == 0 && s.h == 0 && s.w == 0;
+}
+
+/* obs_shape: all zero (flat), or an image of exactly obs_dim values. */
+static int dpt__env_check_shape(const dpt_env_class_t *cls)
+{
+    dpt_shape_t s = cls->obs_shape;
+    if (dpt__env_shape_is_flat(s))
+        return DPT_OK;
+    if (s.c == 0 || s.h == 0 || s.w == 0)
+        return dpt_error(DPT_EINVAL,
+                         "env class \"%s\": obs_shape [%zu, %zu, %zu] has a zero dimension (leave "
+                         "all three 0 for a flat observation of obs_dim %zu)",
+                         cls->name, s.c, s.h, s.w, cls->obs_dim);
+    size_t hw, chw;
+    if (dpt_mul_size(s.h, s.w, &hw) != 0 || dpt_mul_size(s.c, hw, &chw) != 0)
+        return dpt_error(DPT_EINVAL,
+                         "env class \"%s\": obs_shape [%zu, %zu, %zu] overflows; its obs_dim is "
+                         "%zu",
+                         cls->name, s.c, s.h, s.w, cls->obs_dim);
+    if (chw != cls->obs_dim)
+        return dpt_error(DPT_EINVAL,
+                         "env class \"%s\": obs_shape [%zu, %zu, %zu] holds %zu values, its "
+                         "obs_dim is %zu (c*h*w must equal obs_dim)",
+                         cls->name, s.c, s.h, s.w, chw, cls->obs_dim);
+    return DPT_OK;
+}
+
+dpt_shape_t dpt_env_obs_shape(const dpt_env_class_t *cls)
+{
+    if (!cls)
+        return (dpt_shape_t){0, 0, 0};
+    if (dpt__env_shape_is_flat(cls->obs_shape))
+        return (dpt_shape_t){cls->obs_dim, 1, 1};
+    return cls->obs_shape;
+}
+
 int dpt_env_class_check(const dpt_env_class_t *cls)
 {
     if (!cls)
@@ -130,6 +172,9 @@ int dpt_env_class_check(const dpt_env_class_t *cls)
     if (cls->obs_dim < 1 || cls->obs_dim > DPT_ENV_DIM_LIMIT)
         return dpt_error(DPT_EINVAL, "env class \"%s\": obs_dim is %zu, must be 1..%zu", nm,
                          cls->obs_dim, DPT_ENV_DIM_LIMIT);
+    int rc = dpt__env_check_shape(cls);
+    if (rc)
+        return rc;
     switch (cls->action_kind) {
     case DPT_ACTION_DISCRETE:
         if (cls->num_actions < 1 || cls->num_actions > (size_t)INT32_MAX)
@@ -165,7 +210,7 @@ int dpt_env_class_check(const dpt_env_class_t *cls)
         return dpt_error(DPT_EINVAL, "env class \"%s\": reset is NULL", nm);
     if (!cls->step)
         return dpt_error(DPT_EINVAL, "env class \"%s\": step is NULL", nm);
-    int rc = dpt__env_params_check(cls);
+    rc = dpt__env_params_check(cls);
     if (rc || !cls->configure || cls->values)
         return rc;
     /* A class as written runs with its defaults (dpt_vecenv_create gives

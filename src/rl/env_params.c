@@ -314,6 +314,7 @@ int dpt__env_configure(dpt_env_class_t **out, const dpt_env_class_t *cls, const 
         }
         /* Only what configure may change is taken from its copy. */
         o->cls.obs_dim = c.obs_dim;
+        o->cls.obs_shape = c.obs_shape;
         o->cls.action_kind = c.action_kind;
         o->cls.num_actions = c.num_actions;
         o->cls.action_dim = c.action_dim;

@@ -14,7 +14,7 @@ dpt_shape_t dpt__policy_obs_shape(const dpt_policy_t *p)
     const dpt_shape_t *s = &p->spec.obs_shape;
     if (s->c && s->h && s->w)
         return *s;
-    return (dpt_shape_t){p->cls->obs_dim, 1, 1};
+    return dpt_env_obs_shape(p->cls); /* the class's, or [obs_dim, 1, 1] */
 }
 
 int dpt__policy_encoder_create(dpt_policy_t *p, size_t max_batch)
