@@ -1,7 +1,7 @@
 #!/bin/sh
 # The Python package (python/) against this build: pytest on python/tests
 # with the build's libdpt (DPT_LIBRARY), its dpt command (DPT_BIN, which
-# trains the runs the policy tests load) and the corridor env plug-in
+# trains the runs the policy and model tests load) and the corridor env plug-in
 # (DPT_TEST_PLUGIN), the package's sources on PYTHONPATH. Skipped (exit 77)
 # where python3 (or $PYTHON) lacks numpy, gymnasium (>= 1.1) or pytest
 # (pip install numpy gymnasium pytest), and in sanitizer builds, whose
