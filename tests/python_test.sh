@@ -1,7 +1,7 @@
 #!/bin/sh
 # The Python package (python/) against this build: pytest on python/tests
 # with the build's libdpt (DPT_LIBRARY), its dpt command (DPT_BIN, which
-# trains the runs the policy tests load), the corridor env plug-in
+# trains the runs the policy and model tests load), the corridor env plug-in
 # (DPT_TEST_PLUGIN) and the Shaped-v0 plug-in, whose observations are images
 # (DPT_TEST_SHAPED_PLUGIN), the package's sources on PYTHONPATH. Skipped
 # (exit 77) where python3 (or $PYTHON) lacks numpy, gymnasium (>= 1.1) or

@@ -1,21 +1,25 @@
 """dpt from Python: its C environments as Gymnasium environments (dpt.gym),
-and the policies of its checkpoints (dpt.load).
+and the policies and models of its checkpoints (dpt.load).
 
     import dpt
     env = dpt.gym.make("CartPole-v1")
     policy = dpt.load("runs/ppo-CartPole-v1-20261123-101500")
     obs, info = env.reset(seed=1)
     action, state = policy.predict(obs)
+    model = dpt.load("runs/supervised-fashion_mnist-20261123-101500")
+    logits = model.predict(images)    # [N, 1, 28, 28] -> [N, 10]
 
 The package loads its own libdpt (built by pip from the repository's CMake
 project) through ctypes; DPT_LIBRARY names another one.
 """
 from . import _lib
 from ._lib import DptError
+from . import network
+from .model import Model
 from .policy import Policy, State, find_checkpoint, load, read_checkpoint
 
-__all__ = ["gym", "load", "Policy", "State", "read_checkpoint", "find_checkpoint", "DptError",
-           "library_path", "__version__"]
+__all__ = ["gym", "network", "load", "Model", "Policy", "State", "read_checkpoint",
+           "find_checkpoint", "DptError", "library_path", "__version__"]
 
 
 def library_path():

@@ -19,6 +19,13 @@ actor.0, actor.2, ... and critic.0, ... as PyTorch's nn.Sequential names them
 lstm.bias [4H] (gates i, f, g, o). Sums are in double precision, so greedy
 actions are those of dpt's own policy except on near-ties.
 
+A policy with an encoder has the metadata network (a description in the
+model language, docs/MODELS.md, with no output layer) and obs_shape "C,H,W",
+and the variables encoder.<i>.weight and encoder.<i>.bias: the observations,
+as [n, C, H, W] images, go through the encoder's layers (dpt.network), and
+its output rows, flattened, take the place of the observations as the input
+of the LSTM or of the actor and critic.
+
 A recurrent policy carries a State (h, c and the previous actions) from
 step to step: predict returns it, and takes it back with the next
 observations, with `reward` (the rewards of the previous step, which it
@@ -45,12 +52,20 @@ try:  # the package's libdpt hashes fast; the file also runs on its own
     from . import _lib as _dptlib
 except ImportError:
     _dptlib = None
+try:  # the model language, for a policy with an encoder (network.py beside this file)
+    from . import network as _network
+except ImportError:
+    try:
+        import network as _network
+    except ImportError:
+        _network = None
 
 __all__ = ["Policy", "State", "load", "read_checkpoint", "find_checkpoint"]
 
 DTYPES = {"F32": "<f4", "I32": "<i4", "U8": "u1", "I64": "<i8", "F64": "<f8"}
 MAX_HEADER = 100 << 20
 RL_JOBS = ("ppo", "ddppo", "appo", "impala")
+SUPERVISED_JOBS = ("supervised", "sync_replicas")  # dpt.load gives a dpt.Model
 
 
 def fnv1a64(data):
@@ -148,8 +163,8 @@ def _sigmoid(z):
 class Policy:
     """The actor-critic policy of an RL checkpoint file or run directory."""
 
-    def __init__(self, path, policy=None):
-        self.path, tensors, meta = find_checkpoint(os.fspath(path))
+    def __init__(self, path, policy=None, _found=None):
+        self.path, tensors, meta = _found or find_checkpoint(os.fspath(path))
         self.meta = meta
         job = meta.get("job")
         if job is not None and job not in RL_JOBS:
@@ -182,6 +197,23 @@ class Policy:
         missing = [k for k in ("actor.0.weight", "critic.0.weight") if k not in self._w]
         if missing:
             raise ValueError("checkpoint %s has no variable %s" % (self.path, missing[0]))
+        self.encoder = self._encoder(meta.get("network"), meta.get("obs_shape"))
+
+    def _encoder(self, text, shape):
+        """The encoder of metadata network (a dpt.network.Network), or None."""
+        if not text:
+            return None
+        if _network is None:
+            raise ValueError("checkpoint %s has an encoder (network = %s): reading it needs "
+                             "network.py beside policy.py" % (self.path, text))
+        try:
+            shape = _network.shape_of(shape or "")
+            if int(np.prod(shape)) != self.obs_dim:
+                raise ValueError("obs_shape %s does not hold obs_dim %d values" %
+                                 (",".join(map(str, shape)), self.obs_dim))
+            return _network.Network(_network.parse(text), shape, self.weights, "encoder.")
+        except ValueError as e:
+            raise ValueError("checkpoint %s: encoder: %s" % (self.path, e)) from None
 
     def __repr__(self):
         return "<dpt.Policy %s: %s, %s>" % (self.path, self.env,
@@ -214,6 +246,8 @@ class Policy:
                              (x.shape, self.obs_dim))
         n = x.shape[0]
         hc = None
+        if self.encoder is not None:
+            x = self.encoder.forward(x)
         if self.use_lstm:
             start = (np.ones(n, bool) if state is None else
                      np.broadcast_to(np.asarray(episode_start if episode_start is not None
@@ -319,11 +353,24 @@ def _params_prefix(path, meta, policy):
     return "policy.%s.params." % policy
 
 
-def load(path, policy=None):
-    """The policy of an RL checkpoint file, or of a run directory's newest
-    valid checkpoint; of a checkpoint of several policies (appo, impala),
-    policy `policy` (default: the first trained one)."""
-    return Policy(path, policy)
+def load(path, policy=None, weights=None):
+    """What a checkpoint file, or a run directory's newest valid checkpoint,
+    holds: for an RL job a Policy (of a checkpoint of several policies, appo
+    or impala, policy `policy`: default the first trained one); for a
+    supervised or sync_replicas job a dpt.Model (dpt/model.py), of its
+    variables or, with weights="ema", of their moving average."""
+    found = find_checkpoint(os.fspath(path))
+    if found[2].get("job") in SUPERVISED_JOBS:
+        if policy is not None:
+            raise ValueError("checkpoint %s is a supervised model: leave out policy=%r" %
+                             (found[0], policy))
+        from .model import Model
+
+        return Model(path, weights or "params", _found=found)
+    if weights is not None:
+        raise ValueError("checkpoint %s is an RL policy: weights=%r is for supervised models" %
+                         (found[0], weights))
+    return Policy(path, policy, _found=found)
 
 
 def main():

@@ -1,5 +1,5 @@
 """Shared fixtures: the dpt command (DPT_BIN) that trains the runs the policy
-tests load, and those runs (trained once per session in a temporary
+and model tests load, and the policy tests' runs (trained once per session in a temporary
 directory). tests/python_test.sh, which CTest runs, sets DPT_BIN to the
 build's dpt, DPT_LIBRARY to its libdpt, DPT_TEST_PLUGIN to the corridor env
 plug-in and DPT_TEST_SHAPED_PLUGIN to the Shaped-v0 plug-in (observations of
