@@ -84,7 +84,9 @@ static void test_parse_forms(void)
                            "avgpool(2,count_pad=0)",
                            "dense(7)",
                            "flatten",
-                           "relu"};
+                           "relu",
+                           "dropout(0.25)",
+                           "dropout(p=0)"};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         dpt_layer_spec_t a, b;
         char buf[200];
@@ -95,7 +97,7 @@ static void test_parse_forms(void)
         CHECK(na == 1 && nb == 1 && a.kind == b.kind && a.out == b.out && a.kh == b.kh);
         CHECK(a.kw == b.kw && a.pad_same == b.pad_same && a.pad_top == b.pad_top);
         CHECK(a.pad_left == b.pad_left && a.init == b.init && a.gain == b.gain);
-        CHECK(a.count_pad == b.count_pad);
+        CHECK(a.count_pad == b.count_pad && a.rate == b.rate);
         CHECK((a.stride_h ? a.stride_h : (a.kind == DPT_LAYER_CONV2D ? 1 : a.kh)) == b.stride_h);
     }
     char small[8];
@@ -142,6 +144,11 @@ static void test_parse_errors(void)
         {"relu ( ) tanh(())", "a parenthesis inside"},
         {"relu )", "expected a layer name"},
         {"dense(=3)", "unknown argument \"\""},
+        {"dropout", "dropout needs arguments, e.g. dropout(0.5)"},
+        {"dropout()", "the rate is missing"},
+        {"dropout(1)", "p = \"1\" is not a probability in [0, 1)"},
+        {"dropout(-0.5)", "p = \"-0.5\""},
+        {"dropout(0.5,p=0.1)", "argument p given twice"},
     };
     dpt_layer_spec_t l[4];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -200,6 +207,9 @@ static void test_shapes(void)
     bad = (dpt_layer_spec_t){.kind = DPT_LAYER_FLATTEN};
     CHECK_ERR(dpt_layers_shapes((dpt_shape_t){SIZE_MAX / 2, 6, 6}, &bad, 1, NULL), DPT_EOVERFLOW,
               "overflows");
+    bad = (dpt_layer_spec_t){.kind = DPT_LAYER_DROPOUT, .rate = 1.0f};
+    CHECK_ERR(dpt_layers_shapes((dpt_shape_t){1, 6, 6}, &bad, 1, NULL), DPT_EINVAL,
+              "layer 1 of 1 (dropout): rate 1 is not in [0, 1)");
     bad = (dpt_layer_spec_t){.kind = (dpt_layer_kind_t)77};
     CHECK_ERR(dpt_layers_shapes((dpt_shape_t){1, 6, 6}, &bad, 1, NULL), DPT_EINVAL,
               "unknown kind 77");
@@ -359,7 +369,9 @@ static double objective(dpt_seq_t *s, const float *p, const float *x, const floa
     return j;
 }
 
-static void gradcheck(const char *net, dpt_shape_t in, size_t b)
+/* train: dropout layers draw their masks (fixed by the rows' keys, so
+ * the function differentiated is the same at every evaluation). */
+static void gradcheck(const char *net, dpt_shape_t in, size_t b, int train)
 {
     dpt_layer_spec_t l[16];
     size_t n = 0;
@@ -368,6 +380,9 @@ static void gradcheck(const char *net, dpt_shape_t in, size_t b)
     dpt_vartable_init(&t);
     dpt_seq_t *seq = NULL;
     REQUIRE_OK(dpt_seq_create_shaped(&seq, in, l, n, b, &t, ""));
+    const int32_t keys[8] = {3, 10, 3, 11, 3, 12, 3, 13};
+    REQUIRE(b <= 4);
+    dpt_seq_set_dropout(seq, train, 99, keys);
     size_t ni = dpt_seq_in_dim(seq) * b, no = dpt_seq_out_dim(seq) * b;
     float *p = falloc(t.total), *g = falloc(t.total), *x = falloc(ni), *dx = falloc(ni);
     float *r = falloc(no);
@@ -412,12 +427,16 @@ static void test_gradcheck(void)
 {
     gradcheck("conv(3,k=3,stride=2,pad=same) tanh avgpool(2,stride=1,pad=1) conv(2,k=2x1) tanh "
               "flatten dense(4) tanh dense(2)",
-              (dpt_shape_t){2, 7, 5}, 3);
+              (dpt_shape_t){2, 7, 5}, 3, 0);
     gradcheck("conv(4,k=3,pad=1,init=orthogonal,gain=0.8) tanh avgpool(3,stride=2,count_pad=0) "
               "flatten dense(3)",
-              (dpt_shape_t){1, 9, 9}, 2);
+              (dpt_shape_t){1, 9, 9}, 2, 0);
     /* Max pooling: piecewise linear, random inputs hold no ties within h. */
-    gradcheck("conv(3,k=2) maxpool(2,stride=1) flatten dense(2)", (dpt_shape_t){2, 5, 5}, 2);
+    gradcheck("conv(3,k=2) maxpool(2,stride=1) flatten dense(2)", (dpt_shape_t){2, 5, 5}, 2, 0);
+    /* Dropout, training (masks drawn) and evaluation (the identity). */
+    gradcheck("conv(3,k=3) tanh dropout(0.4) flatten dense(4) tanh dropout(0.3) dense(2)",
+              (dpt_shape_t){1, 5, 5}, 3, 1);
+    gradcheck("dense(5) tanh dropout(0.5) dense(2)", (dpt_shape_t){4, 1, 1}, 4, 0);
 }
 
 /* Hooks report every layer with parameters, last first; the default init
@@ -482,13 +501,81 @@ static void test_hook_init_mlp(void)
     dpt_mlp_destroy(m);
 }
 
+/* Dropout: the identity in evaluation; in training a mask per row keyed
+ * by the row's key alone (the same whatever the batch holds), inverted
+ * (kept values scaled by 1/(1-p)), applied again by the backward. */
+static void test_dropout(void)
+{
+    enum { B = 6, F = 1000 };
+    dpt_layer_spec_t l = {.kind = DPT_LAYER_DROPOUT, .rate = 0.5f};
+    dpt_vartable_t t;
+    dpt_vartable_init(&t);
+    dpt_seq_t *seq = NULL;
+    REQUIRE_OK(dpt_seq_create(&seq, F, &l, 1, B, &t, ""));
+    CHECK(t.nvars == 0);
+    float *x = falloc(B * F), *y = falloc(B * F), *dx = falloc(B * F), *dy = falloc(B * F);
+    fill(x, B * F, 31, 0.5f, 1.5f);
+    fill(dy, B * F, 37, -1.0f, 1.0f);
+    const float *out;
+    REQUIRE_OK(dpt_seq_forward(seq, NULL, x, B, &out)); /* evaluation by default */
+    CHECK(memcmp(out, x, B * F * sizeof(float)) == 0);
+    int32_t keys[2 * B];
+    for (int r = 0; r < B; r++)
+        keys[2 * r] = 4, keys[2 * r + 1] = 100 + r;
+    dpt_seq_set_dropout(seq, 1, 5, keys);
+    REQUIRE_OK(dpt_seq_forward(seq, NULL, x, B, &out));
+    memcpy(y, out, B * F * sizeof(float));
+    size_t zeros = 0;
+    int scaled = 1;
+    for (size_t i = 0; i < (size_t)B * F; i++) {
+        zeros += y[i] == 0.0f;
+        scaled &= y[i] == 0.0f || y[i] == x[i] * 2.0f;
+    }
+    CHECK(zeros > B * F * 4 / 10 && zeros < B * F * 6 / 10 && scaled);
+    REQUIRE_OK(dpt_seq_backward(seq, NULL, NULL, dy, dx));
+    int masked = 1;
+    for (size_t i = 0; i < (size_t)B * F; i++)
+        masked &= dx[i] == (y[i] == 0.0f ? 0.0f : dy[i] * 2.0f);
+    CHECK(masked);
+    /* Row by row with its own key: the same bits. */
+    int same = 1;
+    for (int r = 0; r < B; r++) {
+        dpt_seq_set_dropout(seq, 1, 5, keys + 2 * r);
+        REQUIRE_OK(dpt_seq_forward(seq, NULL, x + r * F, 1, &out));
+        same &= memcmp(out, y + r * F, F * sizeof(float)) == 0;
+    }
+    CHECK(same);
+    /* Another pass, another seed or another row: other masks. */
+    keys[0] = 5;
+    dpt_seq_set_dropout(seq, 1, 5, keys);
+    REQUIRE_OK(dpt_seq_forward(seq, NULL, x, 1, &out));
+    CHECK(memcmp(out, y, F * sizeof(float)) != 0);
+    keys[0] = 4;
+    dpt_seq_set_dropout(seq, 1, 6, keys);
+    REQUIRE_OK(dpt_seq_forward(seq, NULL, x, 1, &out));
+    CHECK(memcmp(out, y, F * sizeof(float)) != 0);
+    dpt_seq_set_dropout(seq, 1, 5, keys + 2);
+    REQUIRE_OK(dpt_seq_forward(seq, NULL, x, 1, &out));
+    CHECK(memcmp(out, y, F * sizeof(float)) != 0);
+    /* Without keys: rows 0 .. B-1 of pass 0; evaluation again. */
+    dpt_seq_set_dropout(seq, 1, 5, NULL);
+    REQUIRE_OK(dpt_seq_forward(seq, NULL, x, B, &out));
+    CHECK(memcmp(out, y, F * sizeof(float)) != 0);
+    dpt_seq_set_dropout(seq, 0, 5, keys);
+    REQUIRE_OK(dpt_seq_forward(seq, NULL, x, B, &out));
+    CHECK(memcmp(out, x, B * F * sizeof(float)) == 0);
+    dpt_free_aligned(x), dpt_free_aligned(y), dpt_free_aligned(dx), dpt_free_aligned(dy);
+    dpt_seq_destroy(seq);
+    dpt_vartable_deinit(&t);
+}
+
 int main(void)
 {
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_parse_lenet),         DPT_TEST(test_parse_forms),
         DPT_TEST(test_parse_errors),        DPT_TEST(test_shapes),
         DPT_TEST(test_seq_matches_kernels), DPT_TEST(test_gradcheck),
-        DPT_TEST(test_hook_init_mlp),
+        DPT_TEST(test_hook_init_mlp),       DPT_TEST(test_dropout),
     };
     return dpt_test_main(cases, sizeof cases / sizeof cases[0]);
 }

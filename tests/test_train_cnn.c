@@ -24,7 +24,7 @@
 #define NTEST 96
 #define NET                                                                         \
     "network=conv(6,k=3,pad=1) relu maxpool(2) conv(8,k=3,stride=2,pad=same) tanh " \
-    "avgpool(3) flatten dense(16) relu"
+    "avgpool(3) flatten dense(16) relu dropout(0.3)"
 
 /* Learns the bars in 4 epochs; NET, with strides, SAME padding and
  * average pooling, is for the bitwise checks (it learns them more slowly). */
@@ -176,6 +176,40 @@ static void test_resume_bitwise(void)
     }
 }
 
+/* Dropout draws masks in training (another run than without it), keyed
+ * by the rows' positions in the epoch: ps and replicated towers give the
+ * same training loss; evaluation does not drop. */
+static void test_dropout(void)
+{
+    dpt_config_t *with =
+        cfg("job=supervised", NET_LEARN " dropout(0.5)", "epochs=1", "num_devices=2", NULL);
+    dpt_config_t *without = cfg("job=supervised", NET_LEARN, "epochs=1", "num_devices=2", NULL);
+    dpt_config_t *repl = cfg("job=supervised", NET_LEARN " dropout(0.5)", "epochs=1",
+                             "num_devices=2", "towers_mode=replicated", NULL);
+    REQUIRE(with && without && repl);
+    dpt_trainer_t *a, *b, *c;
+    REQUIRE_OK(dpt_trainer_create(&a, with, NULL));
+    REQUIRE_OK(dpt_trainer_create(&b, without, NULL));
+    REQUIRE_OK(dpt_trainer_create(&c, repl, NULL));
+    dpt_train_result_t ra, rb, rc;
+    CHECK_OK(iterate_n(a, 1, &ra));
+    CHECK_OK(iterate_n(b, 1, &rb));
+    CHECK_OK(iterate_n(c, 1, &rc));
+    CHECK(dpt_train_result_get(&ra, "train_loss") != dpt_train_result_get(&rb, "train_loss"));
+    CHECK(dpt_train_result_get(&ra, "train_loss") == dpt_train_result_get(&rc, "train_loss"));
+    /* The test figures of a's weights, evaluated twice: no mask, the same. */
+    dpt_eval_result_t e1, e2;
+    CHECK_OK(dpt_trainer_evaluate(a, 0, 0, &e1));
+    CHECK_OK(dpt_trainer_evaluate(a, 0, 0, &e2));
+    CHECK(e1.loss == e2.loss && e1.loss == dpt_train_result_get(&ra, "test_loss"));
+    dpt_trainer_destroy(a);
+    dpt_trainer_destroy(b);
+    dpt_trainer_destroy(c);
+    dpt_config_destroy(with);
+    dpt_config_destroy(without);
+    dpt_config_destroy(repl);
+}
+
 static void test_sync_replicas(void)
 {
     dpt_config_t *c = cfg("job=sync_replicas", NET_LEARN, "epochs=6", "total_num_replicas=2",
@@ -236,8 +270,9 @@ static void test_errors(void)
     dpt_config_destroy(k);
     REQUIRE_OK(dpt_config_create(&k));
     CHECK_OK(dpt_config_set(k, "job=ppo"));
-    CHECK_OK(dpt_config_set(k, "network=relu"));
-    CHECK_ERR(dpt_config_finalize(k), DPT_EINVAL, "network");
+    CHECK_OK(dpt_config_set(k, "network=dense(4) relu dropout(0.5)"));
+    CHECK_ERR(dpt_config_finalize(k), DPT_EINVAL,
+              "network: layer 3 is dropout, which the RL jobs do not take");
     dpt_config_destroy(k);
 }
 
@@ -250,10 +285,8 @@ int main(void)
         write_split("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", NTEST, 2))
         return 1;
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_learns_and_repeats),
-        DPT_TEST(test_resume_bitwise),
-        DPT_TEST(test_sync_replicas),
-        DPT_TEST(test_errors),
+        DPT_TEST(test_learns_and_repeats), DPT_TEST(test_resume_bitwise), DPT_TEST(test_dropout),
+        DPT_TEST(test_sync_replicas),      DPT_TEST(test_errors),
     };
     int rc = DPT_TEST_RUN(cases);
     dpt_test_rm_tree(tmpdir);

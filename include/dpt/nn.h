@@ -39,7 +39,8 @@ extern "C" {
     X(DPT_LAYER_CONV2D, "conv2d")       \
     X(DPT_LAYER_MAXPOOL2D, "maxpool2d") \
     X(DPT_LAYER_AVGPOOL2D, "avgpool2d") \
-    X(DPT_LAYER_FLATTEN, "flatten")
+    X(DPT_LAYER_FLATTEN, "flatten")     \
+    X(DPT_LAYER_DROPOUT, "dropout")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_layer_kind {
@@ -84,6 +85,9 @@ typedef enum dpt_init {
  *             kh x kw, count_pad for the average).
  *  flatten:   an image [C, H, W] as the flat row [C*H*W, 1, 1] (no copy of
  *             meaning: the same floats in the same order).
+ *  dropout:   while training (dpt_seq_set_dropout()), inverted dropout of
+ *             probability `rate` (dpt/norm.h's dpt_dropout_forward(), a
+ *             mask drawn from each row's key); the identity otherwise.
  * Geometry (conv2d and pooling): a kernel or window kh x kw; stride_h,
  * stride_w (0 means 1 for conv2d, the window for pooling, PyTorch's
  * defaults); padding pad_top, pad_bottom, pad_left, pad_right, or, with
@@ -99,6 +103,7 @@ typedef struct dpt_layer_spec {
     size_t pad_top, pad_bottom, pad_left, pad_right;
     int pad_same;  /* conv2d, pooling: SAME padding instead of the four above */
     int count_pad; /* avgpool2d: divide by kh*kw (1) or the elements inside (0) */
+    float rate;    /* dropout: the probability of dropping a value, in [0, 1) */
 } dpt_layer_spec_t;
 
 /* The output shape of every layer of a stack on inputs of shape `in` into
@@ -180,6 +185,15 @@ int dpt_seq_backward(dpt_seq_t *seq, const float *params, float *grads, const fl
  * written) instead of added: the caller need not zero them first. */
 int dpt_seq_backward_ex(dpt_seq_t *seq, const float *params, float *grads, const float *dy,
                         float *dx, int store_grads);
+/* Dropout for the next forward passes and their backward: train != 0 makes
+ * every dropout layer draw its mask (evaluation, train 0, the default, makes
+ * it the identity). The mask of value j of row r of the layer at position i
+ * is dpt/norm.h's, with seed = `seed` mixed with i, step = keys[2r] and row
+ * keys[2r + 1]: keys [B, 2] (borrowed until the backward) give each row a
+ * pass number and its position in that pass, so a row's mask does not
+ * depend on the batch it is in nor on the rows around it; keys NULL: pass
+ * 0, rows 0 .. B-1. */
+void dpt_seq_set_dropout(dpt_seq_t *seq, int train, uint64_t seed, const int32_t *keys);
 /* Installs (hook NULL: removes) the gradient-ready hook of this stack:
  * during each backward, right after a layer with parameters (linear) has
  * written its weight and bias gradients, hook(user, v, v + 2) is called
@@ -202,6 +216,7 @@ void dpt_seq_set_grad_hook(dpt_seq_t *seq, dpt_grad_hook_t hook, void *user);
  *   maxpool(K, stride=S, pad=P)                       maxpool2d
  *   avgpool(K, stride=S, pad=P, count_pad=0|1)        avgpool2d
  *   dense(OUT, init=I, gain=G)                        linear; also linear
+ *   dropout(P)                                        dropout of rate P in [0, 1)
  *   flatten   relu   tanh                             no arguments
  *
  * K, S and P are one size for both axes or HxW ("3x2"); P may also be
@@ -429,6 +444,9 @@ int dpt_mlp_create_shaped(dpt_mlp_t **mlp, dpt_shape_t in, const dpt_layer_spec_
 void dpt_mlp_destroy(dpt_mlp_t *mlp);
 /* The parameter layout (owned by the MLP). */
 const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *mlp);
+/* The seed of the dropout masks of loss_grad (default 0; replicas copy it).
+ * Evaluation and prediction never drop. */
+void dpt_mlp_set_seed(dpt_mlp_t *mlp, uint64_t seed);
 void dpt_mlp_init_params(const dpt_mlp_t *mlp, float *params, dpt_rng_t *rng);
 /* Column names the MLP reads from a batch: DPT_MLP_X (float32, width = input
  * size), and DPT_MLP_LABEL (int32, width 1) for softmax_xent or DPT_MLP_Y
@@ -436,6 +454,10 @@ void dpt_mlp_init_params(const dpt_mlp_t *mlp, float *params, dpt_rng_t *rng);
 #define DPT_MLP_X "x"
 #define DPT_MLP_LABEL "label"
 #define DPT_MLP_Y "y"
+/* Optional (int32, width 2): each row's dropout key, a pass number and the
+ * row's position in it (dpt_seq_set_dropout()); without it the rows of a
+ * call are rows 0 .. B-1 of pass 0. */
+#define DPT_MLP_ROW "row"
 
 /* Forward + loss + backward on batch->rows rows (<= max_batch); gradients
  * accumulate into grads. A missing column or a wrong type or width is

@@ -35,6 +35,7 @@ _KINDS = {
     "maxpool": ("maxpool2d", ("k",), "k stride pad"),
     "avgpool": ("avgpool2d", ("k",), "k stride pad count_pad"),
     "dense": ("linear", ("out",), "out init gain"),
+    "dropout": (None, ("p",), "p"),
     "flatten": (None, (), ""),
     "relu": (None, (), ""),
     "tanh": (None, (), ""),
@@ -42,7 +43,7 @@ _KINDS = {
 _BY_NAME = {n: n for n in _KINDS}
 _BY_NAME.update({v[0]: n for n, v in _KINDS.items() if v[0]})
 _INITS = ("default", "uniform", "normal", "orthogonal")
-_EXAMPLES = {"conv": "conv(32,k=3)", "dense": "dense(128)"}
+_EXAMPLES = {"conv": "conv(32,k=3)", "dense": "dense(128)", "dropout": "dropout(0.5)"}
 # C's strtod: decimal or hexadecimal floats (inf and nan fail the range check anyway).
 _DEC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _HEX = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)([pP][+-]?\d+)?")
@@ -66,6 +67,7 @@ class LayerSpec:
     count_pad: bool = True
     init: str = "default"
     gain: float = 0.0
+    rate: float = 0.0
 
     @property
     def has_params(self):
@@ -89,6 +91,8 @@ class LayerSpec:
         sh, sw = self.strides()
         if self.kind == "dense":
             return "dense(%d%s)" % (self.out, init)
+        if self.kind == "dropout":
+            return "dropout(%.9g)" % self.rate
         if self.kind == "conv":
             return "conv(%d,k=%dx%d,stride=%dx%d,pad=%s%s)" % (self.out, self.kh, self.kw, sh, sw,
                                                               pad, init)
@@ -146,6 +150,30 @@ def _gain(at, v):
     return g
 
 
+def _float(v):
+    """C's strtod of v (at most 59 characters), or None when it fails."""
+    buf = v[:60]
+    if not 0 < len(v) < 60:
+        return None
+    if _DEC.fullmatch(buf):
+        return float(buf)
+    if _HEX.fullmatch(buf):
+        sign = -1.0 if buf[0] == "-" else 1.0
+        try:
+            return sign * float.fromhex(buf.lstrip("+-"))
+        except (OverflowError, ValueError):
+            return None
+    return None
+
+
+def _rate(at, v):
+    r = _float(v)
+    # strtod reports underflow (a subnormal result) as an error.
+    if r is None or (r != 0.0 and abs(r) < sys.float_info.min) or not 0.0 <= r < 1.0:
+        raise at.fail('p = "%s" is not a probability in [0, 1)' % v[:60])
+    return r
+
+
 def _arg(at, spec, name, v):
     """Sets argument `name` = v of spec."""
     if name == "out":
@@ -164,6 +192,8 @@ def _arg(at, spec, name, v):
         if v not in ("0", "1"):
             raise at.fail("count_pad must be 0 or 1")
         spec.count_pad = v == "1"
+    elif name == "p":
+        spec.rate = _rate(at, v)
     elif name == "init":
         if v[:60] not in _INITS:
             raise at.fail('init = "%s" is not one of default, uniform, normal, orthogonal' %
@@ -205,6 +235,8 @@ def _args(at, kind, spec, text):
             raise at.fail("argument %s given twice" % name)
         seen.append(name)
         _arg(at, spec, name, v)
+    if kind == "dropout" and "p" not in seen:
+        raise at.fail("the rate is missing (the first argument, e.g. dropout(0.5))")
     if kind in ("conv", "dense") and "out" not in seen:
         raise at.fail("the output size is missing (the first argument)")
     if kind in ("conv", "maxpool", "avgpool") and "k" not in seen:
@@ -246,8 +278,8 @@ def parse(text, max_layers=MAX_LAYERS):
             raise at.fail('unexpected "%s" after it (layers are separated by spaces)' % text[p])
         kind = _BY_NAME.get(text[w:w + wn])
         if kind is None:
-            raise at.fail("unknown layer (known: conv, maxpool, avgpool, dense, flatten, relu, "
-                          "tanh; conv2d, maxpool2d, avgpool2d and linear are the same)")
+            raise at.fail("unknown layer (known: conv, maxpool, avgpool, dense, dropout, flatten, "
+                          "relu, tanh; conv2d, maxpool2d, avgpool2d and linear are the same)")
         if len(layers) == max_layers:
             raise at.fail("more than %d layers" % max_layers)
         spec = LayerSpec(kind)
@@ -332,6 +364,9 @@ def layer_shapes(in_shape, layers):
                                  (i + 1, n, spec.describe(), _shape_text(cur), e)) from None
         elif spec.kind == "flatten":
             cur = (cur[0] * cur[1] * cur[2], 1, 1)
+        elif spec.kind == "dropout" and not 0.0 <= spec.rate < 1.0:
+            raise ValueError("layer %d of %d (dropout): rate %g is not in [0, 1)" %
+                             (i + 1, n, spec.rate))
         shapes.append(cur)
     return shapes
 
@@ -441,6 +476,8 @@ class Network:
                 x = np.maximum(x, 0)
             elif spec.kind == "tanh":
                 x = np.tanh(x)
+            elif spec.kind == "dropout":
+                pass  # the identity outside training
             else:  # flatten: the same memory
                 x = _rows(x)[:, :, None, None]
         return _rows(x)

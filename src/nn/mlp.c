@@ -12,7 +12,8 @@ struct dpt_mlp {
     dpt_layer_spec_t *specs; /* kept so that replicate() can rebuild the stack */
     size_t nlayers, in_dim, out_dim, max_batch;
     dpt_shape_t in_shape;
-    float *dy; /* [max_batch, out_dim] loss gradient scratch */
+    uint64_t seed; /* the dropout masks' */
+    float *dy;     /* [max_batch, out_dim] loss gradient scratch */
 };
 
 static const char *const dpt__loss_names[] = {
@@ -82,6 +83,11 @@ const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *m)
     return &m->vars;
 }
 
+void dpt_mlp_set_seed(dpt_mlp_t *m, uint64_t seed)
+{
+    m->seed = seed;
+}
+
 void dpt_mlp_init_params(const dpt_mlp_t *m, float *params, dpt_rng_t *rng)
 {
     dpt_seq_init_params(m->seq, params, rng);
@@ -92,6 +98,7 @@ typedef struct dpt__mlp_cols {
     const float *x;
     const int32_t *label;
     const float *y;
+    const int32_t *keys; /* the optional dropout keys [rows, 2] */
 } dpt__mlp_cols_t;
 
 static int dpt__mlp_columns(const dpt_mlp_t *m, const dpt_batch_t *b, dpt__mlp_cols_t *c)
@@ -106,6 +113,9 @@ static int dpt__mlp_columns(const dpt_mlp_t *m, const dpt_batch_t *b, dpt__mlp_c
         c->label = dpt_batch_get(b, "mlp", DPT_MLP_LABEL, DPT_I32, 1, NULL);
     else
         c->y = dpt_batch_get(b, "mlp", DPT_MLP_Y, DPT_F32, m->out_dim, NULL);
+    if (dpt_batch_find(b, DPT_MLP_ROW) &&
+        !(c->keys = dpt_batch_get(b, "mlp", DPT_MLP_ROW, DPT_I32, 2, NULL)))
+        return DPT_EINVAL;
     return (c->label || c->y) ? DPT_OK : DPT_EINVAL;
 }
 
@@ -115,6 +125,8 @@ static int dpt__mlp_chunk(dpt_mlp_t *m, const float *params, const dpt__mlp_cols
                           size_t n, int grad, double *loss_sum, double *hits)
 {
     const float *y;
+    /* Training draws dropout masks from the rows' keys; evaluation never. */
+    dpt_seq_set_dropout(m->seq, grad, m->seed, c->keys ? c->keys + 2 * r0 : NULL);
     int rc = dpt_seq_forward(m->seq, params, c->x + r0 * m->in_dim, n, &y);
     if (rc)
         return rc;
@@ -188,6 +200,7 @@ int dpt_mlp_evaluate(dpt_mlp_t *m, const float *params, const dpt_batch_t *b, dp
 
 int dpt_mlp_predict(dpt_mlp_t *m, const float *params, const float *x, size_t rows, const float **y)
 {
+    dpt_seq_set_dropout(m->seq, 0, 0, NULL);
     return dpt_seq_forward(m->seq, params, x, rows, y);
 }
 
@@ -200,10 +213,15 @@ static int dpt__mlp_model_loss_grad(void *ctx, const float *params, float *grads
 static int dpt__mlp_model_replicate(void *ctx, void **copy)
 {
     const dpt_mlp_t *m = ctx;
-    dpt_mlp_t *r;
+    dpt_mlp_t *r = NULL;
     int rc = dpt_mlp_create_shaped(&r, m->in_shape, m->specs, m->nlayers, m->loss, m->max_batch);
-    *copy = rc ? NULL : r;
-    return rc;
+    if (rc || !r) {
+        *copy = NULL;
+        return rc ? rc : DPT_ENOMEM;
+    }
+    r->seed = m->seed;
+    *copy = r;
+    return DPT_OK;
 }
 
 static void dpt__mlp_model_release(void *copy)

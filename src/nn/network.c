@@ -28,6 +28,7 @@ static const dpt__net_kind_t dpt__net_kinds[] = {
     {"maxpool", "maxpool2d", DPT_LAYER_MAXPOOL2D, {"k", NULL}, "k stride pad"},
     {"avgpool", "avgpool2d", DPT_LAYER_AVGPOOL2D, {"k", NULL}, "k stride pad count_pad"},
     {"dense", "linear", DPT_LAYER_LINEAR, {"out", NULL}, "out init gain"},
+    {"dropout", NULL, DPT_LAYER_DROPOUT, {"p", NULL}, "p"},
     {"flatten", NULL, DPT_LAYER_FLATTEN, {NULL, NULL}, ""},
     {"relu", NULL, DPT_LAYER_RELU, {NULL, NULL}, ""},
     {"tanh", NULL, DPT_LAYER_TANH, {NULL, NULL}, ""},
@@ -132,6 +133,17 @@ static int dpt__net_arg(const dpt__net_at_t *at, dpt_layer_spec_t *l, const char
         return DPT_OK;
     }
     snprintf(buf, sizeof buf, "%.*s", (int)(n < 60 ? n : 60), v);
+    if (strcmp(name, "p") == 0) {
+        char *end;
+        errno = 0;
+        double r = strtod(buf, &end);
+        if (n == 0 || n >= 60 || *end || errno || !(r >= 0.0 && r < 1.0)) {
+            snprintf(msg, sizeof msg, "p = \"%s\" is not a probability in [0, 1)", buf);
+            return dpt__net_fail(at, msg);
+        }
+        l->rate = (float)r;
+        return DPT_OK;
+    }
     if (strcmp(name, "init") == 0) {
         if (dpt_init_parse(buf, &l->init) == DPT_OK)
             return DPT_OK;
@@ -222,6 +234,8 @@ static int dpt__net_args(const dpt__net_at_t *at, const dpt__net_kind_t *k, dpt_
     int needs_out = k->kind == DPT_LAYER_CONV2D || k->kind == DPT_LAYER_LINEAR;
     int needs_k = k->kind == DPT_LAYER_CONV2D || k->kind == DPT_LAYER_MAXPOOL2D ||
                   k->kind == DPT_LAYER_AVGPOOL2D;
+    if (k->kind == DPT_LAYER_DROPOUT && !strstr(seen, " p "))
+        return dpt__net_fail(at, "the rate is missing (the first argument, e.g. dropout(0.5))");
     if (needs_out && !strstr(seen, " out "))
         return dpt__net_fail(at, "the output size is missing (the first argument)");
     if (needs_k && !strstr(seen, " k "))
@@ -288,8 +302,8 @@ int dpt_network_parse(const char *text, dpt_layer_spec_t *layers, size_t max_lay
         const dpt__net_kind_t *k = dpt__net_kind(w, wn);
         if (!k)
             return dpt__net_fail(&at, "unknown layer (known: conv, maxpool, avgpool, dense, "
-                                      "flatten, relu, tanh; conv2d, maxpool2d, avgpool2d and "
-                                      "linear are the same)");
+                                      "dropout, flatten, relu, tanh; conv2d, maxpool2d, avgpool2d "
+                                      "and linear are the same)");
         if (n == max_layers) {
             char msg[80];
             snprintf(msg, sizeof msg, "more than %zu layers", max_layers);
@@ -304,9 +318,10 @@ int dpt_network_parse(const char *text, dpt_layer_spec_t *layers, size_t max_lay
         } else if (k->positional[0]) {
             char msg[80];
             snprintf(msg, sizeof msg, "%s needs arguments, e.g. %s", k->name,
-                     k->kind == DPT_LAYER_CONV2D   ? "conv(32,k=3)"
-                     : k->kind == DPT_LAYER_LINEAR ? "dense(128)"
-                                                   : "maxpool(2)");
+                     k->kind == DPT_LAYER_CONV2D    ? "conv(32,k=3)"
+                     : k->kind == DPT_LAYER_LINEAR  ? "dense(128)"
+                     : k->kind == DPT_LAYER_DROPOUT ? "dropout(0.5)"
+                                                    : "maxpool(2)");
             return dpt__net_fail(&at, msg);
         }
         if (l.init != DPT_INIT_DEFAULT && l.gain == 0.0f)
@@ -359,6 +374,7 @@ void dpt_layer_describe(const dpt_layer_spec_t *l, char *buf, size_t size)
                  l->kind == DPT_LAYER_MAXPOOL2D ? "maxpool" : "avgpool", l->kh, l->kw,
                  sh ? sh : l->kh, sw ? sw : l->kw, pad, tail);
         return;
+    case DPT_LAYER_DROPOUT: snprintf(buf, size, "dropout(%.9g)", (double)l->rate); return;
     default: snprintf(buf, size, "%s", dpt_layer_kind_name(l->kind)); return;
     }
 }

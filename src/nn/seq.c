@@ -212,6 +212,7 @@ static const dpt__layer_ops_t *const dpt__layer_ops[DPT_LAYER_COUNT] = {
     [DPT_LAYER_MAXPOOL2D] = &dpt__seq_maxpool_ops,
     [DPT_LAYER_AVGPOOL2D] = &dpt__seq_avgpool_ops,
     [DPT_LAYER_FLATTEN] = &dpt__seq_flatten_ops,
+    [DPT_LAYER_DROPOUT] = &dpt__seq_dropout_ops,
 };
 
 static const char *const dpt__layer_names[] = {
@@ -245,7 +246,7 @@ int dpt_layer_kind_parse(const char *name, dpt_layer_kind_t *kind)
         }
     return dpt_error(DPT_EINVAL,
                      "unknown layer kind \"%s\" (known: linear, relu, tanh, conv2d, maxpool2d, "
-                     "avgpool2d, flatten)",
+                     "avgpool2d, flatten, dropout)",
                      name);
 }
 
@@ -267,6 +268,7 @@ struct dpt_seq {
     size_t in_dim, out_dim, max_batch, max_width;
     dpt_shape_t in_shape, out_shape;
     float *ws;            /* the convolutions' workspace (shared: they run one at a time) */
+    dpt__noise_t noise;   /* the dropout layers' state */
     float **act;          /* act[i] = output of layer i, [max_batch, layers[i].out] */
     float *dbuf[2];       /* ping-pong input-gradient buffers [max_batch, max_width] */
     const float *x;       /* input of the last forward (borrowed) */
@@ -353,6 +355,12 @@ static int dpt__layer_shape(size_t i, size_t n, const dpt_layer_spec_t *sp, dpt_
         return DPT_OK;
     }
     case DPT_LAYER_FLATTEN: *out = (dpt_shape_t){feats, 1, 1}; return DPT_OK;
+    case DPT_LAYER_DROPOUT:
+        if (!(sp->rate >= 0.0f && sp->rate < 1.0f))
+            return dpt_error(DPT_EINVAL, "layer %zu of %zu (dropout): rate %g is not in [0, 1)",
+                             i + 1, n, (double)sp->rate);
+        *out = in;
+        return DPT_OK;
     default: *out = in; return DPT_OK;
     }
 }
@@ -472,8 +480,11 @@ int dpt_seq_create_shaped(dpt_seq_t **out, dpt_shape_t in, const dpt_layer_spec_
         rc = dpt_error(DPT_ENOMEM, "sequential model: cannot allocate %zu floats of workspace", ws);
         goto fail;
     }
-    for (size_t i = 0; i < nlayers; i++)
+    for (size_t i = 0; i < nlayers; i++) {
         s->layers[i].ws = s->ws;
+        s->layers[i].noise = &s->noise;
+        s->layers[i].pos = i;
+    }
     if (!s->dbuf[0] || !s->dbuf[1]) {
         rc = dpt_error(DPT_ENOMEM, "sequential model: cannot allocate gradient buffers");
         goto fail;
@@ -711,6 +722,13 @@ int dpt__seq_act_begin(dpt_seq_t *s, const float *params)
 void dpt__seq_act_end(dpt_seq_t *s)
 {
     s->act_params = NULL;
+}
+
+void dpt_seq_set_dropout(dpt_seq_t *s, int train, uint64_t seed, const int32_t *keys)
+{
+    s->noise.train = train != 0;
+    s->noise.seed = seed;
+    s->noise.keys = keys;
 }
 
 void dpt_seq_set_grad_hook(dpt_seq_t *s, dpt_grad_hook_t hook, void *user)

@@ -1,11 +1,12 @@
 /*
  * The image layers of a sequential stack: conv2d, max and average pooling
- * and flatten, on rows that hold one NCHW image each (dpt/conv.h's kernels
+ * and flatten (and dropout, which any stack may hold), on rows that hold one NCHW image each (dpt/conv.h's kernels
  * on the whole batch at once). The kernels accumulate; the stack's modes
  * that store (DPT__STORE_GRADS, DPT__STORE_DX) zero the target first.
  */
 #include "dpt/conv.h"
 #include "dpt/nn.h"
+#include "dpt/norm.h"
 #include "dpt/status.h"
 #include "seq_impl.h"
 
@@ -154,3 +155,66 @@ static void dpt__seq_flatten_backward(const dpt__layer_t *l, const float *params
 
 const dpt__layer_ops_t dpt__seq_flatten_ops = {"flatten", 0, dpt__seq_flatten_forward,
                                                dpt__seq_flatten_backward};
+
+/* ---- dropout ---------------------------------------------------------------- */
+
+/* The layer's own seed: the stack's mixed with its position (splitmix64),
+ * so two dropout layers of a stack draw different masks. */
+static uint64_t dpt__seq_dropout_seed(const dpt__layer_t *l)
+{
+    uint64_t z = l->noise->seed + 0x9e3779b97f4a7c15ull * (uint64_t)(l->pos + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Row r's key: its pass and its position in the pass. */
+static void dpt__seq_dropout_key(const dpt__layer_t *l, size_t r, uint64_t *step, uint64_t *row)
+{
+    const int32_t *k = l->noise->keys;
+    *step = k ? (uint64_t)(uint32_t)k[2 * r] : 0;
+    *row = k ? (uint64_t)(uint32_t)k[2 * r + 1] : r;
+}
+
+static void dpt__seq_dropout_forward(const dpt__layer_t *l, const float *params, const float *x,
+                                     float *y, size_t batch)
+{
+    (void)params;
+    if (!l->noise->train || l->spec.rate == 0.0f) {
+        memcpy(y, x, batch * l->in * sizeof(float));
+        return;
+    }
+    uint64_t seed = dpt__seq_dropout_seed(l), step, row;
+    for (size_t r = 0; r < batch; r++) {
+        dpt__seq_dropout_key(l, r, &step, &row);
+        /* Checked at create (rate) and by the keys' type (rows below 2^32). */
+        (void)dpt_dropout_forward(y + r * l->in, NULL, x + r * l->in, 1, l->in, l->spec.rate, seed,
+                                  step, row);
+    }
+}
+
+static void dpt__seq_dropout_backward(const dpt__layer_t *l, const float *params, float *grads,
+                                      const float *x, const float *y, const float *dy, float *dx,
+                                      size_t batch, unsigned mode)
+{
+    (void)params, (void)grads, (void)x, (void)y;
+    size_t n = batch * l->in;
+    if (!dx)
+        return;
+    if (mode & DPT__STORE_DX)
+        memset(dx, 0, n * sizeof(float));
+    if (!l->noise->train || l->spec.rate == 0.0f) {
+        for (size_t i = 0; i < n; i++)
+            dx[i] += dy[i];
+        return;
+    }
+    uint64_t seed = dpt__seq_dropout_seed(l), step, row;
+    for (size_t r = 0; r < batch; r++) {
+        dpt__seq_dropout_key(l, r, &step, &row);
+        (void)dpt_dropout_backward(dx + r * l->in, dy + r * l->in, 1, l->in, l->spec.rate, seed,
+                                   step, row);
+    }
+}
+
+const dpt__layer_ops_t dpt__seq_dropout_ops = {"dropout", 0, dpt__seq_dropout_forward,
+                                               dpt__seq_dropout_backward};

@@ -9,6 +9,14 @@
 #include "dpt/nn.h"
 
 #include <stddef.h>
+#include <stdint.h>
+
+/* The dropout state of a stack (dpt_seq_set_dropout). */
+typedef struct dpt__noise {
+    int train;
+    uint64_t seed;
+    const int32_t *keys; /* [B, 2] or NULL */
+} dpt__noise_t;
 
 typedef struct dpt__layer {
     dpt_layer_spec_t spec;
@@ -21,6 +29,8 @@ typedef struct dpt__layer {
     dpt_conv2d_t cv;            /* conv2d: its geometry */
     dpt_pool2d_t pool;          /* pooling: its geometry */
     float *ws;                  /* conv2d: the stack's shared workspace */
+    const dpt__noise_t *noise;  /* dropout: the stack's state */
+    size_t pos;                 /* the layer's position in the stack */
 } dpt__layer_t;
 
 /* Backward modes: what a layer stores rather than adds to. */
@@ -42,7 +52,7 @@ typedef struct dpt__layer_ops {
 
 /* The image layers (seq_conv.c). */
 extern const dpt__layer_ops_t dpt__seq_conv2d_ops, dpt__seq_maxpool_ops, dpt__seq_avgpool_ops,
-    dpt__seq_flatten_ops;
+    dpt__seq_flatten_ops, dpt__seq_dropout_ops;
 
 /* The geometry of an image layer on input shape in, from its spec, into
  * l->cv or l->pool, and its output shape into *out. DPT_EINVAL or

@@ -84,6 +84,14 @@ static int dpt__config_need_checks(const dpt_config_t *c)
             snprintf(why, sizeof why, "%s", dpt_last_error());
             return dpt_error(DPT_EINVAL, "network: %s", why);
         }
+        /* An RL policy acts and learns with the same weights: its encoder
+         * has no training mode. */
+        for (size_t i = 0; i < n; i++)
+            if (layers[i].kind == DPT_LAYER_DROPOUT && ((1u << dpt_config_job(c)) & DPT_JOBS_RL))
+                return dpt_error(DPT_EINVAL,
+                                 "network: layer %zu is dropout, which the RL jobs do not take "
+                                 "(only supervised and sync_replicas)",
+                                 i + 1);
     }
     /* The built-in MLP's sizes mean nothing to a model plug-in. */
     if (dpt_config_applies(c, DPT_CFG_model) && DPT_CS(c, model)[0] &&

@@ -49,6 +49,7 @@ typedef struct srt_worker {
     dpt_arena_t params, grads;
     float *x, *y; /* the batch: features [b, dim] or pooled embeddings [b, E]; targets */
     int32_t *labels;
+    int32_t *keys; /* [b, 2] the rows' dropout keys (the epoch, the position in its order) */
     /* bags */
     int64_t *ids, *uniq;   /* [b * L] the batch's ids (local numbers), its distinct ids */
     size_t *offsets;       /* [b + 1] */

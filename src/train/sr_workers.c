@@ -31,6 +31,7 @@ void dpt__sr_worker_free(srt_worker_t *w)
     free(w->x);
     free(w->y);
     free(w->labels);
+    free(w->keys);
     free(w->ids);
     free(w->uniq);
     free(w->offsets);
@@ -63,11 +64,12 @@ int dpt__sr_worker_build(srt_t *t, srt_worker_t *w)
         return dpt_sparse_rows_init(&w->grad_rows, E, b * L);
     }
     w->x = malloc(b * t->task.in_dim * sizeof(float));
+    w->keys = malloc(b * 2 * sizeof(int32_t));
     if (t->task.ydim)
         w->y = malloc(b * t->task.ydim * sizeof(float));
     else
         w->labels = malloc(b * sizeof(int32_t));
-    if (!w->x || !(w->y || w->labels))
+    if (!w->x || !w->keys || !(w->y || w->labels))
         return dpt_error(DPT_ENOMEM, "sync_replicas: cannot allocate worker %d", w->id);
     return DPT_OK;
 }
@@ -110,8 +112,10 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
                 memcpy(w->y + i * yd, d->targets + r * yd, yd * sizeof(float));
             else
                 w->labels[i] = d->labels[r];
+            w->keys[2 * i] = (int32_t)(uint32_t)t->epoch;
+            w->keys[2 * i + 1] = (int32_t)(uint32_t)(chunk * b + i);
         }
-        dpt_batch_t batch = dpt__task_batch(b, dim, w->x, w->labels, w->y, yd);
+        dpt_batch_t batch = dpt__task_batch(b, dim, w->x, w->labels, w->y, yd, w->keys);
         const dpt_model_t *m = &w->net.model;
         dpt_loss_out_t o;
         if ((rc = m->loss_grad(m->ctx, w->params.data, w->grads.data, &batch, &o)) != 0)

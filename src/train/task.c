@@ -190,6 +190,7 @@ int dpt__task_init(dpt__task_t *t, const dpt_config_t *c, const dpt_safetensors_
     if ((unsigned)t->dataset >= DPT_DATASET_COUNT)
         return dpt_error(DPT_EINVAL, "dataset = %s: unknown", DPT_CS(c, dataset));
     t->loss = (dpt_loss_kind_t)DPT_CI(c, loss); /* the key's choices are the loss list */
+    t->seed = (uint64_t)DPT_CI(c, seed);
     t->model = dpt__task_adapter(c, t->dataset);
     int rc;
     if (st) {
@@ -253,7 +254,7 @@ int dpt__net_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out
 }
 
 dpt_batch_t dpt__task_batch(size_t rows, size_t dim, float *x, int32_t *labels, float *y,
-                            size_t ydim)
+                            size_t ydim, int32_t *keys)
 {
     dpt_batch_t b;
     dpt_batch_init(&b, rows);
@@ -262,6 +263,8 @@ dpt_batch_t dpt__task_batch(size_t rows, size_t dim, float *x, int32_t *labels, 
         dpt_batch_add(&b, DPT_MLP_Y, DPT_F32, ydim, 0, y);
     else
         dpt_batch_add(&b, DPT_MLP_LABEL, DPT_I32, 1, 0, labels);
+    if (keys)
+        dpt_batch_add(&b, DPT_MLP_ROW, DPT_I32, 2, 0, keys);
     return b;
 }
 

@@ -117,6 +117,7 @@ struct dpt__task {
     dpt_layer_spec_t layers[DPT__TASK_MAX_LAYERS]; /* mlp, and bags' MLP */
     size_t nlayers;
     char network[DPT_CONFIG_STR_MAX];             /* key network ("": the MLP of hidden) */
+    uint64_t seed;                                /* key seed (the dropout masks') */
     char layers_text[16 * (DPT__MAX_HIDDEN + 2)]; /* "784,256,128,10" */
     const dpt_model_plugin_t *plugin;             /* plugin (loaded once, never unloaded) */
     char plugin_path[DPT_CONFIG_STR_MAX];
@@ -148,9 +149,10 @@ int dpt__net_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out
 
 /* A model batch of `rows` rows: features x [rows, dim], and labels [rows]
  * (ydim 0) or targets y [rows, ydim] (borrowed; NULL for a layout of 0
- * rows). */
+ * rows), and when keys is not NULL the rows' dropout keys [rows, 2]
+ * (DPT_MLP_ROW: the epoch and the row's position in the epoch's order). */
 dpt_batch_t dpt__task_batch(size_t rows, size_t dim, float *x, int32_t *labels, float *y,
-                            size_t ydim);
+                            size_t ydim, int32_t *keys);
 
 /* The task's checkpoint metadata: dataset, data_location, loss, input_dim
  * (not bags), num_classes or num_targets, then the adapter's. */

@@ -189,6 +189,7 @@ static int dpt__task_mlp_create(const dpt__task_t *t, size_t max_batch, dpt__net
     int rc = dpt_mlp_create_shaped(&mlp, in, t->layers, t->nlayers, t->loss, max_batch);
     if (rc)
         return rc;
+    dpt_mlp_set_seed(mlp, t->seed);
     n->impl = mlp;
     n->model = dpt_mlp_model(mlp);
     return DPT_OK;
@@ -207,7 +208,8 @@ static void dpt__task_mlp_init_params(dpt__net_t *n, float *params, dpt_rng_t *r
 static int dpt__task_mlp_evaluate(dpt__net_t *n, const float *params, dpt_eval_result_t *out)
 {
     const dpt_dataset_t *d = &n->task->test;
-    dpt_batch_t b = dpt__task_batch(d->rows, d->dim, d->x, d->labels, d->targets, d->target_dim);
+    dpt_batch_t b =
+        dpt__task_batch(d->rows, d->dim, d->x, d->labels, d->targets, d->target_dim, NULL);
     dpt_loss_out_t o;
     int rc = dpt_mlp_evaluate(n->impl, params, &b, &o);
     if (rc)

@@ -48,9 +48,10 @@ typedef struct sup {
      * checkpoints: a checkpoint's "params." tensors borrow it until the
      * writer is saved. */
     dpt_arena_t params;
-    float *xs;   /* the epoch's shuffled copy of the training set [rows, dim] */
-    int32_t *ys; /* [rows] labels (classification) */
-    float *yt;   /* [rows, target_dim] targets (regression) */
+    float *xs;     /* the epoch's shuffled copy of the training set [rows, dim] */
+    int32_t *ys;   /* [rows] labels (classification) */
+    int32_t *keys; /* [rows, 2] the rows' dropout keys: the epoch, the position in its order */
+    float *yt;     /* [rows, target_dim] targets (regression) */
     size_t *perm;
     dpt_rng_t shuffle_rng;
     dpt_schedule_t sched;
@@ -80,6 +81,7 @@ static void dpt__sup_destroy(void *self)
     dpt_arena_deinit(&s->params);
     dpt__task_deinit(&s->task);
     free(s->xs);
+    free(s->keys);
     free(s->ys);
     free(s->yt);
     free(s->perm);
@@ -154,7 +156,8 @@ static int dpt__sup_epoch_buffers(sup_t *s)
     s->ys = ydim ? NULL : malloc(rows * sizeof(int32_t));
     s->yt = ydim ? malloc(rows * ydim * sizeof(float)) : NULL;
     s->perm = malloc(rows * sizeof(size_t));
-    if (!s->xs || !(s->ys || s->yt) || !s->perm)
+    s->keys = malloc(rows * 2 * sizeof(int32_t));
+    if (!s->xs || !(s->ys || s->yt) || !s->perm || !s->keys)
         return dpt_error(DPT_ENOMEM, "supervised: cannot allocate the epoch buffers (%zu rows)",
                          rows);
     return DPT_OK;
@@ -176,7 +179,8 @@ static int dpt__sup_build(sup_t *s, const dpt_config_t *c)
         (rc = dpt__net_init(&s->eval, &s->task, DPT__TASK_EVAL_BATCH)) != 0)
         return rc;
     s->vars = s->net.model.vars;
-    dpt_batch_t lay = dpt__task_batch(0, s->task.in_dim, NULL, NULL, NULL, s->task.ydim);
+    int32_t nokeys[2] = {0, 0};
+    dpt_batch_t lay = dpt__task_batch(0, s->task.in_dim, NULL, NULL, NULL, s->task.ydim, nokeys);
     unsigned char *frozen;
     if ((rc = dpt__train_frozen(c, s->vars, &frozen)) != 0)
         return rc;
@@ -267,18 +271,21 @@ static int dpt__sup_load_epoch(sup_t *s, sup_epoch_t *e)
         take = e->nbatches * share;
     }
     for (size_t i = 0; i < take; i++) {
-        size_t src = s->perm[i];
+        size_t pos = i; /* the row's position in the epoch's order */
         if (s->nranks > 1) {
             size_t dev = i / (e->nbatches * pdb), k = i % (e->nbatches * pdb);
-            src = s->perm[(k / pdb) * e->batch + (size_t)s->rank * share + dev * pdb + k % pdb];
+            pos = (k / pdb) * e->batch + (size_t)s->rank * share + dev * pdb + k % pdb;
         }
+        size_t src = s->perm[pos];
+        s->keys[2 * i] = (int32_t)(uint32_t)s->epoch;
+        s->keys[2 * i + 1] = (int32_t)(uint32_t)pos;
         memcpy(s->xs + i * dim, d->x + src * dim, dim * sizeof(float));
         if (s->yt)
             memcpy(s->yt + i * ydim, d->targets + src * ydim, ydim * sizeof(float));
         else
             s->ys[i] = d->labels[src];
     }
-    dpt_batch_t b = dpt__task_batch(take, dim, s->xs, s->ys, s->yt, ydim);
+    dpt_batch_t b = dpt__task_batch(take, dim, s->xs, s->ys, s->yt, ydim, s->keys);
     int rc = dpt_towers_load_ex(s->towers, 0, &b, pdb, &e->li);
     if (rc)
         return rc;
