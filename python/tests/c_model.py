@@ -10,7 +10,7 @@ from dpt import _lib
 c_size_t, c_int, c_void_p, P = ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.POINTER
 
 # dpt/nn.h: DPT_LAYER_LIST, DPT_INIT_LIST, DPT_LOSS_LIST (in order).
-KINDS = ("dense", "relu", "tanh", "conv", "maxpool", "avgpool", "flatten")
+KINDS = ("dense", "relu", "tanh", "conv", "maxpool", "avgpool", "flatten", "dropout")
 INITS = ("default", "uniform", "normal", "orthogonal")
 LOSSES = ("softmax_xent", "mse", "huber")
 MAX_LAYERS = 64
@@ -21,7 +21,10 @@ class LayerSpec(ctypes.Structure):  # dpt_layer_spec_t
                 ("kh", c_size_t), ("kw", c_size_t), ("stride_h", c_size_t),
                 ("stride_w", c_size_t), ("pad_top", c_size_t), ("pad_bottom", c_size_t),
                 ("pad_left", c_size_t), ("pad_right", c_size_t), ("pad_same", c_int),
-                ("count_pad", c_int)]
+                ("count_pad", c_int), ("rate", ctypes.c_float)]
+
+
+assert ctypes.sizeof(LayerSpec) == 104  # sizeof(dpt_layer_spec_t) on x86-64
 
 
 class Shape(ctypes.Structure):  # dpt_shape_t

@@ -12,11 +12,26 @@ from dpt.gym import _Class
 c_size_t, c_int, c_void_p, P = ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.POINTER
 
 
+class LayerSpec(ctypes.Structure):  # dpt_layer_spec_t
+    _fields_ = [("kind", c_int), ("out", c_size_t), ("init", c_int), ("gain", ctypes.c_float),
+                ("kh", c_size_t), ("kw", c_size_t), ("stride_h", c_size_t), ("stride_w", c_size_t),
+                ("pad_top", c_size_t), ("pad_bottom", c_size_t), ("pad_left", c_size_t),
+                ("pad_right", c_size_t), ("pad_same", c_int), ("count_pad", c_int),
+                ("rate", ctypes.c_float)]
+
+
+MAX_LAYERS = 64  # DPT_NETWORK_MAX_LAYERS
+
+
 class PolicySpec(ctypes.Structure):  # dpt_policy_spec_t
     _fields_ = [("hidden", c_size_t * 4), ("nhidden", c_int), ("use_lstm", c_int),
                 ("lstm_cell_size", c_size_t), ("lstm_use_prev_action", c_int),
                 ("lstm_use_prev_reward", c_int), ("prev_reward_scale", ctypes.c_float),
-                ("max_seq_len", c_size_t)]
+                ("max_seq_len", c_size_t), ("nencoder", c_size_t),
+                ("encoder", LayerSpec * MAX_LAYERS), ("obs_shape", c_size_t * 3)]
+
+
+assert ctypes.sizeof(LayerSpec) == 104 and ctypes.sizeof(PolicySpec) == 6760
 
 
 class VarTable(ctypes.Structure):  # dpt_vartable_t
@@ -35,6 +50,7 @@ class PolicyState(ctypes.Structure):  # dpt_policy_state_t
 def _declare(cdll):
     for name, res, args in [
         ("dpt_policy_create_ex", c_int, [P(c_void_p), c_void_p, P(PolicySpec), c_size_t]),
+        ("dpt_network_parse", c_int, [ctypes.c_char_p, P(LayerSpec), c_size_t, P(c_size_t)]),
         ("dpt_policy_destroy", None, [c_void_p]),
         ("dpt_policy_vars", P(VarTable), [c_void_p]),
         ("dpt_policy_act_state", c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
@@ -71,6 +87,11 @@ class CPolicy:
             spec.lstm_use_prev_reward = int(policy.prev_reward)
             spec.prev_reward_scale = policy.reward_scale
             spec.max_seq_len = 1
+        if m.get("network"):
+            n = c_size_t()
+            _lib.check(cdll.dpt_network_parse(m["network"].encode(), spec.encoder, MAX_LAYERS,
+                                              ctypes.byref(n)))
+            spec.nencoder = n.value
         p = c_void_p()
         _lib.check(cdll.dpt_policy_create_ex(ctypes.byref(p), ctypes.cast(self.cls._ptr, c_void_p),
                                              ctypes.byref(spec), max_batch))

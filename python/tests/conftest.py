@@ -56,6 +56,14 @@ def lstm_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def encoder_run(tmp_path_factory):
+    """A short PPO run on CartPole-v1 whose policy has an encoder (key
+    network) under its actor and critic."""
+    return train(tmp_path_factory.mktemp("runs") / "encoder", "cartpole_ppo.conf",
+                 "total_timesteps=20000", "network=dense(16) tanh dense(8) relu")
+
+
+@pytest.fixture(scope="session")
 def appo_policies_run(tmp_path_factory):
     """A short APPO run on CartPole-v1 with two policies, a trained and b not."""
     return train(tmp_path_factory.mktemp("runs") / "appo2", "cartpole_appo.conf",

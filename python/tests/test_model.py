@@ -88,8 +88,10 @@ def test_parse_forms():
     ("conv(3, k=3", 'network layer 1 "conv(3, k=3": no closing parenthesis'),
     ("conv(3, k=(3))", 'network layer 1 "conv(3, k=(3)": a parenthesis inside the arguments'),
     ("relu pool(2)", 'network layer 2 "pool(2)": unknown layer (known: conv, maxpool, avgpool, '
-                     'dense, flatten, relu, tanh; conv2d, maxpool2d, avgpool2d and linear are the '
-                     'same)'),
+                     'dense, dropout, flatten, relu, tanh; conv2d, maxpool2d, avgpool2d and linear '
+                     'are the same)'),
+    ("dropout", 'network layer 1 "dropout": dropout needs arguments, e.g. dropout(0.5)'),
+    ("dropout(1)", 'network layer 1 "dropout(1)": p = "1" is not a probability in [0, 1)'),
     ("Conv(3,k=3)", 'network layer 1 "Conv(3,k=3)": unknown layer'),
     ("conv", 'network layer 1 "conv": conv needs arguments, e.g. conv(32,k=3)'),
     ("linear", 'network layer 1 "linear": dense needs arguments, e.g. dense(128)'),

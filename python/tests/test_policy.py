@@ -62,6 +62,25 @@ def test_same_greedy_actions_as_c_policy(ppo_run):
     assert policy.value(obs[0]) == pytest.approx(c_values[0], abs=1e-4)
 
 
+def test_encoder_policy(dpt_bin, encoder_run):
+    """A policy with an encoder: the same greedy actions and values as dpt's
+    C policy, and the same returns as dpt eval."""
+    policy = dpt.load(encoder_run)
+    assert policy.meta["network"] == "dense(16) tanh dense(8) relu"
+    assert policy.weights["encoder.0.weight"].shape == (16, 4)
+    assert policy.weights["actor.0.weight"].shape[1] == 8
+    rng = np.random.default_rng(1)
+    obs = np.concatenate([rng.normal(0, 0.1, (300, 4)), rng.normal(0, 2.0, (300, 4))])
+    obs = obs.astype(np.float32)
+    c_actions, c_values = CPolicy(policy, len(obs)).act(obs)
+    actions, _ = policy.predict(obs)
+    assert np.array_equal(actions, c_actions)
+    np.testing.assert_allclose(policy.value(obs), c_values, rtol=1e-4, atol=1e-4)
+    ref = dpt_eval(dpt_bin, encoder_run, 3, 3)
+    mean_return, _ = python_eval(policy, 3, 3)
+    assert mean_return == pytest.approx(ref["mean_return"], rel=1e-12)
+
+
 def dpt_eval(dpt_bin, run, episodes, seed):
     out = subprocess.run([dpt_bin, "eval", str(run), "--episodes", str(episodes), "--seed",
                           str(seed), "--json"], capture_output=True, text=True, timeout=60)
