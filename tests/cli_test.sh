@@ -60,6 +60,11 @@ expect 2 "multiple of --threads" -- bench lstm --batch 5 --threads 2
 expect 2 "--hidden expects an integer" -- bench lstm --hidden 0
 expect 2 "not a backend"        -- bench lstm --gemm nope
 expect 0 '"hidden":8,"batch":4,"seq":3,"input":2,"threads":2' -- bench lstm --hidden 8 --batch 4 --seq 3 --input 2 --threads 2 --seconds 0.05 --json
+expect 0 "samples/s"            -- bench cnn --net fashion --batch 8 --rounds 1 --seconds 0.05
+expect 0 '"net":"minatar","devices":2,"batch":8' -- bench cnn --net minatar --batch 8 --devices 2 --rounds 1 --seconds 0.05 --json
+expect 2 "unknown or incomplete option" -- bench cnn --bogus
+expect 2 "expected fashion or minatar" -- bench cnn --net nope
+expect 2 "multiple of --devices" -- bench cnn --net fashion --batch 9 --devices 2
 expect 0 "keys of job = ppo"    -- train --help
 expect 0 "standardize advantages over each minibatch" -- train --help
 expect 2 "CONFIG file or --resume" -- train

@@ -35,6 +35,11 @@ int dpt_bench_ddppo(int argc, char **argv);
 int dpt_bench_lstm(int argc, char **argv);
 int dpt_bench_appo(int argc, char **argv);
 int dpt_bench_sync_replicas(int argc, char **argv);
+int dpt_bench_cnn(int argc, char **argv);
+/* The per-core peak the benchmarks report against: GFLOP/s of one
+ * thread's 512^3 GEMM with the current backend, the median of 9 timed calls
+ * after a warm-up; 0 when out of memory (bench/cli/bench_rl.c). */
+double dpt__bench_gemm_peak(void);
 
 /* The exit code of a library error (the table of docs/RELIABILITY.md, "Exit
  * codes"): 2 for bad input given by the user: a bad argument, key or config

@@ -31,16 +31,17 @@ static const dpt_command_t dpt_commands[] = {
 #undef DPT__CMD
 };
 
-#define DPT_BENCH_LIST(X)                                                               \
-    X("allreduce", dpt_bench_allreduce, "collective bandwidth and latency per backend") \
-    X("towers", dpt_bench_towers, "training throughput of the towers engine per mode")  \
-    X("env", dpt_bench_env, "raw environment stepping throughput")                      \
-    X("ppo", dpt_bench_ppo, "PPO wall time on CartPole with CleanRL's settings")        \
-    X("ddppo", dpt_bench_ddppo, "DD-PPO env steps/s for 1..N worker threads")           \
-    X("lstm", dpt_bench_lstm, "LSTM layer forward + backward time and GFLOP/s")         \
-    X("appo", dpt_bench_appo, "APPO and IMPALA per seed; APPO against PPO (--vs-ppo)")  \
-    X("sync-replicas", dpt_bench_sync_replicas,                                         \
-      "sync replicas: step time under a straggler with and without backups; sparse bytes")
+#define DPT_BENCH_LIST(X)                                                                  \
+    X("allreduce", dpt_bench_allreduce, "collective bandwidth and latency per backend")    \
+    X("towers", dpt_bench_towers, "training throughput of the towers engine per mode")     \
+    X("env", dpt_bench_env, "raw environment stepping throughput")                         \
+    X("ppo", dpt_bench_ppo, "PPO wall time on CartPole with CleanRL's settings")           \
+    X("ddppo", dpt_bench_ddppo, "DD-PPO env steps/s for 1..N worker threads")              \
+    X("lstm", dpt_bench_lstm, "LSTM layer forward + backward time and GFLOP/s")            \
+    X("appo", dpt_bench_appo, "APPO and IMPALA per seed; APPO against PPO (--vs-ppo)")     \
+    X("sync-replicas", dpt_bench_sync_replicas,                                            \
+      "sync replicas: step time under a straggler with and without backups; sparse bytes") \
+    X("cnn", dpt_bench_cnn, "CNN training samples/s (Fashion-MNIST, MinAtar PPO), GFLOP/s")
 
 static const dpt_command_t dpt_benches[] = {
 #define DPT__BENCH(name, fn, summary) {name, fn, summary},

@@ -42,8 +42,8 @@ static br_flops_t br_mlp_flops(size_t in, const size_t *hidden, size_t nh, size_
 }
 
 /* GFLOP/s of one thread's GEMM at 512^3 with the current backend: the
- * median of 9 timed calls after a warm-up. */
-static double br_gemm_peak(void)
+ * median of 9 timed calls after a warm-up (tools/cli.h). */
+double dpt__bench_gemm_peak(void)
 {
     const size_t n = 512;
     float *a = malloc(n * n * sizeof *a), *b = malloc(n * n * sizeof *b),
@@ -85,7 +85,7 @@ static void br_print_profile(const char *slot, const dpt_profile_t *p, int devic
     static const size_t hid[2] = {64, 64};
     br_flops_t act = br_mlp_flops(4, hid, 2, 2), val = br_mlp_flops(4, hid, 2, 1);
     double fwd_row = act.fwd + val.fwd, bwd_row = act.bwd + val.bwd;
-    double peak = br_gemm_peak();
+    double peak = dpt__bench_gemm_peak();
     printf("\n# profile: %d %s(s); %.0f optimizer steps of %.0f rows in all, %.0f iterations "
            "of %.0f env steps",
            devices, slot[0] == 'w' ? "worker" : "device", steps, mb, iters,
