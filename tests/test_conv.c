@@ -705,6 +705,37 @@ static void test_pool(void)
     }
 }
 
+/* The storing max backward the layers use: bitwise the accumulating one
+ * onto zeros, for the 2x2 fast path (even sizes: every element written)
+ * and the others (odd sizes, other windows), ties and NaNs included. */
+static void test_maxpool_store(void)
+{
+    static const dpt_pool2d_t cases[] = {
+        {3, 6, 8, 2, 2, 2, 2, 0, 0, 0, 0, 1},
+        {2, 5, 7, 2, 2, 2, 2, 0, 0, 0, 0, 1},
+        {2, 7, 7, 3, 3, 2, 2, 1, 1, 1, 1, 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        dpt_pool2d_t p = cases[k];
+        size_t n = 2, in = n * p.channels * p.in_h * p.in_w;
+        size_t out = n * p.channels * dpt_pool2d_out_h(&p) * dpt_pool2d_out_w(&p);
+        float *x = falloc(in), *dy = falloc(out), *a = falloc(in), *b = falloc(in);
+        dpt_rng_t rng;
+        dpt_rng_init(&rng, 5 + k, 0, 0, 0);
+        for (size_t i = 0; i < in; i++) /* few distinct values: many ties */
+            x[i] = (float)(dpt_rng_below(&rng, 4)) - 1.5f;
+        x[3] = NAN, x[in - 2] = -0.0f, x[in - 1] = 0.0f;
+        dpt_rng_fill_uniform(&rng, dy, out, -1.0f, 1.0f);
+        memset(a, 0, in * sizeof *a);
+        for (size_t i = 0; i < in; i++)
+            b[i] = 7.0f; /* garbage: stored over */
+        REQUIRE_OK(dpt_maxpool2d_backward(&p, a, dy, x, n));
+        REQUIRE_OK(dpt__maxpool2d_backward_store(&p, b, dy, x, n));
+        CHECK(memcmp(a, b, in * sizeof *a) == 0);
+        dpt_free_aligned(x), dpt_free_aligned(dy), dpt_free_aligned(a), dpt_free_aligned(b);
+    }
+}
+
 static void test_pool_ties_nan(void)
 {
     /* One 2x2 window of equal values: the first takes the gradient. */
@@ -740,7 +771,7 @@ int main(void)
         DPT_TEST(test_conv_partial),   DPT_TEST(test_conv_bitwise),
         DPT_TEST(test_conv_threads),   DPT_TEST(test_conv_geometry),
         DPT_TEST(test_nhwc_to_nchw),   DPT_TEST(test_pool),
-        DPT_TEST(test_pool_ties_nan),
+        DPT_TEST(test_pool_ties_nan),  DPT_TEST(test_maxpool_store),
     };
     return DPT_TEST_RUN(cases);
 }

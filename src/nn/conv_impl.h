@@ -64,4 +64,9 @@ const char *dpt__conv_path_name(dpt__conv_path_t path);
  * only; the last block of a batch may hold fewer). */
 size_t dpt__conv2d_images(const dpt_conv2d_t *cv);
 
+/* dpt_maxpool2d_backward() that STORES dx (every element written: dy
+ * where chosen, 0 elsewhere) instead of adding to it. */
+int dpt__maxpool2d_backward_store(const dpt_pool2d_t *p, float *dx, const float *dy, const float *x,
+                                  size_t batch);
+
 #endif

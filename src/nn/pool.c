@@ -12,10 +12,13 @@
  * (window_argmax), so both agree bit for bit, ties and NaNs included.
  */
 #include "conv_impl.h"
+#include "nn_impl.h"
 #include "dpt/conv.h"
 #include "dpt/status.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 /* A window clipped to the image: rows [r0, r1), columns [c0, c1). */
 typedef struct window {
@@ -111,18 +114,104 @@ static size_t window_argmax(const float *x, size_t w, window_t win)
     return best;
 }
 
+/*
+ * The usual pooling, 2x2 windows of stride 2 without padding, on one pair
+ * of rows at a time, without branches so that it vectorises: the choice of
+ * window_argmax (the first largest in row-major order, the first NaN when
+ * there is one) made on integer keys that order floats as the comparisons
+ * do: a NaN is above every number, -0 equals +0, and otherwise the key of
+ * a float orders like its value (the bits, with the magnitude bits of
+ * negatives flipped). Strictly greater keys replace the choice, so equals
+ * keep the first, as the float comparisons do.
+ */
+static inline int32_t pool_key(float v)
+{
+    int32_t b;
+    memcpy(&b, &v, sizeof b);
+    int32_t mag = b & 0x7fffffff;
+    int32_t k = b ^ ((b >> 31) & 0x7fffffff);
+    k = mag == 0 ? 0 : k;
+    return mag > 0x7f800000 ? INT32_MAX : k;
+}
+
+/* The window of output j of a row pair (r0, r1): which of its four
+ * elements is chosen, 0..3 in row-major order. */
+static inline int32_t pool_pick4(const float *r0, const float *r1, size_t j)
+{
+    int32_t best = 0, m = pool_key(r0[2 * j]), k = pool_key(r0[2 * j + 1]);
+    best = k > m ? 1 : best, m = k > m ? k : m;
+    k = pool_key(r1[2 * j]);
+    best = k > m ? 2 : best, m = k > m ? k : m;
+    k = pool_key(r1[2 * j + 1]);
+    return k > m ? 3 : best;
+}
+
+DPT__NN_CLONES
+static void maxpool_2x2_rows(float *y, const float *r0, const float *r1, size_t ow)
+{
+    for (size_t j = 0; j < ow; j++) {
+        int32_t c = pool_pick4(r0, r1, j);
+        float a = r0[2 * j], b = r0[2 * j + 1], d = r1[2 * j], e = r1[2 * j + 1];
+        y[j] = c == 0 ? a : c == 1 ? b : c == 2 ? d : e;
+    }
+}
+
+/* The same, storing: dx gets dy where chosen and 0 elsewhere (a layer's
+ * own gradient buffer needs no zeroing first). */
+DPT__NN_CLONES
+static void maxpool_2x2_rows_store(float *d0, float *d1, const float *dy, const float *r0,
+                                   const float *r1, size_t ow)
+{
+    for (size_t j = 0; j < ow; j++) {
+        int32_t c = pool_pick4(r0, r1, j);
+        float g = dy[j];
+        d0[2 * j] = c == 0 ? g : 0.0f;
+        d0[2 * j + 1] = c == 1 ? g : 0.0f;
+        d1[2 * j] = c == 2 ? g : 0.0f;
+        d1[2 * j + 1] = c == 3 ? g : 0.0f;
+    }
+}
+
+DPT__NN_CLONES
+static void maxpool_2x2_rows_back(float *d0, float *d1, const float *dy, const float *r0,
+                                  const float *r1, size_t ow)
+{
+    for (size_t j = 0; j < ow; j++) {
+        int32_t c = pool_pick4(r0, r1, j);
+        float g = dy[j];
+        /* Only the chosen element changes (an unchosen -0 stays -0). */
+        d0[2 * j] = c == 0 ? d0[2 * j] + g : d0[2 * j];
+        d0[2 * j + 1] = c == 1 ? d0[2 * j + 1] + g : d0[2 * j + 1];
+        d1[2 * j] = c == 2 ? d1[2 * j] + g : d1[2 * j];
+        d1[2 * j + 1] = c == 3 ? d1[2 * j + 1] + g : d1[2 * j + 1];
+    }
+}
+
+static int is_2x2(const pool_geom_t *g)
+{
+    return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->pt == 0 && g->pl == 0 &&
+           2 * g->oh <= g->h && 2 * g->ow <= g->w;
+}
+
 int dpt_maxpool2d_forward(const dpt_pool2d_t *p, float *y, const float *x, size_t batch)
 {
     pool_geom_t g;
     int rc = pool_begin(p, "max forward", y, x, batch, &g);
     if (rc != 0)
         return rc;
+    int two = is_2x2(&g);
     for (size_t pl = 0; pl < g.planes; pl++) {
         const float *xp = x + pl * g.h * g.w;
         float *yp = y + pl * g.oh * g.ow;
-        for (size_t i = 0; i < g.oh; i++)
+        for (size_t i = 0; i < g.oh; i++) {
+            if (two) {
+                const float *r0 = xp + 2 * i * g.w;
+                maxpool_2x2_rows(yp + i * g.ow, r0, r0 + g.w, g.ow);
+                continue;
+            }
             for (size_t j = 0; j < g.ow; j++)
                 yp[i * g.ow + j] = xp[window_argmax(xp, g.w, window_at(&g, i, j))];
+        }
     }
     return DPT_OK;
 }
@@ -140,9 +229,37 @@ int dpt_maxpool2d_backward(const dpt_pool2d_t *p, float *dx, const float *dy, co
         const float *xp = x + pl * g.h * g.w;
         const float *dyp = dy + pl * g.oh * g.ow;
         float *dxp = dx + pl * g.h * g.w;
-        for (size_t i = 0; i < g.oh; i++)
+        int two = is_2x2(&g);
+        for (size_t i = 0; i < g.oh; i++) {
+            if (two) {
+                const float *r0 = xp + 2 * i * g.w;
+                float *d0 = dxp + 2 * i * g.w;
+                maxpool_2x2_rows_back(d0, d0 + g.w, dyp + i * g.ow, r0, r0 + g.w, g.ow);
+                continue;
+            }
             for (size_t j = 0; j < g.ow; j++)
                 dxp[window_argmax(xp, g.w, window_at(&g, i, j))] += dyp[i * g.ow + j];
+        }
+    }
+    return DPT_OK;
+}
+
+int dpt__maxpool2d_backward_store(const dpt_pool2d_t *p, float *dx, const float *dy, const float *x,
+                                  size_t batch)
+{
+    pool_geom_t g;
+    int rc = pool_begin(p, "max backward", dx, dy, batch, &g);
+    if (rc != 0)
+        return rc;
+    if (!is_2x2(&g) || g.h != 2 * g.oh || g.w != 2 * g.ow) {
+        memset(dx, 0, g.planes * g.h * g.w * sizeof *dx);
+        return dpt_maxpool2d_backward(p, dx, dy, x, batch);
+    }
+    /* Every element of dx is in one window: each is written once. */
+    for (size_t q = 0; q < g.planes * g.oh; q++) {
+        const float *r0 = x + 2 * q * g.w;
+        float *d0 = dx + 2 * q * g.w;
+        maxpool_2x2_rows_store(d0, d0 + g.w, dy + q * g.ow, r0, r0 + g.w, g.ow);
     }
     return DPT_OK;
 }

@@ -8,6 +8,7 @@
 #include "dpt/nn.h"
 #include "dpt/norm.h"
 #include "dpt/status.h"
+#include "conv_impl.h"
 #include "seq_impl.h"
 
 #include <string.h>
@@ -101,8 +102,9 @@ static void dpt__seq_maxpool_backward(const dpt__layer_t *l, const float *params
     if (!dx)
         return;
     if (mode & DPT__STORE_DX)
-        memset(dx, 0, batch * l->in * sizeof(float));
-    (void)dpt_maxpool2d_backward(&l->pool, dx, dy, x, batch);
+        (void)dpt__maxpool2d_backward_store(&l->pool, dx, dy, x, batch);
+    else
+        (void)dpt_maxpool2d_backward(&l->pool, dx, dy, x, batch);
 }
 
 static void dpt__seq_avgpool_forward(const dpt__layer_t *l, const float *params, const float *x,
