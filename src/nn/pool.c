@@ -136,7 +136,7 @@ static inline int32_t pool_key(float v)
 
 /* The window of output j of a row pair (r0, r1): which of its four
  * elements is chosen, 0..3 in row-major order. */
-static inline int32_t pool_pick4(const float *r0, const float *r1, size_t j)
+static inline int32_t pool_pick4(const float *restrict r0, const float *restrict r1, size_t j)
 {
     int32_t best = 0, m = pool_key(r0[2 * j]), k = pool_key(r0[2 * j + 1]);
     best = k > m ? 1 : best, m = k > m ? k : m;
@@ -147,7 +147,8 @@ static inline int32_t pool_pick4(const float *r0, const float *r1, size_t j)
 }
 
 DPT__NN_CLONES
-static void maxpool_2x2_rows(float *y, const float *r0, const float *r1, size_t ow)
+static void maxpool_2x2_rows(float *restrict y, const float *restrict r0, const float *restrict r1,
+                             size_t ow)
 {
     for (size_t j = 0; j < ow; j++) {
         int32_t c = pool_pick4(r0, r1, j);
@@ -159,22 +160,25 @@ static void maxpool_2x2_rows(float *y, const float *r0, const float *r1, size_t 
 /* The same, storing: dx gets dy where chosen and 0 elsewhere (a layer's
  * own gradient buffer needs no zeroing first). */
 DPT__NN_CLONES
-static void maxpool_2x2_rows_store(float *d0, float *d1, const float *dy, const float *r0,
-                                   const float *r1, size_t ow)
+static void maxpool_2x2_rows_store(float *restrict d0, float *restrict d1, const float *restrict dy,
+                                   const float *restrict r0, const float *restrict r1, size_t ow)
 {
+    /* Integer masks (a float select here is not if-converted). */
     for (size_t j = 0; j < ow; j++) {
-        int32_t c = pool_pick4(r0, r1, j);
-        float g = dy[j];
-        d0[2 * j] = c == 0 ? g : 0.0f;
-        d0[2 * j + 1] = c == 1 ? g : 0.0f;
-        d1[2 * j] = c == 2 ? g : 0.0f;
-        d1[2 * j + 1] = c == 3 ? g : 0.0f;
+        uint32_t c = (uint32_t)pool_pick4(r0, r1, j), g;
+        memcpy(&g, &dy[j], sizeof g);
+        uint32_t v0 = g & -(uint32_t)(c == 0), v1 = g & -(uint32_t)(c == 1);
+        uint32_t v2 = g & -(uint32_t)(c == 2), v3 = g & -(uint32_t)(c == 3);
+        memcpy(&d0[2 * j], &v0, sizeof v0);
+        memcpy(&d0[2 * j + 1], &v1, sizeof v1);
+        memcpy(&d1[2 * j], &v2, sizeof v2);
+        memcpy(&d1[2 * j + 1], &v3, sizeof v3);
     }
 }
 
 DPT__NN_CLONES
-static void maxpool_2x2_rows_back(float *d0, float *d1, const float *dy, const float *r0,
-                                  const float *r1, size_t ow)
+static void maxpool_2x2_rows_back(float *restrict d0, float *restrict d1, const float *restrict dy,
+                                  const float *restrict r0, const float *restrict r1, size_t ow)
 {
     for (size_t j = 0; j < ow; j++) {
         int32_t c = pool_pick4(r0, r1, j);
