@@ -732,6 +732,25 @@ static void test_maxpool_store(void)
         REQUIRE_OK(dpt_maxpool2d_backward(&p, a, dy, x, n));
         REQUIRE_OK(dpt__maxpool2d_backward_store(&p, b, dy, x, n));
         CHECK(memcmp(a, b, in * sizeof *a) == 0);
+        /* With the forward's choices kept (2x2 on even sizes only). */
+        CHECK(dpt__maxpool2d_has_idx(&p) == (k == 0));
+        if (dpt__maxpool2d_has_idx(&p)) {
+            float *y1 = falloc(out), *y2 = falloc(out);
+            uint8_t *idx = malloc(out);
+            REQUIRE(idx);
+            REQUIRE_OK(dpt_maxpool2d_forward(&p, y1, x, n));
+            REQUIRE_OK(dpt__maxpool2d_forward_idx(&p, y2, idx, x, n));
+            CHECK(memcmp(y1, y2, out * sizeof *y1) == 0);
+            for (size_t i = 0; i < in; i++)
+                b[i] = 7.0f;
+            REQUIRE_OK(dpt__maxpool2d_backward_store_idx(&p, b, dy, idx, n));
+            CHECK(memcmp(a, b, in * sizeof *a) == 0);
+            free(idx);
+            dpt_free_aligned(y1), dpt_free_aligned(y2);
+        } else {
+            CHECK_ERR(dpt__maxpool2d_backward_store_idx(&p, b, dy, (const uint8_t *)dy, n),
+                      DPT_EINVAL, "no choices");
+        }
         dpt_free_aligned(x), dpt_free_aligned(dy), dpt_free_aligned(a), dpt_free_aligned(b);
     }
 }

@@ -8,6 +8,7 @@
 #include "dpt/conv.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Checks one spatial axis of a convolution or pooling geometry: in, k and
  * s >= 1, lo < k and hi < k, in + lo + hi >= k, and in + lo + hi without
@@ -68,5 +69,16 @@ size_t dpt__conv2d_images(const dpt_conv2d_t *cv);
  * where chosen, 0 elsewhere) instead of adding to it. */
 int dpt__maxpool2d_backward_store(const dpt_pool2d_t *p, float *dx, const float *dy, const float *x,
                                   size_t batch);
+
+/* Max pooling that keeps each window's choice (0..3) in idx [N, C, OH,
+ * OW] for dpt__maxpool2d_backward_store_idx(), which then needs no input:
+ * for 2x2 windows of stride 2 without padding on an even input
+ * (dpt__maxpool2d_has_idx()); other geometries: dpt_maxpool2d_forward(),
+ * idx untouched. The same outputs and gradients as the functions without. */
+int dpt__maxpool2d_has_idx(const dpt_pool2d_t *p);
+int dpt__maxpool2d_forward_idx(const dpt_pool2d_t *p, float *y, uint8_t *idx, const float *x,
+                               size_t batch);
+int dpt__maxpool2d_backward_store_idx(const dpt_pool2d_t *p, float *dx, const float *dy,
+                                      const uint8_t *idx, size_t batch);
 
 #endif

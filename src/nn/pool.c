@@ -146,6 +146,37 @@ static inline int32_t pool_pick4(const float *restrict r0, const float *restrict
     return k > m ? 3 : best;
 }
 
+/* The forward of a row pair that also keeps each window's choice. */
+DPT__NN_CLONES
+static void maxpool_2x2_rows_idx(float *restrict y, uint8_t *restrict idx, const float *restrict r0,
+                                 const float *restrict r1, size_t ow)
+{
+    for (size_t j = 0; j < ow; j++) {
+        int32_t c = pool_pick4(r0, r1, j);
+        float a = r0[2 * j], b = r0[2 * j + 1], d = r1[2 * j], e = r1[2 * j + 1];
+        y[j] = c == 0 ? a : c == 1 ? b : c == 2 ? d : e;
+        idx[j] = (uint8_t)c;
+    }
+}
+
+/* The storing backward of a row pair from the forward's choices. */
+DPT__NN_CLONES
+static void maxpool_2x2_rows_store_idx(float *restrict d0, float *restrict d1,
+                                       const float *restrict dy, const uint8_t *restrict idx,
+                                       size_t ow)
+{
+    for (size_t j = 0; j < ow; j++) {
+        uint32_t c = idx[j], g;
+        memcpy(&g, &dy[j], sizeof g);
+        uint32_t v0 = g & -(uint32_t)(c == 0), v1 = g & -(uint32_t)(c == 1);
+        uint32_t v2 = g & -(uint32_t)(c == 2), v3 = g & -(uint32_t)(c == 3);
+        memcpy(&d0[2 * j], &v0, sizeof v0);
+        memcpy(&d0[2 * j + 1], &v1, sizeof v1);
+        memcpy(&d1[2 * j], &v2, sizeof v2);
+        memcpy(&d1[2 * j + 1], &v3, sizeof v3);
+    }
+}
+
 DPT__NN_CLONES
 static void maxpool_2x2_rows(float *restrict y, const float *restrict r0, const float *restrict r1,
                              size_t ow)
@@ -244,6 +275,46 @@ int dpt_maxpool2d_backward(const dpt_pool2d_t *p, float *dx, const float *dy, co
             for (size_t j = 0; j < g.ow; j++)
                 dxp[window_argmax(xp, g.w, window_at(&g, i, j))] += dyp[i * g.ow + j];
         }
+    }
+    return DPT_OK;
+}
+
+int dpt__maxpool2d_has_idx(const dpt_pool2d_t *p)
+{
+    pool_geom_t g;
+    if (pool_begin(p, "max", p, p, 0, &g) != 0)
+        return 0;
+    return is_2x2(&g) && g.h == 2 * g.oh && g.w == 2 * g.ow;
+}
+
+int dpt__maxpool2d_forward_idx(const dpt_pool2d_t *p, float *y, uint8_t *idx, const float *x,
+                               size_t batch)
+{
+    if (!dpt__maxpool2d_has_idx(p))
+        return dpt_maxpool2d_forward(p, y, x, batch);
+    pool_geom_t g;
+    int rc = pool_begin(p, "max forward", y, x, batch, &g);
+    if (rc != 0)
+        return rc;
+    for (size_t q = 0; q < g.planes * g.oh; q++) {
+        const float *r0 = x + 2 * q * g.w;
+        maxpool_2x2_rows_idx(y + q * g.ow, idx + q * g.ow, r0, r0 + g.w, g.ow);
+    }
+    return DPT_OK;
+}
+
+int dpt__maxpool2d_backward_store_idx(const dpt_pool2d_t *p, float *dx, const float *dy,
+                                      const uint8_t *idx, size_t batch)
+{
+    pool_geom_t g;
+    int rc = pool_begin(p, "max backward", dx, dy, batch, &g);
+    if (rc != 0)
+        return rc;
+    if (!dpt__maxpool2d_has_idx(p))
+        return dpt_error(DPT_EINVAL, "pool2d: max backward: no choices for this geometry");
+    for (size_t q = 0; q < g.planes * g.oh; q++) {
+        float *d0 = dx + 2 * q * g.w;
+        maxpool_2x2_rows_store_idx(d0, d0 + g.w, dy + q * g.ow, idx + q * g.ow, g.ow);
     }
     return DPT_OK;
 }

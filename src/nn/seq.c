@@ -10,6 +10,7 @@
 #include "dpt/gemm.h"
 #include "dpt/nn.h"
 #include "dpt/status.h"
+#include "conv_impl.h"
 #include "gemm_impl.h"
 #include "nn_impl.h"
 #include "seq_impl.h"
@@ -289,6 +290,9 @@ void dpt_seq_destroy(dpt_seq_t *s)
     if (s->act)
         for (size_t i = 0; i < s->nlayers; i++)
             dpt_free_aligned(s->act[i]);
+    if (s->layers)
+        for (size_t i = 0; i < s->nlayers; i++)
+            free(s->layers[i].idx);
     free(s->act);
     dpt_free_aligned(s->wt);
     dpt_free_aligned(s->ws);
@@ -460,6 +464,11 @@ int dpt_seq_create_shaped(dpt_seq_t **out, dpt_shape_t in, const dpt_layer_spec_
             if ((rc = dpt_conv2d_workspace(&l->cv, &f)) != 0)
                 goto fail;
             ws = f > ws ? f : ws;
+        }
+        if (l->spec.kind == DPT_LAYER_MAXPOOL2D && dpt__maxpool2d_has_idx(&l->pool) &&
+            !(l->idx = malloc(max_batch * l->out))) {
+            rc = dpt_error(DPT_ENOMEM, "layer %zu: cannot allocate pooling choices", i);
+            goto fail;
         }
         width = l->out;
         if (width > max_width)

@@ -91,7 +91,10 @@ static void dpt__seq_maxpool_forward(const dpt__layer_t *l, const float *params,
                                      float *y, size_t batch)
 {
     (void)params;
-    (void)dpt_maxpool2d_forward(&l->pool, y, x, batch);
+    if (l->idx)
+        (void)dpt__maxpool2d_forward_idx(&l->pool, y, l->idx, x, batch);
+    else
+        (void)dpt_maxpool2d_forward(&l->pool, y, x, batch);
 }
 
 static void dpt__seq_maxpool_backward(const dpt__layer_t *l, const float *params, float *grads,
@@ -101,7 +104,9 @@ static void dpt__seq_maxpool_backward(const dpt__layer_t *l, const float *params
     (void)params, (void)grads, (void)y;
     if (!dx)
         return;
-    if (mode & DPT__STORE_DX)
+    if ((mode & DPT__STORE_DX) && l->idx)
+        (void)dpt__maxpool2d_backward_store_idx(&l->pool, dx, dy, l->idx, batch);
+    else if (mode & DPT__STORE_DX)
         (void)dpt__maxpool2d_backward_store(&l->pool, dx, dy, x, batch);
     else
         (void)dpt_maxpool2d_backward(&l->pool, dx, dy, x, batch);

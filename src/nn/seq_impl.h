@@ -31,6 +31,7 @@ typedef struct dpt__layer {
     float *ws;                  /* conv2d: the stack's shared workspace */
     const dpt__noise_t *noise;  /* dropout: the stack's state */
     size_t pos;                 /* the layer's position in the stack */
+    uint8_t *idx;               /* maxpool2d 2x2: the forward's choices [max_batch, out] */
 } dpt__layer_t;
 
 /* Backward modes: what a layer stores rather than adds to. */
