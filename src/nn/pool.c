@@ -146,6 +146,21 @@ static inline int32_t pool_pick4(const float *restrict r0, const float *restrict
     return k > m ? 3 : best;
 }
 
+/* Window j of a row pair gets g at its choice c (0..3) and 0 elsewhere,
+ * with integer masks (a float select here is not if-converted). */
+static inline void store_choice(float *restrict d0, float *restrict d1, size_t j, uint32_t c,
+                                float gf)
+{
+    uint32_t g;
+    memcpy(&g, &gf, sizeof g);
+    uint32_t v0 = g & -(uint32_t)(c == 0), v1 = g & -(uint32_t)(c == 1);
+    uint32_t v2 = g & -(uint32_t)(c == 2), v3 = g & -(uint32_t)(c == 3);
+    memcpy(&d0[2 * j], &v0, sizeof v0);
+    memcpy(&d0[2 * j + 1], &v1, sizeof v1);
+    memcpy(&d1[2 * j], &v2, sizeof v2);
+    memcpy(&d1[2 * j + 1], &v3, sizeof v3);
+}
+
 /* The forward of a row pair that also keeps each window's choice. */
 DPT__NN_CLONES
 static void maxpool_2x2_rows_idx(float *restrict y, uint8_t *restrict idx, const float *restrict r0,
@@ -165,16 +180,8 @@ static void maxpool_2x2_rows_store_idx(float *restrict d0, float *restrict d1,
                                        const float *restrict dy, const uint8_t *restrict idx,
                                        size_t ow)
 {
-    for (size_t j = 0; j < ow; j++) {
-        uint32_t c = idx[j], g;
-        memcpy(&g, &dy[j], sizeof g);
-        uint32_t v0 = g & -(uint32_t)(c == 0), v1 = g & -(uint32_t)(c == 1);
-        uint32_t v2 = g & -(uint32_t)(c == 2), v3 = g & -(uint32_t)(c == 3);
-        memcpy(&d0[2 * j], &v0, sizeof v0);
-        memcpy(&d0[2 * j + 1], &v1, sizeof v1);
-        memcpy(&d1[2 * j], &v2, sizeof v2);
-        memcpy(&d1[2 * j + 1], &v3, sizeof v3);
-    }
+    for (size_t j = 0; j < ow; j++)
+        store_choice(d0, d1, j, idx[j], dy[j]);
 }
 
 DPT__NN_CLONES
@@ -194,17 +201,8 @@ DPT__NN_CLONES
 static void maxpool_2x2_rows_store(float *restrict d0, float *restrict d1, const float *restrict dy,
                                    const float *restrict r0, const float *restrict r1, size_t ow)
 {
-    /* Integer masks (a float select here is not if-converted). */
-    for (size_t j = 0; j < ow; j++) {
-        uint32_t c = (uint32_t)pool_pick4(r0, r1, j), g;
-        memcpy(&g, &dy[j], sizeof g);
-        uint32_t v0 = g & -(uint32_t)(c == 0), v1 = g & -(uint32_t)(c == 1);
-        uint32_t v2 = g & -(uint32_t)(c == 2), v3 = g & -(uint32_t)(c == 3);
-        memcpy(&d0[2 * j], &v0, sizeof v0);
-        memcpy(&d0[2 * j + 1], &v1, sizeof v1);
-        memcpy(&d1[2 * j], &v2, sizeof v2);
-        memcpy(&d1[2 * j + 1], &v3, sizeof v3);
-    }
+    for (size_t j = 0; j < ow; j++)
+        store_choice(d0, d1, j, (uint32_t)pool_pick4(r0, r1, j), dy[j]);
 }
 
 DPT__NN_CLONES
