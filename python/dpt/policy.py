@@ -42,6 +42,7 @@ the next step.
 import json
 import os
 import re
+import stat
 import struct
 import sys
 from typing import NamedTuple
@@ -87,12 +88,19 @@ def read_checkpoint(path, verify=True):
     "dpt.checksum" must match it (docs/CHECKPOINTS.md). ValueError names
     the file and the problem."""
     with open(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 8:
-        raise ValueError("checkpoint %s: truncated, or not a safetensors file" % path)
-    (n,) = struct.unpack_from("<Q", raw)
-    if n == 0 or n > MAX_HEADER or 8 + n > len(raw):
-        raise ValueError("checkpoint %s: truncated, or not a safetensors file" % path)
+        # A device or a pipe (/dev/zero) is refused before anything is read,
+        # as dpt eval refuses it; a regular file's size bounds the header.
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("checkpoint %s: not a regular file" % path)
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError("checkpoint %s: truncated, or not a safetensors file" % path)
+        (n,) = struct.unpack_from("<Q", head)
+        if n == 0 or n > MAX_HEADER or 8 + n > st.st_size:
+            raise ValueError("checkpoint %s: header length %d does not fit the file's %d bytes: "
+                             "truncated, or not a safetensors file" % (path, n, st.st_size))
+        raw = head + f.read(st.st_size - 8)
     try:
         header = json.loads(raw[8:8 + n])
         meta = header.pop("__metadata__", {})

@@ -45,6 +45,17 @@ def test_weights_and_checkpoints(ppo_run, tmp_path):
         dpt.load(tmp_path)
 
 
+def test_load_refuses_devices_and_short_files(tmp_path):
+    """A device is refused at once, without reading it (/dev/zero would
+    never end), and a file shorter than its header says is refused."""
+    with pytest.raises(ValueError, match="not a regular file"):
+        dpt.load("/dev/zero")
+    short = tmp_path / "short.safetensors"
+    short.write_bytes((1000).to_bytes(8, "little") + b"{}")
+    with pytest.raises(ValueError, match="header length 1000 does not fit the file's 10 bytes"):
+        dpt.load(str(short))
+
+
 def test_same_greedy_actions_as_c_policy(ppo_run):
     policy = dpt.load(ppo_run)
     rng = np.random.default_rng(0)
