@@ -49,7 +49,8 @@ typedef struct srt_worker {
     dpt_arena_t params, grads;
     float *x, *y; /* the batch: features [b, dim] or pooled embeddings [b, E]; targets */
     int32_t *labels;
-    int32_t *keys; /* [b, 2] the rows' dropout keys (the epoch, the position in its order) */
+    int32_t *keys; /* [b, 2] the rows' dropout keys (the global step the gradient is for, the
+                    * row's position in the epoch's order: the same in threads and ranks) */
     /* bags */
     int64_t *ids, *uniq;   /* [b * L] the batch's ids (local numbers), its distinct ids */
     size_t *offsets;       /* [b + 1] */
@@ -119,9 +120,9 @@ struct srt {
 int dpt__sr_worker_build(srt_t *t, srt_worker_t *w);
 void dpt__sr_worker_free(srt_worker_t *w);
 /* Worker w's gradient on chunk `chunk` of the epoch's order, at the
- * variables it fetched through its client. Fills w->grads (dense) and
- * w->grad_rows (bags). */
-int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct);
+ * variables it fetched through its client, for global step `step` (the
+ * dropout masks' key). Fills w->grads (dense) and w->grad_rows (bags). */
+int dpt__sr_grad(srt_worker_t *w, size_t chunk, uint64_t step, double *loss, double *correct);
 /* The worker loop of a thread and of a worker rank alike: take a token,
  * compute the gradient of the chunk the token's index names, push it,
  * until the session (a thread) or the run (a rank) is over. A worker that

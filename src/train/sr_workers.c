@@ -94,7 +94,7 @@ static int dpt__srt_fetch(srt_worker_t *w, const int64_t *ids, size_t n)
 
 /* Worker w's gradient on chunk `chunk` of the epoch's order, at the
  * variables it fetched. Fills w->grads (dense) and w->grad_rows (bags). */
-int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
+int dpt__sr_grad(srt_worker_t *w, size_t chunk, uint64_t step, double *loss, double *correct)
 {
     srt_t *t = w->t;
     size_t b = t->b;
@@ -112,7 +112,7 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, double *loss, double *correct)
                 memcpy(w->y + i * yd, d->targets + r * yd, yd * sizeof(float));
             else
                 w->labels[i] = d->labels[r];
-            w->keys[2 * i] = (int32_t)(uint32_t)t->epoch;
+            w->keys[2 * i] = (int32_t)(uint32_t)step;
             w->keys[2 * i + 1] = (int32_t)(uint32_t)(chunk * b + i);
         }
         dpt_batch_t batch = dpt__task_batch(b, dim, w->x, w->labels, w->y, yd, w->keys);
@@ -228,7 +228,7 @@ int dpt__sr_work(srt_worker_t *w)
             dpt__sr_perm(t, pos);
         }
         size_t chunk = (size_t)((tok.index * (uint64_t)t->N + (uint64_t)w->id) % t->nchunks);
-        if ((rc = dpt__sr_grad(w, chunk, &loss, &correct)) != 0)
+        if ((rc = dpt__sr_grad(w, chunk, tok.step, &loss, &correct)) != 0)
             break;
         if (t->replica_clip > 0.0)
             dpt__sr_clip(t, w);
