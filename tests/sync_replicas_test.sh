@@ -187,6 +187,17 @@ if [ -n "$mpiexec" ] && [ -x "$mpiexec" ] && "$dpt" info | grep -q "^  mpi    ye
     check "N = R = 2: the same job over threads and over mpirun -np 3 ends bitwise equal" "$cmp" \
         mp_threads/checkpoints/checkpoint-00000010.safetensors \
         mp_ranks/checkpoints/checkpoint-00000010.safetensors
+    # Dropout's masks are keyed by the global step and the rows' positions,
+    # which worker threads and worker ranks both know.
+    printf 'job = sync_replicas\ndataset = spirals\nspirals_points = 1024\nbatch_size = 64\n' > md.conf
+    printf 'network = dense(32) tanh dropout(0.3) dense(32) tanh\nepochs = 3\n' >> md.conf
+    printf 'total_num_replicas = 2\nreplicas_to_aggregate = 2\noptimizer = adam\nlr = 0.01\n' >> md.conf
+    expect 0 "" -- train md.conf --quiet --set output_dir=md_threads --set comm_timeout_s=60
+    out=$(mpirun_ -np 3 "$dpt" train md.conf --quiet --set output_dir=md_ranks \
+        --set comm_timeout_s=60 2>&1) || printf '%s\n' "$out" | tail -3
+    check "dropout, N = R = 2: threads and mpirun -np 3 end bitwise equal" "$cmp" \
+        md_threads/checkpoints/checkpoint-00000003.safetensors \
+        md_ranks/checkpoints/checkpoint-00000003.safetensors
     out=$(mpirun_ -np 2 "$dpt" train mp.conf --set output_dir=mp_bad 2>&1); rc=$?
     if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "must add up to the 2 ranks" &&
        [ ! -e mp_bad ]; then
