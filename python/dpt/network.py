@@ -87,12 +87,17 @@ class LayerSpec:
             pad = "%dx%d" % (t, l)
         else:
             pad = "%d/%d/%d/%d (top/bottom/left/right)" % (t, b, l, r)
-        init = "" if self.init == "default" else ",init=%s,gain=%g" % (self.init, self.gain)
+        # %.9g of the float32 the library keeps: the same text as its.
+        gain = float(np.float32(self.gain))
+        if self.init != "default":
+            init = ",init=%s,gain=%.9g" % (self.init, gain)
+        else:
+            init = ",gain=%.9g" % gain if gain else ""
         sh, sw = self.strides()
         if self.kind == "dense":
             return "dense(%d%s)" % (self.out, init)
         if self.kind == "dropout":
-            return "dropout(%.9g)" % self.rate
+            return "dropout(%.9g)" % float(np.float32(self.rate))
         if self.kind == "conv":
             return "conv(%d,k=%dx%d,stride=%dx%d,pad=%s%s)" % (self.out, self.kh, self.kw, sh, sw,
                                                               pad, init)

@@ -334,12 +334,16 @@ int dpt_network_parse(const char *text, dpt_layer_spec_t *layers, size_t max_lay
     return DPT_OK;
 }
 
-/* ", init=orthogonal, gain=1.41" for an init other than the default. */
+/* ",init=orthogonal,gain=1.41" for an init other than the default. */
 static size_t dpt__net_init_text(const dpt_layer_spec_t *l, char *buf, size_t size)
 {
-    if (l->init == DPT_INIT_DEFAULT)
-        return 0;
-    int k = snprintf(buf, size, ",init=%s,gain=%g", dpt_init_name(l->init), (double)l->gain);
+    /* %.9g: the text parses back to the same float. A gain given with the
+     * default init (which ignores it) is written too. */
+    int k = 0;
+    if (l->init != DPT_INIT_DEFAULT)
+        k = snprintf(buf, size, ",init=%s,gain=%.9g", dpt_init_name(l->init), (double)l->gain);
+    else if (l->gain != 0.0f)
+        k = snprintf(buf, size, ",gain=%.9g", (double)l->gain);
     return k < 0 ? 0 : (size_t)k;
 }
 
