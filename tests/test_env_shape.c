@@ -214,14 +214,72 @@ static void test_plugin(void)
     dpt_env_class_destroy(cls);
 }
 
+/* A PPO trainer on the Shaped-v0 plug-in whose policy has `network`
+ * (NULL: refused with the message `want`). */
+static dpt_trainer_t *shaped_ppo(const char *network, const char *want)
+{
+    char env[1100], net[256];
+    snprintf(env, sizeof env, "env=%s", shaped_plugin);
+    snprintf(net, sizeof net, "network=%s", network);
+    const char *sets[] = {"job=ppo",
+                          env,
+                          net,
+                          "num_envs_per_worker=4",
+                          "rollout_fragment_length=16",
+                          "train_batch_size=64",
+                          "sgd_minibatch_size=32",
+                          "num_sgd_iter=2",
+                          "total_timesteps=256"};
+    dpt_config_t *cfg = NULL;
+    dpt_trainer_t *t = NULL;
+    int rc = dpt_config_create(&cfg);
+    for (size_t i = 0; !rc && i < sizeof sets / sizeof sets[0]; i++)
+        rc = dpt_config_set(cfg, sets[i]);
+    if (!rc)
+        rc = dpt_config_finalize(cfg);
+    if (!rc && want) {
+        CHECK_ERR(dpt_trainer_create(&t, cfg, NULL), DPT_EINVAL, want);
+    } else if (!rc) {
+        rc = dpt_trainer_create(&t, cfg, NULL);
+    }
+    if (rc)
+        fprintf(stderr, "shaped ppo: %s\n", dpt_last_error());
+    dpt_config_destroy(cfg);
+    return t;
+}
+
+/* The class's image shape reaches the policy's encoder: a convolution over
+ * the [2, 3, 4] observations trains, and one that does not fit them is
+ * refused naming the env, the shape and the layer. */
+static void test_conv_policy(void)
+{
+    if (!shaped_plugin) {
+        printf("     no shaped plug-in given: skipped\n");
+        return;
+    }
+    dpt_trainer_t *t = shaped_ppo("conv(4,k=2) relu flatten dense(8) tanh", NULL);
+    REQUIRE(t != NULL);
+    const dpt_vartable_t *vars = dpt_trainer_vars(t);
+    const dpt_var_t *w0 = dpt_vartable_find(vars, "encoder.0.weight");
+    REQUIRE(w0 != NULL);
+    CHECK(w0->ndim == 4 && w0->shape[0] == 4 && w0->shape[1] == 2 && w0->shape[2] == 2);
+    const dpt_var_t *a0 = dpt_vartable_find(vars, "actor.0.weight");
+    CHECK(a0 && a0->shape[1] == 8);
+    dpt_train_result_t r;
+    CHECK_OK(dpt_trainer_iterate(t, &r));
+    CHECK_OK(dpt_trainer_iterate(t, &r));
+    CHECK(r.timesteps_total == 128);
+    dpt_trainer_destroy(t);
+    CHECK(shaped_ppo("conv(4,k=4)", "network on the observations of Shaped-v0, shape [2, 3, 4]: "
+                                    "layer 1 of 1") == NULL);
+}
+
 int main(int argc, char **argv)
 {
     shaped_plugin = argc > 1 ? argv[1] : NULL;
     static const dpt_test_case_t cases[] = {
-        DPT_TEST(test_check_rule),
-        DPT_TEST(test_accessor),
-        DPT_TEST(test_configure),
-        DPT_TEST(test_plugin),
+        DPT_TEST(test_check_rule), DPT_TEST(test_accessor),    DPT_TEST(test_configure),
+        DPT_TEST(test_plugin),     DPT_TEST(test_conv_policy),
     };
     return DPT_TEST_RUN(cases);
 }
