@@ -138,6 +138,7 @@ const dpt__layer_ops_t dpt__seq_avgpool_ops = {"avgpool2d", 0, dpt__seq_avgpool_
 
 /* ---- flatten --------------------------------------------------------------- */
 
+/* Flatten, and dropout outside training: the values pass unchanged. */
 static void dpt__seq_flatten_forward(const dpt__layer_t *l, const float *params, const float *x,
                                      float *y, size_t batch)
 {
@@ -186,9 +187,8 @@ static void dpt__seq_dropout_key(const dpt__layer_t *l, size_t r, uint64_t *step
 static void dpt__seq_dropout_forward(const dpt__layer_t *l, const float *params, const float *x,
                                      float *y, size_t batch)
 {
-    (void)params;
     if (!l->noise->train || l->spec.rate == 0.0f) {
-        memcpy(y, x, batch * l->in * sizeof(float));
+        dpt__seq_flatten_forward(l, params, x, y, batch);
         return;
     }
     uint64_t seed = dpt__seq_dropout_seed(l), step, row;
@@ -204,17 +204,14 @@ static void dpt__seq_dropout_backward(const dpt__layer_t *l, const float *params
                                       const float *x, const float *y, const float *dy, float *dx,
                                       size_t batch, unsigned mode)
 {
-    (void)params, (void)grads, (void)x, (void)y;
-    size_t n = batch * l->in;
+    if (!l->noise->train || l->spec.rate == 0.0f) {
+        dpt__seq_flatten_backward(l, params, grads, x, y, dy, dx, batch, mode);
+        return;
+    }
     if (!dx)
         return;
     if (mode & DPT__STORE_DX)
-        memset(dx, 0, n * sizeof(float));
-    if (!l->noise->train || l->spec.rate == 0.0f) {
-        for (size_t i = 0; i < n; i++)
-            dx[i] += dy[i];
-        return;
-    }
+        memset(dx, 0, batch * l->in * sizeof(float));
     uint64_t seed = dpt__seq_dropout_seed(l), step, row;
     for (size_t r = 0; r < batch; r++) {
         dpt__seq_dropout_key(l, r, &step, &row);
