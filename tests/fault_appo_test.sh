@@ -15,8 +15,10 @@
 #   term_sampler     SIGTERM to sampler rank 2 alone: it asks rank 0 to stop
 #                    the run; rank 0 writes its checkpoint and exits 143,
 #                    every rank answered.
-# Each run is bounded (timeout 150 s); the checks are on what the run did
-# (exit codes, messages, files), never on how long it took.
+# Each run is bounded (150 s, then SIGKILL 10 s later: a launcher that waits
+# on a stopped rank cannot hold the test); the checks are on what the run did
+# (exit codes, messages, files), never on how long it took. Each case prints
+# its time, and a run that overstays lists the processes left.
 #
 # usage: fault_appo_test.sh DPT MPIEXEC WORK
 # Skipped (77) without MPI in the build or without mpirun.
@@ -40,10 +42,16 @@ metric() { tail -1 "$1" | tr ',{}' '\n\n\n' | sed -n "s/^\"$2\"://p" | head -1; 
 start() {
     name="$1" np="$2"
     shift 2
-    timeout 150 "$mpiexec" --oversubscribe -np "$np" "$dpt" train "$conf" --quiet \
+    t_start=$(date +%s)
+    timeout -k 10 150 "$mpiexec" --oversubscribe -np "$np" "$dpt" train "$conf" --quiet \
         --set comm_timeout_s=5 --set eval_episodes=0 --set output_dir="${token}_$name" "$@" \
-        >"$name.out" 2>&1 &
+        >"$name.out" 2>&1 </dev/null &
     job=$!
+    # What is left of the run 140 s in, when it should long have ended.
+    (sleep 140 && ps -o pid,stat,etime,wchan:20,args -p \
+        "$(pgrep -f -- "output_dir=${token}_$name" | tr '\n' ',' | sed 's/,$//')" \
+        >"$name.ps" 2>&1) </dev/null >/dev/null 2>&1 &
+    watch=$!
 }
 # first_result NAME: waits (up to 60 s) for the run's first iteration.
 first_result() {
@@ -59,8 +67,14 @@ first_result() {
 finish() {
     wait "$job"
     rc=$?
-    echo "== $1: exit $rc"
+    pkill -P "$watch" 2>/dev/null
+    kill "$watch" 2>/dev/null
+    echo "== $1: exit $rc after $(($(date +%s) - t_start)) s"
     grep -v '^\[' "$1.out" | sed 's/^/   | /' | tail -8
+    if [ -s "$1.ps" ]; then
+        echo "   the processes 140 s in:"
+        cut -c1-160 "$1.ps" | sed 's/^/   | /'
+    fi
     left=$(pgrep -f -- "output_dir=${token}_$1" 2>/dev/null)
     if [ -n "$left" ]; then
         kill -CONT $left 2>/dev/null
@@ -137,9 +151,11 @@ if [ -n "$victim" ] && [ -n "$learner" ]; then
     last=$(last_checkpoint term_stopped)
     if [ -n "$last" ] && [ "$last" = "$its" ]; then
         ok "term_stopped: checkpoint of the last iteration ($last) written"
-        out=$("$mpiexec" --oversubscribe -np 2 "$dpt" train --resume "${token}_term_stopped" --quiet \
-            --set stop_iters=$((last + 2)) 2>&1)
+        t_start=$(date +%s)
+        out=$(timeout -k 10 150 "$mpiexec" --oversubscribe -np 2 "$dpt" train --resume \
+            "${token}_term_stopped" --quiet --set stop_iters=$((last + 2)) 2>&1 </dev/null)
         rrc=$?
+        echo "== term_stopped --resume: exit $rrc after $(($(date +%s) - t_start)) s"
         now=$(metric "${token}_term_stopped/result.jsonl" training_iteration)
         if [ "$rrc" -eq 0 ] && [ "$now" = "$((last + 2))" ]; then
             ok "term_stopped: --resume went on from iteration $last to $now"

@@ -40,7 +40,7 @@ EOF
 start() {
     name="$1"
     shift
-    timeout 90 "$@" >"$name.out" 2>&1 &
+    timeout -k 10 90 "$@" >"$name.out" 2>&1 &
     job=$!
 }
 # finish NAME: waits for $job; sets $rc and $secs (since $t0, in ms -> s).

@@ -44,7 +44,7 @@ start() {
     name="$1"
     shift
     t_start=$(date +%s)
-    timeout "${limit:-90}" mpirun --oversubscribe -np "${np:-3}" "$dpt" train --quiet sr.conf \
+    timeout -k 10 "${limit:-90}" mpirun --oversubscribe -np "${np:-3}" "$dpt" train --quiet sr.conf \
         --set output_dir="${token}_$name" "$@" >"$name.out" 2>&1 &
     job=$!
     i=0
@@ -112,7 +112,7 @@ d="${token}_service"
 if line=$("$check" "$d" 2>&1); then ok "service: the run directory is complete ($line)"; else bad "service: $line"; fi
 last=$(ls "$d/checkpoints" | grep '^checkpoint-.*\.safetensors$' | tail -1)
 n=$(echo "$last" | sed 's/checkpoint-0*\([0-9][0-9]*\)\.safetensors/\1/')
-if timeout 90 mpirun --oversubscribe -np 3 "$dpt" train --resume "$d" --quiet \
+if timeout -k 10 90 mpirun --oversubscribe -np 3 "$dpt" train --resume "$d" --quiet \
     --set stop_iters=$((n + 1)) >resume.out 2>&1 &&
     [ -e "$d/checkpoints/checkpoint-$(printf %08d $((n + 1))).safetensors" ]; then
     ok "service: --resume continues from $last to epoch $((n + 1))"
@@ -121,7 +121,7 @@ else
 fi
 # The same epochs without the stop: bitwise the same variables.
 u="${token}_straight"
-timeout 90 mpirun --oversubscribe -np 3 "$dpt" train sr.conf --quiet --set output_dir="$u" $big \
+timeout -k 10 90 mpirun --oversubscribe -np 3 "$dpt" train sr.conf --quiet --set output_dir="$u" $big \
     --set stop_iters=$((n + 1)) >straight.out 2>&1
 k="checkpoints/checkpoint-$(printf %08d $((n + 1))).safetensors"
 if out=$("$compare" "$d/$k" "$u/$k" 2>&1); then
