@@ -40,7 +40,8 @@ extern "C" {
     X(DPT_LAYER_MAXPOOL2D, "maxpool2d") \
     X(DPT_LAYER_AVGPOOL2D, "avgpool2d") \
     X(DPT_LAYER_FLATTEN, "flatten")     \
-    X(DPT_LAYER_DROPOUT, "dropout")
+    X(DPT_LAYER_DROPOUT, "dropout")     \
+    X(DPT_LAYER_BATCHNORM, "batchnorm")
 
 /* clang-format off */ /* (it misreads an enum made from an X-macro list) */
 typedef enum dpt_layer_kind {
@@ -88,6 +89,18 @@ typedef enum dpt_init {
  *  dropout:   while training (dpt_seq_set_dropout()), inverted dropout of
  *             probability `rate` (dpt/norm.h's dpt_dropout_forward(), a
  *             mask drawn from each row's key); the identity otherwise.
+ *  batchnorm: batch normalization per channel (per feature of a flat row),
+ *             dpt/norm.h's kernels, with gamma ("<prefix><i>.weight", ones),
+ *             beta ("<prefix><i>.bias", zeros), "<prefix><i>.running_mean"
+ *             (zeros) and "<prefix><i>.running_var" (ones), [C] each.
+ *             While training (dpt_seq_set_dropout()'s train flag) it
+ *             normalizes with the batch's statistics, and the backward pass
+ *             writes into the running statistics' gradient slots their
+ *             update m * (batch statistic - running value) (the variance
+ *             unbiased; m = rate, PyTorch's momentum), for an optimizer that
+ *             adds it as it is (dpt_optim_set_running(); dpt_seq_running()
+ *             names them); otherwise it normalizes with the running
+ *             statistics and the update is 0. eps = gain.
  * Geometry (conv2d and pooling): a kernel or window kh x kw; stride_h,
  * stride_w (0 means 1 for conv2d, the window for pooling, PyTorch's
  * defaults); padding pad_top, pad_bottom, pad_left, pad_right, or, with
@@ -97,13 +110,15 @@ typedef struct dpt_layer_spec {
     dpt_layer_kind_t kind;
     size_t out;      /* linear: O; conv2d: output channels; others ignore it */
     dpt_init_t init; /* linear, conv2d: initialisation (fan-in I, or C*kh*kw) */
-    float gain;      /* linear, conv2d: gain/bound/std of the init (unused by default) */
+    float gain;      /* linear, conv2d: gain/bound/std of the init (unused by default);
+                      * batchnorm: eps, >= 0 (0: 1e-5) */
     size_t kh, kw;   /* conv2d, pooling */
     size_t stride_h, stride_w;
     size_t pad_top, pad_bottom, pad_left, pad_right;
     int pad_same;  /* conv2d, pooling: SAME padding instead of the four above */
     int count_pad; /* avgpool2d: divide by kh*kw (1) or the elements inside (0) */
-    float rate;    /* dropout: the probability of dropping a value, in [0, 1) */
+    float rate;    /* dropout: the probability of dropping a value, in [0, 1);
+                    * batchnorm: the running statistics' momentum, in [0, 1] (0: 0.1) */
 } dpt_layer_spec_t;
 
 /* The output shape of every layer of a stack on inputs of shape `in` into
@@ -168,6 +183,12 @@ dpt_shape_t dpt_seq_out_shape(const dpt_seq_t *seq);
 /* Initialises this stack's variables inside `params` (an arena with the
  * table's layout) from `rng`, layer by layer in order. */
 void dpt_seq_init_params(const dpt_seq_t *seq, float *params, dpt_rng_t *rng);
+
+/* The running statistics of the stack's batchnorm layers: sets flags[i] = 1
+ * for each of them (i: its index in the table the stack was created with;
+ * flags NULL: only counts) and returns how many there are. The other flags
+ * are left as they are. */
+size_t dpt_seq_running(const dpt_seq_t *seq, unsigned char *flags);
 
 /* Forward pass of x [B, I] (borrowed; must stay valid until the matching
  * backward). *y points to the output [B, O], owned by the stack and valid
@@ -444,6 +465,8 @@ int dpt_mlp_create_shaped(dpt_mlp_t **mlp, dpt_shape_t in, const dpt_layer_spec_
 void dpt_mlp_destroy(dpt_mlp_t *mlp);
 /* The parameter layout (owned by the MLP). */
 const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *mlp);
+/* dpt_seq_running() of the MLP's stack, on its table (dpt_mlp_vars()). */
+size_t dpt_mlp_running(const dpt_mlp_t *mlp, unsigned char *flags);
 /* The seed of the dropout masks of loss_grad (default 0; replicas copy it).
  * Evaluation and prediction never drop. */
 void dpt_mlp_set_seed(dpt_mlp_t *mlp, uint64_t seed);

@@ -177,6 +177,42 @@ size_t dpt_optim_no_grad_count(const dpt_optim_t *opt);
  * dpt_optim_count()); the rest of grads is untouched. */
 void dpt_optim_zero_no_grad(const dpt_optim_t *opt, float *grads, size_t lo, size_t hi);
 
+/* Running statistics (e.g. a batch-norm layer's running mean and
+ * variance) are variables that no optimizer rule moves: the model writes
+ * into their gradient slot the update itself (for batch norm, momentum *
+ * (batch statistic - running value)), and every update adds it as it is:
+ * p += g, with no learning rate, weight decay, slots or clip factor.
+ * Because the update is linear in g, averaging the gradient over towers,
+ * ranks or workers averages the statistics' updates.
+ *
+ * dpt_optim_set_running() marks variable i of `vars` when running[i] != 0
+ * (NULL clears every running mark; a later call replaces them); marks of
+ * both kinds are kept per variable of one table (the same table's size
+ * must be given to both calls, else DPT_EINVAL), and a variable marked
+ * both ways is left alone (no gradient wins). Running elements are not
+ * zeroed by dpt_optim_zero_no_grad() and do not count in
+ * dpt_optim_no_grad_count(). Callers that clip by a global norm leave them
+ * out of it: dpt_optim_sumsq_less_running() takes their sum of squares out
+ * of a sum computed over the whole arena (never below 0), and
+ * dpt_optim_scale_grads() scales every other element.
+ * Errors: as dpt_optim_set_no_grad(). */
+int dpt_optim_set_running(dpt_optim_t *opt, const struct dpt_vartable *vars,
+                          const unsigned char *running);
+/* 1 when element i belongs to a running-statistics variable, else 0. */
+int dpt_optim_running(const dpt_optim_t *opt, size_t i);
+/* The number of running-statistics elements. */
+size_t dpt_optim_running_count(const dpt_optim_t *opt);
+/* The sum of squares of grads[i] over the running elements of [lo, hi), in
+ * double, in index order. */
+double dpt_optim_running_sumsq(const dpt_optim_t *opt, const float *grads, size_t lo, size_t hi);
+/* sumsq (of grads over [lo, hi)) less its running elements' part, at least
+ * 0; sumsq as it is when nothing is running. */
+double dpt_optim_sumsq_less_running(const dpt_optim_t *opt, double sumsq, const float *grads,
+                                    size_t lo, size_t hi);
+/* grads[i] *= f for every i in [lo, hi) that is not a running element (the
+ * same bits as dpt_vec_scale() on those elements); f == 1 does nothing. */
+void dpt_optim_scale_grads(const dpt_optim_t *opt, float *grads, size_t lo, size_t hi, float f);
+
 /* The step counter (number of completed whole steps), for checkpoints. */
 uint64_t dpt_optim_get_t(const dpt_optim_t *opt);
 void dpt_optim_set_t(dpt_optim_t *opt, uint64_t t);

@@ -116,6 +116,12 @@ typedef struct dpt_sr_config {
     /* NULL, or one flag per variable: 1 = no gradient (frozen; see "Variables
      * without a gradient" above); read at create. */
     const unsigned char *no_grad;
+    /* NULL, or one flag per variable: 1 = running statistics (batch norm's
+     * running mean and variance; dpt_optim_set_running): a worker's
+     * "gradient" of them is its update of them, averaged over the accepted
+     * workers like any gradient and added as it is, left out of the norm and
+     * the clip; read at create. */
+    const unsigned char *running;
     /* One shard of several services in separate processes: */
     const unsigned char *owned; /* NULL (all), or one flag per variable: 1 = kept here; the
                                  * others are not accumulated, applied, averaged or fetched

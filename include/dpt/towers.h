@@ -157,6 +157,18 @@
  * fused SGD update of ps mode is not used then. Mark the engine through
  * cfg.no_grad, not through dpt_towers_optimizer(): the replicas must
  * agree.
+ *
+ * Running statistics (cfg.running: e.g. batch norm's running mean and
+ * variance): the model writes each tower's update of them into their
+ * gradient slot (momentum * (the tower's batch statistic - the running
+ * value)); the towers' gradients combine as usual (average, or weighted by
+ * rows), so the update applied is that of the statistics averaged over
+ * towers and participants, once per step, the same on every replica. Every
+ * optimizer is marked with dpt_optim_set_running(): the update is added as
+ * it is, and the global norm and its clipping leave these variables out.
+ * async mode applies each tower's own update as it comes. reduce_sum would
+ * add the towers' updates: the trainers refuse it with running statistics.
+ * The fused SGD update of ps mode is not used then.
  */
 #ifndef DPT_TOWERS_H
 #define DPT_TOWERS_H
@@ -216,6 +228,9 @@ typedef struct dpt_towers_config {
     const unsigned char *no_grad;        /* NULL, or one flag per variable of the model's
                                           * table: 1 = no gradient (see "Variables without a
                                           * gradient"); read at create only */
+    const unsigned char *running;        /* NULL, or one flag per variable of the model's
+                                          * table: 1 = running statistics (see "Running
+                                          * statistics"); read at create only */
 } dpt_towers_config_t;
 
 /* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam, no

@@ -83,6 +83,11 @@ const dpt_vartable_t *dpt_mlp_vars(const dpt_mlp_t *m)
     return &m->vars;
 }
 
+size_t dpt_mlp_running(const dpt_mlp_t *m, unsigned char *flags)
+{
+    return dpt_seq_running(m->seq, flags);
+}
+
 void dpt_mlp_set_seed(dpt_mlp_t *m, uint64_t seed)
 {
     m->seed = seed;

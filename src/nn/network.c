@@ -29,6 +29,7 @@ static const dpt__net_kind_t dpt__net_kinds[] = {
     {"avgpool", "avgpool2d", DPT_LAYER_AVGPOOL2D, {"k", NULL}, "k stride pad count_pad"},
     {"dense", "linear", DPT_LAYER_LINEAR, {"out", NULL}, "out init gain"},
     {"dropout", NULL, DPT_LAYER_DROPOUT, {"p", NULL}, "p"},
+    {"batchnorm", "bn", DPT_LAYER_BATCHNORM, {NULL, NULL}, "momentum eps"},
     {"flatten", NULL, DPT_LAYER_FLATTEN, {NULL, NULL}, ""},
     {"relu", NULL, DPT_LAYER_RELU, {NULL, NULL}, ""},
     {"tanh", NULL, DPT_LAYER_TANH, {NULL, NULL}, ""},
@@ -142,6 +143,18 @@ static int dpt__net_arg(const dpt__net_at_t *at, dpt_layer_spec_t *l, const char
             return dpt__net_fail(at, msg);
         }
         l->rate = (float)r;
+        return DPT_OK;
+    }
+    if (strcmp(name, "momentum") == 0 || strcmp(name, "eps") == 0) {
+        char *end;
+        errno = 0;
+        double r = strtod(buf, &end);
+        int mom = name[0] == 'm';
+        if (n == 0 || n >= 60 || *end || errno || !(r > 0.0 && r <= 1.0)) {
+            snprintf(msg, sizeof msg, "%s = \"%s\" is not a number in (0, 1]", name, buf);
+            return dpt__net_fail(at, msg);
+        }
+        *(mom ? &l->rate : &l->gain) = (float)r;
         return DPT_OK;
     }
     if (strcmp(name, "init") == 0) {
@@ -302,8 +315,8 @@ int dpt_network_parse(const char *text, dpt_layer_spec_t *layers, size_t max_lay
         const dpt__net_kind_t *k = dpt__net_kind(w, wn);
         if (!k)
             return dpt__net_fail(&at, "unknown layer (known: conv, maxpool, avgpool, dense, "
-                                      "dropout, flatten, relu, tanh; conv2d, maxpool2d, avgpool2d "
-                                      "and linear are the same)");
+                                      "dropout, batchnorm, flatten, relu, tanh; conv2d, maxpool2d, "
+                                      "avgpool2d, linear and bn are the same)");
         if (n == max_layers) {
             char msg[80];
             snprintf(msg, sizeof msg, "more than %zu layers", max_layers);
@@ -379,6 +392,16 @@ void dpt_layer_describe(const dpt_layer_spec_t *l, char *buf, size_t size)
                  sh ? sh : l->kh, sw ? sw : l->kw, pad, tail);
         return;
     case DPT_LAYER_DROPOUT: snprintf(buf, size, "dropout(%.9g)", (double)l->rate); return;
+    case DPT_LAYER_BATCHNORM: {
+        /* Only what differs from the defaults (0 in the spec). */
+        char m[32] = "", e[32] = "";
+        if (l->rate != 0.0f)
+            snprintf(m, sizeof m, "momentum=%.9g", (double)l->rate);
+        if (l->gain != 0.0f)
+            snprintf(e, sizeof e, "%seps=%.9g", *m ? "," : "", (double)l->gain);
+        snprintf(buf, size, *m || *e ? "batchnorm(%s%s)" : "batchnorm", m, e);
+        return;
+    }
     default: snprintf(buf, size, "%s", dpt_layer_kind_name(l->kind)); return;
     }
 }

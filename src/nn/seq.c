@@ -214,6 +214,7 @@ static const dpt__layer_ops_t *const dpt__layer_ops[DPT_LAYER_COUNT] = {
     [DPT_LAYER_AVGPOOL2D] = &dpt__seq_avgpool_ops,
     [DPT_LAYER_FLATTEN] = &dpt__seq_flatten_ops,
     [DPT_LAYER_DROPOUT] = &dpt__seq_dropout_ops,
+    [DPT_LAYER_BATCHNORM] = &dpt__seq_batchnorm_ops,
 };
 
 static const char *const dpt__layer_names[] = {
@@ -247,7 +248,7 @@ int dpt_layer_kind_parse(const char *name, dpt_layer_kind_t *kind)
         }
     return dpt_error(DPT_EINVAL,
                      "unknown layer kind \"%s\" (known: linear, relu, tanh, conv2d, maxpool2d, "
-                     "avgpool2d, flatten, dropout)",
+                     "avgpool2d, flatten, dropout, batchnorm)",
                      name);
 }
 
@@ -291,8 +292,10 @@ void dpt_seq_destroy(dpt_seq_t *s)
         for (size_t i = 0; i < s->nlayers; i++)
             dpt_free_aligned(s->act[i]);
     if (s->layers)
-        for (size_t i = 0; i < s->nlayers; i++)
+        for (size_t i = 0; i < s->nlayers; i++) {
             free(s->layers[i].idx);
+            dpt_free_aligned(s->layers[i].bn);
+        }
     free(s->act);
     dpt_free_aligned(s->wt);
     dpt_free_aligned(s->ws);
@@ -365,6 +368,16 @@ static int dpt__layer_shape(size_t i, size_t n, const dpt_layer_spec_t *sp, dpt_
                              i + 1, n, (double)sp->rate);
         *out = in;
         return DPT_OK;
+    case DPT_LAYER_BATCHNORM:
+        if (!(sp->rate >= 0.0f && sp->rate <= 1.0f))
+            return dpt_error(DPT_EINVAL,
+                             "layer %zu of %zu (batchnorm): momentum %g is not in [0, 1]", i + 1, n,
+                             (double)sp->rate);
+        if (!(sp->gain >= 0.0f && sp->gain < 1e30f))
+            return dpt_error(DPT_EINVAL, "layer %zu of %zu (batchnorm): eps %g is not >= 0", i + 1,
+                             n, (double)sp->gain);
+        *out = in;
+        return DPT_OK;
     default: *out = in; return DPT_OK;
     }
 }
@@ -391,10 +404,26 @@ int dpt_layers_shapes(dpt_shape_t in, const dpt_layer_spec_t *layers, size_t nla
     return DPT_OK;
 }
 
-/* Adds layer l's weight and bias (layer i) to the table. */
+/* Adds layer l's weight and bias (layer i) to the table; batchnorm's are
+ * gamma and beta, then its running mean and variance. */
 static int dpt__layer_vars(dpt__layer_t *l, size_t i, dpt_vartable_t *table, const char *prefix)
 {
     char name[DPT_VAR_NAME_MAX + 32];
+    if (l->spec.kind == DPT_LAYER_BATCHNORM) {
+        size_t cshape[1] = {l->ishape.c};
+        static const char *const what[4] = {"weight", "bias", "running_mean", "running_var"};
+        size_t *offs[4] = {&l->w_off, &l->b_off, &l->rm_off, &l->rv_off};
+        l->var = table->nvars;
+        l->nvars = 4;
+        for (int k = 0; k < 4; k++) {
+            snprintf(name, sizeof name, "%s%zu.%s", prefix, i, what[k]);
+            int rc = dpt_vartable_add(table, name, 1, cshape, offs[k]);
+            if (rc)
+                return rc;
+        }
+        return DPT_OK;
+    }
+    l->nvars = 2;
     size_t wshape[4] = {l->out, l->in}, bshape[1] = {l->out};
     int ndim = 2;
     if (l->spec.kind == DPT_LAYER_CONV2D) {
@@ -464,6 +493,10 @@ int dpt_seq_create_shaped(dpt_seq_t **out, dpt_shape_t in, const dpt_layer_spec_
             if ((rc = dpt_conv2d_workspace(&l->cv, &f)) != 0)
                 goto fail;
             ws = f > ws ? f : ws;
+        }
+        if (l->spec.kind == DPT_LAYER_BATCHNORM && !(l->bn = dpt__alloc_floats(3, cur.c))) {
+            rc = dpt_error(DPT_ENOMEM, "layer %zu: cannot allocate batch statistics", i);
+            goto fail;
         }
         if (l->spec.kind == DPT_LAYER_MAXPOOL2D && dpt__maxpool2d_has_idx(&l->pool) &&
             !(l->idx = malloc(max_batch * l->out))) {
@@ -610,9 +643,34 @@ static void dpt__init_linear(const dpt__layer_t *l, float *params, dpt_rng_t *rn
 
 void dpt_seq_init_params(const dpt_seq_t *s, float *params, dpt_rng_t *rng)
 {
-    for (size_t i = 0; i < s->nlayers; i++)
-        if (dpt__layer_ops[s->layers[i].spec.kind]->has_params)
-            dpt__init_linear(&s->layers[i], params, rng);
+    for (size_t i = 0; i < s->nlayers; i++) {
+        const dpt__layer_t *l = &s->layers[i];
+        if (l->spec.kind == DPT_LAYER_BATCHNORM) {
+            /* No draws: the stream goes on as without the layer. */
+            for (size_t c = 0; c < l->ishape.c; c++) {
+                params[l->w_off + c] = 1.0f;
+                params[l->b_off + c] = 0.0f;
+                params[l->rm_off + c] = 0.0f;
+                params[l->rv_off + c] = 1.0f;
+            }
+        } else if (dpt__layer_ops[l->spec.kind]->has_params) {
+            dpt__init_linear(l, params, rng);
+        }
+    }
+}
+
+size_t dpt_seq_running(const dpt_seq_t *s, unsigned char *flags)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nlayers; i++) {
+        const dpt__layer_t *l = &s->layers[i];
+        if (l->spec.kind != DPT_LAYER_BATCHNORM)
+            continue;
+        if (flags)
+            flags[l->var + 2] = flags[l->var + 3] = 1;
+        n += 2;
+    }
+    return n;
 }
 
 /* The activation fused after linear layer i (the next layer's kind, ReLU or
@@ -689,7 +747,7 @@ int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const f
         /* The layer's parameter gradients are final: the layers below
          * write only their own. */
         if (s->hook && dpt__layer_ops[l->spec.kind]->has_params)
-            s->hook(s->hook_user, l->var, l->var + 2);
+            s->hook(s->hook_user, l->var, l->var + l->nvars);
         g = ldx;
     }
     return DPT_OK;

@@ -32,6 +32,11 @@ typedef struct dpt__layer {
     const dpt__noise_t *noise;  /* dropout: the stack's state */
     size_t pos;                 /* the layer's position in the stack */
     uint8_t *idx;               /* maxpool2d 2x2: the forward's choices [max_batch, out] */
+    size_t nvars;               /* variables of the layer in the table (from var) */
+    size_t rm_off, rv_off;      /* batchnorm: running mean and variance (gamma: w_off,
+                                 * beta: b_off) */
+    float *bn;                  /* batchnorm: the last training forward's mean, invstd and
+                                 * biased variance [3, C] */
 } dpt__layer_t;
 
 /* Backward modes: what a layer stores rather than adds to. */
@@ -51,9 +56,14 @@ typedef struct dpt__layer_ops {
                      const float *y, const float *dy, float *dx, size_t batch, unsigned mode);
 } dpt__layer_ops_t;
 
-/* The image layers (seq_conv.c). */
+/* The image layers (seq_conv.c) and batch normalization (seq_norm.c). */
 extern const dpt__layer_ops_t dpt__seq_conv2d_ops, dpt__seq_maxpool_ops, dpt__seq_avgpool_ops,
-    dpt__seq_flatten_ops, dpt__seq_dropout_ops;
+    dpt__seq_flatten_ops, dpt__seq_dropout_ops, dpt__seq_batchnorm_ops;
+
+/* A batchnorm layer's momentum and eps (its spec's rate and gain; 0 gives
+ * PyTorch's defaults, 0.1 and 1e-5). */
+float dpt__seq_bn_momentum(const dpt_layer_spec_t *sp);
+float dpt__seq_bn_eps(const dpt_layer_spec_t *sp);
 
 /* The geometry of an image layer on input shape in, from its spec, into
  * l->cv or l->pool, and its output shape into *out. DPT_EINVAL or

@@ -15,10 +15,18 @@ struct dpt_optim {
     int nslots;
     dpt_arena_t slot[2];
     uint64_t t;
-    /* Variables without a gradient: nskip disjoint [lo, hi) ranges in
-     * increasing order (touching ranges merged), skip_count floats. */
+    /* The marked variables (dpt_optim_set_no_grad, dpt_optim_set_running):
+     * nskip disjoint [lo, hi) ranges in increasing order (touching ranges of
+     * one kind merged); run[r] is 1 for a range of running statistics, 0 for
+     * one without a gradient. skip_count and run_count: their floats. The
+     * marks per variable (nmarked entries of the table last given) are kept
+     * to rebuild the ranges when either kind changes. */
     size_t (*skip)[2];
-    size_t nskip, skip_count;
+    unsigned char *run;
+    size_t nskip, skip_count, run_count;
+    size_t (*var_range)[2];
+    unsigned char *var_mark; /* bit 0: no gradient, bit 1: running */
+    size_t nmarked;
 };
 
 static const struct {
@@ -113,6 +121,9 @@ void dpt_optim_destroy(dpt_optim_t *o)
     dpt_arena_deinit(&o->slot[0]);
     dpt_arena_deinit(&o->slot[1]);
     free(o->skip);
+    free(o->run);
+    free(o->var_range);
+    free(o->var_mark);
     free(o);
 }
 
@@ -176,7 +187,9 @@ void dpt__optim_update_scaled(dpt_optim_t *o, const float *p, float *out, const 
     if (lo >= hi)
         return;
     /* The unmarked runs get the rule, each element as in one whole pass
-     * (the rules are elementwise); the marked ones stay as they are. */
+     * (the rules are elementwise); the variables without a gradient stay as
+     * they are, and the running statistics take their update as it is
+     * (p + g: not scaled, no learning rate, no decay, no slots). */
     size_t at = lo;
     for (size_t r = o->nskip ? dpt__optim_skip_from(o, lo) : 0; r < o->nskip && at < hi; r++) {
         size_t a = o->skip[r][0] > at ? o->skip[r][0] : at;
@@ -185,7 +198,10 @@ void dpt__optim_update_scaled(dpt_optim_t *o, const float *p, float *out, const 
             break;
         if (at < a)
             dpt__optim_apply(o, p, out, g, at, a, t, lr, s);
-        if (out != p)
+        if (o->run[r])
+            for (size_t i = a; i < b; i++)
+                out[i] = p[i] + g[i];
+        else if (out != p)
             memcpy(out + a, p + a, (b - a) * sizeof *out);
         at = b;
     }
@@ -193,49 +209,176 @@ void dpt__optim_update_scaled(dpt_optim_t *o, const float *p, float *out, const 
         dpt__optim_apply(o, p, out, g, at, hi, t, lr, s);
 }
 
+/* The ranges from the marks per variable: a variable both without a
+ * gradient and running is left alone (no gradient wins). */
+static int dpt__optim_rebuild(dpt_optim_t *o)
+{
+    size_t n = 0, count = 0, rcount = 0;
+    for (size_t i = 0; i < o->nmarked; i++)
+        n += o->var_mark[i] != 0 && o->var_range[i][1] > o->var_range[i][0];
+    size_t(*skip)[2] = n ? malloc(n * sizeof *skip) : NULL;
+    unsigned char *run = n ? malloc(n) : NULL;
+    if (n && (!skip || !run)) {
+        free(skip);
+        free(run);
+        return dpt_error(DPT_ENOMEM, "optimizer: cannot allocate %zu marks", n);
+    }
+    n = 0;
+    /* Table order is offset order; touching ranges of one kind merge. */
+    for (size_t i = 0; i < o->nmarked; i++) {
+        size_t lo = o->var_range[i][0], hi = o->var_range[i][1];
+        if (!o->var_mark[i] || hi == lo)
+            continue;
+        unsigned char kind = (o->var_mark[i] & 1u) ? 0 : 1;
+        if (n && skip[n - 1][1] >= lo && run[n - 1] == kind) {
+            skip[n - 1][1] = hi;
+        } else {
+            skip[n][0] = lo;
+            skip[n][1] = hi;
+            run[n++] = kind;
+        }
+    }
+    for (size_t r = 0; r < n; r++) {
+        count += skip[r][1] - skip[r][0];
+        if (run[r])
+            rcount += skip[r][1] - skip[r][0];
+    }
+    free(o->skip);
+    free(o->run);
+    o->skip = n ? skip : NULL;
+    o->run = n ? run : NULL;
+    if (!n) {
+        free(skip);
+        free(run);
+    }
+    o->nskip = n;
+    o->skip_count = count - rcount;
+    o->run_count = rcount;
+    return DPT_OK;
+}
+
+/* Sets mark bit `bit` of every variable of `vars` flagged in `flags`
+ * (NULL: clears that bit everywhere), then rebuilds the ranges. */
+static int dpt__optim_mark(dpt_optim_t *o, const struct dpt_vartable *vars,
+                           const unsigned char *flags, unsigned bit)
+{
+    if (flags && vars->total > o->count)
+        return dpt_error(DPT_EINVAL,
+                         "optimizer: a table of %zu floats marked on an optimizer of %zu",
+                         vars->total, o->count);
+    if (flags && o->nmarked && o->nmarked != vars->nvars)
+        return dpt_error(DPT_EINVAL, "optimizer: a table of %zu variables marked after one of %zu",
+                         vars->nvars, o->nmarked);
+    if (flags && !o->nmarked && vars->nvars) {
+        o->var_range = malloc(vars->nvars * sizeof *o->var_range);
+        o->var_mark = calloc(vars->nvars, 1);
+        if (!o->var_range || !o->var_mark) {
+            free(o->var_range);
+            free(o->var_mark);
+            o->var_range = NULL;
+            o->var_mark = NULL;
+            return dpt_error(DPT_ENOMEM, "optimizer: cannot allocate %zu marks", vars->nvars);
+        }
+        o->nmarked = vars->nvars;
+    }
+    /* Undone when the rebuild fails: the earlier marks are kept. */
+    unsigned char *old = o->nmarked ? malloc(o->nmarked) : NULL;
+    if (o->nmarked && !old)
+        return dpt_error(DPT_ENOMEM, "optimizer: cannot allocate %zu marks", o->nmarked);
+    if (old)
+        memcpy(old, o->var_mark, o->nmarked);
+    for (size_t i = 0; i < o->nmarked; i++) {
+        if (flags) {
+            const dpt_var_t *v = &vars->vars[i];
+            o->var_range[i][0] = v->offset;
+            o->var_range[i][1] = v->offset + v->count;
+        }
+        o->var_mark[i] = (unsigned char)((o->var_mark[i] & ~bit) | (flags && flags[i] ? bit : 0u));
+    }
+    int rc = dpt__optim_rebuild(o);
+    if (rc && old)
+        memcpy(o->var_mark, old, o->nmarked);
+    free(old);
+    return rc;
+}
+
 int dpt_optim_set_no_grad(dpt_optim_t *o, const struct dpt_vartable *vars,
                           const unsigned char *no_grad)
 {
-    size_t n = 0, count = 0;
-    size_t(*skip)[2] = NULL;
-    if (no_grad) {
-        if (vars->total > o->count)
-            return dpt_error(DPT_EINVAL,
-                             "optimizer: a table of %zu floats marked on an optimizer of %zu",
-                             vars->total, o->count);
-        for (size_t i = 0; i < vars->nvars; i++)
-            n += no_grad[i] != 0;
-        if (n && !(skip = malloc(n * sizeof *skip)))
-            return dpt_error(DPT_ENOMEM, "optimizer: cannot allocate %zu marks", n);
-        n = 0;
-        /* Table order is offset order; ranges that touch are merged. */
-        for (size_t i = 0; i < vars->nvars; i++) {
-            const dpt_var_t *v = &vars->vars[i];
-            if (!no_grad[i] || v->count == 0)
-                continue;
-            if (n && skip[n - 1][1] >= v->offset)
-                skip[n - 1][1] = v->offset + v->count;
-            else {
-                skip[n][0] = v->offset;
-                skip[n++][1] = v->offset + v->count;
-            }
-        }
-        for (size_t r = 0; r < n; r++)
-            count += skip[r][1] - skip[r][0];
+    return dpt__optim_mark(o, vars, no_grad, 1u);
+}
+
+int dpt_optim_set_running(dpt_optim_t *o, const struct dpt_vartable *vars,
+                          const unsigned char *running)
+{
+    return dpt__optim_mark(o, vars, running, 2u);
+}
+
+size_t dpt_optim_running_count(const dpt_optim_t *o)
+{
+    return o->run_count;
+}
+
+double dpt_optim_running_sumsq(const dpt_optim_t *o, const float *grads, size_t lo, size_t hi)
+{
+    double sq = 0.0;
+    if (hi > o->count)
+        hi = o->count;
+    if (!o->run_count || lo >= hi)
+        return 0.0;
+    for (size_t r = dpt__optim_skip_from(o, lo); r < o->nskip; r++) {
+        size_t a = o->skip[r][0] > lo ? o->skip[r][0] : lo;
+        size_t b = o->skip[r][1] < hi ? o->skip[r][1] : hi;
+        if (a >= hi)
+            break;
+        if (o->run[r])
+            for (size_t i = a; i < b; i++)
+                sq += (double)grads[i] * (double)grads[i];
     }
-    free(o->skip);
-    o->skip = n ? skip : NULL;
-    if (!n)
-        free(skip);
-    o->nskip = n;
-    o->skip_count = count;
-    return DPT_OK;
+    return sq;
+}
+
+double dpt_optim_sumsq_less_running(const dpt_optim_t *o, double sumsq, const float *grads,
+                                    size_t lo, size_t hi)
+{
+    if (!o->run_count)
+        return sumsq;
+    double d = sumsq - dpt_optim_running_sumsq(o, grads, lo, hi);
+    return d > 0.0 ? d : 0.0;
+}
+
+void dpt_optim_scale_grads(const dpt_optim_t *o, float *grads, size_t lo, size_t hi, float f)
+{
+    if (hi > o->count)
+        hi = o->count;
+    if (f == 1.0f || lo >= hi)
+        return;
+    size_t at = lo;
+    for (size_t r = o->run_count ? dpt__optim_skip_from(o, lo) : o->nskip; r < o->nskip; r++) {
+        size_t a = o->skip[r][0] > at ? o->skip[r][0] : at;
+        size_t b = o->skip[r][1] < hi ? o->skip[r][1] : hi;
+        if (a >= hi)
+            break;
+        if (!o->run[r])
+            continue;
+        if (at < a)
+            dpt_vec_scale(grads + at, a - at, f);
+        at = b;
+    }
+    if (at < hi)
+        dpt_vec_scale(grads + at, hi - at, f);
 }
 
 int dpt_optim_no_grad(const dpt_optim_t *o, size_t i)
 {
     size_t r = o->nskip ? dpt__optim_skip_from(o, i) : 0;
-    return r < o->nskip && o->skip[r][0] <= i;
+    return r < o->nskip && o->skip[r][0] <= i && !o->run[r];
+}
+
+int dpt_optim_running(const dpt_optim_t *o, size_t i)
+{
+    size_t r = o->nskip ? dpt__optim_skip_from(o, i) : 0;
+    return r < o->nskip && o->skip[r][0] <= i && o->run[r];
 }
 
 size_t dpt_optim_no_grad_count(const dpt_optim_t *o)
@@ -250,9 +393,10 @@ void dpt_optim_zero_no_grad(const dpt_optim_t *o, float *grads, size_t lo, size_
     for (size_t r = o->nskip ? dpt__optim_skip_from(o, lo) : 0; r < o->nskip; r++) {
         size_t a = o->skip[r][0] > lo ? o->skip[r][0] : lo;
         size_t b = o->skip[r][1] < hi ? o->skip[r][1] : hi;
-        if (a >= b)
+        if (a >= hi)
             break;
-        memset(grads + a, 0, (b - a) * sizeof *grads);
+        if (!o->run[r] && a < b)
+            memset(grads + a, 0, (b - a) * sizeof *grads);
     }
 }
 

@@ -53,6 +53,7 @@ struct dpt_sr {
     unsigned char *is_sparse; /* [nvars] */
     unsigned char *owned;     /* [nvars] 1: this service keeps the variable (cfg.owned) */
     unsigned char *no_grad;   /* [nvars] 1: no gradient (cfg.no_grad): fetched, not updated */
+    unsigned char *running;   /* [nvars] 1: running statistics (cfg.running): not normed */
     size_t *packed;           /* [nvars] dense: offset in a packed slot; sparse: ordinal */
     size_t dense_count;       /* floats of the dense variables */
     size_t nsparse;
@@ -152,6 +153,7 @@ void dpt_sr_destroy(dpt_sr_t *sr)
     free(sr->is_sparse);
     free(sr->owned);
     free(sr->no_grad);
+    free(sr->running);
     free(sr->packed);
     free(sr->placement);
     free(sr->ps_bytes);
@@ -197,7 +199,7 @@ static int sr_check_config(const dpt_sr_config_t *c)
 }
 
 static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned char *owned,
-                    const unsigned char *no_grad)
+                    const unsigned char *no_grad, const unsigned char *running)
 {
     const dpt_sr_config_t *c = &sr->cfg;
     size_t nv = sr->vars.nvars, R = (size_t)c->replicas_to_aggregate;
@@ -205,6 +207,7 @@ static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned ch
     sr->is_sparse = calloc(nv, 1);
     sr->owned = calloc(nv, 1);
     sr->no_grad = calloc(nv, 1);
+    sr->running = calloc(nv, 1);
     sr->packed = calloc(nv, sizeof(size_t));
     sr->placement = calloc(nv, sizeof(int));
     sr->ps_bytes = calloc(P, sizeof(uint64_t));
@@ -217,9 +220,9 @@ static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned ch
     sr->lost = calloc(N, 1);
     sr->cap = 16;
     sr->runs = calloc(sr->cap, sizeof(sr_run_t));
-    if (!sr->is_sparse || !sr->owned || !sr->no_grad || !sr->packed || !sr->placement ||
-        !sr->ps_bytes || !vb || !sr->slots || !sr->order || !sr->worker_seq || !sr->last_pushed ||
-        !sr->contributed || !sr->lost || !sr->runs) {
+    if (!sr->is_sparse || !sr->owned || !sr->no_grad || !sr->running || !sr->packed ||
+        !sr->placement || !sr->ps_bytes || !vb || !sr->slots || !sr->order || !sr->worker_seq ||
+        !sr->last_pushed || !sr->contributed || !sr->lost || !sr->runs) {
         free(vb);
         return dpt_error(DPT_ENOMEM, "sync replicas: cannot allocate the service");
     }
@@ -228,6 +231,7 @@ static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned ch
         vb[i] = (uint64_t)v->count * sizeof(float);
         sr->owned[i] = owned ? owned[i] != 0 : 1;
         sr->no_grad[i] = no_grad ? no_grad[i] != 0 : 0;
+        sr->running[i] = running ? running[i] != 0 : 0;
         if (sparse && sparse[i]) {
             sr->is_sparse[i] = 1;
             sr->packed[i] = sr->nsparse++;
@@ -243,7 +247,8 @@ static int sr_alloc(dpt_sr_t *sr, const unsigned char *sparse, const unsigned ch
         (rc = dpt_arena_init(&sr->avg, sr->vars.total)) != 0 ||
         (c->ema_decay > 0.0f && (rc = dpt_arena_init(&sr->ema, sr->vars.total)) != 0) ||
         (rc = dpt_optim_create(&sr->opt, &c->optim, sr->vars.total)) != 0 ||
-        (rc = dpt_optim_set_no_grad(sr->opt, &sr->vars, no_grad)) != 0)
+        (rc = dpt_optim_set_no_grad(sr->opt, &sr->vars, no_grad)) != 0 ||
+        (rc = dpt_optim_set_running(sr->opt, &sr->vars, running)) != 0)
         return rc;
     if (sr->nsparse) {
         sr->avg_rows = calloc(sr->nsparse, sizeof(dpt_sparse_rows_t));
@@ -294,8 +299,8 @@ int dpt_sr_create(dpt_sr_t **out, const dpt_sr_config_t *cfg)
     if ((rc = dpt_vartable_copy(&sr->vars, cfg->vars)) != 0)
         goto fail;
     sr->cfg.vars = &sr->vars;
-    sr->cfg.owned = sr->cfg.no_grad = NULL;
-    if ((rc = sr_alloc(sr, cfg->sparse, cfg->owned, cfg->no_grad)) != 0)
+    sr->cfg.owned = sr->cfg.no_grad = sr->cfg.running = NULL;
+    if ((rc = sr_alloc(sr, cfg->sparse, cfg->owned, cfg->no_grad, cfg->running)) != 0)
         goto fail;
     *out = sr;
     return DPT_OK;
@@ -484,7 +489,8 @@ static int sr_apply(dpt_sr_t *sr)
         for (int r = 1; r < R; r++)
             dpt_vec_axpy(g, sr->slots[sr->order[r]].dense + sr->packed[i], v->count, 1.0f);
         dpt_vec_scale(g, v->count, inv);
-        sumsq += sr_sumsq(g, v->count);
+        if (!sr->running[i])
+            sumsq += sr_sumsq(g, v->count);
     }
     for (int r = 0; r < R; r++)
         bytes += sr->slots[r].bytes;
@@ -513,7 +519,7 @@ static int sr_apply(dpt_sr_t *sr)
                                               tstep, lr)) != 0)
                 return sr_fail(sr, rc, dpt_last_error());
         } else {
-            if (f != 1.0f)
+            if (f != 1.0f && !sr->running[i])
                 dpt_vec_scale(sr->avg.data + v->offset, v->count, f);
             dpt_optim_update(sr->opt, sr->params.data, sr->avg.data, v->offset,
                              v->offset + v->count, tstep, lr);

@@ -147,6 +147,8 @@ static int dpt__towers_new_optim(dpt_towers_t *t, dpt_optim_t **opt)
     int rc = dpt_optim_create(opt, &t->cfg.optim, t->nparams);
     if (!rc && t->cfg.no_grad)
         rc = dpt_optim_set_no_grad(*opt, t->model.vars, t->cfg.no_grad);
+    if (!rc && t->cfg.running)
+        rc = dpt_optim_set_running(*opt, t->model.vars, t->cfg.running);
     return rc;
 }
 
@@ -251,7 +253,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
         cfg->mode == DPT_TOWERS_PS && !cfg->comm && n > 1 && t->nparams <= dpt__towers_mirror_max;
     if (cfg->mode == DPT_TOWERS_PS && !cfg->comm && !t->mirrored &&
         dpt_optim_num_slots(t->opt) == 0 && cfg->grad_clip == 0.0 &&
-        dpt_optim_no_grad_count(t->opt) == 0 &&
+        dpt_optim_no_grad_count(t->opt) == 0 && dpt_optim_running_count(t->opt) == 0 &&
         (rc = dpt_arena_init(&t->params_next, t->nparams)) != 0)
         goto fail;
     if (cfg->mode == DPT_TOWERS_ASYNC) {
@@ -282,7 +284,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
     if ((rc = dpt_device_pool_create(&t->pool, n, cfg->pin_devices)) != 0 ||
         (rc = dpt__buckets_create(t)) != 0)
         goto fail;
-    t->cfg.no_grad = NULL; /* the optimizers hold the marks */
+    t->cfg.no_grad = t->cfg.running = NULL; /* the optimizers hold the marks */
     *out = t;
     return DPT_OK;
 fail : {

@@ -222,8 +222,10 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
         dpt__prof_lap(DPT_PROF_APPLY);
         return DPT_OK;
     }
-    t->slice_sumsq[d] =
-        dpt__add_scale_sumsq(gs + lo, gs + lo, last ? last + lo : NULL, hi - lo, scale);
+    /* (Running statistics are left out of the norm: dpt/towers.h.) */
+    t->slice_sumsq[d] = dpt_optim_sumsq_less_running(
+        t->opt, dpt__add_scale_sumsq(gs + lo, gs + lo, last ? last + lo : NULL, hi - lo, scale), gs,
+        lo, hi);
     dpt__prof_lap(DPT_PROF_REDUCE);
     dpt__barrier(t);
     dpt__prof_lap(DPT_PROF_WAIT_REDUCE);
@@ -235,8 +237,7 @@ static int dpt__job_step_ps(dpt_towers_t *t, dpt__tower_t *w)
         return rc;
     dpt__prof_lap(DPT_PROF_NORM);
     float f = dpt_clip_factor(w->norm, t->cfg.grad_clip);
-    if (f != 1.0f)
-        dpt_vec_scale(gs + lo, hi - lo, f);
+    dpt_optim_scale_grads(t->opt, gs, lo, hi, f);
     dpt__prof_lap(DPT_PROF_CLIP);
     dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->job_t, t->job_lr);
     dpt__prof_lap(DPT_PROF_APPLY);
@@ -271,6 +272,7 @@ static int dpt__job_step_mirrored(dpt_towers_t *t, dpt__tower_t *w)
         }
         sq += dpt__add_scale_sumsq(g + lo, first, last + lo, hi - lo, scale);
     }
+    sq = dpt_optim_sumsq_less_running(opt, sq, g, 0, t->nparams);
     dpt__prof_lap(DPT_PROF_REDUCE);
     int rc;
     if (dpt__norm_refused(w, sq, &rc))
@@ -295,12 +297,13 @@ static int dpt__job_step_replicated(dpt_towers_t *t, dpt__tower_t *w)
         return rc;
     /* Every replica holds the same bits now, so every replica computes the
      * same norm and applies the same update. */
-    if (dpt__norm_refused(w, dpt_vec_sumsq(w->grads.data, t->nparams), &rc))
+    double sq = dpt_optim_sumsq_less_running(w->own_opt, dpt_vec_sumsq(w->grads.data, t->nparams),
+                                             w->grads.data, 0, t->nparams);
+    if (dpt__norm_refused(w, sq, &rc))
         return rc;
     dpt__prof_lap(DPT_PROF_NORM);
     float f = dpt_clip_factor(w->norm, t->cfg.grad_clip);
-    if (f != 1.0f)
-        dpt_vec_scale(w->grads.data, t->nparams, f);
+    dpt_optim_scale_grads(w->own_opt, w->grads.data, 0, t->nparams, f);
     dpt__prof_lap(DPT_PROF_CLIP);
     dpt_optim_update(w->own_opt, w->params, w->grads.data, 0, t->nparams, t->job_t, t->job_lr);
     dpt__prof_lap(DPT_PROF_APPLY);
@@ -406,7 +409,9 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
     float scale = t->cfg.weight_rows ? 1.0f / gs[count] : 1.0f;
     if (t->bk)
         dpt_optim_zero_no_grad(dpt_towers_optimizer(t), gs, lo, hi);
-    t->slice_sumsq[d] = dpt__add_scale_sumsq(gs + lo, gs + lo, NULL, hi - lo, scale);
+    dpt_optim_t *marks = dpt_towers_optimizer(t); /* every optimizer has the same marks */
+    t->slice_sumsq[d] = dpt_optim_sumsq_less_running(
+        marks, dpt__add_scale_sumsq(gs + lo, gs + lo, NULL, hi - lo, scale), gs, lo, hi);
     dpt__barrier(t);
     double sq = 0.0;
     for (int i = 0; i < n; i++)
@@ -416,8 +421,7 @@ static int dpt__job_step_comm(dpt_towers_t *t, dpt__tower_t *w)
         return rc;
     dpt__prof_lap(DPT_PROF_NORM);
     float f = dpt_clip_factor(w->norm, t->cfg.grad_clip);
-    if (f != 1.0f)
-        dpt_vec_scale(gs + lo, hi - lo, f);
+    dpt_optim_scale_grads(marks, gs, lo, hi, f);
     dpt__prof_lap(DPT_PROF_CLIP);
     if (!repl) {
         dpt_optim_update(t->opt, t->params.data, gs, lo, hi, t->job_t, t->job_lr);
@@ -447,13 +451,14 @@ static int dpt__job_step_async(dpt_towers_t *t, dpt__tower_t *w)
     w->rc = dpt__tower_compute(t, w, w->params);
     if (w->rc)
         return w->rc;
-    double norm = sqrt(dpt_vec_sumsq(w->grads.data, t->nparams));
+    double norm = sqrt(dpt_optim_sumsq_less_running(
+        t->opt, dpt_vec_sumsq(w->grads.data, t->nparams), w->grads.data, 0, t->nparams));
     w->norm = norm;
     if (!isfinite(norm))
         return (w->rc = dpt_error(DPT_ENUMERIC, "gradient norm is %g; update skipped", norm));
     float scale = t->cfg.async_scale > 0.0f ? t->cfg.async_scale : 1.0f / (float)t->cfg.num_devices;
     scale *= dpt_clip_factor(norm, t->cfg.grad_clip);
-    dpt_vec_scale(w->grads.data, t->nparams, scale);
+    dpt_optim_scale_grads(t->opt, w->grads.data, 0, t->nparams, scale);
     uint64_t step = atomic_fetch_add(&t->async_t, 1) + 1;
     for (size_t c = 0; c < t->nchunks; c++) {
         size_t lo = c * chunk, hi = lo + chunk < t->nparams ? lo + chunk : t->nparams;

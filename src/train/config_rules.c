@@ -92,6 +92,23 @@ static int dpt__config_need_checks(const dpt_config_t *c)
                                  "network: layer %zu is dropout, which the RL jobs do not take "
                                  "(only supervised and sync_replicas)",
                                  i + 1);
+        for (size_t i = 0; i < n; i++) {
+            if (layers[i].kind != DPT_LAYER_BATCHNORM)
+                continue;
+            if ((1u << dpt_config_job(c)) & DPT_JOBS_RL)
+                return dpt_error(DPT_EINVAL,
+                                 "network: layer %zu is batchnorm, which the RL jobs do not take "
+                                 "(only supervised and sync_replicas)",
+                                 i + 1);
+            /* The towers' updates of the running statistics would add up. */
+            if (dpt_config_applies(c, DPT_CFG_reduce_op) &&
+                (dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM)
+                return dpt_error(DPT_EINVAL,
+                                 "network: layer %zu is batchnorm, which needs reduce_op = avg "
+                                 "(with sum the devices' updates of its running statistics would "
+                                 "add up)",
+                                 i + 1);
+        }
     }
     /* The built-in MLP's sizes mean nothing to a model plug-in. */
     if (dpt_config_applies(c, DPT_CFG_model) && DPT_CS(c, model)[0] &&

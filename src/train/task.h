@@ -94,6 +94,9 @@ struct dpt__net {
     dpt_model_t model; /* vars always; ctx, loss_grad for mlp and plugin */
     size_t max_batch;
     void *impl; /* the adapter's instance: a dpt_mlp_t, a plug-in's handle, ... */
+    /* NULL, or one flag per variable of model.vars: 1 = running statistics
+     * (batchnorm; dpt_optim_set_running), owned by the adapter. */
+    unsigned char *running;
 };
 
 struct dpt__task {

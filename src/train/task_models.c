@@ -192,11 +192,19 @@ static int dpt__task_mlp_create(const dpt__task_t *t, size_t max_batch, dpt__net
     dpt_mlp_set_seed(mlp, t->seed);
     n->impl = mlp;
     n->model = dpt_mlp_model(mlp);
+    if (dpt_mlp_running(mlp, NULL)) {
+        n->running = calloc(dpt_mlp_vars(mlp)->nvars, 1);
+        if (!n->running)
+            return dpt_error(DPT_ENOMEM, "model: cannot allocate the running-statistics flags");
+        dpt_mlp_running(mlp, n->running);
+    }
     return DPT_OK;
 }
 
 static void dpt__task_mlp_destroy(dpt__net_t *n)
 {
+    free(n->running);
+    n->running = NULL;
     dpt_mlp_destroy(n->impl);
 }
 

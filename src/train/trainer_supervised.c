@@ -185,6 +185,7 @@ static int dpt__sup_build(sup_t *s, const dpt_config_t *c)
     if ((rc = dpt__train_frozen(c, s->vars, &frozen)) != 0)
         return rc;
     tc.no_grad = frozen;
+    tc.running = s->net.running;
     rc = dpt_towers_create(&s->towers, &s->net.model, &lay, &tc);
     free(frozen);
     if (rc)

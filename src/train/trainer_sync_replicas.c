@@ -121,6 +121,7 @@ static int dpt__srt_service_config(srt_t *t, const dpt_config_t *c, dpt_sr_confi
     sc.tokens = DPT_CI(c, sync_replicas_tokens) ? DPT_SR_TOKENS_FIFO : DPT_SR_TOKENS_STRICT;
     sc.init_tokens = DPT_CI(c, init_tokens) < 0 ? (int64_t)t->R : DPT_CI(c, init_tokens);
     sc.no_grad = t->frozen;
+    sc.running = t->eval.running; /* the same table as every worker's */
     memset(sparse, 0, nsparse);
     if (t->bags) {
         if (t->vars->nvars > nsparse)
