@@ -11,9 +11,14 @@ and aliases, positional and named arguments, defaults and error messages
 dpt_layers_shapes(): the output shape of each layer, or a ValueError naming
 the layer and its input shape. Images are NCHW; variables are named by the
 layer's position from 0 ("<i>.weight", "<i>.bias"), as nn.Sequential names
-them. Convolutions are products on unrolled windows (im2col); pooling pads
-with -inf (max) or zeros (average; count_pad=0 divides by the elements inside
-the image), docs/CONV.md.
+them; a batchnorm layer's are "<i>.weight" (gamma), "<i>.bias" (beta),
+"<i>.running_mean" and "<i>.running_var". Convolutions are products on
+unrolled windows (im2col); pooling pads with -inf (max) or zeros (average;
+count_pad=0 divides by the elements inside the image), docs/CONV.md.
+
+Network runs the layers as dpt evaluates a model (dpt eval, dpt_mlp_predict):
+dropout is the identity and batch normalization uses the running statistics.
+There is no training mode here (no batch statistics, no dropout masks).
 """
 import re
 import sys
@@ -36,6 +41,7 @@ _KINDS = {
     "avgpool": ("avgpool2d", ("k",), "k stride pad count_pad"),
     "dense": ("linear", ("out",), "out init gain"),
     "dropout": (None, ("p",), "p"),
+    "batchnorm": ("bn", (), "momentum eps"),
     "flatten": (None, (), ""),
     "relu": (None, (), ""),
     "tanh": (None, (), ""),
@@ -44,6 +50,8 @@ _BY_NAME = {n: n for n in _KINDS}
 _BY_NAME.update({v[0]: n for n, v in _KINDS.items() if v[0]})
 _INITS = ("default", "uniform", "normal", "orthogonal")
 _EXAMPLES = {"conv": "conv(32,k=3)", "dense": "dense(128)", "dropout": "dropout(0.5)"}
+# A batchnorm layer's momentum and eps when its spec holds 0 (PyTorch's).
+BN_MOMENTUM, BN_EPS = 0.1, 1e-5
 # C's strtod: decimal or hexadecimal floats (inf and nan fail the range check anyway).
 _DEC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _HEX = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)([pP][+-]?\d+)?")
@@ -52,9 +60,11 @@ _HEX = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)([pP][
 @dataclass
 class LayerSpec:
     """One layer of a description, as dpt_layer_spec_t holds it. kind is
-    the canonical name (conv, maxpool, avgpool, dense, flatten, relu, tanh);
-    stride 0 means the default (1 for conv, the window for pooling); pad is
-    (top, bottom, left, right), ignored when pad_same."""
+    the canonical name (conv, maxpool, avgpool, dense, dropout, batchnorm,
+    flatten, relu, tanh); stride 0 means the default (1 for conv, the window
+    for pooling); pad is (top, bottom, left, right), ignored when pad_same.
+    rate is dropout's probability or batchnorm's momentum, gain the init's
+    gain or batchnorm's eps (0: the defaults, BN_MOMENTUM and BN_EPS)."""
 
     kind: str
     out: int = 0
@@ -71,7 +81,16 @@ class LayerSpec:
 
     @property
     def has_params(self):
+        """A conv or dense layer, with a weight and a bias (a batchnorm
+        layer's four variables are read apart)."""
         return self.kind in ("conv", "dense")
+
+    def bn_params(self):
+        """A batchnorm layer's (momentum, eps): the float32 values the library
+        keeps, 0 replaced by the defaults."""
+        m, e = float(np.float32(self.rate)), float(np.float32(self.gain))
+        return (m if m > 0.0 else float(np.float32(BN_MOMENTUM)),
+                e if e > 0.0 else float(np.float32(BN_EPS)))
 
     def strides(self):
         """The strides with their defaults applied."""
@@ -98,6 +117,10 @@ class LayerSpec:
             return "dense(%d%s)" % (self.out, init)
         if self.kind == "dropout":
             return "dropout(%.9g)" % float(np.float32(self.rate))
+        if self.kind == "batchnorm":  # only what differs from the defaults (0)
+            m, e = float(np.float32(self.rate)), float(np.float32(self.gain))
+            args = (["momentum=%.9g" % m] if m else []) + (["eps=%.9g" % e] if e else [])
+            return "batchnorm(%s)" % ",".join(args) if args else "batchnorm"
         if self.kind == "conv":
             return "conv(%d,k=%dx%d,stride=%dx%d,pad=%s%s)" % (self.out, self.kh, self.kw, sh, sw,
                                                               pad, init)
@@ -179,6 +202,15 @@ def _rate(at, v):
     return r
 
 
+def _unit(at, name, v):
+    """A number in (0, 1]: batchnorm's momentum and eps."""
+    r = _float(v)
+    # strtod reports underflow (a subnormal result) as an error.
+    if r is None or not sys.float_info.min <= r <= 1.0:
+        raise at.fail('%s = "%s" is not a number in (0, 1]' % (name, v[:60]))
+    return r
+
+
 def _arg(at, spec, name, v):
     """Sets argument `name` = v of spec."""
     if name == "out":
@@ -199,6 +231,10 @@ def _arg(at, spec, name, v):
         spec.count_pad = v == "1"
     elif name == "p":
         spec.rate = _rate(at, v)
+    elif name == "momentum":
+        spec.rate = _unit(at, name, v)
+    elif name == "eps":
+        spec.gain = _unit(at, name, v)
     elif name == "init":
         if v[:60] not in _INITS:
             raise at.fail('init = "%s" is not one of default, uniform, normal, orthogonal' %
@@ -283,8 +319,9 @@ def parse(text, max_layers=MAX_LAYERS):
             raise at.fail('unexpected "%s" after it (layers are separated by spaces)' % text[p])
         kind = _BY_NAME.get(text[w:w + wn])
         if kind is None:
-            raise at.fail("unknown layer (known: conv, maxpool, avgpool, dense, dropout, flatten, "
-                          "relu, tanh; conv2d, maxpool2d, avgpool2d and linear are the same)")
+            raise at.fail("unknown layer (known: conv, maxpool, avgpool, dense, dropout, "
+                          "batchnorm, flatten, relu, tanh; conv2d, maxpool2d, avgpool2d, linear "
+                          "and bn are the same)")
         if len(layers) == max_layers:
             raise at.fail("more than %d layers" % max_layers)
         spec = LayerSpec(kind)
@@ -372,6 +409,13 @@ def layer_shapes(in_shape, layers):
         elif spec.kind == "dropout" and not 0.0 <= spec.rate < 1.0:
             raise ValueError("layer %d of %d (dropout): rate %g is not in [0, 1)" %
                              (i + 1, n, spec.rate))
+        elif spec.kind == "batchnorm":
+            m, e = np.float32(spec.rate), np.float32(spec.gain)
+            if not 0.0 <= m <= 1.0:
+                raise ValueError("layer %d of %d (batchnorm): momentum %g is not in [0, 1]" %
+                                 (i + 1, n, m))
+            if not 0.0 <= e < 1e30:
+                raise ValueError("layer %d of %d (batchnorm): eps %g is not >= 0" % (i + 1, n, e))
         shapes.append(cur)
     return shapes
 
@@ -412,6 +456,25 @@ def avgpool2d(x, k, pad, stride, count_pad):
     return s / _windows(ones, pad, k[0], k[1], stride[0], stride[1], 0.0).sum(axis=(4, 5))
 
 
+def batchnorm_eval(x, mean, scale, shift):
+    """y[n, c, h, w] = (x[n, c, h, w] - mean[c]) * scale[c] + shift[c]: batch
+    normalization with fixed statistics, scale = gamma / sqrt(running_var +
+    eps), shift = beta (bn_affine)."""
+    return (x - mean[:, None, None]) * scale[:, None, None] + shift[:, None, None]
+
+
+def bn_affine(spec, gamma, beta, running_mean, running_var):
+    """(mean, scale, shift) [C] of a batchnorm layer in evaluation, in double
+    as dpt_batchnorm_forward_eval computes them: scale = gamma / sqrt(var +
+    eps) with the float32 eps the library keeps."""
+    eps = spec.bn_params()[1]
+    # A variance of -eps or below gives inf or NaN, as in C.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = 1.0 / np.sqrt(np.asarray(running_var, np.float64) + eps)
+    return (np.asarray(running_mean, np.float64), np.asarray(gamma, np.float64) * k,
+            np.asarray(beta, np.float64))
+
+
 def _rows(x):
     """x [N, ...] as rows [N, F] in C order."""
     return np.ascontiguousarray(x).reshape(x.shape[0], int(np.prod(x.shape[1:])))
@@ -420,8 +483,11 @@ def _rows(x):
 class Network:
     """A stack of layers on rows of shape in_shape (C, H, W), with the
     variables of `weights`: a dict of numpy arrays named "<prefix><i>.weight"
-    and "<prefix><i>.bias" for each conv and dense layer i. ValueError when a
-    layer does not fit its input or a variable is missing or misshapen."""
+    and "<prefix><i>.bias" for each conv and dense layer i, and for each
+    batchnorm layer i those and "<prefix><i>.running_mean" and
+    "<prefix><i>.running_var" ([C] each). ValueError when a layer does not
+    fit its input or a variable is missing or misshapen. The layers run in
+    evaluation mode (module docstring)."""
 
     def __init__(self, layers, in_shape, weights, prefix=""):
         self.layers = list(layers)
@@ -439,6 +505,10 @@ class Network:
                         else (spec.out, cur[0]))
                 p = [self._var(weights, "%s%d.%s" % (prefix, i, part), shape)
                      for part, shape in (("weight", want), ("bias", (spec.out,)))]
+            elif spec.kind == "batchnorm":
+                p = [self._var(weights, "%s%d.%s" % (prefix, i, part), (cur[0],))
+                     for part in ("weight", "bias", "running_mean", "running_var")]
+                p = bn_affine(spec, *p)
             if spec.kind in ("conv", "maxpool", "avgpool"):
                 pad, stride, _ = _geometry(spec, cur)
                 self._ops.append((spec, p, pad, stride))
@@ -483,6 +553,8 @@ class Network:
                 x = np.tanh(x)
             elif spec.kind == "dropout":
                 pass  # the identity outside training
+            elif spec.kind == "batchnorm":
+                x = batchnorm_eval(x, *p)
             else:  # flatten: the same memory
                 x = _rows(x)[:, :, None, None]
         return _rows(x)

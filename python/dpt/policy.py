@@ -24,7 +24,8 @@ model language, docs/MODELS.md, with no output layer) and obs_shape "C,H,W",
 and the variables encoder.<i>.weight and encoder.<i>.bias: the observations,
 as [n, C, H, W] images, go through the encoder's layers (dpt.network), and
 its output rows, flattened, take the place of the observations as the input
-of the LSTM or of the actor and critic.
+of the LSTM or of the actor and critic. An encoder with a batchnorm layer is
+refused, as the RL jobs refuse it.
 
 A recurrent policy carries a State (h, c and the previous actions) from
 step to step: predict returns it, and takes it back with the next
@@ -219,7 +220,12 @@ class Policy:
             if int(np.prod(shape)) != self.obs_dim:
                 raise ValueError("obs_shape %s does not hold obs_dim %d values" %
                                  (",".join(map(str, shape)), self.obs_dim))
-            return _network.Network(_network.parse(text), shape, self.weights, "encoder.")
+            layers = _network.parse(text)
+            for i, spec in enumerate(layers):  # as dpt train refuses it for the RL jobs
+                if spec.kind == "batchnorm":
+                    raise ValueError("network: layer %d is batchnorm, which the RL jobs do not "
+                                     "take (only supervised and sync_replicas)" % (i + 1))
+            return _network.Network(layers, shape, self.weights, "encoder.")
         except ValueError as e:
             raise ValueError("checkpoint %s: encoder: %s" % (self.path, e)) from None
 

@@ -10,7 +10,8 @@ from dpt import _lib
 c_size_t, c_int, c_void_p, P = ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.POINTER
 
 # dpt/nn.h: DPT_LAYER_LIST, DPT_INIT_LIST, DPT_LOSS_LIST (in order).
-KINDS = ("dense", "relu", "tanh", "conv", "maxpool", "avgpool", "flatten", "dropout")
+KINDS = ("dense", "relu", "tanh", "conv", "maxpool", "avgpool", "flatten", "dropout",
+         "batchnorm")
 INITS = ("default", "uniform", "normal", "orthogonal")
 LOSSES = ("softmax_xent", "mse", "huber")
 MAX_LAYERS = 64
@@ -65,7 +66,7 @@ def _cdll():
 
 def parse(text):
     """dpt_network_parse(text) as a list of (kind, describe text, init,
-    gain, count_pad); ValueError with the library's message."""
+    gain, count_pad, rate); ValueError with the library's message."""
     cdll = _cdll()
     layers, n = (LayerSpec * MAX_LAYERS)(), c_size_t()
     _lib.check(cdll.dpt_network_parse(text.encode(), layers, MAX_LAYERS, ctypes.byref(n)))
@@ -75,7 +76,7 @@ def parse(text):
         cdll.dpt_layer_describe(ctypes.byref(layers[i]), buf, len(buf))
         sp = layers[i]
         out.append((KINDS[sp.kind], buf.value.decode(), INITS[sp.init], sp.gain,
-                    bool(sp.count_pad)))
+                    bool(sp.count_pad), sp.rate))
     return out
 
 

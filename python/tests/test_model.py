@@ -2,8 +2,9 @@
 Python (dpt.network): the parser against dpt_network_parse, the layers
 against direct loops and against dpt's own C model, and the models of runs
 trained by the dpt command against `dpt eval` on the same test data (the
-same correct rows, the loss within 1e-5). A policy with an encoder is
-checked on a checkpoint written here."""
+same correct rows, the loss within 1e-5), batch normalization included. A
+policy with an encoder is checked on a checkpoint written here, and one with
+batchnorm in its encoder refused, as dpt train refuses it for the RL jobs."""
 import json
 import random
 import struct
@@ -78,6 +79,30 @@ def test_parse_forms():
     assert network.parse("dense(1,init=uniform,gain=0x1p-1)")[0].gain == 0.5
 
 
+def test_parse_batchnorm():
+    text = ("conv(4,k=3) batchnorm relu bn() bn( ) batchnorm(momentum=0.2) bn(eps=1e-3) "
+            "bn( eps = 0.5 , momentum = 1 ) bn(momentum=0x1p-3) flatten dense(8) bn relu")
+    ls = network.parse(text)
+    assert [sp.kind for sp in ls] == ["conv", "batchnorm", "relu"] + ["batchnorm"] * 6 + [
+        "flatten", "dense", "batchnorm", "relu"]
+    assert [sp.describe() for sp in ls if sp.kind == "batchnorm"] == [
+        "batchnorm", "batchnorm", "batchnorm", "batchnorm(momentum=0.200000003)",
+        "batchnorm(eps=0.00100000005)", "batchnorm(momentum=1,eps=0.5)",
+        "batchnorm(momentum=0.125)", "batchnorm"]
+    # The momentum is kept in rate and eps in gain; 0 means the defaults.
+    assert (ls[1].rate, ls[1].gain) == (0.0, 0.0) and not ls[1].has_params
+    assert ls[1].bn_params() == (float(np.float32(0.1)), float(np.float32(1e-5)))
+    assert (ls[5].rate, ls[5].gain) == (0.2, 0.0) and (ls[7].rate, ls[7].gain) == (1.0, 0.5)
+    assert ls[7].bn_params() == (1.0, 0.5)
+    # Descriptions parse back to the same layers.
+    again = network.parse(" ".join(sp.describe() for sp in ls))
+    assert [sp.describe() for sp in again] == [sp.describe() for sp in ls]
+    assert [sp.bn_params() for sp in again if sp.kind == "batchnorm"] == [
+        sp.bn_params() for sp in ls if sp.kind == "batchnorm"]
+    # Values that round to a float32 0 are the defaults, as the library keeps them.
+    assert network.parse("bn(momentum=1e-50,eps=1e-50)")[0].describe() == "batchnorm"
+
+
 @pytest.mark.parametrize("text, message", [
     ("", "network: the description is empty (no layers)"),
     (" \n\t", "network: the description is empty (no layers)"),
@@ -88,8 +113,27 @@ def test_parse_forms():
     ("conv(3, k=3", 'network layer 1 "conv(3, k=3": no closing parenthesis'),
     ("conv(3, k=(3))", 'network layer 1 "conv(3, k=(3)": a parenthesis inside the arguments'),
     ("relu pool(2)", 'network layer 2 "pool(2)": unknown layer (known: conv, maxpool, avgpool, '
-                     'dense, dropout, flatten, relu, tanh; conv2d, maxpool2d, avgpool2d and linear '
-                     'are the same)'),
+                     'dense, dropout, batchnorm, flatten, relu, tanh; conv2d, maxpool2d, '
+                     'avgpool2d, linear and bn are the same)'),
+    ("batchnorm2d", 'network layer 1 "batchnorm2d": unknown layer'),
+    ("BN", 'network layer 1 "BN": unknown layer'),
+    ("bn(0.1)", 'network layer 1 "bn(0.1)": too many positional arguments (batchnorm takes 0)'),
+    ("relu bn(p=0.5)", 'network layer 2 "bn(p=0.5)": unknown argument "p" (batchnorm takes: '
+                       'momentum eps)'),
+    ("bn(gain=1)", 'unknown argument "gain" (batchnorm takes: momentum eps)'),
+    ("bn(momentum=0)", 'network layer 1 "bn(momentum=0)": momentum = "0" is not a number in '
+                       '(0, 1]'),
+    ("bn(momentum=1.5)", 'momentum = "1.5" is not a number in (0, 1]'),
+    ("bn(momentum=-0.1)", 'momentum = "-0.1" is not a number in (0, 1]'),
+    ("bn(momentum=1e-310)", 'momentum = "1e-310" is not a number in (0, 1]'),
+    ("bn(momentum=nan)", 'momentum = "nan" is not a number in (0, 1]'),
+    ("bn(momentum=)", 'momentum = "" is not a number in (0, 1]'),
+    ("bn(eps=0)", 'network layer 1 "bn(eps=0)": eps = "0" is not a number in (0, 1]'),
+    ("bn(eps=2)", 'eps = "2" is not a number in (0, 1]'),
+    ("bn(eps=1e-3x)", 'eps = "1e-3x" is not a number in (0, 1]'),
+    ("bn(eps=inf)", 'eps = "inf" is not a number in (0, 1]'),
+    ("bn(eps=0.1,eps=0.2)", "argument eps given twice"),
+    ("bn(momentum=0.1,)", "an empty argument"),
     ("dropout", 'network layer 1 "dropout": dropout needs arguments, e.g. dropout(0.5)'),
     ("dropout(1)", 'network layer 1 "dropout(1)": p = "1" is not a probability in [0, 1)'),
     ("Conv(3,k=3)", 'network layer 1 "Conv(3,k=3)": unknown layer'),
@@ -141,13 +185,14 @@ def test_parse_errors(text, message):
 
 def _parsed(parse, text):
     try:
-        return [(k, d, i, float(np.float32(g)), cp) for k, d, i, g, cp in parse(text)]
+        return [(k, d, i, float(np.float32(g)), cp, float(np.float32(r)))
+                for k, d, i, g, cp, r in parse(text)]
     except ValueError as e:
         return "error: %s" % e
 
 
 def _py_parse(text):
-    return [(sp.kind, sp.describe(), sp.init, sp.gain, sp.count_pad)
+    return [(sp.kind, sp.describe(), sp.init, sp.gain, sp.count_pad, sp.rate)
             for sp in network.parse(text)]
 
 
@@ -160,16 +205,19 @@ def test_parse_matches_c():
               "tanh", "pool", "(", ")", ",", "=", " ", "  ", "\t", "\n", "k", "out", "stride",
               "pad", "same", "count_pad", "init", "gain", "3", "0", "1", "2x3", "x", "16777217",
               "0x1p1", "1e3", "1e7", ".5", "-1", "inf", "orthogonal", "bogus", "_", "1.5", "k=3",
-              "pad=1", "count_pad=0", ";"]
+              "pad=1", "count_pad=0", ";", "batchnorm", "bn", "momentum", "eps", "1e-5", "0.1",
+              "1e-50", "1e-310", "bn(momentum=0.5)", "bn(eps=1e-3)", "dropout(0.5)", "p"]
     rnd = random.Random(7)
     texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 12))) for _ in range(3000)]
     # Layers with their required arguments, then optional ones, some of them wrong.
     required = {"conv": ["8", "3"], "conv2d": ["2", "k=1x3"], "maxpool": ["2"],
                 "avgpool2d": ["k=3"], "dense": ["4"], "linear": ["out=16"], "relu": [],
-                "tanh": [], "flatten": []}
+                "tanh": [], "flatten": [], "batchnorm": [], "bn": [], "dropout": ["0.25"]}
     optional = ["k=2", "stride=2", "stride=1x3", "pad=1", "pad=same", "pad=2x0", "count_pad=0",
                 "count_pad=1", "init=orthogonal", "init=normal", "gain=2.5", "gain=1e-3",
-                "gain=0.0", "3", "pad=x", "stride=0"]
+                "gain=0.0", "3", "pad=x", "stride=0", "momentum=0.5", "momentum=1",
+                "momentum=0", "momentum=2", "momentum=1e-50", "eps=1e-3", "eps=0x1p-4", "eps=0",
+                "eps=1.5", "eps=1e-50", "p=0.5"]
     for _ in range(3000):
         layers = []
         for _ in range(rnd.randint(1, 5)):
@@ -192,8 +240,8 @@ def test_shapes_match_c():
     for _ in range(3000):
         layers = []
         for _ in range(rnd.randint(1, 5)):
-            kind = rnd.choice(["conv", "maxpool", "avgpool", "dense", "relu", "flatten"])
-            if kind in ("relu", "flatten"):
+            kind = rnd.choice(["conv", "maxpool", "avgpool", "dense", "relu", "flatten", "bn"])
+            if kind in ("relu", "flatten", "bn"):
                 layers.append(kind)
                 continue
             a = ("%d,k=%s" % (rnd.randint(1, 4), rnd.choice(["1", "2", "3", "2x3"]))
@@ -296,17 +344,62 @@ def test_layers_against_direct_loops(shape, k, pad, stride):
                                    _direct_pool(x, k, pad, stride, "avg", cp), rtol=1e-12)
 
 
+def test_batchnorm_against_direct_loops():
+    """Evaluation-mode batch normalization: per channel over H and W of each
+    image (per feature of a row), with the running statistics."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 4, 5, 2))
+    w = {"0.weight": rng.normal(size=4), "0.bias": rng.normal(size=4),
+         "0.running_mean": rng.normal(size=4), "0.running_var": rng.uniform(0.1, 2, 4)}
+    g, b, m, v = (w["0." + k] for k in ("weight", "bias", "running_mean", "running_var"))
+    want = np.zeros_like(x)
+    for n in range(3):
+        for c in range(4):
+            for h in range(5):
+                for j in range(2):
+                    want[n, c, h, j] = g[c] * (x[n, c, h, j] - m[c]) / np.sqrt(v[c] + 0.25) + b[c]
+    net = network.Network(network.parse("bn(eps=0.25)"), (4, 5, 2), w)
+    assert net.out_shape == (4, 5, 2)
+    np.testing.assert_allclose(net.forward(x), want.reshape(3, 40), rtol=1e-12, atol=1e-12)
+    # Flat rows: per feature, with the default eps (the float32 1e-5 the library keeps).
+    rows = rng.normal(size=(6, 4))
+    eps = float(np.float32(1e-5))
+    want = (rows - m) / np.sqrt(v + eps) * g + b
+    np.testing.assert_allclose(network.Network(network.parse("batchnorm"), (4, 1, 1), w)
+                               .forward(rows), want, rtol=1e-12, atol=1e-12)
+    # A batch of one row gives that row's output: no batch statistics.
+    net = network.Network(network.parse("bn"), (4, 5, 2), w)
+    np.testing.assert_array_equal(net.forward(x[1:2]), net.forward(x)[1:2])
+    with pytest.raises(ValueError, match=r"^no variable 0.running_var$"):
+        network.Network(network.parse("bn"), (4, 5, 2),
+                        {k: v for k, v in w.items() if k != "0.running_var"})
+    with pytest.raises(ValueError, match=r"^variable 0.running_mean has shape \[4\]; the layer "
+                                         r"needs \[3\]$"):
+        network.Network(network.parse("bn"), (3, 5, 2), {**w, "0.weight": w["0.weight"][:3],
+                                                         "0.bias": w["0.bias"][:3]})
+    with pytest.raises(ValueError, match=r"^layer 2 of 2 \(batchnorm\): momentum 2 is not in "
+                                         r"\[0, 1\]$"):
+        network.layer_shapes((4, 5, 2), [network.LayerSpec("relu"),
+                                         network.LayerSpec("batchnorm", rate=2.0)])
+    with pytest.raises(ValueError, match=r"\(batchnorm\): eps -1 is not >= 0"):
+        network.layer_shapes((4, 5, 2), [network.LayerSpec("batchnorm", gain=-1.0)])
+
+
 NETWORKS = [
     "conv(4,k=3,pad=1) relu maxpool(2) conv(4,k=2,stride=2,pad=same) tanh avgpool(2,count_pad=0) "
     "flatten dense(8) relu",
     "conv(3,k=4,pad=same) relu maxpool(3,stride=2,pad=1) conv(4,k=3,stride=2,pad=same) tanh "
     "avgpool(3,stride=1,pad=1,count_pad=0) avgpool(2,pad=1) flatten dense(6) relu",
     "conv2d(2,3x1,stride=1x2,pad=1x0) maxpool(2x3,stride=1,pad=same) flatten linear(5) tanh",
+    "bn conv(4,k=3,pad=1) batchnorm relu maxpool(2) conv(3,k=2,stride=2,pad=same) bn(eps=0.5) "
+    "tanh flatten dense(8) bn(momentum=0.3,eps=1e-3) relu",
+    "conv(3,k=3) bn(eps=1e-50) flatten bn(eps=1) dense(6) bn tanh",
 ]
 
 
 def _synthetic_model(path, text, in_shape, outputs, seed, loss="softmax_xent"):
-    """A supervised checkpoint of network text with random weights."""
+    """A supervised checkpoint of network text with random weights (and
+    random statistics for batchnorm layers)."""
     layers = network.parse(text) + [network.LayerSpec("dense", out=outputs)]
     net_shapes = network.layer_shapes(in_shape, layers)
     rng = np.random.default_rng(seed)
@@ -316,6 +409,12 @@ def _synthetic_model(path, text, in_shape, outputs, seed, loss="softmax_xent"):
             w = ((sp.out, cur[0], sp.kh, sp.kw) if sp.kind == "conv" else (sp.out, cur[0]))
             tensors["params.%d.weight" % i] = rng.normal(0, 0.5, w).astype(np.float32)
             tensors["params.%d.bias" % i] = rng.normal(0, 0.5, sp.out).astype(np.float32)
+        elif sp.kind == "batchnorm":
+            c = cur[0]
+            for part, v in (("weight", rng.normal(1, 0.5, c)), ("bias", rng.normal(0, 0.5, c)),
+                            ("running_mean", rng.normal(0, 0.5, c)),
+                            ("running_var", rng.uniform(0.05, 3.0, c))):
+                tensors["params.%d.%s" % (i, part)] = v.astype(np.float32)
         cur = net_shapes[i]
     meta = {"job": "supervised", "loss": loss, "network": text,
             "input_shape": ",".join(map(str, in_shape)),
@@ -505,6 +604,74 @@ def test_cnn_on_idx_images(text, idx_dir, dpt_bin, tmp_path):
         model.predict(x[:, :11])
 
 
+BN_NETWORK = ("conv(4,k=3,pad=1) batchnorm relu maxpool(2) conv(4,k=3,pad=1) bn(eps=1e-3) relu "
+              "maxpool(2) flatten dense(16) bn(momentum=0.2) relu")
+
+
+@pytest.mark.parametrize("job", ["supervised", "sync_replicas"])
+def test_batchnorm_on_idx_images(job, idx_dir, dpt_bin, tmp_path):
+    """A CNN with batchnorm layers trained by dpt (two towers; sync_replicas
+    with two workers and a moving average): the running statistics moved,
+    and dpt.load predicts with them as dpt eval and dpt's C model do."""
+    d, images, labels = idx_dir
+    keys = ({"num_devices": 2} if job == "supervised"
+            else {"total_num_replicas": 2, "replicas_to_aggregate": 2, "ema_decay": 0.9})
+    conf = _conf(tmp_path / "bn.conf", job=job, dataset="fashion_mnist", data_dir=str(d),
+                 network=BN_NETWORK, epochs=2, batch_size=16, lr=0.01, seed=4, **keys)
+    run = train(tmp_path / "run", conf)
+    model = dpt.load(run)
+    assert model.network_text == BN_NETWORK and model.job == job
+    assert [sp.describe() for sp in model.layers if sp.kind == "batchnorm"] == [
+        "batchnorm", "batchnorm(eps=0.00100000005)", "batchnorm(momentum=0.200000003)"]
+    for i, c in ((1, 4), (5, 4), (10, 16)):
+        for part in ("weight", "bias", "running_mean", "running_var"):
+            assert model.weights["%d.%s" % (i, part)].shape == (c,)
+        # Trained away from the initial statistics (zeros and ones).
+        assert np.abs(model.weights["%d.running_mean" % i]).max() > 1e-3
+        assert np.abs(model.weights["%d.running_var" % i] - 1).max() > 1e-3
+        assert (model.weights["%d.running_var" % i] > 0).all()
+    x = images.astype(np.float32) / np.float32(255)
+    mine = _same_as_dpt_eval(model, dpt_eval(dpt_bin, run), x, labels)
+    assert mine["accuracy"] > 0.2
+    cm = c_model()
+    want = cm.CModel(model).predict(x)
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(model.predict(x, dtype=np.float32), want, rtol=1e-4, atol=1e-4)
+    # Evaluation uses no batch statistics: a row's output does not depend on its batch.
+    np.testing.assert_array_equal(cm.CModel(model, max_batch=7).predict(x), want)
+    np.testing.assert_allclose(model.predict(x, batch_size=1), model.predict(x), rtol=1e-12,
+                               atol=1e-12)
+    if job == "sync_replicas":
+        ema = dpt.load(run, weights="ema")
+        assert not np.array_equal(ema.weights["1.running_var"], model.weights["1.running_var"])
+        _same_as_dpt_eval(ema, dpt_eval(dpt_bin, run, "eval_ema=true"), x, labels)
+
+
+def _refused(dpt_bin, conf, tmp_path, *sets):
+    """dpt train's exit status and error output for a config it refuses."""
+    cmd = [dpt_bin, "train", str(conf), "--quiet", "--set", "output_dir=%s" % (tmp_path / "out")]
+    for s in sets:
+        cmd += ["--set", s]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stderr
+
+
+def test_batchnorm_refused(idx_dir, dpt_bin, tmp_path):
+    """dpt train refuses batchnorm in the RL jobs and with reduce_op = sum."""
+    from conftest import EXAMPLES
+
+    rc, err = _refused(dpt_bin, EXAMPLES / "cartpole_ppo.conf", tmp_path,
+                       "network=dense(16) bn tanh")
+    assert rc == 2 and ("network: layer 2 is batchnorm, which the RL jobs do not take (only "
+                        "supervised and sync_replicas)") in err, err
+    d = idx_dir[0]
+    conf = _conf(tmp_path / "sum.conf", job="supervised", dataset="fashion_mnist",
+                 data_dir=str(d), network="conv(2,k=3) relu batchnorm flatten", epochs=1,
+                 reduce_op="sum")
+    rc, err = _refused(dpt_bin, conf, tmp_path)
+    assert rc == 2 and "network: layer 3 is batchnorm, which needs reduce_op = avg" in err, err
+
+
 @pytest.mark.parametrize("loss", ["mse", "huber"])
 def test_regression_on_csv(loss, dpt_bin, tmp_path):
     rng = np.random.default_rng(6)
@@ -575,6 +742,17 @@ def test_policy_encoder(tmp_path):
         dpt.load(write_checkpoint(tmp_path / "b1.safetensors",
                                   {"params." + k: v for k, v in w.items()},
                                   {**meta, "obs_shape": "1,4,5"}))
+    # An encoder with batchnorm is refused, as dpt train refuses it for the RL
+    # jobs, even with the layer's variables there.
+    bn = {"params." + k: v for k, v in w.items()}
+    bn.update({"params.encoder.1.%s" % part: np.ones(2, np.float32)
+               for part in ("weight", "bias", "running_mean", "running_var")})
+    with pytest.raises(ValueError, match=r"encoder: network: layer 2 is batchnorm, which the RL "
+                                         r"jobs do not take \(only supervised and "
+                                         r"sync_replicas\)"):
+        dpt.load(write_checkpoint(tmp_path / "bn.safetensors", bn,
+                                  {**meta, "network": "conv(2,k=3,pad=1) bn relu maxpool(2) "
+                                                      "flatten"}))
     bad = {"params." + k: v for k, v in w.items()}
     bad["params.encoder.0.weight"] = np.zeros((2, 2, 3, 3), np.float32)
     with pytest.raises(ValueError, match=r"encoder: variable encoder.0.weight has shape "
