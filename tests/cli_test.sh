@@ -296,6 +296,30 @@ expect 0 "" -- train net.conf --set "network=dense(16) tanh dense(16) relu" --se
 check "a network's checkpoint records it" grep -q '"network":"dense(16) tanh dense(16) relu"' \
     net1/checkpoints/checkpoint-00000001.safetensors
 expect 0 "test samples" -- eval net1
+# Batch normalization: supervised and sync_replicas only, averaged running
+# statistics (reduce_op = avg); a run stopped and resumed ends as the whole.
+expect 2 'network: layer 2 is batchnorm, which the RL jobs do not take' -- \
+    train ppo.conf --set "network=dense(8) bn tanh" --set output_dir=dep1
+expect 2 'network: layer 2 is batchnorm, which needs reduce_op = avg' -- \
+    train net.conf --set "network=dense(8) batchnorm relu" --set reduce_op=sum --set output_dir=dep1
+expect 2 'network layer 2 "batchnorm(momentum=2)": momentum = "2" is not a number in (0, 1]' -- \
+    train net.conf --set "network=dense(8) batchnorm(momentum=2)" --set output_dir=dep1
+bnn="network=dense(16) bn tanh dense(16) batchnorm(momentum=0.2,eps=0.001) relu"
+expect 0 "" -- train net.conf --set "$bnn" --set epochs=2 --set num_devices=2 --set output_dir=bn_full --quiet
+expect 0 "" -- train net.conf --set "$bnn" --set epochs=2 --set num_devices=2 --set stop_iters=1 \
+    --set output_dir=bn_half --quiet
+expect 0 "" -- train --resume bn_half --quiet --set stop_iters=0
+check "batchnorm: stopped after epoch 1 and resumed = the whole run, bitwise" "$cmp" \
+    bn_full/checkpoints/checkpoint-00000002.safetensors bn_half/checkpoints/checkpoint-00000002.safetensors
+expect 0 "" -- train net.conf --set "$bnn" --set epochs=2 --set num_devices=2 --set towers_mode=replicated \
+    --set output_dir=bn_repl --quiet
+check "batchnorm: towers ps and replicated end bitwise equal" "$cmp" \
+    bn_full/checkpoints/checkpoint-00000002.safetensors bn_repl/checkpoints/checkpoint-00000002.safetensors
+check "batchnorm: the checkpoint records the network with its arguments" grep -q \
+    '"network":"dense(16) bn tanh dense(16) batchnorm(momentum=0.2,eps=0.001) relu"' \
+    bn_full/checkpoints/checkpoint-00000002.safetensors
+bn_eval=$(grep -o '"test_accuracy":[0-9.]*' bn_full/result.jsonl | tail -1 | cut -d: -f2)
+expect 0 "accuracy $(printf '%.4f' "$bn_eval")" -- eval bn_full
 # On resume and in dpt eval too; a run's own config.conf names every key and
 # is not refused; a key at its default is not.
 expect 2 "evaluation_episodes = 3 is used only with" -- train --resume ppo_half --set evaluation_episodes=3

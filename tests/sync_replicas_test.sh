@@ -198,6 +198,16 @@ if [ -n "$mpiexec" ] && [ -x "$mpiexec" ] && "$dpt" info | grep -q "^  mpi    ye
     check "dropout, N = R = 2: threads and mpirun -np 3 end bitwise equal" "$cmp" \
         md_threads/checkpoints/checkpoint-00000003.safetensors \
         md_ranks/checkpoints/checkpoint-00000003.safetensors
+    # Batch normalization: each worker pushes its update of the running
+    # statistics with its gradient; the service averages the accepted ones.
+    expect 0 "" -- train md.conf --quiet --set output_dir=mb_threads --set comm_timeout_s=60 \
+        --set "network=dense(32) bn tanh dense(32) batchnorm(momentum=0.2) tanh"
+    out=$(mpirun_ -np 3 "$dpt" train md.conf --quiet --set output_dir=mb_ranks \
+        --set "network=dense(32) bn tanh dense(32) batchnorm(momentum=0.2) tanh" \
+        --set comm_timeout_s=60 2>&1) || printf '%s\n' "$out" | tail -3
+    check "batchnorm, N = R = 2: threads and mpirun -np 3 end bitwise equal" "$cmp" \
+        mb_threads/checkpoints/checkpoint-00000003.safetensors \
+        mb_ranks/checkpoints/checkpoint-00000003.safetensors
     out=$(mpirun_ -np 2 "$dpt" train mp.conf --set output_dir=mp_bad 2>&1); rc=$?
     if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "must add up to the 2 ranks" &&
        [ ! -e mp_bad ]; then

@@ -111,7 +111,7 @@ typedef struct dpt_layer_spec {
     size_t out;      /* linear: O; conv2d: output channels; others ignore it */
     dpt_init_t init; /* linear, conv2d: initialisation (fan-in I, or C*kh*kw) */
     float gain;      /* linear, conv2d: gain/bound/std of the init (unused by default);
-                      * batchnorm: eps, >= 0 (0: 1e-5) */
+                      * batchnorm: eps, in [0, 1] (0: 1e-5) */
     size_t kh, kw;   /* conv2d, pooling */
     size_t stride_h, stride_w;
     size_t pad_top, pad_bottom, pad_left, pad_right;

@@ -1,8 +1,8 @@
 /*
  * dpt/norm.h — batch normalization and dropout kernels.
  *
- * Kernels only: the model description does not use them yet (no layer, no
- * config key).
+ * The kernels under the sequential stack's batchnorm and dropout layers
+ * (dpt/nn.h; the model language's batchnorm and dropout).
  *
  * Layout. Batch normalization reads x as [N, C, S] in row-major order: N
  * samples, C channels, S positions per channel of one sample (element

@@ -414,8 +414,8 @@ def layer_shapes(in_shape, layers):
             if not 0.0 <= m <= 1.0:
                 raise ValueError("layer %d of %d (batchnorm): momentum %g is not in [0, 1]" %
                                  (i + 1, n, m))
-            if not 0.0 <= e < 1e30:
-                raise ValueError("layer %d of %d (batchnorm): eps %g is not >= 0" % (i + 1, n, e))
+            if not 0.0 <= e <= 1.0:
+                raise ValueError("layer %d of %d (batchnorm): eps %g is not in [0, 1]" % (i + 1, n, e))
         shapes.append(cur)
     return shapes
 

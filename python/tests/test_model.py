@@ -381,7 +381,7 @@ def test_batchnorm_against_direct_loops():
                                          r"\[0, 1\]$"):
         network.layer_shapes((4, 5, 2), [network.LayerSpec("relu"),
                                          network.LayerSpec("batchnorm", rate=2.0)])
-    with pytest.raises(ValueError, match=r"\(batchnorm\): eps -1 is not >= 0"):
+    with pytest.raises(ValueError, match=r"\(batchnorm\): eps -1 is not in \[0, 1\]"):
         network.layer_shapes((4, 5, 2), [network.LayerSpec("batchnorm", gain=-1.0)])
 
 

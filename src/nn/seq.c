@@ -373,9 +373,9 @@ static int dpt__layer_shape(size_t i, size_t n, const dpt_layer_spec_t *sp, dpt_
             return dpt_error(DPT_EINVAL,
                              "layer %zu of %zu (batchnorm): momentum %g is not in [0, 1]", i + 1, n,
                              (double)sp->rate);
-        if (!(sp->gain >= 0.0f && sp->gain < 1e30f))
-            return dpt_error(DPT_EINVAL, "layer %zu of %zu (batchnorm): eps %g is not >= 0", i + 1,
-                             n, (double)sp->gain);
+        if (!(sp->gain >= 0.0f && sp->gain <= 1.0f))
+            return dpt_error(DPT_EINVAL, "layer %zu of %zu (batchnorm): eps %g is not in [0, 1]",
+                             i + 1, n, (double)sp->gain);
         *out = in;
         return DPT_OK;
     default: *out = in; return DPT_OK;

@@ -177,14 +177,17 @@ int dpt__sr_grad(srt_worker_t *w, size_t chunk, uint64_t step, double *loss, dou
 /* replica_grad_clip: the worker's gradient (its dense variables and, for
  * bags, the table's rows) scaled to that global norm when above it. The
  * frozen variables' gradients count for nothing (the service ignores
- * them). */
+ * them), and the running statistics' updates (batchnorm) are neither
+ * counted nor scaled, as the service's own clip leaves them. */
 static void dpt__sr_clip(const srt_t *t, srt_worker_t *w)
 {
     const dpt_vartable_t *vt = t->vars;
+    const unsigned char *running = w->net.running;
     double sumsq = 0.0;
     for (size_t i = t->bags ? 1 : 0; i < vt->nvars; i++) {
         const float *g = w->grads.data + vt->vars[i].offset;
-        for (size_t j = 0; !(t->frozen && t->frozen[i]) && j < vt->vars[i].count; j++)
+        int skip = (t->frozen && t->frozen[i]) || (running && running[i]);
+        for (size_t j = 0; !skip && j < vt->vars[i].count; j++)
             sumsq += (double)g[j] * (double)g[j];
     }
     size_t nrows = t->bags && !(t->frozen && t->frozen[0]) ? w->grad_rows.n * w->grad_rows.dim : 0;
@@ -194,7 +197,8 @@ static void dpt__sr_clip(const srt_t *t, srt_worker_t *w)
     if (f == 1.0f)
         return;
     for (size_t i = t->bags ? 1 : 0; i < vt->nvars; i++)
-        dpt_vec_scale(w->grads.data + vt->vars[i].offset, vt->vars[i].count, f);
+        if (!(running && running[i]))
+            dpt_vec_scale(w->grads.data + vt->vars[i].offset, vt->vars[i].count, f);
     if (nrows)
         dpt_vec_scale(w->grad_rows.values, nrows, f);
 }
