@@ -683,6 +683,19 @@ static int dpt__fused_act(const dpt_seq_t *s, size_t i)
     return next == DPT_LAYER_RELU || next == DPT_LAYER_TANH ? (int)next : -1;
 }
 
+/* 1 when layer i is a ReLU followed by a 2x2 max pooling that keeps its
+ * choices, below another layer: the two run as pooling then ReLU on the
+ * pooled values (a quarter of the work, no ReLU output kept). The bits are
+ * the same both ways: max and ReLU commute, the choice of a window whose
+ * maximum is positive is the same among x and ReLU(x) (the other values
+ * are below it in both), and a window whose maximum is not positive passes
+ * no gradient either way. */
+static int dpt__relu_pool(const dpt_seq_t *s, size_t i)
+{
+    return i > 0 && i + 1 < s->nlayers && s->layers[i].spec.kind == DPT_LAYER_RELU &&
+           s->layers[i + 1].spec.kind == DPT_LAYER_MAXPOOL2D && s->layers[i + 1].idx;
+}
+
 int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t batch,
                     const float **y)
 {
@@ -700,6 +713,13 @@ int dpt_seq_forward(dpt_seq_t *s, const float *params, const float *x, size_t ba
     for (size_t i = 0; i < s->nlayers; i++) {
         const dpt__layer_t *l = &s->layers[i];
         int act = dpt__fused_act(s, i);
+        if (dpt__relu_pool(s, i)) {
+            const dpt__layer_t *p = &s->layers[++i];
+            (void)dpt__maxpool2d_forward_idx(&p->pool, s->act[i], p->idx, in, batch);
+            dpt__relu_forward(p, params, s->act[i], s->act[i], batch);
+            in = s->act[i];
+            continue;
+        }
         if (l->spec.kind != DPT_LAYER_LINEAR || (act < 0 && !acting)) {
             dpt__layer_ops[l->spec.kind]->forward(l, params, in, s->act[i], batch);
             in = s->act[i];
@@ -737,6 +757,17 @@ int dpt_seq_backward_ex(dpt_seq_t *s, const float *params, float *grads, const f
     unsigned gmode = store_grads ? DPT__STORE_GRADS : 0u;
     for (size_t i = s->nlayers; i-- > 0;) {
         const dpt__layer_t *l = &s->layers[i];
+        if (i >= 2 && dpt__relu_pool(s, i - 1)) {
+            /* The pooled gradient masked by the ReLU, into
+             * the ReLU's unused output buffer, then routed to the choices:
+             * the stored input gradient of the pair. */
+            float *masked = s->act[i - 1], *ldx = s->dbuf[(i - 1) & 1];
+            dpt__relu_backward(l, params, grads, NULL, s->act[i], g, masked, batch, DPT__STORE_DX);
+            (void)dpt__maxpool2d_backward_store_idx(&l->pool, ldx, masked, l->idx, batch);
+            g = ldx;
+            i--;
+            continue;
+        }
         const float *lx = i ? s->act[i - 1] : s->x;
         /* The caller's input gradient (or NULL) accumulates; the stack's own
          * buffers between layers are overwritten, so they need no zeroing. */
