@@ -479,6 +479,15 @@ static void test_running_norm_scale_zero_errors(void)
     CHECK(dpt_optim_sumsq_less_running(o, 0.0, g, 0, n) == 0.0);
     CHECK(dpt_optim_sumsq_less_running(o, 0.5 * run, g, 0, n) == 0.0);
     CHECK(dpt_optim_sumsq_less_running(o, run, g, 0, n) == 0.0);
+    /* A sum that is not finite stays so (the step is then refused). */
+    CHECK(isnan(dpt_optim_sumsq_less_running(o, NAN, g, 0, n)));
+    CHECK(dpt_optim_sumsq_less_running(o, INFINITY, g, 0, n) == (double)INFINITY);
+    h[0] = g[20];
+    g[20] = INFINITY; /* the running part infinite too: inf - inf is not 0 */
+    CHECK(dpt_optim_sumsq_less_running(o, INFINITY, g, 0, n) == (double)INFINITY);
+    g[20] = NAN;
+    CHECK(isnan(dpt_optim_sumsq_less_running(o, NAN, g, 0, n)));
+    g[20] = h[0];
     /* Scaling: every element but the running ones, as dpt_vec_scale. */
     memcpy(h, g, sizeof g);
     memcpy(want, g, sizeof g);

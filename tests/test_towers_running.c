@@ -16,6 +16,9 @@
  * the whole average while the other variables move by lr * grad_clip. The
  * fused SGD update of ps is never used. async applies a tower's update
  * unscaled by async_scale (1 device: bit for bit) and runs with 2 devices.
+ * A gradient that holds a NaN or an infinity (in the running statistics'
+ * update or elsewhere) still refuses the step in every mode, as without
+ * running statistics.
  */
 #include "dpt_test.h"
 
@@ -270,6 +273,108 @@ static void test_async(void)
         check_case(&cases[i]);
 }
 
+/* ---- a gradient that is not finite ------------------------------------------------ */
+
+/* A model of two variables, w [4] and the running statistics s [2], whose
+ * loss is finite but whose gradient holds a NaN (in w, or in s's update)
+ * or an infinity. */
+typedef struct bad_model {
+    dpt_vartable_t vars;
+    int where; /* 0: NaN in w, 1: NaN in s, 2: +inf in w and in s */
+} bad_model_t;
+
+static int bad_loss_grad(void *ctx, const float *params, float *grads, const dpt_batch_t *batch,
+                         dpt_loss_out_t *out)
+{
+    const bad_model_t *m = ctx;
+    (void)params;
+    size_t w = m->vars.vars[0].offset, s = m->vars.vars[1].offset;
+    for (size_t i = 0; i < 4; i++)
+        grads[w + i] += 0.25f;
+    grads[s] += 0.5f;
+    grads[s + 1] -= 0.5f;
+    if (m->where == 0)
+        grads[w + 1] = NAN;
+    else if (m->where == 1)
+        grads[s + 1] = NAN;
+    else
+        grads[w + 2] = grads[s] = INFINITY;
+    out->loss = 1.0;
+    out->correct = 0.0;
+    out->rows = batch->rows;
+    return DPT_OK;
+}
+
+static void test_nonfinite_refused(void)
+{
+    static const struct {
+        dpt_towers_mode_t mode;
+        int devices, two_pass;
+        double clip;
+    } modes[] = {{DPT_TOWERS_PS, 1, 0, 0.0},         {DPT_TOWERS_PS, 2, 0, 0.0},
+                 {DPT_TOWERS_PS, 2, 1, 0.0},         {DPT_TOWERS_PS, 2, 1, 1.0},
+                 {DPT_TOWERS_REPLICATED, 2, 0, 0.0}, {DPT_TOWERS_ASYNC, 1, 0, 0.0}};
+    size_t saved = dpt__towers_mirror_max;
+    bad_model_t m;
+    dpt_vartable_init(&m.vars);
+    size_t four = 4, two = 2;
+    REQUIRE_OK(dpt_vartable_add(&m.vars, "w", 1, &four, NULL));
+    REQUIRE_OK(dpt_vartable_add(&m.vars, "s", 1, &two, NULL));
+    const unsigned char running[2] = {0, 1};
+    float x[8] = {0}, w0[64], w1[64];
+    for (size_t i = 0; i < m.vars.total; i++)
+        w0[i] = 0.5f;
+    for (int where = 0; where < 3; where++)
+        for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++)
+            for (int marked = 0; marked < 2; marked++) {
+                m.where = where;
+                dpt_model_t model = {
+                    .vars = &m.vars, .ctx = &m, .max_batch = 4, .loss_grad = bad_loss_grad};
+                dpt_towers_config_t c = dpt_towers_defaults();
+                c.mode = modes[k].mode;
+                c.num_devices = modes[k].devices;
+                c.max_per_device_batch_size = 4;
+                c.max_load_rows = 8;
+                c.grad_clip = modes[k].clip;
+                c.optim = dpt_optim_defaults(DPT_OPTIM_SGD);
+                c.check_every = 0;
+                c.running = marked ? running : NULL;
+                dpt_batch_t lay, b;
+                dpt_batch_init(&lay, 0);
+                dpt_batch_add(&lay, "x", DPT_F32, 1, 0, NULL);
+                dpt_batch_init(&b, 8);
+                dpt_batch_add(&b, "x", DPT_F32, 1, 0, x);
+                dpt__towers_mirror_max = modes[k].two_pass ? 0 : saved;
+                dpt_towers_t *t = NULL;
+                int rc = dpt_towers_create(&t, &model, &lay, &c);
+                dpt__towers_mirror_max = saved;
+                REQUIRE_OK(rc);
+                dpt_towers_load_info_t info;
+                dpt_towers_stats_t st;
+                CHECK_OK(dpt_towers_set_weights(t, w0, m.vars.total));
+                CHECK_OK(dpt_towers_load(t, 0, &b, &info));
+                /* Refused: nothing applied, the running statistics too. */
+                rc = dpt_towers_optimize(t, 0, 0, 0.1f, &st);
+                CHECK_OK(dpt_towers_get_weights(t, w1, m.vars.total));
+                int same = memcmp(w0, w1, m.vars.total * sizeof(float)) == 0;
+                if (rc != DPT_ENUMERIC || !same)
+                    fprintf(stderr,
+                            "mode %s, %d devices%s, clip %g, %s in %s, %s: step returned %s, "
+                            "weights %s\n",
+                            dpt_towers_mode_name(modes[k].mode), modes[k].devices,
+                            modes[k].two_pass ? " (two-pass)" : "", modes[k].clip,
+                            where == 2 ? "inf" : "NaN",
+                            where == 0   ? "w"
+                            : where == 1 ? "s"
+                                         : "both",
+                            marked ? "s running" : "no marks", dpt_status_name(rc),
+                            same ? "unchanged" : "changed");
+                CHECK(rc == DPT_ENUMERIC && same);
+                dpt_towers_destroy(t);
+            }
+    dpt_vartable_deinit(&m.vars);
+}
+
 int main(void)
 {
     if (dpt_network_parse("conv(3,k=3,pad=1) batchnorm relu flatten dense(3)", layers, 8,
@@ -286,6 +391,7 @@ int main(void)
         DPT_TEST(test_modes),
         DPT_TEST(test_clip),
         DPT_TEST(test_async),
+        DPT_TEST(test_nonfinite_refused),
     };
     return DPT_TEST_RUN(cases);
 }
