@@ -49,8 +49,8 @@ static void dpt__seq_bn_forward(const dpt__layer_t *l, const float *params, cons
         (void)dpt_batchnorm_forward_train(&bn, y, l->bn, l->bn + C, l->bn + 2 * C, x, gamma, beta,
                                           batch);
     else
-        (void)dpt_batchnorm_forward_eval(&bn, y, x, params + l->rm_off,
-                                         params + l->rv_off, gamma, beta, batch);
+        (void)dpt_batchnorm_forward_eval(&bn, y, x, params + l->rm_off, params + l->rv_off, gamma,
+                                         beta, batch);
 }
 
 static void dpt__seq_bn_backward(const dpt__layer_t *l, const float *params, float *grads,
