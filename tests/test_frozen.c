@@ -11,6 +11,16 @@
  * modes: the frozen layer and its slots stay, the norm leaves it out; and
  * the sync-replicas service: a frozen variable is neither accumulated
  * (a NaN gradient of it is ignored) nor applied, its EMA stays.
+ *
+ * Running statistics (dpt_optim_set_running) beside those marks, for every
+ * rule with weight decay: a running variable takes p + g bit for bit
+ * (whole steps, slices, update_into, the clip factor of the mirrored
+ * step), one marked both ways stays (no gradient wins), the others move
+ * bitwise as without marks, the slots of the marked ones stay; NULL clears
+ * either kind; the sums of squares of the running part and of the rest,
+ * never below 0; scaling and zeroing that leave the running elements
+ * alone; tables of another variable count refused in either order, the
+ * earlier marks kept.
  */
 #include "dpt_test.h"
 
@@ -21,6 +31,7 @@
 #include "dpt/rng.h"
 #include "dpt/sync_replicas.h"
 #include "dpt/towers.h"
+#include "optim/optim_impl.h"     /* dpt__optim_update_scaled */
 #include "parallel/towers_impl.h" /* dpt__towers_mirror_max, params_next */
 
 #include <math.h>
@@ -302,6 +313,260 @@ static void test_marks_sparse_zero_and_errors(void)
     dpt_vartable_deinit(&t);
 }
 
+/* ---- running statistics ---------------------------------------------------------- */
+
+/* abc_table and d [7]: offsets 0, 16, 48, 64; 80 floats (padded). b is running
+ * statistics, d has no gradient, c is marked both ways (no gradient wins). */
+static void abcd_table(dpt_vartable_t *t)
+{
+    abc_table(t);
+    add_var(t, "d", 7);
+}
+
+static const unsigned char run_mark[4] = {0, 1, 1, 0}, ng_mark[4] = {0, 0, 1, 1};
+
+/* 1 for the elements the rule moves: a and the padding. */
+static int plain(const dpt_vartable_t *t, size_t i)
+{
+    for (size_t v = 1; v < 4; v++)
+        if (i >= t->vars[v].offset && i < t->vars[v].offset + t->vars[v].count)
+            return 0;
+    return 1;
+}
+
+/* After an update from `before` with gradient g: b holds before + g bit for
+ * bit, c and d are unchanged, the plain elements equal `ref`'s. */
+static int running_step_ok(const dpt_vartable_t *t, const float *p, const float *before,
+                           const float *g, const float *ref)
+{
+    int ok = 1;
+    for (size_t i = 0; i < t->total; i++) {
+        float want = plain(t, i) ? ref[i] : i < 36 ? before[i] + g[i] : before[i];
+        ok &= memcmp(&p[i], &want, sizeof want) == 0;
+    }
+    return ok;
+}
+
+static void test_running_every_rule(void)
+{
+    static const struct {
+        dpt_optim_kind_t kind;
+        int nesterov;
+    } rules[] = {{DPT_OPTIM_SGD, 0},
+                 {DPT_OPTIM_MOMENTUM, 0},
+                 {DPT_OPTIM_MOMENTUM, 1},
+                 {DPT_OPTIM_ADAM, 0},
+                 {DPT_OPTIM_ADAMW, 0}};
+    dpt_vartable_t t;
+    abcd_table(&t);
+    size_t n = t.total;
+    REQUIRE(n == 80 && t.vars[1].offset == 16 && t.vars[2].offset == 48 && t.vars[3].offset == 64);
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++) {
+        dpt_optim_t *o = make_opt(rules[k].kind, rules[k].nesterov, n);
+        dpt_optim_t *ref = make_opt(rules[k].kind, rules[k].nesterov, n);
+        REQUIRE(o && ref);
+        REQUIRE_OK(dpt_optim_set_running(o, &t, run_mark));
+        REQUIRE_OK(dpt_optim_set_no_grad(o, &t, ng_mark));
+        CHECK(dpt_optim_running_count(o) == 20 && dpt_optim_no_grad_count(o) == 10);
+        CHECK(!dpt_optim_running(o, 15) && dpt_optim_running(o, 16) && dpt_optim_running(o, 35) &&
+              !dpt_optim_running(o, 36) && !dpt_optim_running(o, 48) && !dpt_optim_running(o, 64));
+        CHECK(!dpt_optim_no_grad(o, 16) && dpt_optim_no_grad(o, 48) && dpt_optim_no_grad(o, 50) &&
+              !dpt_optim_no_grad(o, 51) && dpt_optim_no_grad(o, 64) && dpt_optim_no_grad(o, 70));
+        fill_slots(o, n);
+        fill_slots(ref, n);
+        float p[80], q[80], g[80], before[80], s0[2][80];
+        dpt_rng_t r;
+        dpt_rng_init(&r, 7, 0, 0, DPT_RNG_DATA);
+        dpt_rng_fill_uniform(&r, p, n, -1.0f, 1.0f);
+        memcpy(q, p, sizeof p);
+        for (int s = 0; s < dpt_optim_num_slots(o); s++)
+            memcpy(s0[s], dpt_optim_slot(o, s), n * sizeof(float));
+        /* Three whole steps, then three in slices that cut b, c and d. */
+        for (int step = 0; step < 6; step++) {
+            dpt_rng_fill_uniform(&r, g, n, -1.0f, 1.0f);
+            memcpy(before, p, sizeof p);
+            if (step < 3) {
+                dpt_optim_step(o, p, g, 0.05f);
+                dpt_optim_step(ref, q, g, 0.05f);
+            } else {
+                uint64_t tt = (uint64_t)step + 1;
+                const size_t cuts[] = {0, 7, 20, 40, 50, 66, n};
+                for (int c = 0; c < 6; c++)
+                    dpt_optim_update(o, p, g, cuts[c], cuts[c + 1], tt, 0.05f);
+                dpt_optim_update(ref, q, g, 0, n, tt, 0.05f);
+            }
+            CHECK(running_step_ok(&t, p, before, g, q));
+        }
+        /* The slots of b, c and d as they were; a's as without marks. */
+        for (int s = 0; s < dpt_optim_num_slots(o); s++) {
+            CHECK(same_range(dpt_optim_slot(o, s), s0[s], 16, 36));
+            CHECK(same_range(dpt_optim_slot(o, s), s0[s], 48, 51));
+            CHECK(same_range(dpt_optim_slot(o, s), s0[s], 64, 71));
+            CHECK(same_range(dpt_optim_slot(o, s), dpt_optim_slot(ref, s), 0, 5));
+            CHECK(!same_range(dpt_optim_slot(o, s), s0[s], 0, 5));
+        }
+        /* update_into: b gets p + g, c and d are copied; params untouched. */
+        float out[80], qout[80];
+        memset(out, 0, sizeof out);
+        memcpy(before, p, sizeof p);
+        dpt_optim_update_into(o, p, out, g, 0, n, 7, 0.05f);
+        dpt_optim_update_into(ref, q, qout, g, 0, n, 7, 0.05f);
+        CHECK(same_range(p, before, 0, n));
+        CHECK(running_step_ok(&t, out, p, g, qout));
+        /* The clip factor of the towers' mirrored step: the running
+         * elements take g as it is. */
+        dpt__optim_update_scaled(o, p, out, g, 0, n, 8, 0.05f, 0.25f);
+        dpt__optim_update_scaled(ref, q, qout, g, 0, n, 8, 0.05f, 0.25f);
+        CHECK(running_step_ok(&t, out, p, g, qout));
+        /* NULL clears the running marks: b gets the rule, c still has no
+         * gradient; then the no-gradient marks too: c and d move. */
+        REQUIRE_OK(dpt_optim_set_running(o, &t, NULL));
+        CHECK(dpt_optim_running_count(o) == 0 && !dpt_optim_running(o, 16));
+        CHECK(dpt_optim_no_grad_count(o) == 10 && dpt_optim_no_grad(o, 48));
+        memcpy(before, p, sizeof p);
+        dpt_optim_update(o, p, g, 0, n, 9, 0.05f);
+        int b_plus_g = 1;
+        for (size_t i = 16; i < 36; i++)
+            b_plus_g &= p[i] == before[i] + g[i];
+        CHECK(!b_plus_g && !same_range(p, before, 16, 36));
+        CHECK(same_range(p, before, 48, 51) && same_range(p, before, 64, 71));
+        REQUIRE_OK(dpt_optim_set_no_grad(o, &t, NULL));
+        CHECK(dpt_optim_no_grad_count(o) == 0 && !dpt_optim_no_grad(o, 48));
+        memcpy(before, p, sizeof p);
+        dpt_optim_update(o, p, g, 0, n, 10, 0.05f);
+        CHECK(!same_range(p, before, 48, 51) && !same_range(p, before, 64, 71));
+        dpt_optim_destroy(o);
+        dpt_optim_destroy(ref);
+    }
+    dpt_vartable_deinit(&t);
+}
+
+static void test_running_norm_scale_zero_errors(void)
+{
+    dpt_vartable_t t;
+    abcd_table(&t);
+    size_t n = t.total;
+    dpt_optim_t *o = make_opt(DPT_OPTIM_ADAM, 0, n);
+    REQUIRE(o);
+    float g[80], h[80], want[80];
+    dpt_rng_t r;
+    dpt_rng_init(&r, 9, 0, 0, DPT_RNG_DATA);
+    dpt_rng_fill_uniform(&r, g, n, -2.0f, 2.0f);
+    /* Nothing running: no part, the sum as given. */
+    CHECK(dpt_optim_running_sumsq(o, g, 0, n) == 0.0);
+    CHECK(dpt_optim_sumsq_less_running(o, 3.25, g, 0, n) == 3.25);
+    REQUIRE_OK(dpt_optim_set_running(o, &t, run_mark));
+    REQUIRE_OK(dpt_optim_set_no_grad(o, &t, ng_mark));
+    /* Sums of squares: the running part in index order; the rest. */
+    double all = 0.0, run = 0.0, rest = 0.0, part = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double sq = (double)g[i] * (double)g[i];
+        all += sq;
+        if (i >= 16 && i < 36)
+            run += sq;
+        else
+            rest += sq;
+        if (i >= 20 && i < 36)
+            part += sq;
+    }
+    CHECK(dpt_optim_running_sumsq(o, g, 0, n) == run);
+    CHECK(dpt_optim_running_sumsq(o, g, 20, 40) == part);
+    CHECK(dpt_optim_running_sumsq(o, g, 0, 1000) == run); /* hi cut to the count */
+    CHECK(dpt_optim_running_sumsq(o, g, 36, n) == 0.0);
+    double less = dpt_optim_sumsq_less_running(o, all, g, 0, n);
+    CHECK(fabs(less - rest) <= 1e-12 * rest);
+    /* Never below 0. */
+    CHECK(dpt_optim_sumsq_less_running(o, 0.0, g, 0, n) == 0.0);
+    CHECK(dpt_optim_sumsq_less_running(o, 0.5 * run, g, 0, n) == 0.0);
+    CHECK(dpt_optim_sumsq_less_running(o, run, g, 0, n) == 0.0);
+    /* A sum that is not finite stays so (the step is then refused). */
+    CHECK(isnan(dpt_optim_sumsq_less_running(o, NAN, g, 0, n)));
+    CHECK(dpt_optim_sumsq_less_running(o, INFINITY, g, 0, n) == (double)INFINITY);
+    h[0] = g[20];
+    g[20] = INFINITY; /* the running part infinite too: inf - inf is not 0 */
+    CHECK(dpt_optim_sumsq_less_running(o, INFINITY, g, 0, n) == (double)INFINITY);
+    g[20] = NAN;
+    CHECK(isnan(dpt_optim_sumsq_less_running(o, NAN, g, 0, n)));
+    g[20] = h[0];
+    /* Scaling: every element but the running ones, as dpt_vec_scale. */
+    memcpy(h, g, sizeof g);
+    memcpy(want, g, sizeof g);
+    dpt_optim_scale_grads(o, h, 0, n, 0.3f);
+    dpt_vec_scale(want, 16, 0.3f);
+    dpt_vec_scale(want + 36, n - 36, 0.3f);
+    CHECK(memcmp(h, want, n * sizeof(float)) == 0);
+    /* Slices that cut b; f = 1 changes nothing. */
+    memcpy(h, g, sizeof g);
+    memcpy(want, g, sizeof g);
+    dpt_optim_scale_grads(o, h, 10, 30, 0.3f);
+    dpt_vec_scale(want + 10, 6, 0.3f);
+    CHECK(memcmp(h, want, n * sizeof(float)) == 0);
+    memcpy(h, g, sizeof g);
+    memcpy(want, g, sizeof g);
+    dpt_optim_scale_grads(o, h, 20, 60, 0.3f);
+    dpt_vec_scale(want + 36, 24, 0.3f);
+    CHECK(memcmp(h, want, n * sizeof(float)) == 0);
+    memcpy(h, g, sizeof g);
+    dpt_optim_scale_grads(o, h, 0, n, 1.0f);
+    CHECK(memcmp(h, g, n * sizeof(float)) == 0);
+    /* Zeroing: the variables without a gradient (c, d), not the running
+     * ones; only inside [lo, hi). */
+    memcpy(h, g, sizeof g);
+    dpt_optim_zero_no_grad(o, h, 0, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++)
+        ok &= h[i] == ((i >= 48 && i < 51) || (i >= 64 && i < 71) ? 0.0f : g[i]);
+    CHECK(ok);
+    memcpy(h, g, sizeof g);
+    dpt_optim_zero_no_grad(o, h, 20, 50);
+    ok = 1;
+    for (size_t i = 0; i < n; i++)
+        ok &= h[i] == (i >= 48 && i < 50 ? 0.0f : g[i]);
+    CHECK(ok);
+    /* A table of another variable count is refused by either call; the
+     * marks stay and still work. */
+    dpt_vartable_t t2;
+    dpt_vartable_init(&t2);
+    add_var(&t2, "x", 4);
+    add_var(&t2, "y", 4);
+    const unsigned char two[2] = {1, 1};
+    CHECK_ERR(dpt_optim_set_running(o, &t2, two), DPT_EINVAL,
+              "a table of 2 variables marked after one of 4");
+    CHECK_ERR(dpt_optim_set_no_grad(o, &t2, two), DPT_EINVAL, "a table of 2 variables");
+    CHECK(dpt_optim_running_count(o) == 20 && dpt_optim_no_grad_count(o) == 10);
+    CHECK(dpt_optim_running(o, 16) && !dpt_optim_running(o, 0) && dpt_optim_no_grad(o, 64));
+    float p[80], before[80];
+    dpt_rng_fill_uniform(&r, p, n, -1.0f, 1.0f);
+    memcpy(before, p, sizeof p);
+    dpt_optim_step(o, p, g, 0.01f);
+    int b_ok = 1;
+    for (size_t i = 16; i < 36; i++)
+        b_ok &= p[i] == before[i] + g[i];
+    CHECK(b_ok && same_range(p, before, 48, 51) && same_range(p, before, 64, 71));
+    CHECK(!same_range(p, before, 0, 5));
+    /* A table larger than the optimizer. */
+    dpt_vartable_t big;
+    dpt_vartable_init(&big);
+    add_var(&big, "x", 1000);
+    const unsigned char one[1] = {1};
+    CHECK_ERR(dpt_optim_set_running(o, &big, one), DPT_EINVAL,
+              "floats marked on an optimizer of 80");
+    CHECK(dpt_optim_running_count(o) == 20);
+    dpt_vartable_deinit(&big);
+    /* The other order: running marks first, then another count. */
+    dpt_optim_t *o2 = make_opt(DPT_OPTIM_SGD, 0, n);
+    REQUIRE(o2);
+    REQUIRE_OK(dpt_optim_set_running(o2, &t2, two));
+    CHECK(dpt_optim_running_count(o2) == 8 && dpt_optim_running(o2, 16));
+    CHECK_ERR(dpt_optim_set_no_grad(o2, &t, ng_mark), DPT_EINVAL,
+              "a table of 4 variables marked after one of 2");
+    CHECK(dpt_optim_running_count(o2) == 8 && dpt_optim_no_grad_count(o2) == 0);
+    dpt_optim_destroy(o2);
+    dpt_vartable_deinit(&t2);
+    dpt_optim_destroy(o);
+    dpt_vartable_deinit(&t);
+}
+
 /* ---- the towers engine ----------------------------------------------------------- */
 
 enum { IN = 6, OUT = 3, ROWS = 48, MB = 12 };
@@ -564,6 +829,8 @@ int main(void)
         DPT_TEST(test_marks_every_rule),
         DPT_TEST(test_zero_gradient_still_moves),
         DPT_TEST(test_marks_sparse_zero_and_errors),
+        DPT_TEST(test_running_every_rule),
+        DPT_TEST(test_running_norm_scale_zero_errors),
         DPT_TEST(test_towers_modes),
         DPT_TEST(test_sync_replicas_service),
     };

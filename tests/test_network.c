@@ -9,6 +9,8 @@
  * and its gradients against central differences of its own forward: in
  * double around float weights, J = sum(r * y) with r fixed, h = 1e-2 on
  * a smooth stack (tanh and average pooling), every weight, bias and input.
+ * The batchnorm layer's own checks are in test_seq_norm (its parse errors
+ * and descriptions are here with the other layers').
  */
 #include "dpt_test.h"
 
@@ -86,7 +88,10 @@ static void test_parse_forms(void)
                            "flatten",
                            "relu",
                            "dropout(0.25)",
-                           "dropout(p=0)"};
+                           "dropout(p=0)",
+                           "batchnorm",
+                           "bn(momentum=0.25,eps=0.01)",
+                           "batchnorm(eps=0.5)"};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         dpt_layer_spec_t a, b;
         char buf[200];
@@ -149,6 +154,22 @@ static void test_parse_errors(void)
         {"dropout(1)", "p = \"1\" is not a probability in [0, 1)"},
         {"dropout(-0.5)", "p = \"-0.5\""},
         {"dropout(0.5,p=0.1)", "argument p given twice"},
+        {"bnx", "unknown layer (known: conv, maxpool, avgpool, dense, dropout, batchnorm,"},
+        {"relu batchnorm(0.1)",
+         "network layer 2 \"batchnorm(0.1)\": too many positional arguments (batchnorm takes 0)"},
+        {"bn(momentum=0)", "network layer 1 \"bn(momentum=0)\": momentum = \"0\" is not a number "
+                           "in (0, 1]"},
+        {"relu relu batchnorm(momentum=1.5)",
+         "network layer 3 \"batchnorm(momentum=1.5)\": momentum = \"1.5\" is not a number"},
+        {"batchnorm(eps=abc)",
+         "network layer 1 \"batchnorm(eps=abc)\": eps = \"abc\" is not a number in (0, 1]"},
+        {"batchnorm(eps=0)", "eps = \"0\""},
+        {"bn(eps=-1e-5)", "eps = \"-1e-5\""},
+        {"bn(eps=)", "eps = \"\""},
+        {"bn(momentum=nan)", "momentum = \"nan\""},
+        {"batchnorm(p=0.1)", "network layer 1 \"batchnorm(p=0.1)\": unknown argument \"p\" "
+                             "(batchnorm takes: momentum eps)"},
+        {"bn(momentum=0.1,momentum=0.2)", "argument momentum given twice"},
     };
     dpt_layer_spec_t l[4];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -193,7 +193,9 @@ void dpt_optim_zero_no_grad(const dpt_optim_t *opt, float *grads, size_t lo, siz
  * zeroed by dpt_optim_zero_no_grad() and do not count in
  * dpt_optim_no_grad_count(). Callers that clip by a global norm leave them
  * out of it: dpt_optim_sumsq_less_running() takes their sum of squares out
- * of a sum computed over the whole arena (never below 0), and
+ * of a sum computed over the whole arena (never below 0; a sum that is
+ * not finite is left as it is, so that a NaN or an infinity still refuses
+ * the step), and
  * dpt_optim_scale_grads() scales every other element.
  * Errors: as dpt_optim_set_no_grad(). */
 int dpt_optim_set_running(dpt_optim_t *opt, const struct dpt_vartable *vars,
@@ -206,7 +208,9 @@ size_t dpt_optim_running_count(const dpt_optim_t *opt);
  * double, in index order. */
 double dpt_optim_running_sumsq(const dpt_optim_t *opt, const float *grads, size_t lo, size_t hi);
 /* sumsq (of grads over [lo, hi)) less its running elements' part, at least
- * 0; sumsq as it is when nothing is running. */
+ * 0; sumsq as it is when nothing is running, and when it is not finite (a
+ * NaN or an infinity anywhere in the gradient, the running part included,
+ * still gives a norm that is not finite). */
 double dpt_optim_sumsq_less_running(const dpt_optim_t *opt, double sumsq, const float *grads,
                                     size_t lo, size_t hi);
 /* grads[i] *= f for every i in [lo, hi) that is not a running element (the

@@ -341,7 +341,11 @@ double dpt_optim_running_sumsq(const dpt_optim_t *o, const float *grads, size_t 
 double dpt_optim_sumsq_less_running(const dpt_optim_t *o, double sumsq, const float *grads,
                                     size_t lo, size_t hi)
 {
-    if (!o->run_count)
+    /* A sum that is not finite stays as it is: the callers refuse a step
+     * whose norm is not finite, and a NaN or an infinity anywhere in the
+     * gradient (the running part included) must still do so; inf - inf
+     * and the comparison below would turn it into 0. */
+    if (!o->run_count || !isfinite(sumsq))
         return sumsq;
     double d = sumsq - dpt_optim_running_sumsq(o, grads, lo, hi);
     return d > 0.0 ? d : 0.0;
