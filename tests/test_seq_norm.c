@@ -140,9 +140,12 @@ static void test_shapes_and_vars(void)
     bad[1].rate = 0.0f;
     bad[1].gain = -1.0f;
     CHECK_ERR(dpt_layers_shapes((dpt_shape_t){3, 2, 2}, bad, 3, NULL), DPT_EINVAL,
-              "layer 2 of 3 (batchnorm): eps -1 is not >= 0");
+              "layer 2 of 3 (batchnorm): eps -1 is not in [0, 1]");
     bad[1].gain = INFINITY;
     CHECK_ERR(dpt_layers_shapes((dpt_shape_t){3, 2, 2}, bad, 3, NULL), DPT_EINVAL, "eps inf");
+    bad[1].gain = 2.0f;
+    CHECK_ERR(dpt_layers_shapes((dpt_shape_t){3, 2, 2}, bad, 3, NULL), DPT_EINVAL,
+              "eps 2 is not in [0, 1]");
     bad[1].rate = 1.0f;
     bad[1].gain = 0.0f;
     CHECK_OK(dpt_layers_shapes((dpt_shape_t){3, 2, 2}, bad, 3, s));

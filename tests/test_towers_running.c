@@ -15,7 +15,8 @@
  * average only. With a tiny grad_clip the running statistics still move by
  * the whole average while the other variables move by lr * grad_clip. The
  * fused SGD update of ps is never used. async applies a tower's update
- * unscaled by async_scale (1 device: bit for bit) and runs with 2 devices.
+ * scaled by async_scale but never clipped (1 device: bit for bit) and runs
+ * with 2 devices.
  * A gradient that holds a NaN or an infinity (in the running statistics'
  * update or elsewhere) still refuses the step in every mode, as without
  * running statistics.
@@ -129,7 +130,10 @@ static void run_steps(dpt_towers_t *t, dpt_mlp_t *mlp, dpt_mlp_t *ref, const run
         REQUIRE_OK(dpt_towers_optimize(t, 0, off, lr, &st));
         REQUIRE_OK(dpt_towers_get_weights(t, after, count));
         /* The running statistics: before + the towers' average update,
-         * whatever the clip, the learning rate or async_scale. */
+         * whatever the clip or the learning rate (async: times its scale). */
+        float rscale = k->mode != DPT_TOWERS_ASYNC ? 1.0f
+                       : k->async_scale > 0.0f     ? k->async_scale
+                                                   : 1.0f / (float)k->devices;
         int bits = 1, moved = 0;
         double worst = 0.0, sq = 0.0, sq_all = 0.0, dsq = 0.0;
         for (size_t i = 0; i < count; i++) {
@@ -141,7 +145,7 @@ static void run_steps(dpt_towers_t *t, dpt_mlp_t *mlp, dpt_mlp_t *ref, const run
                 dsq += d * d;
                 continue;
             }
-            float want = before[i] + avg[i];
+            float want = before[i] + (rscale == 1.0f ? avg[i] : avg[i] * rscale);
             bits &= memcmp(&after[i], &want, sizeof want) == 0;
             moved |= after[i] != before[i];
             worst = fmax(worst, fabs((double)after[i] - (double)want) / fmax(1.0, fabs(want)));

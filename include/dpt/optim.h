@@ -216,6 +216,10 @@ double dpt_optim_sumsq_less_running(const dpt_optim_t *opt, double sumsq, const 
 /* grads[i] *= f for every i in [lo, hi) that is not a running element (the
  * same bits as dpt_vec_scale() on those elements); f == 1 does nothing. */
 void dpt_optim_scale_grads(const dpt_optim_t *opt, float *grads, size_t lo, size_t hi, float f);
+/* grads[i] *= f for the running elements of [lo, hi) only (e.g. the towers'
+ * async mode, which applies each tower's update as it comes, scaled like
+ * its gradient by async_scale); f == 1 does nothing. */
+void dpt_optim_scale_running(const dpt_optim_t *opt, float *grads, size_t lo, size_t hi, float f);
 
 /* The step counter (number of completed whole steps), for checkpoints. */
 uint64_t dpt_optim_get_t(const dpt_optim_t *opt);

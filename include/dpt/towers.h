@@ -166,8 +166,11 @@
  * towers and participants, once per step, the same on every replica. Every
  * optimizer is marked with dpt_optim_set_running(): the update is added as
  * it is, and the global norm and its clipping leave these variables out
- * (a NaN or an infinity in their update still refuses the step). async mode applies each tower's own update as it comes. reduce_sum would
- * add the towers' updates: the trainers refuse it with running statistics.
+ * (a NaN or an infinity in their update still refuses the step). async
+ * mode applies each tower's own update as it comes, scaled like its
+ * gradient by async_scale (default 1/N) but never clipped. reduce_sum
+ * would add the towers' updates: the trainers refuse it with running
+ * statistics.
  * The fused SGD update of ps mode is not used then.
  */
 #ifndef DPT_TOWERS_H

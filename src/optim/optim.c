@@ -351,6 +351,22 @@ double dpt_optim_sumsq_less_running(const dpt_optim_t *o, double sumsq, const fl
     return d > 0.0 ? d : 0.0;
 }
 
+void dpt_optim_scale_running(const dpt_optim_t *o, float *grads, size_t lo, size_t hi, float f)
+{
+    if (hi > o->count)
+        hi = o->count;
+    if (f == 1.0f || lo >= hi || !o->run_count)
+        return;
+    for (size_t r = dpt__optim_skip_from(o, lo); r < o->nskip; r++) {
+        size_t a = o->skip[r][0] > lo ? o->skip[r][0] : lo;
+        size_t b = o->skip[r][1] < hi ? o->skip[r][1] : hi;
+        if (a >= hi)
+            break;
+        if (o->run[r])
+            dpt_vec_scale(grads + a, b - a, f);
+    }
+}
+
 void dpt_optim_scale_grads(const dpt_optim_t *o, float *grads, size_t lo, size_t hi, float f)
 {
     if (hi > o->count)

@@ -491,6 +491,8 @@ static int sr_apply(dpt_sr_t *sr)
         dpt_vec_scale(g, v->count, inv);
         if (!sr->running[i])
             sumsq += sr_sumsq(g, v->count);
+        else if (dpt_vec_first_nonfinite(g, v->count) < v->count)
+            sumsq += (double)INFINITY; /* refused below, as a gradient would be */
     }
     for (int r = 0; r < R; r++)
         bytes += sr->slots[r].bytes;

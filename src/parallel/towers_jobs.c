@@ -457,6 +457,10 @@ static int dpt__job_step_async(dpt_towers_t *t, dpt__tower_t *w)
     if (!isfinite(norm))
         return (w->rc = dpt_error(DPT_ENUMERIC, "gradient norm is %g; update skipped", norm));
     float scale = t->cfg.async_scale > 0.0f ? t->cfg.async_scale : 1.0f / (float)t->cfg.num_devices;
+    /* The running statistics' updates take the async scale (N towers each
+     * moving them by 1/N of theirs: about one update per round, as in the
+     * synchronous modes), never the clip. */
+    dpt_optim_scale_running(t->opt, w->grads.data, 0, t->nparams, scale);
     scale *= dpt_clip_factor(norm, t->cfg.grad_clip);
     dpt_optim_scale_grads(t->opt, w->grads.data, 0, t->nparams, scale);
     uint64_t step = atomic_fetch_add(&t->async_t, 1) + 1;
