@@ -6,6 +6,7 @@
 # usage: cli_test.sh PATH_TO_DPT PATH_TO_CKPT_COMPARE WORK_DIR [ENV_PLUGIN [EMBED_TRAIN [WIDE_PLUGIN]]]
 dpt="$1" cmp="$2" work="$3" plugin="$4" embed="$5" wide="$6"
 fails=0 passes=0
+. "$(cd "$(dirname "$0")" && pwd)/unstick.sh"
 rm -rf "$work" && mkdir -p "$work" || exit 1
 cd "$work" || exit 1
 
@@ -592,6 +593,7 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
         --set total_timesteps=100000000 --set checkpoint_every=5 --set comm_timeout_s=2 \
         > dd_stop.out 2>&1 &
     mpid=$!
+    unstick dd_stop.out "output_dir=dd_stop" "$mpid" </dev/null >/dev/null 2>&1 &
     i=0; while [ ! -f dd_stop/checkpoints/checkpoint-00000005.safetensors ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
     victim=""
     for p in $(pgrep -f "output_dir=dd_stop" 2>/dev/null); do
@@ -609,6 +611,7 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
         if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $t -le 15 ] && grep -q "timed out after .*rank 1" dd_stop.out &&
            "$dpt" eval dd_stop/checkpoints/$last --episodes 1 >/dev/null 2>&1; then
             ok "defect 6: a stopped rank ends the job in ${t} s (exit $rc) naming rank 1; $last still loads"
+            unstuck_note dd_stop.out
         else
             bad "stopped rank: victim '$victim' exit $rc after ${t} s"; tail -5 dd_stop.out
         fi

@@ -30,6 +30,7 @@ if [ -z "$mpiexec" ] || [ ! -x "$mpiexec" ] || ! "$dpt" info | grep -q "^  mpi  
 fi
 # ok, bad, rank_pid (found before the cd into the work directory)
 . "$(cd "$(dirname "$0")" && pwd)/fault_common.sh"
+. "$(cd "$(dirname "$0")" && pwd)/unstick.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 conf="$examples/cartpole_appo.conf"
 # A token in every output_dir: the processes of this test, and only they,
@@ -47,6 +48,7 @@ start() {
         --set comm_timeout_s=5 --set eval_episodes=0 --set output_dir="${token}_$name" "$@" \
         >"$name.out" 2>&1 </dev/null &
     job=$!
+    unstick "$name.out" "output_dir=${token}_$name" "$job" </dev/null >/dev/null 2>&1 &
     # What is left of the run 140 s in, when it should long have ended.
     (sleep 140 && ps -o pid,stat,etime,wchan:20,args -p \
         "$(pgrep -f -- "output_dir=${token}_$name" | tr '\n' ',' | sed 's/,$//')" \
@@ -70,6 +72,7 @@ finish() {
     pkill -P "$watch" 2>/dev/null
     kill "$watch" 2>/dev/null
     echo "== $1: exit $rc after $(($(date +%s) - t_start)) s"
+    unstuck_note "$1.out"
     grep -v '^\[' "$1.out" | sed 's/^/   | /' | tail -8
     if [ -s "$1.ps" ]; then
         echo "   the processes 140 s in:"

@@ -13,6 +13,7 @@
 dpt="$1" check="$2" plugin="$3" work="$4"
 # ok, bad, rank_pid (found before the cd into the work directory)
 . "$(cd "$(dirname "$0")" && pwd)/fault_common.sh"
+. "$(cd "$(dirname "$0")" && pwd)/unstick.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 timeout_s=5
 limit=$((timeout_s + 10))
@@ -42,6 +43,7 @@ start() {
     shift
     timeout -k 10 90 "$@" >"$name.out" 2>&1 &
     job=$!
+    unstick "$name.out" "output_dir=${token}_$name" "$job" </dev/null >/dev/null 2>&1 &
 }
 # finish NAME: waits for $job; sets $rc and $secs (since $t0, in ms -> s).
 finish() {
@@ -49,6 +51,7 @@ finish() {
     rc=$?
     secs=$((($(now_ms) - t0 + 999) / 1000))
     echo "== $1: exit $rc, ${secs} s after the fault"
+    unstuck_note "$1.out"
     sed 's/^/   | /' "$1.out" | tail -8
 }
 # wait_file PATH: up to 30 s.

@@ -23,6 +23,7 @@
 dpt="$1" check="$2" compare="$3" work="$4"
 # ok, bad, rank_pid (found before the cd into the work directory)
 . "$(cd "$(dirname "$0")" && pwd)/fault_common.sh"
+. "$(cd "$(dirname "$0")" && pwd)/unstick.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 if ! "$dpt" info | grep -q "^  mpi    yes"; then
     echo "skipped: this build has no MPI"
@@ -47,6 +48,7 @@ start() {
     timeout -k 10 "${limit:-90}" mpirun --oversubscribe -np "${np:-3}" "$dpt" train --quiet sr.conf \
         --set output_dir="${token}_$name" "$@" >"$name.out" 2>&1 &
     job=$!
+    unstick "$name.out" "output_dir=${token}_$name" "$job" </dev/null >/dev/null 2>&1 &
     i=0
     while [ ! -s "${token}_$name/result.jsonl" ] && [ $i -lt 300 ]; do
         sleep 0.1
@@ -58,6 +60,7 @@ finish() {
     wait "$job"
     rc=$?
     echo "== $1: exit $rc after $(($(date +%s) - t_start)) s"
+    unstuck_note "$1.out"
     sed 's/^/   | /' "$1.out" | tail -6
     sleep 1
     left=$(pgrep -f -- "output_dir=${token}_$1" 2>/dev/null)

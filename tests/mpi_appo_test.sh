@@ -7,6 +7,7 @@
 # usage: mpi_appo_test.sh PATH_TO_DPT MPIEXEC WORK_DIR
 dpt="$1" mpiexec="$2" work="$3"
 examples="$(cd "$(dirname "$0")/../examples" && pwd)"
+. "$(cd "$(dirname "$0")" && pwd)/unstick.sh"
 if [ -z "$mpiexec" ] || [ ! -x "$mpiexec" ] || ! "$dpt" info | grep -q "^  mpi    yes"; then
     echo "skipped: no MPI in this build or no mpirun"
     exit 77
@@ -59,9 +60,10 @@ else
 fi
 
 # A sampler rank stopped: the learner's queue runs dry.
-(mpirun_ -np 2 "$dpt" train "$conf" --quiet --set output_dir=stop --set learner_queue_timeout=3 \
-    > stop.log 2>&1; echo "exit $?" >> stop.log) &
+(timeout -k 10 120 "$mpiexec" --oversubscribe -np 2 "$dpt" train "$conf" --quiet --set output_dir=stop \
+    --set learner_queue_timeout=3 > stop.log 2>&1 </dev/null; echo "exit $?" >> stop.log) &
 job=$!
+unstick stop.log "output_dir=stop" "$job" </dev/null >/dev/null 2>&1 &
 pid="" i=0
 while [ $i -lt 300 ] && [ -z "$pid" ]; do
     i=$((i + 1))
@@ -82,6 +84,7 @@ if [ -n "$pid" ]; then
     if grep -q "exit 1" stop.log && grep -q "learner inqueue within learner_queue_timeout = 3 s" stop.log &&
        [ $((t1 - t0)) -le 30 ]; then
         ok "a stopped sampler rank: the learner failed after $((t1 - t0)) s naming its queue (exit 1)"
+        unstuck_note stop.log
     else
         bad "stopped sampler rank"; tail -3 stop.log
     fi
