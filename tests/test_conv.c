@@ -736,7 +736,7 @@ static void test_maxpool_store(void)
         CHECK(dpt__maxpool2d_has_idx(&p) == (k == 0));
         if (dpt__maxpool2d_has_idx(&p)) {
             float *y1 = falloc(out), *y2 = falloc(out);
-            uint8_t *idx = malloc(out);
+            dpt__pool_choice_t *idx = malloc(out * sizeof *idx);
             REQUIRE(idx);
             REQUIRE_OK(dpt_maxpool2d_forward(&p, y1, x, n));
             REQUIRE_OK(dpt__maxpool2d_forward_idx(&p, y2, idx, x, n));
@@ -748,8 +748,9 @@ static void test_maxpool_store(void)
             free(idx);
             dpt_free_aligned(y1), dpt_free_aligned(y2);
         } else {
-            CHECK_ERR(dpt__maxpool2d_backward_store_idx(&p, b, dy, (const uint8_t *)dy, n),
-                      DPT_EINVAL, "no choices");
+            CHECK_ERR(
+                dpt__maxpool2d_backward_store_idx(&p, b, dy, (const dpt__pool_choice_t *)dy, n),
+                DPT_EINVAL, "no choices");
         }
         dpt_free_aligned(x), dpt_free_aligned(dy), dpt_free_aligned(a), dpt_free_aligned(b);
     }

@@ -70,15 +70,19 @@ size_t dpt__conv2d_images(const dpt_conv2d_t *cv);
 int dpt__maxpool2d_backward_store(const dpt_pool2d_t *p, float *dx, const float *dy, const float *x,
                                   size_t batch);
 
+/* A window's choice, 0..3 (as wide as a float: the forward's loop
+ * vectorises over floats, not over bytes, which would need rows of 64). */
+typedef int32_t dpt__pool_choice_t;
+
 /* Max pooling that keeps each window's choice (0..3) in idx [N, C, OH,
  * OW] for dpt__maxpool2d_backward_store_idx(), which then needs no input:
  * for 2x2 windows of stride 2 without padding on an even input
  * (dpt__maxpool2d_has_idx()); other geometries: dpt_maxpool2d_forward(),
  * idx untouched. The same outputs and gradients as the functions without. */
 int dpt__maxpool2d_has_idx(const dpt_pool2d_t *p);
-int dpt__maxpool2d_forward_idx(const dpt_pool2d_t *p, float *y, uint8_t *idx, const float *x,
-                               size_t batch);
+int dpt__maxpool2d_forward_idx(const dpt_pool2d_t *p, float *y, dpt__pool_choice_t *idx,
+                               const float *x, size_t batch);
 int dpt__maxpool2d_backward_store_idx(const dpt_pool2d_t *p, float *dx, const float *dy,
-                                      const uint8_t *idx, size_t batch);
+                                      const dpt__pool_choice_t *idx, size_t batch);
 
 #endif

@@ -499,7 +499,7 @@ int dpt_seq_create_shaped(dpt_seq_t **out, dpt_shape_t in, const dpt_layer_spec_
             goto fail;
         }
         if (l->spec.kind == DPT_LAYER_MAXPOOL2D && dpt__maxpool2d_has_idx(&l->pool) &&
-            !(l->idx = malloc(max_batch * l->out))) {
+            !(l->idx = calloc(max_batch * l->out, sizeof *l->idx))) {
             rc = dpt_error(DPT_ENOMEM, "layer %zu: cannot allocate pooling choices", i);
             goto fail;
         }

@@ -31,7 +31,8 @@ typedef struct dpt__layer {
     float *ws;                  /* conv2d: the stack's shared workspace */
     const dpt__noise_t *noise;  /* dropout: the stack's state */
     size_t pos;                 /* the layer's position in the stack */
-    uint8_t *idx;               /* maxpool2d 2x2: the forward's choices [max_batch, out] */
+    int32_t *idx;               /* maxpool2d 2x2: the forward's choices [max_batch, out]
+                                 * (dpt__pool_choice_t) */
     size_t nvars;               /* variables of the layer in the table (from var) */
     size_t rm_off, rv_off;      /* batchnorm: running mean and variance (gamma: w_off,
                                  * beta: b_off) */
