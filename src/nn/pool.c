@@ -114,8 +114,7 @@ static size_t window_argmax(const float *x, size_t w, window_t win)
     return best;
 }
 
-/* Inlined where it is called twice (a loop and its tail): a call left in
- * the loop stops its vectorisation. */
+/* Always inlined: a call left in a loop stops its vectorisation. */
 #if defined(__GNUC__)
 #define POOL_INLINE static inline __attribute__((always_inline))
 #else
@@ -167,16 +166,6 @@ static inline void store_choice(float *restrict d0, float *restrict d1, size_t j
     memcpy(&d0[2 * j + 1], &v1, sizeof v1);
     memcpy(&d1[2 * j], &v2, sizeof v2);
     memcpy(&d1[2 * j + 1], &v3, sizeof v3);
-}
-
-/* Output j of a row pair (r0, r1) and its choice. */
-POOL_INLINE void pick_store(float *restrict y, dpt__pool_choice_t *restrict idx,
-                            const float *restrict r0, const float *restrict r1, size_t j)
-{
-    int32_t c = pool_pick4(r0, r1, j);
-    float a = r0[2 * j], b = r0[2 * j + 1], d = r1[2 * j], e = r1[2 * j + 1];
-    y[j] = c == 0 ? a : c == 1 ? b : c == 2 ? d : e;
-    idx[j] = c;
 }
 
 /* Blocks of a row's outputs handled as one vector of fixed length. */

@@ -78,7 +78,7 @@ static void dpt__seq_bn_backward(const dpt__layer_t *l, const float *params, flo
     }
     (void)dpt_batchnorm_backward_train(&bn, dx, dg, db, dy, x, l->bn, l->bn + C, gamma, batch);
     /* The running statistics' update, in double, rounded once. */
-    double m = dpt__seq_bn_momentum(&l->spec);
+    double m = (double)dpt__seq_bn_momentum(&l->spec);
     double n = (double)batch * (double)bn.spatial;
     double unbias = n > 1.0 ? n / (n - 1.0) : 1.0;
     const float *rm = params + l->rm_off, *rv = params + l->rv_off;
