@@ -178,14 +178,21 @@ fi
 if [ "$rc" -eq 143 ]; then ok "back: the run went on until the stop request (exit 143)"; else bad "back: exit $rc, not 143"; fi
 
 # ---- a backup rank stopped for good ----------------------------------------------------
-# 40 epochs take about 15 s on a quiet 2-core machine; the limit leaves room
-# for a slow one (a run that hangs at the end still fails: exit 124).
-np=4 limit=240 start gone --set total_num_replicas=3 --set epochs=40
+# Epochs long enough that the backup is stopped early in the run: 40 epochs
+# of sr.conf's 2048 points took 0.55 s on a quiet 2-core machine, and the run
+# could end before the test found rank 3; 100 epochs of 65536 points and a
+# hidden layer of 128 take about 6 s. The limit leaves room for a slow
+# machine (a run that hangs at the end still fails: exit 124).
+np=4 limit=240 start gone --set total_num_replicas=3 --set epochs=100 --set spirals_points=65536 \
+    --set hidden=128 --set checkpoint_every=10
 backup=$(rank_pid "${token}_gone" 3)
-[ -n "$backup" ] && kill -STOP "$backup"
+if [ -n "$backup" ]; then
+    kill -STOP "$backup"
+    echo "   (rank 3 stopped after epoch $(wc -l <"${token}_gone/result.jsonl"))"
+fi
 finish gone
 n=$(wc -l <"${token}_gone/result.jsonl")
-if [ "$rc" -eq 0 ] && [ "$n" -eq 40 ]; then ok "gone: all 40 epochs, exit 0"; else bad "gone: exit $rc after $n epochs"; fi
+if [ "$rc" -eq 0 ] && [ "$n" -eq 100 ]; then ok "gone: all 100 epochs, exit 0"; else bad "gone: exit $rc after $n epochs"; fi
 if grep -q "warning: the work is done, abandoning the rest: rank 3 did not answer the end" gone.out; then
     ok "gone: a warning names rank 3"
 else
