@@ -14,7 +14,12 @@ bad() {
     fails=$((fails + 1))
     echo "FAIL $*"
 }
-for env in CartPole-v1 Acrobot-v1 MountainCar-v0 Pendulum-v1 StatelessCartPole-v1 RepeatPrevious-v0 "$good"; do
+minatar=""
+for g in Asterix Breakout Freeway Seaquest SpaceInvaders; do
+    minatar="$minatar MinAtar/$g-v0 MinAtar/$g-v1"
+done
+# shellcheck disable=SC2086 # (the MinAtar names are split on purpose)
+for env in CartPole-v1 Acrobot-v1 MountainCar-v0 Pendulum-v1 StatelessCartPole-v1 RepeatPrevious-v0 $minatar "$good"; do
     out=$("$dpt" check-env "$env" --steps 5000 2>&1)
     rc=$?
     if [ "$rc" -eq 0 ] && printf '%s\n' "$out" | grep -q "every rule holds"; then
@@ -41,6 +46,12 @@ for rule in determinism state-in-block writes-obs finite in-bounds; do
         printf '%s\n' "$out"
     fi
 done
+out=$("$dpt" check-env MinAtar/Seaquest-v1 --set env_config.sticky_action_prob=0 --set env_config.difficulty_ramping=false --set env_config.max_episode_steps=50 --steps 5000 2>&1)
+[ $? -eq 0 ] && ok "MinAtar/Seaquest-v1 without sticky actions or ramping, 50-step episodes, passes" || bad "Seaquest configured: $out"
+out=$("$dpt" check-env MinAtar/Breakout-v1 --set env_config.sticky_action_prob=1.5 2>&1)
+[ $? -eq 2 ] && printf '%s' "$out" | grep -q "sticky_action_prob" && ok "sticky_action_prob = 1.5: exit 2" || bad "sticky 1.5: $out"
+out=$("$dpt" check-env MinAtar/Pong-v1 2>&1)
+[ $? -eq 2 ] && printf '%s' "$out" | grep -q "MinAtar/Pong-v1" && ok "an unknown name with a slash (a plug-in path): exit 2" || bad "MinAtar/Pong-v1: $out"
 out=$("$dpt" check-env Nope-v0 2>&1)
 [ $? -eq 2 ] && ok "an unknown env: exit 2" || bad "unknown env: $out"
 out=$("$dpt" check-env RepeatPrevious-v0 --set env_config.kk=1 2>&1)

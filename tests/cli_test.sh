@@ -781,9 +781,25 @@ if [ -n "$plugin" ] && [ -f "$plugin" ]; then
     if awk -v r="$ret" 'BEGIN { exit !(r > 0.5) }'; then ok "plug-in env learned: return $ret"; else bad "plug-in env return $ret"; fi
     printf 'job = ppo\nenv = ./nothere.so\n' > noplug.conf
     expect 2 "nothere.so" -- train noplug.conf
+    # A path with a slash, relative to the working directory (--set) or absolute.
+    expect 0 "greedy policy, 2 episodes" -- train plugdir/plug.conf --set env=plugdir/libcorridor.so \
+        --set total_timesteps=2048 --set eval_episodes=2 --set output_dir=plug_rel
+    expect 0 "greedy policy, 2 episodes" -- train plugdir/plug.conf --set "env=$PWD/plugdir/libcorridor.so" \
+        --set total_timesteps=2048 --set eval_episodes=2 --set output_dir=plug_abs
+    check "the relative plug-in path is saved absolute" \
+        grep -q "^env = $PWD/plugdir/libcorridor.so\$" plug_rel/config.conf
 else
     echo "skipped: plug-in env (not built)"
 fi
+
+# ---- MinAtar: a built-in name with a slash, a CNN policy ------------------------------
+printf 'job = ppo\nenv = MinAtar/Breakout-v1\nnetwork = conv(8,k=2,pad=same) relu avgpool(2) flatten dense(32) relu\npolicy_hidden = 32\nnum_envs_per_worker = 8\nrollout_fragment_length = 32\nsgd_minibatch_size = 64\ntotal_timesteps = 1024\neval_episodes = 2\n' > mn.conf
+expect 0 "greedy policy, 2 episodes" -- train mn.conf --set output_dir=mn
+check "config.conf keeps the MinAtar name as it is" grep -q '^env = MinAtar/Breakout-v1$' mn/config.conf
+check "config.conf lists MinAtar's parameters" grep -q '^env_config.sticky_action_prob = 0.1$' mn/config.conf
+expect 0 "greedy policy, 2 episodes" -- eval mn --episodes 2
+expect 2 "env plug-in .*MinAtar/Pong-v1: no such file, and no built-in env has that name" \
+    -- train mn.conf --set env=MinAtar/Pong-v1 --set output_dir=mn_bad
 
 # ---- env_config: the parameters of an env -------------------------------------------
 printf 'job = ppo\nenv = RepeatPrevious-v0\nnum_envs_per_worker = 4\ntotal_timesteps = 1024\neval_episodes = 2\n' > rp.conf

@@ -23,7 +23,11 @@ static int check_env_usage(FILE *f, int code)
                "from a copy of the state block (no state kept elsewhere). Each violation names\n"
                "the rule and the step. Then the steps/s of a runner of 8 envs.\n"
                "Exit codes: 0 every rule holds, 1 a rule is broken, 2 bad usage or an env that\n"
-               "cannot be loaded or configured.\n");
+               "cannot be loaded or configured.\n\n"
+               "NAME is a built-in env:");
+    for (size_t i = 0; i < dpt_env_count(); i++)
+        fprintf(f, "%s %s", i % 4 ? "," : "\n ", dpt_env_get(i)->name);
+    fprintf(f, "\nanything else with a '/' or \".so\" is a plug-in's path.\n");
     return code;
 }
 

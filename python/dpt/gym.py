@@ -75,9 +75,10 @@ class _Class:
     def __init__(self, name, env_config):
         if not isinstance(name, str) or not name:
             raise TypeError("dpt.gym: the env is a built-in name or a plug-in path (str)")
-        # dpt's rule for a plug-in (a path): made absolute here, as no config
-        # file gives relative paths a directory.
-        if "/" in name or ".so" in name:
+        # dpt's rule: a built-in name first (MinAtar's contain "/"), otherwise
+        # a plug-in path when it has "/" or ".so", made absolute here, as no
+        # config file gives relative paths a directory.
+        if name not in env_names() and ("/" in name or ".so" in name):
             name = os.path.abspath(name)
         cdll = _lib.lib()
         self._ptr = None

@@ -12,7 +12,13 @@ from gymnasium.utils.env_checker import check_env
 import dpt
 
 BUILTINS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1",
-            "StatelessCartPole-v1", "RepeatPrevious-v0"]
+            "StatelessCartPole-v1", "RepeatPrevious-v0"] + [
+                "MinAtar/%s-%s" % (g, v) for g in
+                ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+                for v in ("v0", "v1")]
+# MinAtar's channels and action counts (v0: all six actions).
+MINATAR = {"Asterix": (4, 5), "Breakout": (4, 3), "Freeway": (7, 3), "Seaquest": (10, 6),
+           "SpaceInvaders": (6, 4)}
 
 # What check_env may say about a dpt env: its observations are unbounded
 # (a C class states no bounds), Pendulum's torque is not in [-1, 1] (it is
@@ -153,6 +159,42 @@ def test_env_config():
         dpt.gym.make("Nope-v0")
     with pytest.raises(TypeError, match="given twice"):
         dpt.gym.make("RepeatPrevious-v0", env_config={"k": 1}, k=2)
+
+
+@pytest.mark.parametrize("game", sorted(MINATAR))
+def test_minatar_spaces(game):
+    """MinAtar's images are (channels, 10, 10) of 0/1; v1 has the minimal
+    action set, v0 all six."""
+    channels, minimal = MINATAR[game]
+    for version, n in (("v0", 6), ("v1", minimal)):
+        env = dpt.gym.make("MinAtar/%s-%s" % (game, version))
+        assert env.observation_space.shape == (channels, 10, 10)
+        assert env.action_space == gymnasium.spaces.Discrete(n)
+        assert env.max_episode_steps is None
+        obs, _ = env.reset(seed=1)
+        assert set(np.unique(obs)) <= {0.0, 1.0} and obs.any()
+    env = dpt.gym.make("MinAtar/%s-v1" % game, max_episode_steps=7)
+    env.reset(seed=2)
+    ends = [env.step(0)[2:4] for _ in range(7)]
+    assert env.max_episode_steps == 7 and ends[-1] in ((False, True), (True, False))
+
+
+def test_plugin_paths(plugin_path, tmp_path, monkeypatch):
+    """A built-in name comes first (MinAtar's have a slash); anything else
+    with a slash or ".so" is a plug-in path, relative to the working
+    directory or absolute."""
+    import shutil
+    sub = tmp_path / "plugins"
+    sub.mkdir()
+    shutil.copy(plugin_path, sub / "libcorridor.so")
+    monkeypatch.chdir(tmp_path)
+    for path in ("plugins/libcorridor.so", "./plugins/libcorridor.so",
+                 str(sub / "libcorridor.so")):
+        assert dpt.gym.make(path).name == "Corridor-v0"
+    monkeypatch.chdir(sub)
+    assert dpt.gym.make("libcorridor.so").name == "Corridor-v0"
+    with pytest.raises(ValueError, match="env plug-in .*MinAtar/Pong-v1"):
+        dpt.gym.make("MinAtar/Pong-v1")
 
 
 def test_plugin(plugin_path):

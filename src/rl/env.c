@@ -36,15 +36,25 @@
 
 /* ---- registry ------------------------------------------------------------ */
 
-/* The built-in classes (defined in envs_classic.c and envs_memory.c), in
- * listing order. */
-#define DPT_ENV_BUILTIN_LIST(X)       \
-    X(dpt__env_cartpole_v1)           \
-    X(dpt__env_acrobot_v1)            \
-    X(dpt__env_mountaincar_v0)        \
-    X(dpt__env_pendulum_v1)           \
-    X(dpt__env_stateless_cartpole_v1) \
-    X(dpt__env_repeat_previous_v0)
+/* The built-in classes (defined in envs_classic.c, envs_memory.c and the
+ * MinAtar files minatar_games.c and minatar_seaquest.c), in listing order. */
+#define DPT_ENV_BUILTIN_LIST(X)           \
+    X(dpt__env_cartpole_v1)               \
+    X(dpt__env_acrobot_v1)                \
+    X(dpt__env_mountaincar_v0)            \
+    X(dpt__env_pendulum_v1)               \
+    X(dpt__env_stateless_cartpole_v1)     \
+    X(dpt__env_repeat_previous_v0)        \
+    X(dpt__env_minatar_asterix_v0)        \
+    X(dpt__env_minatar_asterix_v1)        \
+    X(dpt__env_minatar_breakout_v0)       \
+    X(dpt__env_minatar_breakout_v1)       \
+    X(dpt__env_minatar_freeway_v0)        \
+    X(dpt__env_minatar_freeway_v1)        \
+    X(dpt__env_minatar_seaquest_v0)       \
+    X(dpt__env_minatar_seaquest_v1)       \
+    X(dpt__env_minatar_space_invaders_v0) \
+    X(dpt__env_minatar_space_invaders_v1)
 
 #define DPT__ENV_DECL(sym) extern const dpt_env_class_t sym;
 DPT_ENV_BUILTIN_LIST(DPT__ENV_DECL)
@@ -71,13 +81,21 @@ const dpt_env_class_t *dpt_env_get(size_t i)
     return i < DPT__ENV_NBUILTIN ? dpt__env_builtins[i] : NULL;
 }
 
+int dpt__env_is_builtin(const char *name)
+{
+    for (size_t i = 0; name && i < DPT__ENV_NBUILTIN; i++)
+        if (strcmp(dpt__env_builtins[i]->name, name) == 0)
+            return 1;
+    return 0;
+}
+
 const dpt_env_class_t *dpt_env_find(const char *name)
 {
     if (name)
         for (size_t i = 0; i < DPT__ENV_NBUILTIN; i++)
             if (strcmp(dpt__env_builtins[i]->name, name) == 0)
                 return dpt__env_builtins[i];
-    char list[256];
+    char list[768];
     size_t len = 0;
     list[0] = '\0';
     for (size_t i = 0; i < DPT__ENV_NBUILTIN && len < sizeof list; i++) {

@@ -10,6 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* 1 if name is a built-in class's name. The rule for `env`: a built-in name
+ * first (MinAtar's contain a slash), otherwise a plug-in path when it has a
+ * slash or ".so". Sets no error. */
+int dpt__env_is_builtin(const char *name);
+
 /* The checks of dpt_env_class_check on cls->params and cls->values (the
  * declarations, their defaults, and the values when set). */
 int dpt__env_params_check(const dpt_env_class_t *cls);

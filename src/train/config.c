@@ -8,6 +8,7 @@
 #include "dpt/train.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
+#include "rl/env_internal.h"
 #include "train_internal.h"
 
 #include <ctype.h>
@@ -548,8 +549,8 @@ static int dpt__config_is_path_key(const dpt_config_t *c, dpt_config_key_t k)
     const char *s = c->v[k].s;
     if (!s[0])
         return 0;
-    if (k == DPT_CFG_env)
-        return strchr(s, '/') != NULL || strstr(s, ".so") != NULL;
+    if (k == DPT_CFG_env) /* a built-in name first, otherwise a path */
+        return !dpt__env_is_builtin(s) && (strchr(s, '/') != NULL || strstr(s, ".so") != NULL);
     if (k == DPT_CFG_tensorboard_dir)
         return strcmp(s, "off") != 0;
     return k == DPT_CFG_train_csv || k == DPT_CFG_test_csv || k == DPT_CFG_data_dir ||

@@ -11,6 +11,7 @@
 #include "dpt/env.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
+#include "rl/env_internal.h"
 #include "rl_internal.h"
 #include "train_internal.h"
 
@@ -20,14 +21,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- envs ---------------------------------------------------------------------- */
 
 int dpt__rl_find_env(const char *name, const dpt_env_class_t **out)
 {
     *out = NULL;
-    /* The rule config finalize uses to resolve plug-in paths. */
-    if (!strchr(name, '/') && !strstr(name, ".so")) {
+    /* The rule config finalize uses to resolve plug-in paths: a built-in
+     * name first, otherwise a path when it has a slash or ".so". */
+    if (dpt__env_is_builtin(name) || (!strchr(name, '/') && !strstr(name, ".so"))) {
         const dpt_env_class_t *cls = dpt_env_find(name);
         if (!cls)
             return dpt_error(DPT_EINVAL, "env = %s: %s", name, dpt_last_error());
@@ -39,6 +42,11 @@ int dpt__rl_find_env(const char *name, const dpt_env_class_t **out)
         /* The config names a plug-in that cannot be loaded: a config error
          * (exit 2), like an unknown built-in name. */
         const char *why = dlerror();
+        if (access(name, F_OK) != 0) /* say what else the name could have meant */
+            return dpt_error(DPT_EINVAL,
+                             "env plug-in %s: no such file, and no built-in env has that name "
+                             "(dpt check-env --help lists them)",
+                             name);
         return dpt_error(DPT_EINVAL, "env plug-in %s: %s", name, why ? why : "cannot load");
     }
     /* ISO C has no cast from an object pointer to a function pointer. */

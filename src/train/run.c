@@ -16,6 +16,7 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "dpt/train.h"
+#include "rl/env_internal.h"
 #include "train_internal.h"
 #include "core/stopflag.h"
 
@@ -212,13 +213,13 @@ static int dpt__run_dir_empty(const char *dir)
 }
 
 /* The name part of runs/JOB-NAME-TIME: the env (a plug-in's file name
- * without .so) or the dataset. */
+ * without .so; a built-in's name, a slash made '_') or the dataset. */
 void dpt__run_label(const dpt_config_t *c, char *out, size_t n)
 {
     const char *s = dpt_config_applies(c, DPT_CFG_env) ? dpt_config_str(c, DPT_CFG_env)
                                                        : dpt_config_str(c, DPT_CFG_dataset);
     const char *slash = strrchr(s, '/');
-    if (slash)
+    if (slash && !dpt__env_is_builtin(s)) /* MinAtar/Breakout-v1 gives MinAtar_Breakout-v1 */
         s = slash + 1;
     snprintf(out, n, "%s", s);
     char *so = strstr(out, ".so");
