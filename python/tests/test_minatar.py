@@ -1,8 +1,9 @@
 """dpt's MinAtar games against the minatar package (1.0.15): the package's
-random generator is replaced by one that answers each of its calls with the
-draw the C env made for the same call (dpt's stream (seed, rank, 0, env),
-read through libdpt's dpt_rng_* functions: rand() is
-dpt_rng_uniform_double, randint(lo, hi) is lo + dpt_rng_below(hi - lo)).
+random generators are replaced by ones that answer each of its calls with
+the draw the C env made for the same call (dpt's stream (seed, rank, 0, env),
+read through libdpt's dpt_rng_* functions): the wrapper's rand() (the sticky
+action's draw) is dpt_rng_u32 / 2^32; a game's rand() is
+dpt_rng_uniform_double and its randint(lo, hi) lo + dpt_rng_below(hi - lo).
 Played with the same actions, sticky actions and difficulty ramping on, both
 must give identical observations, rewards and terminals at every step,
 through many episodes. Skipped without the package.
@@ -29,7 +30,7 @@ RNG_ENV = 3  # DPT_RNG_ENV
 
 
 class ReplayedRandom:
-    """Stands for the package's numpy RandomState: each call draws from dpt's
+    """Stands for the game's numpy RandomState: each call draws from dpt's
     stream the way the C env does for that call."""
 
     def __init__(self, seed, rank=0, index=0):
@@ -39,6 +40,8 @@ class ReplayedRandom:
         self._below = lib.dpt_rng_below
         self._below.restype, self._below.argtypes = ctypes.c_uint32, [ctypes.c_void_p,
                                                                        ctypes.c_uint32]
+        self._u32 = lib.dpt_rng_u32
+        self._u32.restype, self._u32.argtypes = ctypes.c_uint32, [ctypes.c_void_p]
         init = lib.dpt_rng_init
         init.restype = None
         init.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
@@ -53,6 +56,17 @@ class ReplayedRandom:
         v = [self._u(self._state) for _ in range(n)]
         return np.array(v).reshape(shape) if shape else v[0]
 
+    def sticky(self):
+        """The wrapper's generator: its only call is rand(), the sticky draw,
+        which the C env takes as one 32-bit word."""
+        outer = self
+
+        class Sticky:
+            def rand(self):
+                outer.draws += 1
+                return outer._u32(outer._state) / 4294967296.0
+        return Sticky()
+
     def randint(self, low, high=None, size=None):
         if high is None:
             low, high = 0, low
@@ -65,7 +79,7 @@ class ReplayedRandom:
 def package_env(game, version, seed):
     env = minatar_gym.BaseEnv(GAMES[game], use_minimal_action_set=version == "v1")
     replay = ReplayedRandom(seed)
-    env.game.random = env.game.env.random = replay
+    env.game.random, env.game.env.random = replay.sticky(), replay
     return env, replay
 
 
@@ -195,7 +209,7 @@ def test_full_action_set_and_settings(game):
     ref = minatar_gym.BaseEnv(GAMES[game], use_minimal_action_set=True,
                               sticky_action_prob=0.0, difficulty_ramping=False)
     replay = ReplayedRandom(5)
-    ref.game.random = ref.game.env.random = replay
+    ref.game.random, ref.game.env.random = replay.sticky(), replay
     obs, _ = ours.reset(seed=5)
     ref_obs, _ = ref.reset()
     rng = np.random.default_rng(5)

@@ -5,8 +5,8 @@
  * minimal action set, in the package's order).
  *
  * What the package's wrapper does, and this file too: an action is mapped to
- * the full action set; with probability sticky_action_prob (one rand() draw
- * every step, before the game's own) the previous full action is repeated
+ * the full action set; with probability sticky_action_prob (one draw every
+ * step, before the game's own) the previous full action is repeated
  * instead, and the previous action survives the end of an episode (it starts
  * as no-op when the env is created). The observation is the package's
  * (10, 10, channels) booleans as [channels, 10, 10] floats 0/1. There is no
@@ -18,6 +18,7 @@
 #include "dpt/env.h"
 #include "minatar_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 const dpt_env_param_t dpt__mn_params[MN_PARAM_COUNT] = {
@@ -40,21 +41,17 @@ int dpt__mn_configure(dpt_env_class_t *cls, const dpt_env_value_t *values, char 
 void dpt__mn_init(void *state, const dpt_env_value_t *values)
 {
     mn_common_t *c = state;
-    c->sticky = values[MN_PARAM_STICKY].f;
+    /* u < p with u = w / 2^32 (w: 32 random bits) is w < p * 2^32, exactly
+     * (scaling by 2^32 is exact), that is w < ceil(p * 2^32). */
+    c->sticky = (uint64_t)ceil(values[MN_PARAM_STICKY].f * 4294967296.0);
     c->ramping = (int32_t)values[MN_PARAM_RAMPING].i;
     c->last_action = MN_NOOP;
-}
-
-static void dpt__mn_observe(const mn_game_t *g, const void *state, float *obs)
-{
-    memset(obs, 0, MN_OBS(g->channels) * sizeof *obs);
-    g->obs(state, obs);
 }
 
 void dpt__mn_reset(const mn_game_t *g, void *state, dpt_rng_t *rng, float *obs)
 {
     g->reset(state, rng);
-    dpt__mn_observe(g, state, obs);
+    g->obs(state, obs);
 }
 
 void dpt__mn_step(const mn_game_t *g, const int8_t *actions, void *state, const void *action,
@@ -62,10 +59,10 @@ void dpt__mn_step(const mn_game_t *g, const int8_t *actions, void *state, const 
 {
     mn_common_t *c = state;
     int a = actions[*(const int32_t *)action]; /* in range: the runner checked it */
-    if (mn_rand(rng) < c->sticky)
+    if (dpt_rng_u32(rng) < c->sticky)          /* one word: the package's rand() < p, see init */
         a = c->last_action;
     c->last_action = a;
     *reward = g->act(state, a, rng);
     *terminated = c->terminal != 0;
-    dpt__mn_observe(g, state, obs);
+    g->obs(state, obs);
 }

@@ -111,17 +111,16 @@ static float breakout_act(void *state, int a, dpt_rng_t *rng)
     return r;
 }
 
+MN_OBS_FN
 static void breakout_obs(const void *state, float *obs)
 {
     const breakout_t *s = state;
     enum { PADDLE, BALL, TRAIL, BRICK };
+    MN_CLEAR(obs, PADDLE, 3); /* the brick plane is written whole */
     mn_set(obs, BALL, s->ball_y, s->ball_x);
     mn_set(obs, PADDLE, MN_LAST, s->pos);
     mn_set(obs, TRAIL, s->last_y, s->last_x);
-    for (int y = 0; y < MN_SIZE; y++)
-        for (int x = 0; x < MN_SIZE; x++)
-            if (s->brick[y][x])
-                mn_set(obs, BRICK, y, x);
+    mn_plane(obs, BRICK, s->brick);
 }
 
 static const mn_game_t dpt__mn_breakout = {4, breakout_reset, breakout_act, breakout_obs};
@@ -218,8 +217,10 @@ static float freeway_act(void *state, int a, dpt_rng_t *rng)
     return r;
 }
 
+MN_OBS_FN
 static void freeway_obs(const void *state, float *obs)
 {
+    MN_CLEAR(obs, 0, 7);
     const freeway_t *s = state;
     enum { CHICKEN, CAR, SPEED1 };
     mn_set(obs, CHICKEN, s->pos, 4);
@@ -357,8 +358,10 @@ static float asterix_act(void *state, int a, dpt_rng_t *rng)
     return r;
 }
 
+MN_OBS_FN
 static void asterix_obs(const void *state, float *obs)
 {
+    MN_CLEAR(obs, 0, 4);
     const asterix_t *s = state;
     enum { PLAYER, ENEMY, TRAIL, GOLD };
     mn_set(obs, PLAYER, s->player_y, s->player_x);
@@ -518,23 +521,19 @@ static float si_act(void *state, int a, dpt_rng_t *rng)
     return r;
 }
 
+MN_OBS_FN
 static void si_obs(const void *state, float *obs)
 {
     const space_invaders_t *s = state;
     enum { CANNON, ALIEN, ALIEN_LEFT, ALIEN_RIGHT, F_BULLET, E_BULLET };
+    int left = s->alien_dir < 0;
+    MN_CLEAR(obs, CANNON, 1); /* and the direction not taken; the other planes are written whole */
+    MN_CLEAR(obs, left ? ALIEN_RIGHT : ALIEN_LEFT, 1);
     mn_set(obs, CANNON, MN_LAST, s->pos);
-    int dir = s->alien_dir < 0 ? ALIEN_LEFT : ALIEN_RIGHT;
-    for (int y = 0; y < MN_SIZE; y++)
-        for (int x = 0; x < MN_SIZE; x++) {
-            if (s->alien[y][x]) {
-                mn_set(obs, ALIEN, y, x);
-                mn_set(obs, dir, y, x);
-            }
-            if (s->f_bullet[y][x])
-                mn_set(obs, F_BULLET, y, x);
-            if (s->e_bullet[y][x])
-                mn_set(obs, E_BULLET, y, x);
-        }
+    mn_plane(obs, ALIEN, s->alien);
+    mn_plane(obs, left ? ALIEN_LEFT : ALIEN_RIGHT, s->alien);
+    mn_plane(obs, F_BULLET, s->f_bullet);
+    mn_plane(obs, E_BULLET, s->e_bullet);
 }
 
 static const mn_game_t dpt__mn_space_invaders = {6, si_reset, si_act, si_obs};

@@ -7,14 +7,15 @@
  * act function. act(state, a, rng) takes a full action (0..5: no-op, left,
  * up, right, down, fire, in the package's order), advances one frame and
  * returns the reward, setting common.terminal; obs(state, out) writes the
- * [channels, 10, 10] observation into zeroed floats. A game file ends with
+ * whole [channels, 10, 10] observation (mn_clear, then the cells that are 1). A game file ends with
  * MN_CLASSES, which defines its two env classes.
  *
  * Random draws: every draw comes from the env's own stream, in the order the
- * package's numpy generator is called, through two functions:
- *   mn_rand(rng)            the package's random.rand(): a double in [0, 1)
- *   mn_randint(rng, lo, hi) the package's random.randint(lo, hi): lo..hi-1
- * so a test that hands the package a generator answering its calls from
+ * package's numpy generator is called:
+ *   the sticky-action draw (the wrapper's rand()): dpt_rng_u32 / 2^32;
+ *   the games' rand(): mn_rand, dpt_rng_uniform_double;
+ *   the games' randint(lo, hi): mn_randint, lo + dpt_rng_below(hi - lo);
+ * so a test that hands the package generators answering its calls from
  * dpt's stream the same way replays the C env exactly.
  */
 #ifndef DPT_MINATAR_IMPL_H
@@ -22,6 +23,7 @@
 
 #include "dpt/env.h"
 #include "dpt/rng.h"
+#include "core/clones.h"
 
 #include <stdint.h>
 
@@ -32,7 +34,7 @@ enum { MN_NOOP, MN_LEFT, MN_UP, MN_RIGHT, MN_DOWN, MN_FIRE, MN_NUM_ACTIONS };
 
 /* The part of every game's state that the wrapper owns. */
 typedef struct mn_common {
-    double sticky;       /* env_config.sticky_action_prob */
+    uint64_t sticky;     /* env_config.sticky_action_prob p as ceil(p * 2^32) */
     int32_t ramping;     /* env_config.difficulty_ramping */
     int32_t last_action; /* the last full action taken; kept across episodes, as the package does */
     int32_t terminal;
@@ -53,6 +55,34 @@ static inline int mn_randint(dpt_rng_t *rng, int lo, int hi)
 static inline void mn_set(float *obs, int ch, int y, int x)
 {
     obs[(ch * MN_SIZE + y) * MN_SIZE + x] = 1.0f;
+}
+
+/* A game's obs function: compiled for AVX-512, AVX2 and the baseline
+ * (DPT__CLONES), with loops of zero stores kept as loops: glibc's memset of
+ * these sizes (1.6-4 KB) takes `rep stosb`, slower on AMD's cores than the
+ * clone's wide stores. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MN_OBS_FN DPT__CLONES __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define MN_OBS_FN DPT__CLONES
+#endif
+
+/* Zeroes planes [first, first + count) of an observation (in an MN_OBS_FN). */
+#define MN_CLEAR(obs, first, count)                                     \
+    do {                                                                \
+        float *mn_p_ = (obs) + (first)*MN_SIZE * MN_SIZE;               \
+        for (int mn_i_ = 0; mn_i_ < (count)*MN_SIZE * MN_SIZE; mn_i_++) \
+            mn_p_[mn_i_] = 0.0f;                                        \
+    } while (0)
+
+/* Writes channel ch of a [c, 10, 10] observation from a 10x10 grid of 0/1
+ * bytes (a conversion the compiler vectorises, unlike a branch per cell). */
+static inline void mn_plane(float *obs, int ch, const uint8_t grid[MN_SIZE][MN_SIZE])
+{
+    float *out = obs + ch * MN_SIZE * MN_SIZE;
+    const uint8_t *in = &grid[0][0];
+    for (int i = 0; i < MN_SIZE * MN_SIZE; i++)
+        out[i] = (float)in[i];
 }
 
 /* One game's functions and channels. */

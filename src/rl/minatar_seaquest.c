@@ -342,8 +342,10 @@ static void sq_trail(float *obs, int ch, const sq_obj_t *o)
         mn_set(obs, ch, o->y, back);
 }
 
+MN_OBS_FN
 static void sq_obs(const void *state, float *obs)
 {
+    MN_CLEAR(obs, 0, 10);
     const seaquest_t *s = state;
     enum { FRONT, BACK, F_BULLET, TRAIL, E_BULLET, FISH, SUB, OXYGEN, DIVERS, DIVER };
     mn_set(obs, FRONT, s->sub_y, s->sub_x);
