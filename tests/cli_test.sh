@@ -536,6 +536,16 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
     # 2 MPI ranks x 1 worker equal 2 worker threads in one process.
     check "ddppo: 2 MPI ranks hold bitwise the weights of 2 threads" "$cmp" \
         dd_full/checkpoints/checkpoint-00000020.safetensors dd_mpi/checkpoints/checkpoint-00000020.safetensors
+    # DD-PPO with a CNN policy on MinAtar (the example, shortened): 2 ranks, and
+    # 5 iterations + --resume equal 10 bitwise.
+    mn="$(dirname "$0")/../examples/minatar_breakout_ddppo.conf"
+    mnset="--set total_timesteps=163840 --set checkpoint_every=5 --set eval_episodes=2 --quiet"
+    mpirun_ -np 2 "$dpt" train "$mn" $mnset --set output_dir=mn_dd_full >/dev/null 2>&1
+    mpirun_ -np 2 "$dpt" train "$mn" $mnset --set output_dir=mn_dd_half --set stop_iters=5 >/dev/null 2>&1
+    mpirun_ -np 2 "$dpt" train --resume mn_dd_half --set stop_iters=0 --quiet >/dev/null 2>&1
+    check "ddppo, CNN policy on MinAtar Breakout under mpirun -np 2: 5 iterations + --resume equal 10 bitwise" \
+        "$cmp" mn_dd_full/checkpoints/checkpoint-00000010.safetensors \
+        mn_dd_half/checkpoints/checkpoint-00000010.safetensors
     # Defect 5: jobs that do not run across processes are refused before any work.
     out=$(mpirun_ -np 2 "$dpt" train ppo.conf --set output_dir=mpi_ppo 2>&1); rc=$?
     if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "use job = ddppo" && [ ! -e mpi_ppo ]; then
@@ -793,6 +803,7 @@ else
 fi
 
 # ---- MinAtar: a built-in name with a slash, a CNN policy ------------------------------
+ex="$(dirname "$0")/../examples"
 printf 'job = ppo\nenv = MinAtar/Breakout-v1\nnetwork = conv(8,k=2,pad=same) relu avgpool(2) flatten dense(32) relu\npolicy_hidden = 32\nnum_envs_per_worker = 8\nrollout_fragment_length = 32\nsgd_minibatch_size = 64\ntotal_timesteps = 1024\neval_episodes = 2\n' > mn.conf
 expect 0 "greedy policy, 2 episodes" -- train mn.conf --set output_dir=mn
 check "config.conf keeps the MinAtar name as it is" grep -q '^env = MinAtar/Breakout-v1$' mn/config.conf
@@ -800,6 +811,19 @@ check "config.conf lists MinAtar's parameters" grep -q '^env_config.sticky_actio
 expect 0 "greedy policy, 2 episodes" -- eval mn --episodes 2
 expect 2 "env plug-in .*MinAtar/Pong-v1: no such file, and no built-in env has that name" \
     -- train mn.conf --set env=MinAtar/Pong-v1 --set output_dir=mn_bad
+# The MinAtar examples start (one iteration each, small batches): PPO on each
+# game, APPO, and the CNN with the LSTM.
+for f in "$ex"/minatar_*_ppo.conf; do
+    expect 0 "stochastic policy, 1 episodes" -- train "$f" --set stop_iters=1 --set num_envs_per_worker=16 \
+        --set rollout_fragment_length=32 --set sgd_minibatch_size=256 --set eval_episodes=1 \
+        --set "output_dir=ex_$(basename "$f" .conf)"
+done
+expect 0 "stochastic policy, 1 episodes" -- train "$ex/minatar_breakout_appo.conf" --set stop_iters=1 \
+    --set num_envs_per_worker=16 --set train_batch_size=512 --set min_sample_timesteps_per_iteration=512 \
+    --set eval_episodes=1 --set output_dir=ex_minatar_breakout_appo
+expect 0 "stochastic policy, 1 episodes" -- train "$ex/minatar_breakout_ppo.conf" --set stop_iters=1 \
+    --set num_envs_per_worker=16 --set rollout_fragment_length=32 --set sgd_minibatch_size=256 \
+    --set use_lstm=true --set max_seq_len=8 --set eval_episodes=1 --set output_dir=ex_mn_lstm
 
 # ---- env_config: the parameters of an env -------------------------------------------
 printf 'job = ppo\nenv = RepeatPrevious-v0\nnum_envs_per_worker = 4\ntotal_timesteps = 1024\neval_episodes = 2\n' > rp.conf
