@@ -19,7 +19,6 @@
 #include "minatar_impl.h"
 
 #include <math.h>
-#include <string.h>
 
 const dpt_env_param_t dpt__mn_params[MN_PARAM_COUNT] = {
     [MN_PARAM_STICKY] = {"sticky_action_prob", DPT_ENV_PARAM_FLOAT, "0.1", 0, 1,
