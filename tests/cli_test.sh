@@ -537,15 +537,19 @@ if "$dpt" info | grep -q "^  mpi    yes" && command -v mpirun >/dev/null 2>&1; t
     check "ddppo: 2 MPI ranks hold bitwise the weights of 2 threads" "$cmp" \
         dd_full/checkpoints/checkpoint-00000020.safetensors dd_mpi/checkpoints/checkpoint-00000020.safetensors
     # DD-PPO with a CNN policy on MinAtar (the example, shortened): 2 ranks, and
-    # 5 iterations + --resume equal 10 bitwise.
-    mn="$(dirname "$0")/../examples/minatar_breakout_ddppo.conf"
-    mnset="--set total_timesteps=163840 --set checkpoint_every=5 --set eval_episodes=2 --quiet"
-    mpirun_ -np 2 "$dpt" train "$mn" $mnset --set output_dir=mn_dd_full >/dev/null 2>&1
-    mpirun_ -np 2 "$dpt" train "$mn" $mnset --set output_dir=mn_dd_half --set stop_iters=5 >/dev/null 2>&1
-    mpirun_ -np 2 "$dpt" train --resume mn_dd_half --set stop_iters=0 --quiet >/dev/null 2>&1
-    check "ddppo, CNN policy on MinAtar Breakout under mpirun -np 2: 5 iterations + --resume equal 10 bitwise" \
-        "$cmp" mn_dd_full/checkpoints/checkpoint-00000010.safetensors \
-        mn_dd_half/checkpoints/checkpoint-00000010.safetensors
+    # 5 iterations + --resume equal 10 bitwise (not in the sanitizer builds).
+    if [ -n "$DPT_TEST_SANITIZE" ]; then
+        echo "skipped: ddppo with a CNN policy under mpirun ($DPT_TEST_SANITIZE sanitizer build)"
+    else
+        mn="$(dirname "$0")/../examples/minatar_breakout_ddppo.conf"
+        mnset="--set total_timesteps=163840 --set checkpoint_every=5 --set eval_episodes=2 --quiet"
+        mpirun_ -np 2 "$dpt" train "$mn" $mnset --set output_dir=mn_dd_full >/dev/null 2>&1
+        mpirun_ -np 2 "$dpt" train "$mn" $mnset --set output_dir=mn_dd_half --set stop_iters=5 >/dev/null 2>&1
+        mpirun_ -np 2 "$dpt" train --resume mn_dd_half --set stop_iters=0 --quiet >/dev/null 2>&1
+        check "ddppo, CNN policy on MinAtar Breakout under mpirun -np 2: 5 iterations + --resume equal 10 bitwise" \
+            "$cmp" mn_dd_full/checkpoints/checkpoint-00000010.safetensors \
+            mn_dd_half/checkpoints/checkpoint-00000010.safetensors
+    fi
     # Defect 5: jobs that do not run across processes are refused before any work.
     out=$(mpirun_ -np 2 "$dpt" train ppo.conf --set output_dir=mpi_ppo 2>&1); rc=$?
     if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "use job = ddppo" && [ ! -e mpi_ppo ]; then
@@ -812,18 +816,23 @@ expect 0 "greedy policy, 2 episodes" -- eval mn --episodes 2
 expect 2 "env plug-in .*MinAtar/Pong-v1: no such file, and no built-in env has that name" \
     -- train mn.conf --set env=MinAtar/Pong-v1 --set output_dir=mn_bad
 # The MinAtar examples start (one iteration each, small batches): PPO on each
-# game, APPO, and the CNN with the LSTM.
-for f in "$ex"/minatar_*_ppo.conf; do
-    expect 0 "stochastic policy, 1 episodes" -- train "$f" --set stop_iters=1 --set num_envs_per_worker=16 \
-        --set rollout_fragment_length=32 --set sgd_minibatch_size=256 --set eval_episodes=1 \
-        --set "output_dir=ex_$(basename "$f" .conf)"
-done
-expect 0 "stochastic policy, 1 episodes" -- train "$ex/minatar_breakout_appo.conf" --set stop_iters=1 \
-    --set num_envs_per_worker=16 --set train_batch_size=512 --set min_sample_timesteps_per_iteration=512 \
-    --set eval_episodes=1 --set output_dir=ex_minatar_breakout_appo
-expect 0 "stochastic policy, 1 episodes" -- train "$ex/minatar_breakout_ppo.conf" --set stop_iters=1 \
-    --set num_envs_per_worker=16 --set rollout_fragment_length=32 --set sgd_minibatch_size=256 \
-    --set use_lstm=true --set max_seq_len=8 --set eval_episodes=1 --set output_dir=ex_mn_lstm
+# game, APPO, and the CNN with the LSTM. Not in the sanitizer builds, where
+# these convolutions take minutes (the small run above covers the code).
+if [ -n "$DPT_TEST_SANITIZE" ]; then
+    echo "skipped: the MinAtar examples ($DPT_TEST_SANITIZE sanitizer build)"
+else
+    for f in "$ex"/minatar_*_ppo.conf; do
+        expect 0 "stochastic policy, 1 episodes" -- train "$f" --set stop_iters=1 --set num_envs_per_worker=16 \
+            --set rollout_fragment_length=32 --set sgd_minibatch_size=256 --set eval_episodes=1 \
+            --set "output_dir=ex_$(basename "$f" .conf)"
+    done
+    expect 0 "stochastic policy, 1 episodes" -- train "$ex/minatar_breakout_appo.conf" --set stop_iters=1 \
+        --set num_envs_per_worker=16 --set train_batch_size=512 --set min_sample_timesteps_per_iteration=512 \
+        --set eval_episodes=1 --set output_dir=ex_minatar_breakout_appo
+    expect 0 "stochastic policy, 1 episodes" -- train "$ex/minatar_breakout_ppo.conf" --set stop_iters=1 \
+        --set num_envs_per_worker=16 --set rollout_fragment_length=32 --set sgd_minibatch_size=256 \
+        --set use_lstm=true --set max_seq_len=8 --set eval_episodes=1 --set output_dir=ex_mn_lstm
+fi
 
 # ---- env_config: the parameters of an env -------------------------------------------
 printf 'job = ppo\nenv = RepeatPrevious-v0\nnum_envs_per_worker = 4\ntotal_timesteps = 1024\neval_episodes = 2\n' > rp.conf
