@@ -2,8 +2,8 @@
  * The trainer contract (dpt/train.h), the same sequence for every job of
  * DPT_JOB_LIST on threads: create, iterate, checkpoint, restore into a fresh
  * trainer, iterate both again and compare, evaluate the checkpoint with no
- * trainer, and check that the checkpoint describes itself (job, dataset or
- * env, model).
+ * trainer, check that the checkpoint describes itself (job, dataset or
+ * env, model), and give a fresh trainer another's weights (set_weights).
  *
  * Synchronous jobs continue bitwise: the restored trainer's next iterations
  * give the weights and the metrics of the uninterrupted one. appo and impala
@@ -95,6 +95,70 @@ static int weights_are_checkpoint(dpt_trainer_t *t, const dpt_safetensors_t *st)
     return same;
 }
 
+/* set_weights: a fresh trainer given a's weights holds them and evaluates
+ * as a does; bad input changes nothing. sync_replicas refuses it. */
+static void set_weights_part(dpt_job_t job, const dpt_config_t *c, dpt_trainer_t *a)
+{
+    dpt_trainer_t *f = NULL;
+    REQUIRE_OK(dpt_trainer_create(&f, c, NULL));
+    size_t n;
+    float *wa = dpt_test_weights(a, &n), *w0 = dpt_test_weights(f, NULL);
+    REQUIRE(wa && w0);
+    if (job == DPT_JOB_SYNC_REPLICAS) {
+        CHECK_ERR(dpt_trainer_set_weights(f, wa, n), DPT_ENOTSUP, "restore a checkpoint");
+        goto out;
+    }
+    CHECK_ERR(dpt_trainer_set_weights(f, wa, n - 1), DPT_EINVAL, "the model has");
+    CHECK_ERR(dpt_trainer_set_weights(f, NULL, n), DPT_EINVAL, "set_weights of 0 floats");
+    const dpt_var_t *last = &dpt_trainer_vars(f)->vars[dpt_trainer_vars(f)->nvars - 1];
+    size_t at = last->count - 1;
+    float keep = wa[last->offset + at];
+    wa[last->offset + at] = NAN;
+    char want[DPT_VAR_NAME_MAX + 48];
+    snprintf(want, sizeof want, "%s[%zu] is nan; nothing changed", last->name, at);
+    CHECK_ERR(dpt_trainer_set_weights(f, wa, n), DPT_ENUMERIC, want);
+    wa[last->offset + at] = keep;
+    if (last->offset + last->count < n) { /* the table's padding at the end */
+        wa[n - 1] = INFINITY;
+        snprintf(want, sizeof want, "(padding after %s) is inf", last->name);
+        CHECK_ERR(dpt_trainer_set_weights(f, wa, n), DPT_ENUMERIC, want);
+        wa[n - 1] = 0.0f;
+    }
+    float *now = dpt_test_weights(f, NULL);
+    CHECK(now && memcmp(now, w0, n * sizeof *now) == 0);
+    free(now);
+
+    CHECK_OK(dpt_trainer_set_weights(f, wa, n));
+    now = dpt_test_weights(f, NULL);
+    CHECK(now && memcmp(now, wa, n * sizeof *now) == 0);
+    free(now);
+    /* a's own evaluation, for the jobs whose weights change only in
+     * iterate(); appo and impala learn between calls, so another fresh
+     * trainer given the same weights stands in for a. */
+    dpt_trainer_t *g = a;
+    if (job == DPT_JOB_APPO || job == DPT_JOB_IMPALA) {
+        REQUIRE_OK(dpt_trainer_create(&g, c, NULL));
+        CHECK_OK(dpt_trainer_set_weights(g, wa, n));
+    }
+    dpt_eval_result_t ea, ef;
+    CHECK_OK(dpt_trainer_evaluate(g, 3, 11, &ea));
+    CHECK_OK(dpt_trainer_evaluate(f, 3, 11, &ef));
+    if (g != a)
+        dpt_trainer_destroy(g);
+    CHECK(ea.count == ef.count);
+    if (DPT_JOB_IS_RL(job))
+        CHECK(ea.mean_return == ef.mean_return && ea.mean_length == ef.mean_length);
+    else
+        CHECK(ea.loss == ef.loss && ea.accuracy == ef.accuracy);
+    /* It trains on from them. */
+    dpt_train_result_t r;
+    CHECK_OK(dpt_trainer_iterate(f, &r));
+out:
+    free(wa);
+    free(w0);
+    dpt_trainer_destroy(f);
+}
+
 static void contract(dpt_job_t job)
 {
     const job_case_t *jc = &cases[job];
@@ -121,6 +185,7 @@ static void contract(dpt_job_t job)
             CHECK_OK(dpt_trainer_iterate(a, &ra));
     }
     CHECK(rb.iteration == 4);
+    set_weights_part(job, c, b);
     /* RL jobs: RLlib's step counters, kept by the checkpoint and continued
      * by the restored trainer (tests/test_rl_counters.c: how each job
      * counts). */

@@ -674,6 +674,12 @@ typedef struct dpt_trainer_ops {
     const dpt_vartable_t *(*vars)(void *self);
     /* Copies the current parameters (table total floats) into out. */
     int (*get_weights)(void *self, float *out, size_t count);
+    /* Replaces the parameters with `in` (table total floats, finite:
+     * dpt_trainer_set_weights checked both); the optimizer's state and
+     * the counters are kept. Collective for multi-process jobs (every rank
+     * passes the same weights). NULL when the job cannot (the wrapper
+     * returns DPT_ENOTSUP). */
+    int (*set_weights)(void *self, const float *in, size_t count);
     /* Evaluates the current parameters: RL runs `episodes` greedy episodes
      * on fresh envs seeded from `seed`; supervised scores the test set. */
     int (*evaluate)(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out);
@@ -705,6 +711,18 @@ int dpt_trainer_checkpoint(dpt_trainer_t *t, dpt_safetensors_writer_t *w);
 int dpt_trainer_restore(dpt_trainer_t *t, const dpt_safetensors_t *st);
 const dpt_vartable_t *dpt_trainer_vars(dpt_trainer_t *t);
 int dpt_trainer_get_weights(dpt_trainer_t *t, float *out, size_t count);
+/* Replaces the model's parameters with `in` (count = dpt_trainer_vars(t)->total
+ * floats, laid out as the table says: e.g. another trainer's
+ * dpt_trainer_get_weights); the optimizer's state, the counters and the
+ * envs are kept, so the next iterate() trains from these weights and
+ * evaluate() measures them. ppo, ddppo (collective: every rank the same
+ * weights), supervised, and appo/impala (its trained policy; samplers act
+ * with the new weights from the learner's next broadcast, or from the start
+ * when set before the first iterate). Errors: DPT_EINVAL (count differs),
+ * DPT_ENUMERIC (a weight is not finite: the message names the variable and
+ * index; nothing changed), DPT_ENOTSUP (sync_replicas, whose parameters
+ * live in its services). */
+int dpt_trainer_set_weights(dpt_trainer_t *t, const float *in, size_t count);
 int dpt_trainer_evaluate(dpt_trainer_t *t, size_t episodes, uint64_t seed, dpt_eval_result_t *out);
 /* The trainer's config (finalized; borrowed). */
 const dpt_config_t *dpt_trainer_config(const dpt_trainer_t *t);

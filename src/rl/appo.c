@@ -407,6 +407,22 @@ int dpt_appo_get_policy_weights(dpt_appo_t *a, int policy, float *out, size_t co
     return rc;
 }
 
+int dpt_appo_set_weights(dpt_appo_t *a, const float *in, size_t count)
+{
+    dpt__appo_pol_t *pol = &a->pols[a->main];
+    /* Between two of the learner's updates; the samplers take them with
+     * the next broadcast (or at the start, from pub). */
+    pthread_mutex_lock(&a->mu);
+    int rc = dpt_towers_set_weights(pol->towers, in, count);
+    if (!rc) {
+        pthread_mutex_lock(&a->wmu);
+        memcpy(pol->pub.data, in, count * sizeof(float));
+        pthread_mutex_unlock(&a->wmu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
 void dpt_appo_set_stop_flag(dpt_appo_t *a, const volatile sig_atomic_t *flag)
 {
     a->stop_flag = flag;

@@ -251,6 +251,14 @@ const float *dpt_ddppo_weights(const dpt_ddppo_t *w)
     return w->params.data;
 }
 
+int dpt_ddppo_set_weights(dpt_ddppo_t *w, const float *in, size_t count)
+{
+    int rc = dpt_towers_set_weights(w->towers, in, count);
+    if (!rc)
+        memcpy(w->params.data, in, count * sizeof(float));
+    return rc;
+}
+
 int dpt_ddppo_check_weights(dpt_ddppo_t *w)
 {
     int rc = dpt_comm_check_equal(w->comm, w->params.data, w->nparams);

@@ -155,6 +155,11 @@ int dpt_ppo_get_weights(dpt_ppo_t *p, float *out, size_t count)
     return dpt_towers_get_weights(p->towers, out, count);
 }
 
+int dpt_ppo_set_weights(dpt_ppo_t *p, const float *in, size_t count)
+{
+    return dpt_towers_set_weights(p->towers, in, count);
+}
+
 /* dpt_towers_run for the rollout's device-parallel collect. */
 static int dpt__ppo_run_devices(void *towers, int (*fn)(void *arg, int device), void *arg)
 {

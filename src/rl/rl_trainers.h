@@ -224,6 +224,8 @@ int dpt_ppo_train(dpt_ppo_t *ppo, dpt_rl_result_t *result);
 dpt_policy_t *dpt_ppo_policy(dpt_ppo_t *ppo);
 /* Copies the current parameters out (count = the policy's table total). */
 int dpt_ppo_get_weights(dpt_ppo_t *ppo, float *out, size_t count);
+/* Replaces the towers' parameters (the optimizer's state is kept). */
+int dpt_ppo_set_weights(dpt_ppo_t *ppo, const float *in, size_t count);
 
 /* Adds the trainer's complete state to a checkpoint writer: parameters
  * ("params." + variable), Adam's moments ("optim.m.", "optim.v."), a blob
@@ -349,6 +351,9 @@ dpt_policy_t *dpt_appo_policy(dpt_appo_t *a);
 /* The learner's current weights (of the main policy,
  * dpt__rl_policies_main). */
 int dpt_appo_get_weights(dpt_appo_t *a, float *out, size_t count);
+/* Replaces the trained policy's parameters (the learner's towers, and the
+ * copy the samplers read); the optimizer's state is kept. */
+int dpt_appo_set_weights(dpt_appo_t *a, const float *in, size_t count);
 /* The current weights of policy `policy` (an index into cfg.policies):
  * the learner's for a trained one, the initial (or restored) ones for one
  * not trained. DPT_EINVAL for a bad index or count. */
@@ -393,6 +398,9 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *result);
 dpt_policy_t *dpt_ddppo_policy(dpt_ddppo_t *w);
 /* This worker's parameters (identical on every worker). */
 const float *dpt_ddppo_weights(const dpt_ddppo_t *w);
+/* Replaces this worker's parameters (its towers and the copy it acts
+ * with); the optimizer's state is kept. */
+int dpt_ddppo_set_weights(dpt_ddppo_t *w, const float *in, size_t count);
 /* Collective: DPT_ECOMM naming the first worker whose weights differ. */
 int dpt_ddppo_check_weights(dpt_ddppo_t *w);
 

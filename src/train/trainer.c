@@ -256,6 +256,34 @@ int dpt_trainer_get_weights(dpt_trainer_t *t, float *out, size_t count)
     return t->ops->get_weights(t->self, out, count);
 }
 
+int dpt_trainer_set_weights(dpt_trainer_t *t, const float *in, size_t count)
+{
+    const dpt_vartable_t *vars = t->ops->vars(t->self);
+    if (!t->ops->set_weights)
+        return dpt_error(DPT_ENOTSUP,
+                         "%s: set_weights is not supported (the parameters live in its services); "
+                         "restore a checkpoint instead",
+                         dpt_job_name(t->ops->job));
+    if (!in || count != vars->total)
+        return dpt_error(DPT_EINVAL, "%s: set_weights of %zu floats, the model has %zu",
+                         dpt_job_name(t->ops->job), in ? count : 0, vars->total);
+    for (size_t i = 0; i < count; i++) {
+        if (isfinite(in[i]))
+            continue;
+        /* Name the variable (or the padding after one) it falls in. */
+        const dpt_var_t *var = NULL;
+        for (size_t v = 0; v < vars->nvars && vars->vars[v].offset <= i; v++)
+            var = &vars->vars[v];
+        if (var && i < var->offset + var->count)
+            return dpt_error(DPT_ENUMERIC, "%s: set_weights: %s[%zu] is %g; nothing changed",
+                             dpt_job_name(t->ops->job), var->name, i - var->offset, (double)in[i]);
+        return dpt_error(DPT_ENUMERIC,
+                         "%s: set_weights: float %zu (padding after %s) is %g; nothing changed",
+                         dpt_job_name(t->ops->job), i, var ? var->name : "nothing", (double)in[i]);
+    }
+    return t->ops->set_weights(t->self, in, count);
+}
+
 int dpt_trainer_evaluate(dpt_trainer_t *t, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     out->count = 0;

@@ -230,6 +230,12 @@ static int dpt__appo_get_weights(void *self, float *out, size_t count)
     return dpt_appo_get_weights(t->appo, out, count);
 }
 
+static int dpt__appo_set_weights(void *self, const float *in, size_t count)
+{
+    dpt__appo_trainer_t *t = self;
+    return dpt_appo_set_weights(t->appo, in, count);
+}
+
 static int dpt__appo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     dpt__appo_trainer_t *t = self;
@@ -258,8 +264,9 @@ static int dpt__appo_describe(void *self, dpt_safetensors_writer_t *w)
         .job = (JOB), .create = dpt__appo_create, .destroy = dpt__appo_destroy,     \
         .iterate = dpt__appo_iterate, .checkpoint = dpt__appo_checkpoint,           \
         .restore = dpt__appo_restore, .vars = dpt__appo_vars,                       \
-        .get_weights = dpt__appo_get_weights, .evaluate = dpt__appo_evaluate,       \
-        .describe = dpt__appo_describe, .eval_checkpoint = dpt__rl_eval_checkpoint, \
+        .get_weights = dpt__appo_get_weights, .set_weights = dpt__appo_set_weights, \
+        .evaluate = dpt__appo_evaluate, .describe = dpt__appo_describe,             \
+        .eval_checkpoint = dpt__rl_eval_checkpoint,                                 \
     }
 
 static const dpt_trainer_ops_t dpt__appo_ops = DPT__APPO_OPS(DPT_JOB_APPO);

@@ -34,7 +34,8 @@ typedef enum dpt__ddppo_cmd {
     DPT__DDPPO_CREATE,
     DPT__DDPPO_ITERATE,
     DPT__DDPPO_CHECKPOINT,
-    DPT__DDPPO_RESTORE
+    DPT__DDPPO_RESTORE,
+    DPT__DDPPO_SET_WEIGHTS
 } dpt__ddppo_cmd_t;
 
 struct dpt__ddppo_trainer;
@@ -72,6 +73,7 @@ typedef struct dpt__ddppo_trainer {
     /* Arguments of the command in flight (read-only for the workers). */
     dpt_safetensors_writer_t *writer;
     const dpt_safetensors_t *st;
+    const float *weights_in; /* set_weights: the new parameters [nparams] */
     size_t state_bytes, state_floats;
 } dpt__ddppo_trainer_t;
 
@@ -155,6 +157,17 @@ static void dpt__ddppo_do(dpt__ddppo_worker_t *wk, dpt__ddppo_cmd_t cmd)
         break;
     case DPT__DDPPO_CHECKPOINT: rc = dpt__ddppo_checkpoint_part(wk); break;
     case DPT__DDPPO_RESTORE: rc = dpt__ddppo_restore_part(wk); break;
+    case DPT__DDPPO_SET_WEIGHTS:
+        rc = dpt_ddppo_set_weights(wk->w, d->weights_in,
+                                   dpt_policy_vars(dpt_ddppo_policy(wk->w))->total);
+        /* Every rank passed the same weights: checked as a checkpoint does
+         * (every worker enters the comparison, even after a failure). */
+        {
+            int crc = dpt_ddppo_check_weights(wk->w);
+            if (!rc)
+                rc = crc;
+        }
+        break;
     }
     wk->rc = rc;
     if (rc)
@@ -389,6 +402,16 @@ static int dpt__ddppo_get_weights(void *self, float *out, size_t count)
     return DPT_OK;
 }
 
+static int dpt__ddppo_set_weights(void *self, const float *in, size_t count)
+{
+    dpt__ddppo_trainer_t *d = self;
+    (void)count; /* checked against the table by dpt_trainer_set_weights */
+    d->weights_in = in;
+    int rc = dpt__ddppo_run(d, DPT__DDPPO_SET_WEIGHTS);
+    d->weights_in = NULL;
+    return rc;
+}
+
 static int dpt__ddppo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     dpt__ddppo_trainer_t *d = self;
@@ -415,6 +438,7 @@ static const dpt_trainer_ops_t dpt__ddppo_ops = {
     .restore = dpt__ddppo_restore,
     .vars = dpt__ddppo_vars,
     .get_weights = dpt__ddppo_get_weights,
+    .set_weights = dpt__ddppo_set_weights,
     .evaluate = dpt__ddppo_evaluate,
     .describe = dpt__ddppo_describe,
     .eval_checkpoint = dpt__rl_eval_checkpoint,

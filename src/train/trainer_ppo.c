@@ -123,6 +123,12 @@ static int dpt__ppo_get_weights(void *self, float *out, size_t count)
     return dpt_ppo_get_weights(t->ppo, out, count);
 }
 
+static int dpt__ppo_set_weights(void *self, const float *in, size_t count)
+{
+    dpt__ppo_trainer_t *t = self;
+    return dpt_ppo_set_weights(t->ppo, in, count);
+}
+
 static int dpt__ppo_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     dpt__ppo_trainer_t *t = self;
@@ -148,6 +154,7 @@ static const dpt_trainer_ops_t dpt__ppo_ops = {
     .restore = dpt__ppo_restore,
     .vars = dpt__ppo_vars,
     .get_weights = dpt__ppo_get_weights,
+    .set_weights = dpt__ppo_set_weights,
     .evaluate = dpt__ppo_evaluate,
     .describe = dpt__ppo_describe,
     .eval_checkpoint = dpt__rl_eval_checkpoint,

@@ -430,6 +430,12 @@ static int dpt__sup_get_weights(void *self, float *out, size_t count)
     return dpt_towers_get_weights(s->towers, out, count);
 }
 
+static int dpt__sup_set_weights(void *self, const float *in, size_t count)
+{
+    sup_t *s = self;
+    return dpt_towers_set_weights(s->towers, in, count);
+}
+
 static int dpt__sup_evaluate(void *self, size_t episodes, uint64_t seed, dpt_eval_result_t *out)
 {
     (void)episodes, (void)seed; /* the test set is fixed */
@@ -458,6 +464,7 @@ static const dpt_trainer_ops_t dpt__sup_ops = {
     .restore = dpt__sup_restore,
     .vars = dpt__sup_vars,
     .get_weights = dpt__sup_get_weights,
+    .set_weights = dpt__sup_set_weights,
     .evaluate = dpt__sup_evaluate,
     .describe = dpt__sup_describe,
     .eval_checkpoint = dpt__sup_eval_checkpoint,
