@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "dpt/dpt.h"
+#include "dpt_config.h" /* DPT_BUILT_BY */
 
 #include <stdio.h>
 #include <string.h>
@@ -77,6 +78,7 @@ int dpt_cmd_info(int argc, char **argv)
         return DPT_EXIT_USAGE;
     }
     printf("dpt %s\n", dpt_version());
+    printf("built by: %s\n", DPT_BUILT_BY);
     printf("features:\n");
     for (int f = 0; f < DPT_FEATURE_COUNT; f++)
         printf("  %-6s %-4s %s\n", dpt_feature_name((dpt_feature_t)f),

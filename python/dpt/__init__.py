@@ -1,5 +1,9 @@
-"""dpt from Python: its C environments as Gymnasium environments (dpt.gym),
-and the policies and models of its checkpoints (dpt.load).
+"""dpt from Python: training (dpt.train, dpt.Trainer), its C environments as
+Gymnasium environments (dpt.gym), and the policies and models of its
+checkpoints (dpt.load).
+
+    for result in dpt.train("examples/cartpole_ppo.conf", total_timesteps=50000):
+        print(result["training_iteration"], result["episode_reward_mean"])
 
     import dpt
     env = dpt.gym.make("CartPole-v1")
@@ -14,11 +18,12 @@ project) through ctypes; DPT_LIBRARY names another one.
 """
 from . import _lib
 from ._lib import DptError
+from .trainer import Trainer, config_text, train
 from . import network
 from .model import Model
 from .policy import Policy, State, find_checkpoint, load, read_checkpoint
 
-__all__ = ["gym", "network", "load", "Model", "Policy", "State", "read_checkpoint",
+__all__ = ["train", "Trainer", "config_text", "gym", "network", "load", "Model", "Policy", "State", "read_checkpoint",
            "find_checkpoint", "DptError", "library_path", "__version__"]
 
 

@@ -26,11 +26,33 @@ ACTION_DISCRETE, ACTION_BOX = 0, 1
 
 
 class DptError(RuntimeError):
-    """A dpt call failed; .code is its DPT_E... status (negative)."""
+    """A dpt call failed; .code is its DPT_E... status (negative). A bad
+    argument, config or value (DPT_EINVAL) is also a ValueError, a missing
+    file (DPT_ENOENT) a FileNotFoundError, DPT_ENOMEM a MemoryError."""
 
     def __init__(self, code, message):
         super().__init__(message)
         self.code = code
+
+
+class DptValueError(DptError, ValueError):
+    pass
+
+
+class DptFileNotFoundError(DptError, FileNotFoundError):
+    def __new__(cls, code, message):
+        return FileNotFoundError.__new__(cls, message)
+
+
+class DptMemoryError(DptError, MemoryError):
+    pass
+
+
+def error(code, message):
+    """The exception of status `code` with `message`."""
+    cls = {EINVAL: DptValueError, ENOENT: DptFileNotFoundError,
+           ENOMEM: DptMemoryError}.get(code, DptError)
+    return cls(code, message)
 
 
 class Shape(ctypes.Structure):
@@ -131,22 +153,16 @@ def lib():
 
 def check(rc):
     """Raises the exception of a failed call's status (rc < 0) with the
-    library's message; returns rc otherwise. DPT_EINVAL is a ValueError
-    (a bad argument, config or value), DPT_ENOENT a FileNotFoundError,
-    DPT_ENOMEM a MemoryError, anything else a DptError."""
+    library's message; returns rc otherwise: a DptError, which for
+    DPT_EINVAL is also a ValueError, for DPT_ENOENT a FileNotFoundError,
+    for DPT_ENOMEM a MemoryError."""
     if rc >= 0:
         return rc
     cdll = lib()
     msg = (cdll.dpt_last_error() or b"").decode("utf-8", "replace")
     if not msg:
         msg = cdll.dpt_strerror(rc).decode()
-    if rc == EINVAL:
-        raise ValueError(msg)
-    if rc == ENOENT:
-        raise FileNotFoundError(msg)
-    if rc == ENOMEM:
-        raise MemoryError(msg)
-    raise DptError(rc, msg)
+    raise error(rc, msg)
 
 
 def version():
