@@ -651,6 +651,10 @@ typedef struct dpt_trainer_env {
      * gradient. */
     int straggler_worker;
     double straggler_delay_s;
+    /* An external env (dpt/extenv.h): the caller steps the envs; the
+     * config's env must be "external:NAME". ppo, ddppo (num_workers 1) and
+     * appo/impala (num_workers 1), one process; NULL: the config's env. */
+    struct dpt_ext *ext;
 } dpt_trainer_env_t;
 
 /* The operations a job implements. self is the job's own state. Every

@@ -151,6 +151,23 @@ def lib():
     return _lib
 
 
+_declared_tables = set()
+
+
+def declare(prototypes):
+    """The loaded library with the functions of `prototypes` ({name:
+    (restype, argtypes)}, a module's own table) declared (once)."""
+    cdll = lib()
+    if id(prototypes) not in _declared_tables:
+        with _lock:
+            for name, (res, args) in prototypes.items():
+                fn = getattr(cdll, name)
+                fn.restype = res
+                fn.argtypes = args
+            _declared_tables.add(id(prototypes))
+    return cdll
+
+
 def check(rc):
     """Raises the exception of a failed call's status (rc < 0) with the
     library's message; returns rc otherwise: a DptError, which for

@@ -112,6 +112,14 @@ class _Var(ctypes.Structure):
                 ("offset", c_size_t), ("count", c_size_t)]
 
 
+class _TrainerEnv(ctypes.Structure):
+    """dpt_trainer_env_t."""
+
+    _fields_ = [("use_mpi", c_int), ("stop_flag", P(c_int)), ("comm", c_void_p),
+                ("straggler_worker", c_int), ("straggler_delay_s", c_double),
+                ("ext", c_void_p)]
+
+
 class _VarTable(ctypes.Structure):
     _fields_ = [("vars", P(_Var)), ("nvars", c_size_t), ("cap", c_size_t), ("total", c_size_t)]
 
@@ -146,20 +154,11 @@ _PROTOTYPES = {
     "dpt_train_run": (c_int, [c_void_p, P(_RunOptions), P(c_int)]),
 }
 
-_declared = False
 
 
 def _c():
     """libdpt with this module's functions declared."""
-    global _declared
-    cdll = _lib.lib()
-    if not _declared:
-        for name, (res, args) in _PROTOTYPES.items():
-            fn = getattr(cdll, name)
-            fn.restype = res
-            fn.argtypes = args
-        _declared = True
-    return cdll
+    return _lib.declare(_PROTOTYPES)
 
 
 def _value_text(key, value):
@@ -315,18 +314,64 @@ class Trainer:
     by itself (no run directory): save() writes a checkpoint, and dpt.train
     runs a whole job with its run directory.
 
-    Trainer(config, **overrides): config as for dpt.train. Config errors
-    raise before anything is built."""
+    Trainer(config, env=None, **overrides): config as for dpt.train. Config
+    errors raise before anything is built.
 
-    def __init__(self, config=None, **overrides):
+    env (RL jobs ppo, ddppo, appo, impala): environments stepped in Python,
+    Gymnasium's or yours: a gymnasium.Env, a list of them, a VectorEnv, or a
+    name ("gym:ID" for Gymnasium's, made num_envs_per_worker times; a dpt
+    built-in name such as "CartPole-v1" is dpt's own C env). The trainer
+    acts and learns; this object steps the envs in train(). See
+    docs/PYTHON.md ("Environments in Python")."""
+
+    def __init__(self, config=None, env=None, **overrides):
         self._lock = threading.RLock()
         self._t = c_void_p()
-        cfg = _Config(config, overrides)
-        try:
-            _lib.check(_c().dpt_trainer_create(ctypes.byref(self._t), cfg.ptr, None))
-        finally:
-            cfg.close()  # the trainer keeps its own copy
+        self._loop = None
         self._result = _Result()
+        if env is not None:
+            from . import extenv
+
+            cfg = _Config(config, overrides)  # errors first, before any env is made
+            try:
+                job = _key(cfg.ptr, "job")
+                if job not in ("ppo", "ddppo", "appo", "impala"):
+                    raise _lib.DptValueError(_lib.EINVAL, "env=: job %s has no env (ppo, ddppo, "
+                                             "appo and impala train on one)" % job)
+                n = int(_key(cfg.ptr, "num_envs_per_worker"))
+                seed = int(_key(cfg.ptr, "seed"))
+            finally:
+                cfg.close()
+            kind, value = extenv.resolve(env, n)
+            if kind == "builtin":
+                overrides = dict(overrides, env=value)
+            else:
+                envs, name, owned = value
+                try:
+                    self._loop = extenv.Loop(envs, name, owned, seed)
+                except BaseException:
+                    if owned:
+                        for e in envs:
+                            e.close()
+                    raise
+                overrides = dict(overrides, env="external:" + self._loop.name,
+                                 num_envs_per_worker=self._loop.n)
+        te = None
+        if self._loop is not None:
+            te = _TrainerEnv()
+            te.ext = self._loop.x
+        try:
+            cfg = _Config(config, overrides)
+            try:
+                _lib.check(_c().dpt_trainer_create(ctypes.byref(self._t), cfg.ptr,
+                                                   ctypes.byref(te) if te else None))
+            finally:
+                cfg.close()  # the trainer keeps its own copy
+        except BaseException:
+            if self._loop is not None:
+                self._loop.destroy()
+                self._loop = None
+            raise
 
     def _ptr(self):
         if not self._t:
@@ -348,8 +393,29 @@ class Trainer:
         """One iteration (the job's unit of work: an epoch, a rollout and its
         updates, ...) -> its result as a dict (dpt.train's rows)."""
         with self._lock:
-            _lib.check(_c().dpt_trainer_iterate(self._ptr(), ctypes.byref(self._result)))
-            return _result_dict(self._result)
+            if self._loop is not None:
+                if not self._loop.x:
+                    raise _lib.DptError(_lib.ESTATE, "dpt.Trainer: an iteration was interrupted "
+                                        "and ended the exchange with its envs; restore a saved "
+                                        "state into a new Trainer")
+                try:
+                    self._loop.iterate(self._ptr(), self._result)
+                except BaseException:
+                    self._broken()
+                    raise
+            else:
+                _lib.check(_c().dpt_trainer_iterate(self._ptr(), ctypes.byref(self._result)))
+            out = _result_dict(self._result)
+            if self._loop is not None:
+                out["env_time_s"] = self._loop.env_time
+            return out
+
+    def _broken(self):
+        """After an interrupted iteration with Python envs: the trainer may
+        be in the middle of a rollout; nothing more can be asked of it."""
+        _c().dpt_trainer_destroy(self._t)
+        self._t = c_void_p()
+        self._loop.destroy()
 
     def save(self, path):
         """Writes the whole trainer state to a safetensors checkpoint at
@@ -389,6 +455,8 @@ class Trainer:
         "r2")}."""
         with self._lock:
             cfg = _c().dpt_trainer_config(self._ptr())
+            if self._loop is not None:
+                return self._evaluate_python(cfg, episodes, seed)
             if episodes is None:
                 episodes = int(_key(cfg, "eval_episodes") or 0)
             if seed is None:
@@ -399,6 +467,22 @@ class Trainer:
             e = _Eval()
             _lib.check(_c().dpt_trainer_evaluate(self._ptr(), episodes, seed, ctypes.byref(e)))
             return _eval_dict(e)
+
+    def _evaluate_python(self, cfg, episodes, seed):
+        """evaluate() with envs stepped in Python: the greedy policy of the
+        current weights (read back from a checkpoint, as dpt.load does)."""
+        import tempfile
+
+        from .policy import load
+
+        if episodes is None:
+            episodes = int(_key(cfg, "eval_episodes") or 0)
+        if seed is None:
+            seed = int(_key(cfg, "seed") or 0)
+        with tempfile.TemporaryDirectory() as d:
+            path = self.save(os.path.join(d, "eval.safetensors"))
+            policy = load(path)
+        return self._loop.evaluate(policy, episodes, seed)
 
     def _vars(self):
         table = _c().dpt_trainer_vars(self._ptr()).contents
@@ -448,11 +532,15 @@ class Trainer:
             _lib.check(_c().dpt_trainer_set_weights(self._ptr(), buf.ctypes.data, total))
 
     def close(self):
-        """Stops the trainer's threads and frees it (idempotent)."""
+        """Stops the trainer's threads and frees it (idempotent). Envs this
+        trainer made (from a name) are closed; envs given are the caller's."""
         with self._lock:
             if self._t:
                 _c().dpt_trainer_destroy(self._t)
                 self._t = c_void_p()
+            if self._loop is not None:
+                self._loop.destroy()
+                self._loop = None
 
     def __enter__(self):
         return self

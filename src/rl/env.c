@@ -23,6 +23,7 @@
  *     `ep_head` (oldest first); a push into a full ring drops the oldest.
  */
 #include "env_internal.h"
+#include "vecenv_impl.h"
 #include "dpt/checkpoint.h"
 #include "dpt/arena.h"
 #include "dpt/status.h"
@@ -67,9 +68,6 @@ static const dpt_env_class_t *const dpt__env_builtins[] = {
 };
 
 #define DPT__ENV_NBUILTIN (sizeof dpt__env_builtins / sizeof dpt__env_builtins[0])
-
-/* Longest class name the saved state can hold (with its NUL). */
-#define DPT__ENV_NAME_CAP 64
 
 size_t dpt_env_count(void)
 {
@@ -261,34 +259,6 @@ int dpt_env_class_check(const dpt_env_class_t *cls)
 
 /* ---- the runner ----------------------------------------------------------- */
 
-#define DPT__EP_CAP 4096u /* a power of two: ring indices are masked */
-#define DPT__ALIGN 64u
-
-struct dpt_vecenv {
-    const dpt_env_class_t *cls;    /* borrowed */
-    dpt_env_class_t *own;          /* cls at its defaults, for a class as written with parameters */
-    const dpt_env_value_t *values; /* what init got: cls's, or own's; NULL when neither */
-    uint32_t values_digest;        /* of values, in the saved state's header */
-    size_t n;
-    uint64_t seed;
-    uint32_t rank;
-    int started;           /* 1 after the first dpt_vecenv_reset */
-    size_t stride;         /* bytes between state blocks (multiple of 16) */
-    unsigned char *states; /* [n * stride] */
-    dpt_rng_t *rngs;       /* [n] */
-    uint32_t *t;           /* [n] current episode lengths */
-    double *ret;           /* [n] current episode returns */
-    double *ep_ret;        /* [DPT__EP_CAP] finished episodes (ring) */
-    uint32_t *ep_len;      /* [DPT__EP_CAP] */
-    size_t ep_head, ep_count;
-    size_t ep_dropped;  /* dropped since the last pop */
-    float *act;         /* [action_dim] clipped box action (1 for discrete) */
-    float *obs_scratch; /* [obs_dim] for dpt_vecenv_reset(v, NULL) */
-    int trusted;        /* a built-in class's code: its observations need no finite check */
-    uint64_t total_steps, total_episodes;
-    size_t state_bytes; /* size of a saved state */
-};
-
 static size_t dpt__env_round_up(size_t x, size_t a)
 {
     return (x + a - 1) / a * a;
@@ -308,15 +278,6 @@ static size_t dpt__env_carve(size_t *off, size_t count, size_t elem)
     *off = dpt__env_round_up(at + bytes, DPT__ALIGN);
     return at;
 }
-
-#define DPT__STATE_HEADER 128u
-#define DPT__STATE_MAGIC "dptvenv\0"
-#define DPT__STATE_VERSION 1u
-#define DPT__STATE_BOM 0x01020304u
-/* Per env in a saved state: rng position (8), t (4), return (8), state;
- * after the envs the two u64 counters. */
-#define DPT__STATE_PER_ENV 20u
-#define DPT__STATE_TAIL 16u
 
 int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, uint64_t seed,
                       uint32_t rank)
@@ -389,6 +350,13 @@ int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, 
     if (cls->init)
         for (size_t i = 0; i < n; i++)
             cls->init(v->states + i * stride, values);
+    v->ext = dpt__ext_of(cls);
+    if (v->ext && (rc = dpt__ext_bind(v->ext, n)) != 0) {
+        v->ext = NULL;
+        dpt_vecenv_destroy(v);
+        return rc;
+    }
+    v->ext_fresh = v->ext != NULL;
     *out = v;
     return DPT_OK;
 }
@@ -397,6 +365,8 @@ void dpt_vecenv_destroy(dpt_vecenv_t *v)
 {
     if (!v)
         return;
+    if (v->ext)
+        dpt__ext_unbind(v->ext);
     dpt_env_class_destroy(v->own);
     dpt_free_aligned(v);
 }
@@ -414,6 +384,17 @@ const dpt_env_class_t *dpt_vecenv_class(const dpt_vecenv_t *v)
 void dpt_vecenv_reset(dpt_vecenv_t *v, float *obs)
 {
     const dpt_env_class_t *cls = v->cls;
+    if (v->ext) {
+        /* The caller resets its envs when the runner next needs them
+         * (dpt__vecenv_sync): nothing here may wait for it. */
+        if (obs)
+            memset(obs, 0, v->n * cls->obs_dim * sizeof(float));
+        memset(v->t, 0, v->n * sizeof *v->t);
+        memset(v->ret, 0, v->n * sizeof *v->ret);
+        v->ext_fresh = 1;
+        v->started = 1;
+        return;
+    }
     for (size_t i = 0; i < v->n; i++) {
         float *o = obs ? obs + i * cls->obs_dim : v->obs_scratch;
         cls->reset(v->states + i * v->stride, &v->rngs[i], o);
@@ -495,6 +476,66 @@ static int dpt__env_bad_step(const dpt_vecenv_t *v, size_t i, uint32_t t, float 
                      "env \"%s\" #%zu: step %" PRIu32 " of its episode returned observation[%zu] "
                      "= %g (not finite)",
                      cls->name, i, t, k, (double)o[k]);
+}
+
+int dpt__vecenv_sync(dpt_vecenv_t *v, float *obs)
+{
+    if (!v->ext)
+        return 0;
+    if (dpt__ext_take_restart(v->ext)) {
+        /* The caller reset its envs on its own: the episodes under way
+         * end here, unrecorded. */
+        v->ext_fresh = 1;
+    }
+    if (!v->ext_fresh)
+        return 0;
+    int rc = dpt__ext_exchange_reset(v->ext, obs);
+    if (rc)
+        return rc;
+    size_t od = v->cls->obs_dim;
+    for (size_t i = 0; i < v->n; i++) {
+        if (!dpt_vec_all_finite(obs + i * od, od))
+            return dpt__env_bad_step(v, i, 0, 0.0f, obs + i * od);
+        v->t[i] = 0;
+        v->ret[i] = 0.0;
+    }
+    v->ext_fresh = 0;
+    return 1;
+}
+
+/* One step of every env of an external env: the caller steps them. */
+static int dpt__env_step_ext(dpt_vecenv_t *v, const void *actions, float *obs, float *rewards,
+                             uint8_t *terminated, uint8_t *truncated, float *final_obs)
+{
+    const size_t od = v->cls->obs_dim;
+    if (v->ext_fresh)
+        return dpt_error(DPT_ESTATE, "env \"%s\": a step before the caller's reset", v->cls->name);
+    int rc =
+        dpt__ext_exchange_step(v->ext, actions, obs, rewards, terminated, truncated, final_obs);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < v->n; i++) {
+        float r = rewards[i];
+        uint32_t t = v->t[i] + 1;
+        int done = terminated[i] | truncated[i];
+        const float *o = obs + i * od;
+        if (!isfinite(r))
+            return dpt__env_bad_step(v, i, t, r, o);
+        if (!dpt_vec_all_finite(o, od)) /* after an ended episode: the next one's first */
+            return dpt__env_bad_step(v, i, done ? 0 : t, r, o);
+        if (final_obs && truncated[i] && !dpt_vec_all_finite(final_obs + i * od, od))
+            return dpt__env_bad_step(v, i, t, r, final_obs + i * od);
+        double ret = v->ret[i] + (double)r;
+        if (done) {
+            dpt__env_ep_push(v, ret, t);
+            t = 0;
+            ret = 0.0;
+        }
+        v->t[i] = t;
+        v->ret[i] = ret;
+    }
+    v->total_steps += v->n;
+    return DPT_OK;
 }
 
 int dpt_vecenv_step(dpt_vecenv_t *v, const void *actions, float *obs, float *rewards,
@@ -586,6 +627,9 @@ int dpt__vecenv_step_range(dpt_vecenv_t *v, size_t lo, size_t hi, const void *ac
     if (lo > hi || hi > v->n)
         return dpt_error(DPT_EINVAL, "env \"%s\": envs [%zu, %zu) of %zu", v->cls->name, lo, hi,
                          v->n);
+    if (v->ext)
+        return dpt_error(DPT_EINVAL, "env \"%s\": an external env steps all its envs at once",
+                         v->cls->name);
     int rc = dpt__env_check_actions(v, lo, hi, NULL, actions);
     size_t stepped;
     return rc ? rc
@@ -618,6 +662,12 @@ int dpt_vecenv_step_masked(dpt_vecenv_t *v, const uint8_t *active, const void *a
     int rc = dpt__env_check_actions(v, 0, v->n, active, actions);
     if (rc)
         return rc;
+    if (v->ext) {
+        if (active)
+            return dpt_error(DPT_EINVAL, "env \"%s\": an external env steps all its envs at once",
+                             cls->name);
+        return dpt__env_step_ext(v, actions, obs, rewards, terminated, truncated, final_obs);
+    }
     size_t stepped = 0;
     rc = dpt__env_step_envs(v, 0, v->n, active, actions, obs, rewards, terminated, truncated,
                             final_obs, v->act, NULL, NULL, &stepped);
@@ -659,210 +709,4 @@ uint64_t dpt_vecenv_total_steps(const dpt_vecenv_t *v)
 uint64_t dpt_vecenv_total_episodes(const dpt_vecenv_t *v)
 {
     return v->total_episodes;
-}
-
-/* ---- saved state ---------------------------------------------------------
- * Native byte order (a byte-order mark refuses a foreign one), fixed header:
- *
- *   off  size  field
- *     0     8  magic "dptvenv\0"
- *     8     4  version (1)
- *    12     4  byte-order mark 0x01020304
- *    16    64  class name, NUL-padded
- *    80     8  n
- *    88     8  state_size
- *    96     4  obs_dim
- *   100     4  rank
- *   104     8  seed
- *   112     4  started (0/1)
- *   116     4  digest of the parameter values (0 for a class without any)
- *   120     8  FNV-1a 64 of the payload
- *   128        payload: rng positions u64 [n], episode lengths t u32 [n],
- *              returns f64 [n], states [n x state_size] (packed),
- *              total_steps u64, total_episodes u64
- *
- * The episode ring is not saved: pop it before saving; a load empties it. */
-
-#define DPT__OFF_MAGIC 0
-#define DPT__OFF_VERSION 8
-#define DPT__OFF_BOM 12
-#define DPT__OFF_NAME 16
-#define DPT__OFF_N 80
-#define DPT__OFF_STATE_SIZE 88
-#define DPT__OFF_OBS_DIM 96
-#define DPT__OFF_RANK 100
-#define DPT__OFF_SEED 104
-#define DPT__OFF_STARTED 112
-#define DPT__OFF_VALUES 116
-#define DPT__OFF_SUM 120
-
-static void dpt__env_put_bytes(unsigned char *buf, size_t off, const void *x, size_t size)
-{
-    memcpy(buf + off, x, size);
-}
-
-static void dpt__env_get_bytes(const unsigned char *buf, size_t off, void *x, size_t size)
-{
-    memcpy(x, buf + off, size);
-}
-
-size_t dpt_vecenv_state_bytes(const dpt_vecenv_t *v)
-{
-    return v->state_bytes;
-}
-
-int dpt_vecenv_save_state(const dpt_vecenv_t *v, void *buf, size_t bytes)
-{
-    if (!v || !buf)
-        return dpt_error(DPT_EINVAL, "dpt_vecenv_save_state: runner or buffer is NULL");
-    const dpt_env_class_t *cls = v->cls;
-    size_t need = dpt_vecenv_state_bytes(v);
-    if (bytes != need)
-        return dpt_error(DPT_EINVAL, "env \"%s\": saving the runner state needs %zu bytes, got %zu",
-                         cls->name, need, bytes);
-    unsigned char *b = buf;
-    memset(b, 0, DPT__STATE_HEADER);
-    uint32_t version = DPT__STATE_VERSION, bom = DPT__STATE_BOM;
-    uint32_t obs_dim = (uint32_t)cls->obs_dim, started = (uint32_t)v->started;
-    uint64_t n = v->n, ssz = cls->state_size;
-    dpt__env_put_bytes(b, DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8);
-    dpt__env_put_bytes(b, DPT__OFF_VERSION, &version, 4);
-    dpt__env_put_bytes(b, DPT__OFF_BOM, &bom, 4);
-    memcpy(b + DPT__OFF_NAME, cls->name, strlen(cls->name)); /* < 64 by the class check */
-    dpt__env_put_bytes(b, DPT__OFF_N, &n, 8);
-    dpt__env_put_bytes(b, DPT__OFF_STATE_SIZE, &ssz, 8);
-    dpt__env_put_bytes(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
-    dpt__env_put_bytes(b, DPT__OFF_RANK, &v->rank, 4);
-    dpt__env_put_bytes(b, DPT__OFF_SEED, &v->seed, 8);
-    dpt__env_put_bytes(b, DPT__OFF_STARTED, &started, 4);
-    dpt__env_put_bytes(b, DPT__OFF_VALUES, &v->values_digest, 4);
-    size_t off = DPT__STATE_HEADER;
-    for (size_t i = 0; i < v->n; i++, off += 8) {
-        uint64_t pos = dpt_rng_tell(&v->rngs[i]);
-        dpt__env_put_bytes(b, off, &pos, 8);
-    }
-    dpt__env_put_bytes(b, off, v->t, v->n * 4);
-    off += v->n * 4;
-    dpt__env_put_bytes(b, off, v->ret, v->n * 8);
-    off += v->n * 8;
-    for (size_t i = 0; i < v->n; i++, off += cls->state_size)
-        dpt__env_put_bytes(b, off, v->states + i * v->stride, cls->state_size);
-    dpt__env_put_bytes(b, off, &v->total_steps, 8);
-    dpt__env_put_bytes(b, off + 8, &v->total_episodes, 8);
-    uint64_t sum = dpt_fnv1a64(DPT_FNV1A64_INIT, b + DPT__STATE_HEADER, need - DPT__STATE_HEADER);
-    dpt__env_put_bytes(b, DPT__OFF_SUM, &sum, 8);
-    return DPT_OK;
-}
-
-/* Every check of dpt_vecenv_load_state, changing nothing, so a caller that
- * restores several parts can validate them all before it changes any. */
-int dpt__vecenv_check_state(const dpt_vecenv_t *v, const void *buf, size_t bytes)
-{
-    if (!v || !buf)
-        return dpt_error(DPT_EINVAL, "dpt_vecenv_load_state: runner or buffer is NULL");
-    const dpt_env_class_t *cls = v->cls;
-    const unsigned char *b = buf;
-    if (bytes < DPT__STATE_HEADER || memcmp(b + DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8) != 0)
-        return dpt_error(DPT_EFORMAT,
-                         "env \"%s\": the buffer (%zu bytes) is not a saved runner "
-                         "state",
-                         cls->name, bytes);
-    uint32_t version, bom, obs_dim, started, values_digest;
-    uint64_t n, ssz, sum;
-    dpt__env_get_bytes(b, DPT__OFF_VERSION, &version, 4);
-    dpt__env_get_bytes(b, DPT__OFF_BOM, &bom, 4);
-    if (version != DPT__STATE_VERSION || bom != DPT__STATE_BOM)
-        return dpt_error(DPT_EFORMAT,
-                         "env \"%s\": saved runner state has version %u and "
-                         "byte-order mark 0x%08x, expected %u and 0x%08x",
-                         cls->name, version, bom, DPT__STATE_VERSION, DPT__STATE_BOM);
-    char name[DPT__ENV_NAME_CAP];
-    memcpy(name, b + DPT__OFF_NAME, sizeof name);
-    if (name[sizeof name - 1] != '\0')
-        return dpt_error(DPT_EFORMAT,
-                         "env \"%s\": saved runner state has an unterminated class "
-                         "name",
-                         cls->name);
-    if (strcmp(name, cls->name) != 0)
-        return dpt_error(DPT_EINVAL,
-                         "saved runner state is for env \"%s\", this runner runs "
-                         "\"%s\"",
-                         name, cls->name);
-    dpt__env_get_bytes(b, DPT__OFF_N, &n, 8);
-    dpt__env_get_bytes(b, DPT__OFF_STATE_SIZE, &ssz, 8);
-    dpt__env_get_bytes(b, DPT__OFF_OBS_DIM, &obs_dim, 4);
-    if (n != v->n || ssz != cls->state_size || obs_dim != cls->obs_dim)
-        return dpt_error(DPT_EINVAL,
-                         "env \"%s\": saved runner state has %" PRIu64 " envs, "
-                         "state_size %" PRIu64 ", obs_dim %u; this runner has %zu, %zu, %zu",
-                         cls->name, n, ssz, obs_dim, v->n, cls->state_size, cls->obs_dim);
-    dpt__env_get_bytes(b, DPT__OFF_VALUES, &values_digest, 4);
-    if (values_digest != v->values_digest)
-        return dpt_error(DPT_EINVAL,
-                         "env \"%s\": saved runner state has other parameter values "
-                         "(digest 0x%08x, this runner 0x%08x)",
-                         cls->name, values_digest, v->values_digest);
-    size_t need = dpt_vecenv_state_bytes(v);
-    if (bytes != need)
-        return dpt_error(DPT_EFORMAT,
-                         "env \"%s\": saved runner state is %zu bytes, expected %zu "
-                         "(truncated or padded)",
-                         cls->name, bytes, need);
-    dpt__env_get_bytes(b, DPT__OFF_SUM, &sum, 8);
-    if (sum != dpt_fnv1a64(DPT_FNV1A64_INIT, b + DPT__STATE_HEADER, need - DPT__STATE_HEADER))
-        return dpt_error(DPT_EFORMAT,
-                         "env \"%s\": saved runner state fails its checksum "
-                         "(corrupted)",
-                         cls->name);
-    dpt__env_get_bytes(b, DPT__OFF_STARTED, &started, 4);
-    if (started > 1)
-        return dpt_error(DPT_EFORMAT, "env \"%s\": saved runner state has started = %u", cls->name,
-                         started);
-    const size_t o_t = DPT__STATE_HEADER + v->n * 8;
-    for (size_t i = 0; i < v->n; i++) {
-        uint32_t t;
-        dpt__env_get_bytes(b, o_t + i * 4, &t, 4);
-        if (cls->max_episode_steps && t >= cls->max_episode_steps)
-            return dpt_error(DPT_EFORMAT,
-                             "env \"%s\" #%zu: saved episode length %u is not below "
-                             "the time limit %u",
-                             cls->name, i, t, cls->max_episode_steps);
-    }
-    return DPT_OK;
-}
-
-int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
-{
-    int rc = dpt__vecenv_check_state(v, buf, bytes);
-    if (rc)
-        return rc;
-    /* Everything is checked: from here on the load cannot fail. */
-    const dpt_env_class_t *cls = v->cls;
-    const unsigned char *b = buf;
-    uint32_t rank, started;
-    uint64_t seed;
-    dpt__env_get_bytes(b, DPT__OFF_RANK, &rank, 4);
-    dpt__env_get_bytes(b, DPT__OFF_SEED, &seed, 8);
-    dpt__env_get_bytes(b, DPT__OFF_STARTED, &started, 4);
-    const size_t o_t = DPT__STATE_HEADER + v->n * 8;
-    const size_t o_ret = o_t + v->n * 4;
-    const size_t o_states = o_ret + v->n * 8;
-    v->seed = seed;
-    v->rank = rank;
-    v->started = (int)started;
-    for (size_t i = 0; i < v->n; i++) {
-        uint64_t pos;
-        dpt__env_get_bytes(b, DPT__STATE_HEADER + i * 8, &pos, 8);
-        dpt_rng_init(&v->rngs[i], seed, rank, (uint32_t)i, DPT_RNG_ENV);
-        dpt_rng_seek(&v->rngs[i], pos);
-        dpt__env_get_bytes(b, o_states + i * cls->state_size, v->states + i * v->stride,
-                           cls->state_size);
-    }
-    dpt__env_get_bytes(b, o_t, v->t, v->n * 4);
-    dpt__env_get_bytes(b, o_ret, v->ret, v->n * 8);
-    size_t o_tot = o_states + v->n * cls->state_size;
-    dpt__env_get_bytes(b, o_tot, &v->total_steps, 8);
-    dpt__env_get_bytes(b, o_tot + 8, &v->total_episodes, 8);
-    v->ep_head = v->ep_count = v->ep_dropped = 0;
-    return DPT_OK;
 }

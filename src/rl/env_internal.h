@@ -48,4 +48,35 @@ int dpt__vecenv_step_range(dpt_vecenv_t *v, size_t lo, size_t hi, const void *ac
                            float *final_obs, float *act, double *ep_ret, uint32_t *ep_len);
 void dpt__vecenv_record(dpt_vecenv_t *v, size_t steps, double ret, uint32_t len, int episode);
 
+/* ---- external envs (dpt/extenv.h; extenv.c) ---------------------------------------
+ * A trainer given an external env runs on a class whose reset and step are
+ * markers: the runner sees it with dpt__ext_of and exchanges whole vectors
+ * with the caller instead of stepping envs. */
+struct dpt_ext;
+/* The external env behind cls, or NULL for any other class. */
+struct dpt_ext *dpt__ext_of(const dpt_env_class_t *cls);
+/* The trainer's copy of x's class (dpt_env_class_destroy frees it). */
+int dpt__ext_class(struct dpt_ext *x, dpt_env_class_t **out);
+/* A runner of n envs takes x (one at a time; n must be x's). */
+int dpt__ext_bind(struct dpt_ext *x, size_t n);
+void dpt__ext_unbind(struct dpt_ext *x);
+/* While on, a runner's wait for the caller ends at once with DPT_ECLOSED:
+ * dpt_trainer_destroy turns it on around the job's destroy, so that a
+ * sampler waiting between iterations (appo) stops; off again after, so the
+ * external env serves the next trainer. */
+void dpt__ext_cancel(struct dpt_ext *x, int on);
+/* 1 (once) when the caller asked for new episodes (dpt_ext_restart). */
+int dpt__ext_take_restart(struct dpt_ext *x);
+/* Ask the caller for every env's first observation / one step of every
+ * env, and wait for the answer (DPT_ECLOSED once the caller closed x). */
+int dpt__ext_exchange_reset(struct dpt_ext *x, float *obs);
+int dpt__ext_exchange_step(struct dpt_ext *x, const void *actions, float *obs, float *rewards,
+                           uint8_t *terminated, uint8_t *truncated, float *final_obs);
+/* For a runner of an external env whose episodes start anew (created,
+ * reset, or loaded from a saved state): asks the caller for the first
+ * observations into obs [n x obs_dim] and returns 1; 0 for any other
+ * runner, or one already started; < 0 on error. Runners call it before
+ * acting on their current observations. */
+int dpt__vecenv_sync(dpt_vecenv_t *v, float *obs);
+
 #endif

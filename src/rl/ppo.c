@@ -10,6 +10,7 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "optim/optim_ckpt.h"
+#include "env_internal.h"
 #include "core/prof.h"
 #include "rl_engine.h"
 
@@ -122,7 +123,7 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_ppo_co
     }
     /* Several devices, feed-forward: each device steps its own envs with
      * its own copy of the policy (dpt__rollout_collect_devices). */
-    if (cfg->towers.num_devices > 1 && !p->L) {
+    if (cfg->towers.num_devices > 1 && !p->L && !dpt__ext_of(cls)) {
         p->actors = calloc((size_t)cfg->towers.num_devices, sizeof *p->actors);
         if (!p->actors) {
             rc = dpt_error(DPT_ENOMEM, "ppo: cannot allocate %d acting policies",

@@ -167,6 +167,17 @@ static int dpt__rollout_collect_steps(dpt__rollout_t *r, dpt_policy_t *policy, c
     dpt_policy_state_t carry = {r->h, r->c, r->prev_act, r->prev_rew};
     dpt_policy_state_t boot = {r->boot_h, r->boot_c, r->boot_pa, r->boot_pr};
     r->steps = 0;
+    /* An external env's episodes start here when they start anew (the
+     * caller resets its envs): a recurrent policy's carry with them. */
+    if ((rc = dpt__vecenv_sync(r->env, r->cur_obs)) < 0)
+        return rc;
+    if (rc > 0 && H) {
+        dpt_vec_zero(r->h, N * H);
+        dpt_vec_zero(r->c, N * H);
+        dpt_vec_zero(r->prev_rew, N);
+        for (size_t i = 0; i < N; i++)
+            dpt__rollout_no_action(r, r->prev_act, i);
+    }
     for (size_t t = 0; t < r->T; t++) {
         if (t >= min_steps && should_stop && should_stop(ctx))
             break;

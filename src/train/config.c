@@ -549,8 +549,9 @@ static int dpt__config_is_path_key(const dpt_config_t *c, dpt_config_key_t k)
     const char *s = c->v[k].s;
     if (!s[0])
         return 0;
-    if (k == DPT_CFG_env) /* a built-in name first, otherwise a path */
-        return !dpt__env_is_builtin(s) && (strchr(s, '/') != NULL || strstr(s, ".so") != NULL);
+    if (k == DPT_CFG_env) /* a built-in or external name first, otherwise a path */
+        return !dpt__env_is_builtin(s) && strncmp(s, "external:", 9) != 0 &&
+               (strchr(s, '/') != NULL || strstr(s, ".so") != NULL);
     if (k == DPT_CFG_tensorboard_dir)
         return strcmp(s, "off") != 0;
     return k == DPT_CFG_train_csv || k == DPT_CFG_test_csv || k == DPT_CFG_data_dir ||

@@ -9,6 +9,7 @@
 #include "dpt/arena.h"
 #include "core/intern.h"
 #include "dpt/env.h"
+#include "dpt/extenv.h"
 #include "dpt/rl.h"
 #include "dpt/status.h"
 #include "rl/env_internal.h"
@@ -28,6 +29,14 @@
 int dpt__rl_find_env(const char *name, const dpt_env_class_t **out)
 {
     *out = NULL;
+    if (strncmp(name, DPT_EXT_ENV_PREFIX, strlen(DPT_EXT_ENV_PREFIX)) == 0)
+        return dpt_error(DPT_EINVAL,
+                         "env = %s: an external env, stepped by the program that trained it "
+                         "(dpt/extenv.h; from Python, dpt.Trainer(config, env=...)); nothing "
+                         "here can make it. Evaluate with that env: from Python, "
+                         "policy = dpt.load(CHECKPOINT) and policy.predict(obs) in its loop "
+                         "(docs/PYTHON.md)",
+                         name);
     /* The rule config finalize uses to resolve plug-in paths: a built-in
      * name first, otherwise a path when it has a slash or ".so". */
     if (dpt__env_is_builtin(name) || (!strchr(name, '/') && !strstr(name, ".so"))) {
@@ -107,6 +116,36 @@ int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out)
     *out = NULL;
     int rc = dpt__rl_find_env(DPT_CS(cfg, env), &cls);
     return rc ? rc : dpt__config_env_class(cfg, cls, out);
+}
+
+int dpt__rl_make_env_for(const dpt_config_t *cfg, const dpt_trainer_env_t *env,
+                         dpt_env_class_t **out)
+{
+    *out = NULL;
+    if (!env || !env->ext)
+        return dpt__rl_make_env(cfg, out);
+    dpt_env_class_t *cls = NULL;
+    int rc = dpt__ext_class(env->ext, &cls);
+    if (rc)
+        return rc;
+    if (strcmp(DPT_CS(cfg, env), cls->name) != 0)
+        rc = dpt_error(DPT_EINVAL,
+                       "env = %s: the trainer was given the external env %s (set env = %s)",
+                       DPT_CS(cfg, env), cls->name, cls->name);
+    else if (dpt_config_applies(cfg, DPT_CFG_num_workers) && DPT_CI(cfg, num_workers) != 1)
+        rc = dpt_error(DPT_EINVAL,
+                       "num_workers = %lld: an external env serves one runner, the caller's "
+                       "loop (set num_workers = 1)",
+                       (long long)DPT_CI(cfg, num_workers));
+    else if (dpt_config_env_count(cfg) > 0)
+        rc = dpt_error(DPT_EINVAL, "env_config.%s: the external env %s takes no parameters",
+                       dpt_config_env_name(cfg, 0), cls->name);
+    if (rc) {
+        dpt_env_class_destroy(cls);
+        return rc;
+    }
+    *out = cls;
+    return DPT_OK;
 }
 
 int dpt_config_make_env(const dpt_config_t *cfg, dpt_env_class_t **out)

@@ -27,6 +27,11 @@ int dpt__rl_find_env(const char *name, const dpt_env_class_t **out);
  * env_config entries (dpt__config_env_class). *out is caller-owned
  * (dpt_env_class_destroy). */
 int dpt__rl_make_env(const dpt_config_t *cfg, dpt_env_class_t **out);
+/* The env a trainer runs: the external env of `env` when it has one (the
+ * config's env must then name it, "external:NAME", with no env_config),
+ * else the config's (dpt__rl_make_env). env may be NULL. */
+int dpt__rl_make_env_for(const dpt_config_t *cfg, const dpt_trainer_env_t *env,
+                         dpt_env_class_t **out);
 
 /* ---- engine settings ------------------------------------------------------------ */
 

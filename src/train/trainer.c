@@ -8,6 +8,7 @@
 #include "dpt/train.h"
 #include "dpt_config.h"
 #include "train_internal.h"
+#include "rl/env_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -62,8 +63,9 @@ int dpt_trainer_create(dpt_trainer_t **out, const dpt_config_t *cfg, const dpt_t
         return rc;
     }
     /* The trainer's copy names every env parameter (defaults included), so
-     * its checkpoints rebuild the same env. */
-    if ((rc = dpt__config_resolve_env(t->cfg)) != 0) {
+     * its checkpoints rebuild the same env. (An external env has none: the
+     * job checks that the config names it.) */
+    if ((!env || !env->ext) && (rc = dpt__config_resolve_env(t->cfg)) != 0) {
         dpt_config_destroy(t->cfg);
         free(t);
         return rc;
@@ -84,8 +86,14 @@ void dpt_trainer_destroy(dpt_trainer_t *t)
 {
     if (!t)
         return;
+    /* A runner of an external env may wait for the caller (an appo
+     * sampler between iterations): it ends with DPT_ECLOSED. */
+    if (t->env.ext)
+        dpt__ext_cancel(t->env.ext, 1);
     if (t->self)
         t->ops->destroy(t->self);
+    if (t->env.ext)
+        dpt__ext_cancel(t->env.ext, 0);
     dpt_config_destroy(t->cfg);
     free(t);
 }

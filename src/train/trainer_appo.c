@@ -111,7 +111,7 @@ static int dpt__appo_create(void **self, const dpt_config_t *cfg, const dpt_trai
                 rc = DPT_ENOMEM;
     }
     if (!rc)
-        rc = dpt__rl_make_env(cfg, &t->env);
+        rc = dpt__rl_make_env_for(cfg, env, &t->env);
     if (!rc)
         rc = comm ? dpt_appo_create_mpi(&t->appo, t->env, &t->rc, comm)
                   : dpt_appo_create(&t->appo, t->env, &t->rc);

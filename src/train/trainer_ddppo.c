@@ -295,7 +295,7 @@ static int dpt__ddppo_create(void **self, const dpt_config_t *cfg, const dpt_tra
     d->cfg = cfg;
     int rc = dpt__ddppo_config_from(cfg, &d->rc);
     if (!rc)
-        rc = dpt__rl_make_env(cfg, &d->cls);
+        rc = dpt__rl_make_env_for(cfg, env, &d->cls);
     if (rc)
         goto fail;
     d->T = (int)DPT_CI(cfg, num_workers);

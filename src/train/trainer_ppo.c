@@ -74,7 +74,7 @@ static int dpt__ppo_create(void **self, const dpt_config_t *cfg, const dpt_train
     t->cfg = cfg;
     int rc = dpt__ppo_config_from(cfg, &t->rc);
     if (!rc)
-        rc = dpt__rl_make_env(cfg, &t->env);
+        rc = dpt__rl_make_env_for(cfg, env, &t->env);
     if (!rc)
         rc = dpt_ppo_create(&t->ppo, t->env, &t->rc);
     if (!rc)

@@ -1,0 +1,55 @@
+/*
+ * Internal to the vectorized runner: its struct, shared by the runner
+ * (src/rl/env.c) and its saved state (src/rl/env_state.c). Layout and
+ * invariants: src/rl/env.c.
+ */
+#ifndef DPT_RL_VECENV_IMPL_H
+#define DPT_RL_VECENV_IMPL_H
+
+#include "dpt/env.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The longest class name, with its NUL (a saved state holds it). */
+#define DPT__ENV_NAME_CAP 64
+#define DPT__EP_CAP 4096u /* a power of two: ring indices are masked */
+#define DPT__ALIGN 64u
+
+struct dpt_vecenv {
+    const dpt_env_class_t *cls;    /* borrowed */
+    dpt_env_class_t *own;          /* cls at its defaults, for a class as written with parameters */
+    const dpt_env_value_t *values; /* what init got: cls's, or own's; NULL when neither */
+    uint32_t values_digest;        /* of values, in the saved state's header */
+    size_t n;
+    uint64_t seed;
+    uint32_t rank;
+    int started;           /* 1 after the first dpt_vecenv_reset */
+    size_t stride;         /* bytes between state blocks (multiple of 16) */
+    unsigned char *states; /* [n * stride] */
+    dpt_rng_t *rngs;       /* [n] */
+    uint32_t *t;           /* [n] current episode lengths */
+    double *ret;           /* [n] current episode returns */
+    double *ep_ret;        /* [DPT__EP_CAP] finished episodes (ring) */
+    uint32_t *ep_len;      /* [DPT__EP_CAP] */
+    size_t ep_head, ep_count;
+    size_t ep_dropped;  /* dropped since the last pop */
+    float *act;         /* [action_dim] clipped box action (1 for discrete) */
+    float *obs_scratch; /* [obs_dim] for dpt_vecenv_reset(v, NULL) */
+    int trusted;        /* a built-in class's code: its observations need no finite check */
+    uint64_t total_steps, total_episodes;
+    size_t state_bytes;  /* size of a saved state */
+    struct dpt_ext *ext; /* an external env's (dpt/extenv.h), or NULL */
+    int ext_fresh;       /* its episodes start anew: the caller's reset is due */
+};
+
+#define DPT__STATE_HEADER 128u
+#define DPT__STATE_MAGIC "dptvenv\0"
+#define DPT__STATE_VERSION 1u
+#define DPT__STATE_BOM 0x01020304u
+/* Per env in a saved state: rng position (8), t (4), return (8), state;
+ * after the envs the two u64 counters. */
+#define DPT__STATE_PER_ENV 20u
+#define DPT__STATE_TAIL 16u
+
+#endif
