@@ -2,17 +2,24 @@
 """PPO on an environment stepped in Python: dpt.Trainer(config, env=...) against
 Stable-Baselines3's PPO, the same settings on the same env, taking turns.
 
-Both train on 8 copies of Gymnasium's own CartPole-v1 (or --env), stepped one
-after the other in Python (dpt: its external-env loop; SB3: DummyVecEnv), with
-CleanRL's PPO settings for CartPole: 128 steps per env and update, 4 epochs of
-minibatches of 256, Adam at 2.5e-4 decayed linearly to 0 (eps 1e-5), gamma
-0.99, GAE lambda 0.95, clip 0.2 (the value too), entropy 0.01, value loss 0.5,
-gradient norm 0.5, tanh MLPs 64-64 for actor and critic, advantages
-normalized per minibatch. Every env is wrapped in the same timer, so each
-run's share of time inside the envs (reset and step) is measured the same
-way. After each run, 20 greedy episodes (seeds 1000..1019) give its return.
+Both train on Gymnasium's own CartPole-v1 (or --env), stepped in Python (dpt:
+its external-env loop; SB3: DummyVecEnv), with one of two sets of settings:
+
+  sb3 (the default): Stable-Baselines3's PPO defaults on one env: 2048 steps
+      per update, 10 epochs of minibatches of 64, Adam at 3e-4 (eps 1e-5),
+      gamma 0.99, GAE lambda 0.95, clip 0.2 (no value clipping), no entropy
+      bonus, value loss 0.5, gradient norm 0.5;
+  cleanrl: CleanRL's settings for CartPole on 8 envs: 128 steps per env and
+      update, 4 epochs of minibatches of 256, Adam at 2.5e-4 decayed linearly
+      to 0, clip 0.2 (the value too), entropy 0.01, otherwise as above.
+
+Both use tanh MLPs 64-64 for actor and critic and normalize advantages per
+minibatch. Every env is wrapped in the same timer, so each run's share of
+time inside the envs (reset and step) is measured the same way. After each
+run, 20 greedy episodes (seeds 1000..1019) give its return.
 
 usage: bench/compare_python_env_ppo.py [--steps N] [--reps R] [--env ID]
+                                       [--settings sb3|cleanrl]
 prints one row per run and the medians; "skipped: ..." (exit 0) without
 gymnasium, stable_baselines3 or torch.
 """
@@ -21,8 +28,14 @@ import statistics
 import sys
 import time
 
-SETTINGS = dict(n_envs=8, n_steps=128, batch=256, epochs=4, lr=2.5e-4, gamma=0.99, lam=0.95,
-                clip=0.2, ent=0.01, vf=0.5, max_grad=0.5, hidden=[64, 64])
+PRESETS = {
+    "sb3": dict(n_envs=1, n_steps=2048, batch=64, epochs=10, lr=3e-4, linear=False, gamma=0.99,
+                lam=0.95, clip=0.2, clip_vf=None, ent=0.0, vf=0.5, max_grad=0.5, hidden=[64, 64]),
+    "cleanrl": dict(n_envs=8, n_steps=128, batch=256, epochs=4, lr=2.5e-4, linear=True,
+                    gamma=0.99, lam=0.95, clip=0.2, clip_vf=0.2, ent=0.01, vf=0.5, max_grad=0.5,
+                    hidden=[64, 64]),
+}
+SETTINGS = PRESETS["sb3"]
 
 
 def timed_env(gym, env_id, clock):
@@ -66,9 +79,10 @@ def run_dpt(gym, env_id, steps, seed):
     envs = [timed_env(gym, env_id, clock) for _ in range(s["n_envs"])]
     cfg = {"job": "ppo", "seed": seed, "num_envs_per_worker": s["n_envs"],
            "rollout_fragment_length": s["n_steps"], "sgd_minibatch_size": s["batch"],
-           "num_sgd_iter": s["epochs"], "lr": s["lr"], "lr_schedule": "linear", "adam_eps": 1e-5,
+           "num_sgd_iter": s["epochs"], "lr": s["lr"],
+           "lr_schedule": "linear" if s["linear"] else "constant", "adam_eps": 1e-5,
            "gamma": s["gamma"], "lambda": s["lam"], "clip_param": s["clip"],
-           "vf_clip_param": s["clip"], "entropy_coeff": s["ent"], "vf_loss_coeff": s["vf"],
+           "vf_clip_param": s["clip_vf"] or 0, "entropy_coeff": s["ent"], "vf_loss_coeff": s["vf"],
            "grad_clip": s["max_grad"], "policy_hidden": s["hidden"], "total_timesteps": steps}
     t0 = time.perf_counter()
     with dpt.Trainer(cfg, env=envs) as t:
@@ -92,8 +106,10 @@ def run_sb3(gym, env_id, steps, seed):
     clock = [0.0]
     venv = DummyVecEnv([lambda: timed_env(gym, env_id, clock)] * s["n_envs"])
     model = PPO("MlpPolicy", venv, n_steps=s["n_steps"], batch_size=s["batch"],
-                n_epochs=s["epochs"], learning_rate=lambda f: s["lr"] * f, gamma=s["gamma"],
-                gae_lambda=s["lam"], clip_range=s["clip"], clip_range_vf=s["clip"],
+                n_epochs=s["epochs"],
+                learning_rate=(lambda f: s["lr"] * f) if s["linear"] else s["lr"],
+                gamma=s["gamma"], gae_lambda=s["lam"], clip_range=s["clip"],
+                clip_range_vf=s["clip_vf"],
                 ent_coef=s["ent"], vf_coef=s["vf"], max_grad_norm=s["max_grad"],
                 policy_kwargs=dict(net_arch=dict(pi=s["hidden"], vf=s["hidden"]),
                                    activation_fn=torch.nn.Tanh),
@@ -111,7 +127,10 @@ def main():
     ap.add_argument("--steps", type=int, default=200000, help="env steps per training run")
     ap.add_argument("--reps", type=int, default=3, help="runs of each, in turns")
     ap.add_argument("--env", default="CartPole-v1", help="a Gymnasium id (Discrete actions)")
+    ap.add_argument("--settings", choices=sorted(PRESETS), default="sb3")
     a = ap.parse_args()
+    global SETTINGS
+    SETTINGS = PRESETS[a.settings]
     try:
         import gymnasium as gym
         import stable_baselines3
@@ -123,8 +142,8 @@ def main():
     print("# dpt %s, Stable-Baselines3 %s, PyTorch %s (%d threads), Gymnasium %s" %
           (dpt.__version__, stable_baselines3.__version__, torch.__version__,
            torch.get_num_threads(), gym.__version__))
-    print("# %s x %d stepped in Python, %d steps per run, CleanRL's CartPole settings" %
-          (a.env, SETTINGS["n_envs"], a.steps))
+    print("# %s x %d stepped in Python, %d steps per run, settings %s: %s" %
+          (a.env, SETTINGS["n_envs"], a.steps, a.settings, SETTINGS))
     print("%-4s %9s %9s %7s %9s %9s %7s %7s" % ("rep", "dpt_s", "dpt_env%", "dpt_ret", "sb3_s",
                                                "sb3_env%", "sb3_ret", "ratio"))
     rows = []

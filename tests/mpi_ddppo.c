@@ -6,11 +6,14 @@
  * the trainer's own check and by checksums gathered here over the test's
  * own communicator); a checkpoint written collectively (rank 0 writes)
  * restores on every rank into a fresh trainer that then continues exactly
- * as the uninterrupted one.
+ * as the uninterrupted one. With an external env (dpt/extenv.h), each rank
+ * serving CartPole-v1's code in its own loop, the run is bitwise the run on
+ * the built-in env.
  */
 #include "dpt_config.h"
 #include "dpt_test.h"
 #include "dpt_test_train.h"
+#include "dpt_test_extenv.h"
 
 #include "dpt/arena.h"
 #include "dpt/checkpoint.h"
@@ -116,6 +119,57 @@ static void test_ddppo_hier_two_workers_per_rank(void)
     ddppo_over_mpi(2);
 }
 
+/* One worker per process, each serving its envs in the caller's loop: the
+ * same weights on every rank, and the same as the built-in env's run. */
+static void test_ddppo_mpi_external_env(void)
+{
+    int rank = dpt_comm_rank(comm);
+    const char *base[] = {"job=ddppo",
+                          "num_workers=1",
+                          "num_envs_per_worker=4",
+                          "rollout_fragment_length=32",
+                          "sgd_minibatch_size=32",
+                          "num_sgd_iter=2",
+                          "seed=3"};
+    const char *bsets[] = {"env=CartPole-v1"}, *esets[] = {"env=external:CartPole"};
+    dpt_config_t *cb = NULL, *ce = NULL;
+    REQUIRE_OK(dpt_test_config(&cb, base, COUNT(base), bsets, 1));
+    REQUIRE_OK(dpt_test_config(&ce, base, COUNT(base), esets, 1));
+    dpt_ext_t *x = cartpole_ext(NENVS);
+    REQUIRE(x);
+    dpt_trainer_env_t eb = {.use_mpi = 1, .comm = comm},
+                      ee = {.use_mpi = 1, .comm = comm, .ext = x};
+    dpt_trainer_t *tb = NULL, *tx = NULL;
+    REQUIRE_OK(dpt_trainer_create(&tb, cb, &eb));
+    REQUIRE_OK(dpt_trainer_create(&tx, ce, &ee));
+    envs_t e;
+    envs_init(&e, 3, (uint32_t)rank);
+    dpt_train_result_t rb, rx;
+    for (int i = 0; i < 4; i++) {
+        REQUIRE_OK(dpt_trainer_iterate(tb, &rb));
+        REQUIRE_OK(serve(x, tx, &e, &rx));
+        CHECK(rb.timesteps_total == rx.timesteps_total);
+        CHECK(dpt_test_same_metrics(&rb, &rx));
+    }
+    size_t n;
+    uint64_t h;
+    float *wb = dpt_test_weights(tb, &n), *wx = dpt_test_weights(tx, NULL);
+    REQUIRE(wb && wx);
+    CHECK(memcmp(wb, wx, n * sizeof *wb) == 0);
+    CHECK(same_on_all_ranks(wx, n, &h));
+    if (rank == 0)
+        printf("external env, %d ranks: the built-in run's weights (checksum %016llx)\n",
+               dpt_comm_size(comm), (unsigned long long)h);
+    free(wb);
+    free(wx);
+    dpt_trainer_destroy(tb);
+    dpt_trainer_destroy(tx);
+    dpt_ext_destroy(x);
+    dpt_config_destroy(cb);
+    dpt_config_destroy(ce);
+    free(e.states);
+}
+
 #endif /* DPT_HAVE_MPI */
 
 int main(int argc, char **argv)
@@ -130,6 +184,7 @@ int main(int argc, char **argv)
     static const dpt_test_case_t cases[] = {
         DPT_TEST(test_ddppo_mpi_one_worker_per_rank),
         DPT_TEST(test_ddppo_hier_two_workers_per_rank),
+        DPT_TEST(test_ddppo_mpi_external_env),
     };
     int rc = DPT_TEST_RUN(cases);
     dpt_test_mpi_end(comm);

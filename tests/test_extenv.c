@@ -12,6 +12,7 @@
 #include "dpt_test.h"
 #include "dpt_test_files.h"
 #include "dpt_test_train.h"
+#include "dpt_test_extenv.h"
 #include "dpt/checkpoint.h"
 #include "dpt/extenv.h"
 #include "dpt/status.h"
@@ -24,118 +25,6 @@
 #include <string.h>
 
 static char tmpdir[PATH_MAX / 2];
-
-#define NENVS 4
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-
-/* The caller's envs: CartPole-v1's code, its own loop. */
-typedef struct envs {
-    const dpt_env_class_t *cls;
-    size_t n, od;
-    unsigned char *states;
-    dpt_rng_t rngs[NENVS];
-    uint32_t t[NENVS];
-    float obs[NENVS * 4], final_obs[NENVS * 4], rew[NENVS];
-    uint8_t term[NENVS], trunc[NENVS];
-    size_t resets, steps;
-    float poison; /* 0, or a value put in env 1's reward at the next step */
-} envs_t;
-
-static void envs_init(envs_t *e, uint64_t seed)
-{
-    memset(e, 0, sizeof *e);
-    e->cls = dpt_env_find("CartPole-v1");
-    e->n = NENVS;
-    e->od = e->cls->obs_dim;
-    e->states = calloc(NENVS, 64 + e->cls->state_size);
-    for (size_t i = 0; i < NENVS; i++)
-        dpt_rng_init(&e->rngs[i], seed, 0, (uint32_t)i, DPT_RNG_ENV);
-}
-
-static void *envs_state(envs_t *e, size_t i)
-{
-    return e->states + i * (64 + e->cls->state_size);
-}
-
-static void envs_reset(envs_t *e)
-{
-    for (size_t i = 0; i < e->n; i++) {
-        e->cls->reset(envs_state(e, i), &e->rngs[i], e->obs + i * e->od);
-        e->t[i] = 0;
-    }
-    e->resets++;
-}
-
-static void envs_step(envs_t *e, const int32_t *a)
-{
-    for (size_t i = 0; i < e->n; i++) {
-        float *o = e->obs + i * e->od;
-        int term = 0;
-        e->cls->step(envs_state(e, i), &a[i], &e->rngs[i], o, &e->rew[i], &term);
-        e->t[i]++;
-        int trunc = !term && e->t[i] >= e->cls->max_episode_steps;
-        e->term[i] = (uint8_t)term;
-        e->trunc[i] = (uint8_t)trunc;
-        if (term || trunc) {
-            memcpy(e->final_obs + i * e->od, o, e->od * sizeof *o);
-            e->cls->reset(envs_state(e, i), &e->rngs[i], o);
-            e->t[i] = 0;
-        }
-    }
-    if (e->poison != 0.0f) {
-        e->rew[1] = e->poison;
-        e->poison = 0.0f;
-    }
-    e->steps++;
-}
-
-/* One iteration of t, served by e. */
-static int serve(dpt_ext_t *x, dpt_trainer_t *t, envs_t *e, dpt_train_result_t *r)
-{
-    int rc = dpt_ext_iterate_begin(x, t, r);
-    if (rc)
-        return rc;
-    for (;;) {
-        const void *actions = NULL;
-        int what = dpt_ext_poll(x, &actions);
-        if (what == DPT_EXT_RESET) {
-            envs_reset(e);
-            rc = dpt_ext_reset(x, e->obs);
-        } else if (what == DPT_EXT_STEP) {
-            envs_step(e, actions);
-            rc = dpt_ext_step(x, e->obs, e->rew, e->term, e->trunc, e->final_obs);
-        } else {
-            break;
-        }
-        if (rc)
-            break;
-    }
-    int erc = dpt_ext_iterate_end(x);
-    return rc ? rc : erc;
-}
-
-/* CartPole-v1's spaces as an external env states them. */
-static dpt_env_class_t cartpole_spaces(void)
-{
-    dpt_env_class_t s = *dpt_env_find("CartPole-v1");
-    s.name = "CartPole";
-    s.reset = NULL;
-    s.step = NULL;
-    s.init = NULL;
-    s.configure = NULL;
-    s.state_size = 0;
-    s.max_episode_steps = 0;
-    return s;
-}
-
-static dpt_ext_t *cartpole_ext(size_t n)
-{
-    dpt_env_class_t spaces = cartpole_spaces();
-    dpt_ext_t *x = NULL;
-    if (dpt_ext_create(&x, &spaces, n) != 0)
-        fprintf(stderr, "dpt_ext_create: %s\n", dpt_last_error());
-    return x;
-}
 
 #define SMALL "num_envs_per_worker=4", "rollout_fragment_length=32", "policy_hidden=16,16"
 
@@ -155,7 +44,7 @@ static void same_as_builtin(const char *job, const char *extra)
     REQUIRE_OK(dpt_trainer_create(&tb, cb, NULL));
     REQUIRE_OK(dpt_trainer_create(&tx, ce, &te));
     envs_t e;
-    envs_init(&e, 5);
+    envs_init(&e, 5, 0);
     dpt_train_result_t rb, rx;
     for (int i = 0; i < 6; i++) {
         REQUIRE_OK(dpt_trainer_iterate(tb, &rb));
@@ -238,7 +127,7 @@ static void test_ppo_two_devices_repeats_bitwise(void)
         dpt_trainer_t *t = NULL;
         REQUIRE_OK(dpt_trainer_create(&t, c, &te));
         envs_t e;
-        envs_init(&e, 1);
+        envs_init(&e, 1, 0);
         dpt_train_result_t r;
         for (int i = 0; i < 4; i++)
             REQUIRE_OK(serve(x, t, &e, &r));
@@ -277,7 +166,7 @@ static void test_appo_learns_from_the_caller(void)
     dpt_trainer_t *t = NULL;
     REQUIRE_OK(dpt_trainer_create(&t, c, &te));
     envs_t e;
-    envs_init(&e, 1);
+    envs_init(&e, 1, 0);
     dpt_train_result_t r;
     for (int i = 0; i < 3; i++) {
         CHECK_OK(serve(x, t, &e, &r));
@@ -371,7 +260,7 @@ static void test_requests_out_of_turn(void)
     dpt_trainer_t *t = ppo_on(x, &c);
     REQUIRE(t);
     envs_t e;
-    envs_init(&e, 1);
+    envs_init(&e, 1, 0);
     dpt_train_result_t r;
     const void *a;
     CHECK_ERR(dpt_ext_poll(x, &a), DPT_ESTATE, "no iteration begun");
@@ -427,7 +316,7 @@ static void test_close_ends_an_iteration(void)
     dpt_trainer_t *t = ppo_on(x, &c);
     REQUIRE(t);
     envs_t e;
-    envs_init(&e, 1);
+    envs_init(&e, 1, 0);
     dpt_train_result_t r;
     const void *a;
     REQUIRE_OK(dpt_ext_iterate_begin(x, t, &r));

@@ -16,20 +16,22 @@ PPO = {"job": "ppo", "seed": 2, "num_envs_per_worker": 4, "rollout_fragment_leng
 
 
 def test_gymnasium_cartpole_learns():
-    """Gymnasium's own CartPole-v1, stepped in Python: the greedy policy
-    reaches a mean return of 475 within 500k steps (CleanRL's settings for
-    CartPole, 8 envs)."""
-    cfg = {"job": "ppo", "seed": 1, "num_envs_per_worker": 8, "rollout_fragment_length": 128,
-           "sgd_minibatch_size": 256, "num_sgd_iter": 4, "lr": 2.5e-4, "lr_schedule": "linear",
-           "entropy_coeff": 0.01, "vf_clip_param": 0.2, "clip_param": 0.2, "lambda": 0.95,
-           "adam_eps": 1e-5, "grad_clip": 0.5, "policy_hidden": [64, 64],
-           "total_timesteps": 500000}
-    with dpt.Trainer(cfg, env="gym:CartPole-v1") as t:
+    """Gymnasium's own CartPole-v1 object, stepped in Python: with
+    Stable-Baselines3's PPO defaults (one env, 2048 steps per update, 10
+    epochs of 64) the greedy policy reaches a mean return of 475 within 500k
+    steps (it did by 41k in docs/PYTHON.md's run)."""
+    cfg = {"job": "ppo", "seed": 1, "rollout_fragment_length": 2048, "sgd_minibatch_size": 64,
+           "num_sgd_iter": 10, "lr": 3e-4, "lr_schedule": "constant", "adam_eps": 1e-5,
+           "gamma": 0.99, "lambda": 0.95, "clip_param": 0.2, "vf_clip_param": 0,
+           "entropy_coeff": 0.0, "vf_loss_coeff": 0.5, "grad_clip": 0.5,
+           "policy_hidden": [64, 64], "total_timesteps": 500000}
+    with dpt.Trainer(cfg, env=gym.make("CartPole-v1")) as t:
+        assert "num_envs_per_worker = 1" in t.config
         best, steps = 0.0, 0
         while steps < 500000:
             r = t.train()
             steps = r["timesteps_total"]
-            if r["training_iteration"] % 40 == 0 or r["done"]:
+            if r["training_iteration"] % 10 == 0 or r["done"]:
                 best = max(best, t.evaluate(episodes=20, seed=7)["mean_return"])
                 if best >= 475:
                     break
@@ -150,7 +152,7 @@ def test_other_jobs_take_python_envs():
                               min_sample_timesteps_per_iteration=256,
                               total_timesteps=100000), env="gym:CartPole-v1") as t:
             r1, r2 = t.train(), t.train()
-            assert r2["timesteps_total"] >= 512 > r1["timesteps_total"] - 1
+            assert r2["timesteps_total"] > r1["timesteps_total"] >= 256
 
 
 def test_an_env_that_raises_ends_the_trainer():

@@ -14,10 +14,13 @@
 #include "env_internal.h"
 #include "extenv_impl.h"
 
+#include "core/spin.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The trainer's copy of the class (one allocation, dpt_env_class_destroy
  * frees it). */
@@ -86,6 +89,7 @@ int dpt_ext_create(dpt_ext_t **out, const dpt_env_class_t *spaces, size_t num_en
     x->cls.reset = dpt__ext_reset_marker;
     x->cls.step = dpt__ext_step_marker;
     x->n = num_envs;
+    x->yield = sysconf(_SC_NPROCESSORS_ONLN) < 2;
     int rc = dpt_env_class_check(&x->cls);
     int box = spaces->action_kind == DPT_ACTION_BOX;
     if (!rc) {
@@ -150,8 +154,44 @@ void dpt_ext_close(dpt_ext_t *x)
 {
     pthread_mutex_lock(&x->mu);
     x->closed = 1;
-    pthread_cond_broadcast(&x->cv);
+    dpt__ext_changed(x);
     pthread_mutex_unlock(&x->mu);
+}
+
+/* ---- waiting ---------------------------------------------------------------------- */
+
+/* How long a waiter spins before it sleeps: about the time of a Python env's
+ * step (a Gymnasium CartPole takes 10-30 us), longer than a policy's act. */
+#define DPT__EXT_SPIN_S 200e-6
+
+void dpt__ext_changed(dpt_ext_t *x)
+{
+    __atomic_store_n(&x->seq, x->seq + 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&x->cv);
+}
+
+typedef struct dpt__ext_spin {
+    const dpt_ext_t *x;
+    unsigned seen;
+} dpt__ext_spin_t;
+
+static int dpt__ext_moved(void *ctx)
+{
+    const dpt__ext_spin_t *s = ctx;
+    return __atomic_load_n(&s->x->seq, __ATOMIC_ACQUIRE) != s->seen;
+}
+
+void dpt__ext_wait(dpt_ext_t *x, int (*cond)(const dpt_ext_t *x))
+{
+    if (cond(x))
+        return;
+    dpt__ext_spin_t s = {x, x->seq};
+    pthread_mutex_unlock(&x->mu);
+    double t0;
+    (void)dpt__spin_until(dpt__ext_moved, &s, DPT__EXT_SPIN_S, x->yield, &t0);
+    pthread_mutex_lock(&x->mu);
+    while (!cond(x))
+        pthread_cond_wait(&x->cv, &x->mu);
 }
 
 /* ---- the runner's side ------------------------------------------------------------ */
@@ -179,7 +219,7 @@ void dpt__ext_cancel(dpt_ext_t *x, int on)
 {
     pthread_mutex_lock(&x->mu);
     x->cancel = on;
-    pthread_cond_broadcast(&x->cv);
+    dpt__ext_changed(x);
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -210,15 +250,19 @@ void dpt__ext_unbind(dpt_ext_t *x)
     pthread_mutex_unlock(&x->mu);
 }
 
+static int dpt__ext_answered(const dpt_ext_t *x)
+{
+    return x->answered || x->closed || x->cancel;
+}
+
 /* Posts a request and waits for its answer (or a close). */
 static int dpt__ext_request(dpt_ext_t *x, int req)
 {
     pthread_mutex_lock(&x->mu);
     x->req = req;
     x->answered = 0;
-    pthread_cond_broadcast(&x->cv);
-    while (!x->answered && !x->closed && !x->cancel)
-        pthread_cond_wait(&x->cv, &x->mu);
+    dpt__ext_changed(x);
+    dpt__ext_wait(x, dpt__ext_answered);
     int ok = x->answered;
     x->req = 0;
     pthread_mutex_unlock(&x->mu);
@@ -256,14 +300,19 @@ int dpt__ext_exchange_step(dpt_ext_t *x, const void *actions, float *obs, float 
 
 /* ---- the caller's side ------------------------------------------------------------ */
 
+/* The iteration has ended, or the runner waits for the caller (once
+ * closed, the iteration can only end). */
+static int dpt__ext_wanted(const dpt_ext_t *x)
+{
+    return x->ended || (!x->closed && x->req && !x->answered);
+}
+
 int dpt_ext_poll(dpt_ext_t *x, const void **actions)
 {
     if (!x->running)
         return dpt_error(DPT_ESTATE, "env %s: dpt_ext_poll with no iteration begun", x->cls.name);
     pthread_mutex_lock(&x->mu);
-    /* Once closed, the iteration can only end. */
-    while (!x->ended && (x->closed || !x->req || x->answered))
-        pthread_cond_wait(&x->cv, &x->mu);
+    dpt__ext_wait(x, dpt__ext_wanted);
     int what = x->ended ? DPT_EXT_DONE : x->req;
     if (actions)
         *actions = what == DPT_EXT_STEP ? x->actions : NULL;
@@ -288,7 +337,7 @@ static int dpt__ext_take(dpt_ext_t *x, int req, const char *fn)
 static void dpt__ext_answer(dpt_ext_t *x)
 {
     x->answered = 1;
-    pthread_cond_broadcast(&x->cv);
+    dpt__ext_changed(x);
     pthread_mutex_unlock(&x->mu);
 }
 

@@ -22,6 +22,12 @@ struct dpt_ext {
     float *clipped;    /* [n * ad] box actions clipped for the caller */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* Bumped (an atomic store, under mu) at every change below, with a
+     * broadcast of cv: a waiter spins on it briefly before sleeping on cv
+     * (dpt__ext_wait), since the other side usually answers within
+     * microseconds and a futex sleep and wake-up cost tens of them. */
+    unsigned seq;
+    int yield; /* one CPU: spin with sched_yield */
     int closed;
     int cancel;  /* its trainer is being destroyed: waits end (DPT_ECLOSED) */
     int restart; /* the caller asked for new episodes (dpt_ext_restart) */
@@ -40,5 +46,11 @@ struct dpt_ext {
     int it_rc;
     char it_err[512];
 };
+
+/* Under x->mu: publishes a change (seq, broadcast). */
+void dpt__ext_changed(dpt_ext_t *x);
+/* Under x->mu: waits until cond(x) holds (spinning first, the lock
+ * released while spinning). */
+void dpt__ext_wait(dpt_ext_t *x, int (*cond)(const dpt_ext_t *x));
 
 #endif

@@ -18,7 +18,7 @@ static void *dpt__ext_main(void *arg)
     if (rc)
         snprintf(x->it_err, sizeof x->it_err, "%s", dpt_last_error());
     x->ended = 1;
-    pthread_cond_broadcast(&x->cv);
+    dpt__ext_changed(x);
     pthread_mutex_unlock(&x->mu);
     return NULL;
 }
