@@ -174,6 +174,16 @@ static void test_appo_learns_from_the_caller(void)
     }
     CHECK(e.resets == 1 && e.steps * NENVS >= 1200);
     CHECK(dpt_train_result_get(&r, "info/num_updates_this_iter") > 0);
+    /* The sampler steps on between iterations: its envs cannot start anew. */
+    CHECK_ERR(dpt_ext_restart(x), DPT_ESTATE, "runs between iterations");
+    /* The caller leaves half-way: the iteration ends with the sampler's
+     * failure, not a wait for batches that never come. */
+    REQUIRE_OK(dpt_ext_iterate_begin(x, t, &r));
+    const void *a;
+    CHECK(dpt_ext_poll(x, &a) == DPT_EXT_STEP);
+    dpt_ext_close(x);
+    CHECK(dpt_ext_poll(x, &a) == DPT_EXT_DONE);
+    CHECK_ERR(dpt_ext_iterate_end(x), DPT_ECLOSED, "the caller closed the external env");
     /* The sampler waits for the caller between iterations; destroying the
      * trainer ends it. */
     dpt_trainer_destroy(t);
@@ -231,6 +241,10 @@ static void test_trainer_refusals(void)
                           "train_batch_size=64"};
     REQUIRE_OK(dpt_test_config(&c, appo, COUNT(appo), NULL, 0));
     CHECK_ERR(dpt_trainer_create(&t, c, &te), DPT_EINVAL, "num_workers = 2: an external env");
+    dpt_config_destroy(c);
+    const char *sup[] = {"job=supervised", "dataset=spirals"};
+    REQUIRE_OK(dpt_test_config(&c, sup, COUNT(sup), NULL, 0));
+    CHECK_ERR(dpt_trainer_create(&t, c, &te), DPT_EINVAL, "job supervised has no env");
     dpt_config_destroy(c);
     /* Without the caller's env the name makes nothing. */
     const char *none[] = {"job=ppo", "env=external:CartPole", SMALL};
@@ -325,6 +339,8 @@ static void test_close_ends_an_iteration(void)
     CHECK_OK(dpt_ext_reset(x, e.obs));
     CHECK(dpt_ext_poll(x, &a) == DPT_EXT_STEP);
     dpt_ext_close(x); /* the caller stops half-way */
+    CHECK_ERR(dpt_ext_step(x, e.obs, e.rew, e.term, e.trunc, e.final_obs), DPT_ESTATE,
+              "dpt_ext_step after dpt_ext_close");
     CHECK(dpt_ext_poll(x, &a) == DPT_EXT_DONE);
     CHECK_ERR(dpt_ext_iterate_end(x), DPT_ECLOSED, "the caller closed the external env");
     CHECK_ERR(dpt_ext_iterate_begin(x, t, &r), DPT_ESTATE, "closed");

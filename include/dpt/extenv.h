@@ -88,7 +88,9 @@ typedef enum dpt_ext_request {
  * reward_threshold; its functions, state_size and parameters must be
  * NULL/0. Errors: DPT_EINVAL naming the field, DPT_ENOMEM, DPT_ETHREAD. */
 int dpt_ext_create(dpt_ext_t **out, const dpt_env_class_t *spaces, size_t num_envs);
-/* Frees x (after the trainer that uses it is destroyed). NULL is a no-op. */
+/* Frees x. Destroy the trainer that uses it first: while a trainer's
+ * runner holds x, x is not freed (a leak rather than a dangling pointer).
+ * An iteration still running is closed and joined. NULL is a no-op. */
 void dpt_ext_destroy(dpt_ext_t *x);
 size_t dpt_ext_num_envs(const dpt_ext_t *x);
 
@@ -120,7 +122,9 @@ int dpt_ext_iterate_end(dpt_ext_t *x);
 /* The caller's envs start new episodes: before its next step the trainer
  * asks for a reset (DPT_EXT_RESET), and the episodes under way end
  * unrecorded. For a caller that used its envs for something else between
- * iterations (an evaluation). Errors: DPT_ESTATE during an iteration. */
+ * iterations (an evaluation). Errors: DPT_ESTATE during an iteration, and
+ * for appo and impala, whose sampler steps the envs between iterations too
+ * (their episodes cannot start anew). */
 int dpt_ext_restart(dpt_ext_t *x);
 /* Ends the exchange for good: a trainer waiting for the caller, now or
  * later, fails with DPT_ECLOSED (an iteration begun ends with it). For a

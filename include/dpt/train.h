@@ -720,7 +720,8 @@ int dpt_trainer_get_weights(dpt_trainer_t *t, float *out, size_t count);
  * dpt_trainer_get_weights); the optimizer's state, the counters and the
  * envs are kept, so the next iterate() trains from these weights and
  * evaluate() measures them. ppo, ddppo (collective: every rank the same
- * weights), supervised, and appo/impala (its trained policy; samplers act
+ * weights; a rank whose input is refused fails at once, the others when
+ * the comparison times out, comm_timeout_s), supervised, and appo/impala (its trained policy; samplers act
  * with the new weights from the learner's next broadcast, or from the start
  * when set before the first iterate). Errors: DPT_EINVAL (count differs),
  * DPT_ENUMERIC (a weight is not finite: the message names the variable and

@@ -89,7 +89,8 @@ def resolve(env, num_envs):
 
 def _name(name):
     """A name the C side takes: printable, no blanks, at most 50 bytes."""
-    out = "".join(ch if ch.isalnum() or ch in "-_./" else "_" for ch in name)[:50]
+    out = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-_./" else "_"
+                  for ch in name)[:50]
     return out or "env"
 
 
@@ -154,6 +155,7 @@ class Loop:
         self.x = c_void_p()
         _lib.check(_c().dpt_ext_create(ctypes.byref(self.x), ctypes.byref(cls), n))
         self.started = False
+        self.broken = False  # an iteration failed half-way: the trainer is unusable
         self.env_time = 0.0  # seconds spent in the envs' reset and step
 
     def _spaces(self, obs_space, act_space):
@@ -244,6 +246,9 @@ class Loop:
         addr = c_void_p()
         _lib.check(cdll.dpt_ext_iterate_begin(x, t, ctypes.byref(result)))
         now = time.perf_counter
+        # From here an iteration is under way: if it cannot finish, the
+        # trainer may be half-way through a rollout and is not used again.
+        self.broken = True
         try:
             while True:
                 what = poll(x, ctypes.byref(addr))
@@ -269,6 +274,7 @@ class Loop:
             cdll.dpt_ext_iterate_end(x)
             raise
         _lib.check(cdll.dpt_ext_iterate_end(x))
+        self.broken = False
 
     def restart(self):
         _lib.check(_c().dpt_ext_restart(self.x))
@@ -289,18 +295,28 @@ class Loop:
 
     # ---- evaluation --------------------------------------------------------------------
 
-    def evaluate(self, policy, episodes, seed):
-        """Episodes of the first env (or a new one made from its spec) with
-        `policy` (a dpt.Policy): greedy actions. The trainer's envs start new
-        episodes afterwards."""
-        env = self.envs[0] if self.envs is not None else None
-        made = None
-        if env is None:
-            spec = getattr(self.vector, "spec", None)
-            if spec is None:
-                raise _lib.DptError(_lib.ENOTSUP, "evaluate: a vector env without a spec; "
-                                    "evaluate with dpt.load(checkpoint) and your env")
-            made = env = _gym().make(spec.id)
+    def evaluate(self, policy, episodes, seed, sampler_runs):
+        """Episodes with `policy` (a dpt.Policy), greedy actions, on a new env
+        made from the envs' spec; without a spec, on the first training env,
+        whose episodes then start anew (not for an appo/impala sampler,
+        `sampler_runs`, which keeps stepping its envs between iterations)."""
+        first = self.envs[0] if self.envs is not None else self.vector
+        spec = getattr(first, "spec", None)
+        made = env = None
+        if spec is not None:
+            try:
+                made = env = _gym().make(spec)
+            except Exception:  # a wrapper that cannot be made again
+                made = env = None
+        if env is not None:
+            pass
+        elif self.envs is not None and not sampler_runs:
+            env = self.envs[0]
+        else:
+            raise _lib.DptError(_lib.ENOTSUP, "evaluate: the env has no Gymnasium spec to make "
+                                "another from%s; evaluate with dpt.load(checkpoint) and an env "
+                                "of yours" % (" (the appo/impala sampler is using these)"
+                                              if sampler_runs else ""))
         returns, lengths = [], []
         try:
             for k in range(episodes):

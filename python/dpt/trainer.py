@@ -20,6 +20,7 @@ import ctypes
 import os
 import queue
 import threading
+import weakref
 
 import numpy as np
 
@@ -401,7 +402,8 @@ class Trainer:
                 try:
                     self._loop.iterate(self._ptr(), self._result)
                 except BaseException:
-                    self._broken()
+                    if self._loop.broken:
+                        self._broken()
                     raise
             else:
                 _lib.check(_c().dpt_trainer_iterate(self._ptr(), ctypes.byref(self._result)))
@@ -482,7 +484,8 @@ class Trainer:
         with tempfile.TemporaryDirectory() as d:
             path = self.save(os.path.join(d, "eval.safetensors"))
             policy = load(path)
-        return self._loop.evaluate(policy, episodes, seed)
+        return self._loop.evaluate(policy, episodes, seed,
+                                   sampler_runs=self.job in ("appo", "impala"))
 
     def _vars(self):
         table = _c().dpt_trainer_vars(self._ptr()).contents
@@ -657,7 +660,11 @@ def train(config=None, *, resume=None, **overrides):
     except BaseException:
         cfg.close()
         raise
-    return _train_gen(cfg, resume)
+    gen = _train_gen(cfg, resume)
+    # A generator never started never runs its finally: the config is freed
+    # with the generator.
+    weakref.finalize(gen, cfg.close)
+    return gen
 
 
 def _train_gen(cfg, resume):

@@ -23,6 +23,7 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "appo_internal.h"
+#include "env_internal.h"
 #include "core/clock.h"
 #include "core/stopflag.h"
 
@@ -289,6 +290,8 @@ static int dpt__appo_new_sampler(dpt_appo_t *a, int k, int first,
             (rc = dpt_policy_create_ex(&g->actor, a->cls, &cfg->common.policy, in_group[p])) != 0 ||
             (rc = dpt_arena_init(&g->params, a->pols[p].pub.count)) != 0)
             return rc;
+        if (dpt__ext_of(a->cls)) /* the sampler steps on between iterations */
+            dpt__ext_runs_on(dpt__ext_of(a->cls));
     }
     return DPT_OK;
 }

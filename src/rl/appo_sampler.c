@@ -105,6 +105,7 @@ void *dpt__appo_sampler_main(void *arg)
     struct dpt_appo *a = s->a;
     const dpt_appo_config_t *c = &a->cfg;
     int rc = DPT_OK;
+    int env_closed = 0; /* an external env's caller closed it: a failure */
     while (!rc && !atomic_load(&a->stop)) {
         if (a->comm) {
             if ((rc = dpt__appo_sampler_poll(s, s->groups[0].version == UINT64_MAX)) != 0)
@@ -126,8 +127,12 @@ void *dpt__appo_sampler_main(void *arg)
         for (int p = 0; !rc && p < a->npols; p++) {
             dpt__appo_group_t *g = &s->groups[p];
             if ((rc = dpt__rollout_collect(&g->ro, g->actor, g->params.data, c->common.gamma, 1.0,
-                                           c->common.reward_scale, a->T, NULL, NULL)) != 0)
+                                           c->common.reward_scale, a->T, NULL, NULL)) != 0) {
+                /* DPT_ECLOSED from the runner is an external env's caller
+                 * leaving: the learner must not wait for this sampler. */
+                env_closed = rc == DPT_ECLOSED && !atomic_load(&a->stop);
                 break;
+            }
             for (size_t i = 0; !rc && i < g->ro.N; i++) {
                 if (!g->tb && !(g->tb = dpt__appo_tb_new(a))) {
                     rc = dpt_error(DPT_ENOMEM, "appo sampler %d: cannot allocate a train batch",
@@ -143,7 +148,7 @@ void *dpt__appo_sampler_main(void *arg)
             }
         }
     }
-    if (rc == DPT_ECLOSED)
+    if (rc == DPT_ECLOSED && !env_closed)
         rc = DPT_OK; /* the run is stopping */
     if (rc) {
         s->rc = rc;

@@ -60,6 +60,9 @@ int dpt__ext_class(struct dpt_ext *x, dpt_env_class_t **out);
 /* A runner of n envs takes x (one at a time; n must be x's). */
 int dpt__ext_bind(struct dpt_ext *x, size_t n);
 void dpt__ext_unbind(struct dpt_ext *x);
+/* The runner that holds x steps between iterations too (an appo or impala
+ * sampler thread): dpt_ext_restart is refused. */
+void dpt__ext_runs_on(struct dpt_ext *x);
 /* While on, a runner's wait for the caller ends at once with DPT_ECLOSED:
  * dpt_trainer_destroy turns it on around the job's destroy, so that a
  * sampler waiting between iterations (appo) stops; off again after, so the

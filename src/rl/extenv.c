@@ -136,7 +136,13 @@ void dpt_ext_destroy(dpt_ext_t *x)
     if (x->running) {
         dpt_ext_close(x);
         pthread_join(x->th, NULL);
+        x->running = 0;
     }
+    pthread_mutex_lock(&x->mu);
+    int bound = x->bound;
+    pthread_mutex_unlock(&x->mu);
+    if (bound) /* a trainer still holds it: a leak rather than a dangling pointer */
+        return;
     pthread_cond_destroy(&x->cv);
     pthread_mutex_destroy(&x->mu);
     free(x->clipped);
@@ -201,8 +207,16 @@ int dpt_ext_restart(dpt_ext_t *x)
     if (x->running)
         return dpt_error(DPT_ESTATE, "env %s: dpt_ext_restart during an iteration", x->cls.name);
     pthread_mutex_lock(&x->mu);
-    x->restart = 1;
+    int runs_on = x->runs_on;
+    if (!runs_on)
+        x->restart = 1;
     pthread_mutex_unlock(&x->mu);
+    if (runs_on)
+        return dpt_error(DPT_ESTATE,
+                         "env %s: dpt_ext_restart: the trainer's sampler (appo, impala) runs "
+                         "between iterations, stepping these envs: they cannot start anew; use "
+                         "other envs for anything else",
+                         x->cls.name);
     return DPT_OK;
 }
 
@@ -243,10 +257,18 @@ int dpt__ext_bind(dpt_ext_t *x, size_t n)
     return rc;
 }
 
+void dpt__ext_runs_on(dpt_ext_t *x)
+{
+    pthread_mutex_lock(&x->mu);
+    x->runs_on = 1;
+    pthread_mutex_unlock(&x->mu);
+}
+
 void dpt__ext_unbind(dpt_ext_t *x)
 {
     pthread_mutex_lock(&x->mu);
     x->bound = 0;
+    x->runs_on = 0;
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -324,6 +346,10 @@ int dpt_ext_poll(dpt_ext_t *x, const void **actions)
 static int dpt__ext_take(dpt_ext_t *x, int req, const char *fn)
 {
     pthread_mutex_lock(&x->mu);
+    if (x->closed || x->cancel) {
+        pthread_mutex_unlock(&x->mu);
+        return dpt_error(DPT_ESTATE, "env %s: %s after dpt_ext_close", x->cls.name, fn);
+    }
     if (x->req == req && !x->answered)
         return DPT_OK; /* locked */
     int pending = x->req && !x->answered ? x->req : 0;

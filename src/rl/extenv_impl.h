@@ -32,6 +32,7 @@ struct dpt_ext {
     int cancel;  /* its trainer is being destroyed: waits end (DPT_ECLOSED) */
     int restart; /* the caller asked for new episodes (dpt_ext_restart) */
     int bound;   /* a runner uses it */
+    int runs_on; /* that runner steps between iterations (an appo sampler) */
     /* The runner's request and where the answer goes. */
     int req; /* 0, DPT_EXT_RESET or DPT_EXT_STEP */
     int answered;

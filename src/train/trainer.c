@@ -54,6 +54,11 @@ int dpt_trainer_create(dpt_trainer_t **out, const dpt_config_t *cfg, const dpt_t
         return dpt_error(DPT_EINVAL,
                          "trainer: use_mpi = 1 needs the ranks' communicator in "
                          "dpt_trainer_env_t.comm (dpt_comm_mpi_create; dpt_train_run passes it)");
+    if (env && env->ext && !DPT_JOB_IS_RL(ops->job))
+        return dpt_error(DPT_EINVAL,
+                         "job %s has no env: an external env is for ppo, ddppo, "
+                         "appo and impala",
+                         dpt_job_name(ops->job));
     dpt_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return dpt_error(DPT_ENOMEM, "trainer: cannot allocate");
