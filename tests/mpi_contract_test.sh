@@ -97,7 +97,10 @@ contract impala 2 0 env CartPole-v1 policy_hidden "$examples/cartpole_impala.con
 stop_run() { # NAME NP CONF SETS...
     name=$1 np=$2 conf=$3
     shift 3
-    "$mpiexec" --oversubscribe -np "$np" "$dpt" train "$conf" \
+    # mpirun kills the ranks odls_base_sigkill_timeout seconds after it
+    # forwards the SIGTERM (1 by default): a loaded machine (a sanitizer
+    # build) needs longer to agree on the stop and write the checkpoint.
+    "$mpiexec" --oversubscribe --mca odls_base_sigkill_timeout 60 -np "$np" "$dpt" train "$conf" \
         --set output_dir="$name" --set checkpoint_every=100000 "$@" > "$name.log" 2>&1 &
     pid=$!
     i=0
