@@ -100,7 +100,8 @@ stop_run() { # NAME NP CONF SETS...
     # mpirun kills the ranks odls_base_sigkill_timeout seconds after it
     # forwards the SIGTERM (1 by default): a loaded machine (a sanitizer
     # build) needs longer to agree on the stop and write the checkpoint.
-    "$mpiexec" --oversubscribe --mca odls_base_sigkill_timeout 60 -np "$np" "$dpt" train "$conf" \
+    # (mpirun waits that long even when the ranks are done sooner.)
+    "$mpiexec" --oversubscribe --mca odls_base_sigkill_timeout 5 -np "$np" "$dpt" train "$conf" \
         --set output_dir="$name" --set checkpoint_every=100000 "$@" > "$name.log" 2>&1 &
     pid=$!
     i=0
