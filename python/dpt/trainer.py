@@ -10,8 +10,9 @@ dpt.Trainer (one trainer, driven an iteration at a time).
         t.save("cartpole.safetensors")
         print(t.evaluate(episodes=20))
 
-A config is a dict of dpt's keys (docs/CONFIG.md), the path of a config
-file, or both: `config` a path and the keywords its overrides. Values are
+A config is a dict of dpt's keys (docs/TRAINING.md, "Configuration"; `dpt
+train --help` lists them), the path of a config file, or both: `config` a
+path and the keywords its overrides. Values are
 Python values (True, 0.5, [64, 64] for "64,64"); env_config is a dict of the
 env's parameters. Errors are dpt.DptError with the library's message (a bad
 key or value is also a ValueError, a missing file a FileNotFoundError).
