@@ -3,7 +3,9 @@
 # for each game and seed, dpt trains examples/minatar_<game>_ppo.conf for
 # STEPS env steps (no evaluation episodes, so both times are training alone),
 # then bench/torch_minatar_ppo.py trains the same network with the same
-# settings on the minatar package. Prints each run's mean return over the
+# settings on the minatar package. dpt's encoder is given the reference's
+# init (CleanRL's orthogonal, gain sqrt 2; the heads have it already), which
+# the examples leave at the layers' default (docs/BENCHMARKS.md, "MinAtar"). Prints each run's mean return over the
 # last 100 training episodes and its wall time, then the means per game and
 # the ratio of the mean wall times.
 #   bench/compare_minatar_ppo.sh DPT PYTHON [STEPS] [SEEDS] [GAMES]
@@ -22,11 +24,14 @@ isa=$(grep -m1 -o -w "avx512f" /proc/cpuinfo || echo "avx2 or less")
 echo "# $cpu ($isa); $("$dpt" info | head -1); $("$py" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
 echo "# $steps env steps per run; return = mean of the last 100 training episodes"
 printf '%-15s %5s %12s %10s %12s %10s\n' game seed dpt_return dpt_s torch_return torch_s
+net="conv(32,k=2,pad=same,init=orthogonal,gain=1.4142135) relu avgpool(2) flatten"
+net="$net dense(64,init=orthogonal,gain=1.4142135) relu"
 rows="$work/rows"
 : >"$rows"
 for game in $games; do
     for seed in $seeds; do
         out=$("$dpt" train "$here/../examples/minatar_${game}_ppo.conf" --set seed="$seed" \
+            --set "network=$net" \
             --set total_timesteps="$steps" --set evaluation_interval=1000000000 --set eval_episodes=0 \
             --set checkpoint_every=0 --set output_dir="$work/dpt_${game}_$seed" 2>&1) || {
             echo "dpt failed: $out" >&2
