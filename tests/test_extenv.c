@@ -176,14 +176,19 @@ static void test_appo_learns_from_the_caller(void)
     CHECK(dpt_train_result_get(&r, "info/num_updates_this_iter") > 0);
     /* The sampler steps on between iterations: its envs cannot start anew. */
     CHECK_ERR(dpt_ext_restart(x), DPT_ESTATE, "runs between iterations");
-    /* The caller leaves half-way: the iteration ends with the sampler's
-     * failure, not a wait for batches that never come. */
+    /* The caller leaves half-way: the iteration ends, never waits for
+     * batches that cannot come. It fails with the sampler's error, unless
+     * the learner already held the batches it needed (the sampler runs
+     * ahead between iterations): both are right, a hang is not. */
     REQUIRE_OK(dpt_ext_iterate_begin(x, t, &r));
     const void *a;
     CHECK(dpt_ext_poll(x, &a) == DPT_EXT_STEP);
     dpt_ext_close(x);
     CHECK(dpt_ext_poll(x, &a) == DPT_EXT_DONE);
-    CHECK_ERR(dpt_ext_iterate_end(x), DPT_ECLOSED, "the caller closed the external env");
+    int erc = dpt_ext_iterate_end(x);
+    CHECK(erc == DPT_OK ||
+          (erc == DPT_ECLOSED && strstr(dpt_last_error(), "the caller closed the external env")));
+    CHECK_ERR(dpt_ext_iterate_begin(x, t, &r), DPT_ESTATE, "closed");
     /* The sampler waits for the caller between iterations; destroying the
      * trainer ends it. */
     dpt_trainer_destroy(t);
