@@ -182,7 +182,8 @@ static void test_appo_learns_from_the_caller(void)
      * ahead between iterations): both are right, a hang is not. */
     REQUIRE_OK(dpt_ext_iterate_begin(x, t, &r));
     const void *a;
-    CHECK(dpt_ext_poll(x, &a) == DPT_EXT_STEP);
+    int what = dpt_ext_poll(x, &a); /* DONE when the held batches sufficed */
+    CHECK(what == DPT_EXT_STEP || what == DPT_EXT_DONE);
     dpt_ext_close(x);
     CHECK(dpt_ext_poll(x, &a) == DPT_EXT_DONE);
     int erc = dpt_ext_iterate_end(x);
