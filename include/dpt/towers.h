@@ -172,6 +172,47 @@
  * would add the towers' updates: the trainers refuse it with running
  * statistics.
  * The fused SGD update of ps mode is not used then.
+ *
+ * Count-invariant reduction (cfg.chunk_rows = C > 0, ps or replicated,
+ * averaging): the same bits for any number of devices and participants.
+ * A step's minibatch is cfg.global_batch = B rows over every device of
+ * every participant, cut into K = B / C chunks numbered 0 .. K-1; the G =
+ * P N devices (participant p's device d is g = p N + d) hold contiguous
+ * runs of chunks, the first K % G one chunk more than the others (so B
+ * need only be a multiple of C, not of G; K >= G is required). Each
+ * chunk's gradient is one call of the model on its C rows (the same call
+ * whichever device makes it), and the chunks' gradients are added by one
+ * tree over the chunk indices whatever the split: the dyadic tree whose
+ * node (k, j) covers chunks [j 2^k, min((j + 1) 2^k, K)) and is the sum
+ * of its left and right children (its left child alone when the right one
+ * starts at K). For K = 6:
+ *
+ *                      [0,6)
+ *              [0,4)  ---+---  [4,6)
+ *          [0,2) + [2,4)       [4,5) + [5,6)
+ *         c0 + c1  c2 + c3      c4      c5
+ *
+ * A device adds its chunks into the largest nodes inside its run; the
+ * devices of a participant then evaluate the rest of the tree from those
+ * (split by fixed blocks of the arena), and with several participants each
+ * one sends the nodes covering its run to every other
+ * (dpt_comm_allgather: a few gradients' worth, not one all-reduce) so that
+ * every participant evaluates the same root. The gradient is the root
+ * times 1/K (weight_rows: each chunk's gradient times its rows, the root
+ * over the total rows); the norm for clipping adds sums of squares of
+ * fixed blocks of 4096 floats in block order; the update is elementwise.
+ * So the weights after a step depend on B, C, the model and the data, not
+ * on N or P, and not on the mode (ps or replicated), backend or algorithm.
+ * Load under it: the caller gives each participant its rows of every
+ * minibatch, minibatch after minibatch: dpt_towers_share() says which rows
+ * of a minibatch those are (with one participant, all B of them, so the
+ * batch is loaded as it is); per_device_batch of dpt_towers_load_ex must be
+ * 0; info.per_device_batch is ceil(K/G) C (the most rows a device holds of
+ * one minibatch) and optimize()'s offset k * info.per_device_batch means
+ * minibatch k. The stats are this participant's chunks', added in chunk
+ * order. Gradient buckets are not used. Cost: one model call per chunk
+ * instead of one per device, and each device keeps up to about
+ * 2 log2(K) + 1 gradient buffers (the binary counter's nodes).
  */
 #ifndef DPT_TOWERS_H
 #define DPT_TOWERS_H
@@ -234,6 +275,11 @@ typedef struct dpt_towers_config {
     const unsigned char *running;        /* NULL, or one flag per variable of the model's
                                           * table: 1 = running statistics (see "Running
                                           * statistics"); read at create only */
+    size_t chunk_rows;                   /* > 0: the count-invariant reduction, chunks of
+                                          * this many rows (at most max_per_device_batch_size;
+                                          * whole sequences); 0 = the fast order above */
+    size_t global_batch;                 /* with chunk_rows: rows per step over every device
+                                          * of every participant, a multiple of chunk_rows */
 } dpt_towers_config_t;
 
 /* Defaults: 1 device, M = 128, 1 stack, ps, average, no clip, Adam, no
@@ -369,6 +415,12 @@ int dpt_towers_set_optimizer_state(dpt_towers_t *towers, dpt_optim_t *src);
 /* The configuration in use and the number of optimize() calls made. */
 const dpt_towers_config_t *dpt_towers_get_config(const dpt_towers_t *towers);
 uint64_t dpt_towers_steps(const dpt_towers_t *towers);
+
+/* With chunk_rows > 0 (the count-invariant reduction): the rows
+ * [*row0, *row0 + *rows) of every minibatch that this participant holds
+ * and loads (all of it with one participant). DPT_EINVAL without
+ * chunk_rows. */
+int dpt_towers_share(const dpt_towers_t *towers, size_t *row0, size_t *rows);
 
 /* The number of gradient buckets a step all-reduces while the backward pass
  * runs (see "Gradient buckets"); 0 when the overlap does not apply and the

@@ -65,6 +65,7 @@ void dpt_towers_destroy(dpt_towers_t *t)
         return;
     dpt__buckets_destroy(t);
     dpt_device_pool_destroy(t->pool);
+    dpt__inv_destroy(t);
     if (t->towers) {
         for (int i = 0; i < t->cfg.num_devices; i++) {
             dpt__tower_t *w = &t->towers[i];
@@ -137,6 +138,8 @@ static int dpt__check_config(const dpt_model_t *model, const dpt_batch_t *layout
             return dpt_error(DPT_EINVAL, "towers: weight_rows and reduce_sum exclude each other "
                                          "(weight_rows divides by the total rows)");
     }
+    if (c->chunk_rows)
+        return dpt__inv_check(c, layout);
     return DPT_OK;
 }
 
@@ -230,6 +233,11 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
     t->nparams = model->vars->total;
     int n = cfg->num_devices;
     t->cap_rows = (cfg->max_load_rows + (size_t)n - 1) / (size_t)n;
+    if (cfg->chunk_rows) {
+        if ((rc = dpt__inv_create(t)) != 0)
+            goto fail;
+        t->cap_rows = dpt__inv_cap_rows(t);
+    }
     t->towers = calloc((size_t)n, sizeof *t->towers);
     t->stacks = calloc((size_t)cfg->num_stacks, sizeof *t->stacks);
     t->slice_sumsq = calloc((size_t)n, sizeof *t->slice_sumsq);
@@ -251,7 +259,7 @@ int dpt_towers_create(dpt_towers_t **out, const dpt_model_t *model, const dpt_ba
      * all-reduces first. */
     t->mirrored =
         cfg->mode == DPT_TOWERS_PS && !cfg->comm && n > 1 && t->nparams <= dpt__towers_mirror_max;
-    if (cfg->mode == DPT_TOWERS_PS && !cfg->comm && !t->mirrored &&
+    if (cfg->mode == DPT_TOWERS_PS && !cfg->comm && !t->mirrored && !t->inv &&
         dpt_optim_num_slots(t->opt) == 0 && cfg->grad_clip == 0.0 &&
         dpt_optim_no_grad_count(t->opt) == 0 && dpt_optim_running_count(t->opt) == 0 &&
         (rc = dpt_arena_init(&t->params_next, t->nparams)) != 0)
@@ -322,6 +330,13 @@ static int dpt__towers_plan(const dpt_towers_t *t, const dpt_batch_t *b, size_t 
     if (b->rows > t->cfg.max_load_rows)
         return dpt_error(DPT_EINVAL, "towers load: %zu rows exceed max_load_rows %zu", b->rows,
                          t->cfg.max_load_rows);
+    if (t->inv) {
+        if ((rc = dpt__inv_plan(t, b, fixed_pdb, &li)) != 0)
+            return rc;
+        *info = li;
+        *seqs_per_device_out = 0; /* (the copy works by minibatch) */
+        return DPT_OK;
+    }
     size_t m = t->cfg.max_per_device_batch_size;
     if (fixed_pdb > m)
         return dpt_error(DPT_EINVAL,
@@ -584,7 +599,9 @@ int dpt_towers_optimize(dpt_towers_t *t, int stack, size_t offset, float lr,
     else
         for (int i = 0; i < t->cfg.num_devices; i++)
             dpt_optim_set_t(t->towers[i].own_opt, t->job_t);
-    if (stats) {
+    if (stats && t->inv) {
+        dpt__inv_stats(t, stats);
+    } else if (stats) {
         double loss = 0.0, correct = 0.0, norm = 0.0, extra[DPT_LOSS_EXTRA] = {0};
         size_t rows = 0;
         int ok = 0;

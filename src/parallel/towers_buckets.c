@@ -80,8 +80,8 @@ int dpt__buckets_create(dpt_towers_t *t)
     /* Overlap needs the hook and one device (with several, the devices
      * combine their gradients after every backward pass ends); weight_rows
      * scales the gradient after the backward pass. */
-    if (!c->comm || c->bucket_bytes == 0 || c->num_devices != 1 || c->weight_rows ||
-        !t->model.set_grad_hook)
+    if (!c->comm || c->bucket_bytes == 0 || c->chunk_rows || c->num_devices != 1 ||
+        c->weight_rows || !t->model.set_grad_hook)
         return DPT_OK;
     dpt__bucketer_t *bk = calloc(1, sizeof *bk);
     if (!bk)

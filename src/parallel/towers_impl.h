@@ -79,6 +79,9 @@ typedef struct dpt__bucketer {
     char msg[512];
 } dpt__bucketer_t;
 
+/* The count-invariant reduction's state (towers_invariant.c). */
+typedef struct dpt__inv dpt__inv_t;
+
 struct dpt_towers {
     dpt_towers_config_t cfg;
     dpt_model_t model;
@@ -115,6 +118,7 @@ struct dpt_towers {
     int job_comm_rc;       /* with an external communicator: device 0's all-reduce result,
                             * read by every device after the barrier that follows it */
     dpt__bucketer_t *bk;   /* gradient buckets with overlap, or NULL (one all-reduce) */
+    dpt__inv_t *inv;       /* cfg.chunk_rows > 0: the count-invariant reduction; else NULL */
 };
 
 /* Bytes of one row (or one sequence) of a column. */
@@ -134,6 +138,38 @@ int dpt__towers_job(void *arg, int device);
  * pool's load job and dpt_towers_load_direct both use it. */
 void dpt__towers_copy_slice(const dpt_towers_t *t, const dpt__tower_t *w, int stack,
                             const dpt_batch_t *src, size_t rows_per_device, size_t seqs_per_device);
+
+/* Helpers of the step jobs (towers_jobs.c), shared with towers_invariant.c.
+ * view: the device's view of `rows` rows from `row0` of its part of a
+ * stack. add_scale_sumsq: out[i] = (y[i] + x[i]) * scale (x NULL:
+ * y[i] * scale), returning the results' sum of squares. norm_refused: the
+ * global norm from its sum of squares into w->norm; 1 with *rc set when it
+ * is not finite (device 0 reports the error). */
+void dpt__towers_view(const dpt_towers_t *t, const dpt__tower_t *w, int stack, size_t row0,
+                      size_t rows, dpt_batch_t *view);
+double dpt__add_scale_sumsq(float *out, const float *y, const float *x, size_t n, float scale);
+int dpt__norm_refused(dpt__tower_t *w, double sq, int *rc);
+
+/* The count-invariant reduction (towers_invariant.c; dpt/towers.h has the
+ * semantics). check: the config's rules (chunk_rows > 0). create/destroy:
+ * t->inv (destroy is safe on a half-built one). cap_rows: the rows a
+ * device's stack must hold. device_rows: device d's rows of one
+ * minibatch; share_rows: this participant's. plan: a load's plan (the
+ * checks of dpt__towers_plan done by the caller). copy: device w's rows
+ * of every minibatch of src into its stack. job_step: the step of device
+ * w. stats: the step's figures, from its chunks in order. */
+int dpt__inv_check(const dpt_towers_config_t *c, const dpt_batch_t *layout);
+int dpt__inv_create(dpt_towers_t *t);
+void dpt__inv_destroy(dpt_towers_t *t);
+size_t dpt__inv_cap_rows(const dpt_towers_t *t);
+size_t dpt__inv_device_rows(const dpt_towers_t *t, int d);
+size_t dpt__inv_share_rows(const dpt_towers_t *t);
+int dpt__inv_plan(const dpt_towers_t *t, const dpt_batch_t *b, size_t fixed_pdb,
+                  dpt_towers_load_info_t *li);
+void dpt__inv_copy(const dpt_towers_t *t, const dpt__tower_t *w, int stack, const dpt_batch_t *src,
+                   size_t rows_per_device);
+int dpt__inv_job_step(dpt_towers_t *t, dpt__tower_t *w);
+void dpt__inv_stats(const dpt_towers_t *t, dpt_towers_stats_t *stats);
 
 /* Gradient buckets (towers_buckets.c). create: sets up t->bk when the
  * overlap applies (see dpt__bucketer_t), else leaves it NULL; 0 or a

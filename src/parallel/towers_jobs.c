@@ -27,8 +27,8 @@
 /* ---- helpers ------------------------------------------------------------ */
 
 /* The device's view of `rows` rows from `row0` of its part of a stack. */
-static void dpt__tower_view(const dpt_towers_t *t, const dpt__tower_t *w, int stack, size_t row0,
-                            size_t rows, dpt_batch_t *view)
+void dpt__towers_view(const dpt_towers_t *t, const dpt__tower_t *w, int stack, size_t row0,
+                      size_t rows, dpt_batch_t *view)
 {
     *view = t->layout;
     view->rows = rows;
@@ -68,7 +68,7 @@ static int dpt__tower_compute(dpt_towers_t *t, dpt__tower_t *w, const float *par
 {
     const dpt__stack_info_t *si = &t->stacks[t->job_stack];
     dpt_batch_t view;
-    dpt__tower_view(t, w, t->job_stack, t->job_offset, si->per_device_batch, &view);
+    dpt__towers_view(t, w, t->job_stack, t->job_offset, si->per_device_batch, &view);
     if (!(t->model.flags & DPT_MODEL_STORES_GRADS))
         dpt_vec_zero(w->grads.data, t->nparams);
     memset(&w->out, 0, sizeof w->out);
@@ -110,6 +110,10 @@ static int dpt__compute_and_meet(dpt_towers_t *t, dpt__tower_t *w, const float *
 void dpt__towers_copy_slice(const dpt_towers_t *t, const dpt__tower_t *w, int stack,
                             const dpt_batch_t *src, size_t rows_per_device, size_t seqs_per_device)
 {
+    if (t->inv) {
+        dpt__inv_copy(t, w, stack, src, rows_per_device);
+        return;
+    }
     size_t row0 = (size_t)w->index * rows_per_device;
     size_t seq0 = (size_t)w->index * seqs_per_device;
     for (size_t c = 0; c < t->layout.ncols; c++) {
@@ -136,8 +140,7 @@ static int dpt__job_load(dpt_towers_t *t, dpt__tower_t *w)
  * interleaved double lanes combined pairwise): one pass instead of three.
  * out may be y. */
 DPT__CLONES
-static double dpt__add_scale_sumsq(float *out, const float *y, const float *x, size_t n,
-                                   float scale)
+double dpt__add_scale_sumsq(float *out, const float *y, const float *x, size_t n, float scale)
 {
     double acc[8] = {0};
     size_t i = 0;
@@ -172,7 +175,7 @@ static double dpt__add_scale_sumsq(float *out, const float *y, const float *x, s
 /* The global norm from its sum of squares, kept in w->norm. A step whose
  * norm is not finite is refused by every device, and reported by device 0
  * only: 1 with *rc set (device 0: the error, others: 0), else 0. */
-static int dpt__norm_refused(dpt__tower_t *w, double sq, int *rc)
+int dpt__norm_refused(dpt__tower_t *w, double sq, int *rc)
 {
     double norm = sqrt(sq);
     w->norm = norm;
@@ -477,7 +480,8 @@ static int dpt__job_gradset(dpt_towers_t *t, dpt__tower_t *w)
 {
     const dpt__stack_info_t *si = &t->stacks[t->job_stack];
     dpt_batch_t view;
-    dpt__tower_view(t, w, t->job_stack, 0, si->per_device_batch, &view);
+    dpt__towers_view(t, w, t->job_stack, 0,
+                     t->inv ? dpt__inv_device_rows(t, w->index) : si->per_device_batch, &view);
     uint32_t bits = DPT__SENTINEL_BITS;
     float s;
     memcpy(&s, &bits, sizeof s);
@@ -496,6 +500,8 @@ int dpt__towers_job(void *arg, int device)
     case DPT__JOB_LOAD: return dpt__job_load(t, w);
     case DPT__JOB_GRADSET: return dpt__job_gradset(t, w);
     case DPT__JOB_STEP:
+        if (t->inv)
+            return dpt__inv_job_step(t, w);
         if (t->cfg.comm)
             return dpt__job_step_comm(t, w);
         switch (t->cfg.mode) {
