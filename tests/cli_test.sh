@@ -55,7 +55,8 @@ expect 0 "test accuracy"        -- demo --epochs 2 --quiet
 expect 2 "unknown benchmark"    -- bench nope
 expect 0 "allreduce"            -- bench --help
 expect 2 "rounds 1..101"         -- bench towers --rounds 0
-expect 0 '"mode":"ps","devices":2,"batch":32' -- bench towers --mode ps --batch 32 --seconds 0.2 --rounds 3 --json
+expect 0 '"mode":"ps","order":"fast","chunk":0,"devices":2,"batch":32' -- bench towers --mode ps --batch 32 --seconds 0.2 --rounds 3 --json
+expect 0 '"mode":"ps","order":"invariant","chunk":8,"devices":2,"batch":32' -- bench towers --mode ps --batch 32 --seconds 0.2 --rounds 3 --invariant 8 --json
 expect 0 "usage: dpt bench lstm" -- bench lstm --help
 expect 2 "multiple of --threads" -- bench lstm --batch 5 --threads 2
 expect 2 "--hidden expects an integer" -- bench lstm --hidden 0

@@ -37,6 +37,7 @@ typedef struct bt_args {
     size_t hidden[BT_MAX_HIDDEN];
     int nhidden;
     size_t gemm_k, gemm_n; /* the largest layer: inputs, outputs */
+    size_t chunk;          /* --invariant CHUNK: each configuration also in the invariant order */
 } bt_args_t;
 
 /* Median of v[0..n) (n <= BT_ROUNDS_MAX); v keeps its order. */
@@ -67,6 +68,7 @@ static double bt_gemm_once(const float *x, const float *w, float *y, size_t rows
 typedef struct bt_cfg {
     dpt_towers_mode_t mode;
     int devices;
+    size_t chunk; /* > 0: the count-invariant reduction, chunks of this many rows */
     dpt_mlp_t *mlp;
     dpt_towers_t *t;
     dpt_towers_load_info_t li;
@@ -92,7 +94,8 @@ static int bt_cfg_setup(bt_cfg_t *c, const bt_args_t *a, const float *x, const i
     }
     layers[nl++] = (dpt_layer_spec_t){
         .kind = DPT_LAYER_LINEAR, .out = BT_OUT, .init = DPT_INIT_DEFAULT, .gain = 0};
-    size_t pdb = a->batch / (size_t)c->devices;
+    /* (invariant: the model is called on one chunk at a time) */
+    size_t pdb = c->chunk ? c->chunk : a->batch / (size_t)c->devices;
     int rc = dpt_mlp_create(&c->mlp, BT_IN, layers, (size_t)nl, DPT_LOSS_SOFTMAX_XENT, pdb);
     if (rc)
         return rc;
@@ -103,6 +106,8 @@ static int bt_cfg_setup(bt_cfg_t *c, const bt_args_t *a, const float *x, const i
     tc.max_per_device_batch_size = pdb;
     tc.max_load_rows = rows;
     tc.optim = dpt_optim_defaults(DPT_OPTIM_SGD);
+    tc.chunk_rows = c->chunk;
+    tc.global_batch = c->chunk ? a->batch : 0;
     dpt_batch_t lay;
     dpt_batch_init(&lay, 0);
     dpt_batch_add(&lay, DPT_MLP_X, DPT_F32, BT_IN, 0, NULL);
@@ -151,7 +156,7 @@ static int bt_usage(FILE *f, int code)
     fprintf(f,
             "usage: dpt bench towers [--batch N] [--devices N] [--seconds S] [--rounds R] "
             "[--mode ps|replicated|async]... [--gemm portable|cblas] [--hidden LIST] "
-            "[--per-round] [--json]\n\n"
+            "[--invariant CHUNK] [--per-round] [--json]\n\n"
             "Trains an MLP %d-%d-%d-%d (ReLU, softmax cross-entropy, SGD) on random data\n"
             "and reports samples/s for 1..N devices per mode (default: batch 256, N = 2,\n"
             "all modes, 5 s per configuration). The configurations take turns for R\n"
@@ -159,6 +164,10 @@ static int bt_usage(FILE *f, int code)
             "over the rounds; --per-round also prints every round's samples/s.\n"
             "--hidden sets the hidden layers (comma-separated widths, 1 to %d layers;\n"
             "e.g. 256,128 is the Fashion-MNIST example's MLP).\n"
+            "--invariant CHUNK adds every ps and replicated configuration again in the\n"
+            "count-invariant reduction order (chunks of CHUNK rows, dpt/towers.h), right\n"
+            "after its fast twin in every round; its cost column is the median over the\n"
+            "rounds of 1 - (its samples/s / its twin's).\n"
             "Under mpirun, --backend mpi measures instead how much of the gradients'\n"
             "all-reduce the buckets hide behind the backward pass (--backend mpi --help).\n",
             BT_IN, BT_HIDDEN, BT_HIDDEN, BT_OUT, BT_ROUNDS_DEFAULT, BT_ROUNDS_MAX, BT_MAX_HIDDEN);
@@ -167,7 +176,7 @@ static int bt_usage(FILE *f, int code)
 
 int dpt_bench_towers(int argc, char **argv)
 {
-    bt_args_t a = {256, 2, 5.0, BT_ROUNDS_DEFAULT, 0, 0, {0}, {BT_HIDDEN, BT_HIDDEN}, 2, 0, 0};
+    bt_args_t a = {256, 2, 5.0, BT_ROUNDS_DEFAULT, 0, 0, {0}, {BT_HIDDEN, BT_HIDDEN}, 2, 0, 0, 0};
     int any_mode = 0;
     /* Across MPI ranks: the overlap of the gradient buckets' all-reduce
      * with the backward pass (bench_towers_mpi.c), its own options. */
@@ -211,6 +220,12 @@ int dpt_bench_towers(int argc, char **argv)
             }
             if (a.nhidden == 0) {
                 fprintf(stderr, "dpt bench towers: --hidden needs at least one width\n");
+                return DPT_EXIT_USAGE;
+            }
+        } else if (i + 1 < argc && !strcmp(o, "--invariant")) {
+            a.chunk = strtoul(argv[++i], NULL, 10);
+            if (a.chunk < 1) {
+                fprintf(stderr, "dpt bench towers: --invariant needs a chunk of >= 1 rows\n");
                 return DPT_EXIT_USAGE;
             }
         } else if (i + 1 < argc && !strcmp(o, "--rounds")) {
@@ -285,30 +300,33 @@ int dpt_bench_towers(int argc, char **argv)
             printf(" %s", argv[i]);
         printf("\n# scaling: median over rounds of (samples/s / 1-device samples/s of the same\n"
                "# round); med_ratio: ratio of the medians of samples/s\n");
-        printf("%-11s %7s %6s %12s %8s %9s %9s %10s\n", "mode", "devices", "batch", "samples/s",
-               "scaling", "med_ratio", "gemm_gf", "flop_frac");
+        printf("%-11s %-9s %7s %6s %12s %8s %9s %9s %10s %7s\n", "mode", "order", "devices",
+               "batch", "samples/s", "scaling", "med_ratio", "gemm_gf", "flop_frac", "cost");
     }
     /* Every configuration is set up first, then timed in turns: each round
      * measures the GEMM speed and every configuration once, so a slow moment
      * of this shared machine hits all of them, and the medians are compared. */
     int rc = DPT_EXIT_OK;
-    bt_cfg_t cfgs[DPT_TOWERS_MODE_COUNT * 64];
+    bt_cfg_t cfgs[DPT_TOWERS_MODE_COUNT * 64 * 2];
     int ncfg = 0;
     memset(cfgs, 0, sizeof cfgs);
     for (int m = 0; m < DPT_TOWERS_MODE_COUNT; m++)
-        for (int d = 1; a.modes[m] && d <= a.max_devices; d++) {
-            if (a.batch % (size_t)d)
-                continue;
-            bt_cfg_t *c = &cfgs[ncfg++];
-            c->mode = (dpt_towers_mode_t)m;
-            c->devices = d;
-            if (bt_cfg_setup(c, &a, x, y, rows) != 0) {
-                fprintf(stderr, "dpt bench towers: %s with %d devices: %s\n",
-                        dpt_towers_mode_name(c->mode), d, dpt_last_error());
-                rc = DPT_EXIT_FAIL;
-                goto out;
+        for (int d = 1; a.modes[m] && d <= a.max_devices; d++)
+            for (int inv = 0; inv < (a.chunk && m != DPT_TOWERS_ASYNC ? 2 : 1); inv++) {
+                if (a.batch % (size_t)d)
+                    continue;
+                bt_cfg_t *c = &cfgs[ncfg++];
+                c->mode = (dpt_towers_mode_t)m;
+                c->devices = d;
+                c->chunk = inv ? a.chunk : 0;
+                if (bt_cfg_setup(c, &a, x, y, rows) != 0) {
+                    fprintf(stderr, "dpt bench towers: %s with %d devices%s: %s\n",
+                            dpt_towers_mode_name(c->mode), d, inv ? " (invariant)" : "",
+                            dpt_last_error());
+                    rc = DPT_EXIT_FAIL;
+                    goto out;
+                }
             }
-        }
     float *gx = dpt_alloc_aligned(a.batch * a.gemm_k * sizeof(float));
     float *gw = dpt_alloc_aligned(a.gemm_n * a.gemm_k * sizeof(float));
     float *gy = dpt_alloc_aligned(a.batch * a.gemm_n * sizeof(float));
@@ -332,17 +350,20 @@ int dpt_bench_towers(int argc, char **argv)
         }
     if (a.per_round && !a.json)
         for (int k = 0; k < ncfg; k++) {
-            printf("# rounds, %s, %d device(s), samples/s:", dpt_towers_mode_name(cfgs[k].mode),
-                   cfgs[k].devices);
+            printf("# rounds, %s, %s, %d device(s), samples/s:", dpt_towers_mode_name(cfgs[k].mode),
+                   cfgs[k].chunk ? "invariant" : "fast", cfgs[k].devices);
             for (int q = 0; q < a.rounds; q++)
                 printf(" %.0f", cfgs[k].rates[q]);
             printf("\n");
         }
-    const bt_cfg_t *one = NULL;
     for (int k = 0; k < ncfg; k++) {
         bt_cfg_t *c = &cfgs[k];
-        if (c->devices == 1)
-            one = c;
+        /* The 1-device configuration of the same mode and order, and (for
+         * an invariant one) its fast twin, which ran just before it. */
+        const bt_cfg_t *one = NULL, *twin = c->chunk ? &cfgs[k - 1] : NULL;
+        for (int j = 0; j < ncfg; j++)
+            if (cfgs[j].mode == c->mode && cfgs[j].chunk == c->chunk && cfgs[j].devices == 1)
+                one = &cfgs[j];
         /* Scaling from the rounds: in each round this configuration ran
          * right after the 1-device one of its mode, so their ratio is taken
          * round by round (a slow minute of the machine hits both) and the
@@ -351,19 +372,31 @@ int dpt_bench_towers(int argc, char **argv)
         for (int q = 0; q < a.rounds; q++)
             ratio[q] = one && one->rates[q] > 0 ? c->rates[q] / one->rates[q] : 0.0;
         double scaling = bt_median(ratio, a.rounds);
+        double cost = 0.0;
+        if (twin) {
+            for (int q = 0; q < a.rounds; q++)
+                ratio[q] = twin->rates[q] > 0 ? 1.0 - c->rates[q] / twin->rates[q] : 0.0;
+            cost = bt_median(ratio, a.rounds);
+        }
+        const char *order = c->chunk ? "invariant" : "fast";
+        char costs[16] = "-";
+        if (twin)
+            snprintf(costs, sizeof costs, "%.1f%%", 100.0 * cost);
 
         double sps = bt_median(c->rates, a.rounds), gf = bt_median(c->gemm, a.rounds);
         double frac = gf > 0 ? sps * flop_per_sample / (c->devices * gf * 1e9) : 0.0;
         double of_medians = one ? sps / bt_median(one->rates, a.rounds) : 0.0;
         const char *mode = dpt_towers_mode_name(c->mode);
         if (a.json)
-            printf("{\"mode\":\"%s\",\"devices\":%d,\"batch\":%zu,\"samples_per_s\":%.1f,"
-                   "\"scaling\":%.3f,\"scaling_of_medians\":%.3f,"
-                   "\"gemm_gflops_per_core\":%.2f,\"flop_fraction\":%.4f}\n",
-                   mode, c->devices, a.batch, sps, scaling, of_medians, gf, frac);
+            printf("{\"mode\":\"%s\",\"order\":\"%s\",\"chunk\":%zu,\"devices\":%d,"
+                   "\"batch\":%zu,\"samples_per_s\":%.1f,\"scaling\":%.3f,"
+                   "\"scaling_of_medians\":%.3f,\"gemm_gflops_per_core\":%.2f,"
+                   "\"flop_fraction\":%.4f,\"invariant_cost\":%.4f}\n",
+                   mode, order, c->chunk, c->devices, a.batch, sps, scaling, of_medians, gf, frac,
+                   cost);
         else
-            printf("%-11s %7d %6zu %12.0f %8.2f %9.2f %9.1f %10.3f\n", mode, c->devices, a.batch,
-                   sps, scaling, of_medians, gf, frac);
+            printf("%-11s %-9s %7d %6zu %12.0f %8.2f %9.2f %9.1f %10.3f %7s\n", mode, order,
+                   c->devices, a.batch, sps, scaling, of_medians, gf, frac, costs);
     }
 out_gemm:
     dpt_free_aligned(gx);

@@ -137,6 +137,24 @@ int dpt_job_parse(const char *name, dpt_job_t *job);
 #define DPT_CHOICES_REDUCE_OP (DPT_REDUCE_OP_LIST(DPT__CHOICE_VAL) + 1)
 #define DPT_CHOICES_ALLREDUCE (DPT_COMM_ALGORITHM_LIST(DPT__CHOICE_VAL) + 1)
 
+/* The values of the key reduction_order (docs/TRAINING.md, "Reduction
+ * order"): fast sums each device's rows and then the devices' sums (the
+ * bits follow the device and rank counts); invariant adds fixed chunks of
+ * reduction_chunk rows by one tree (dpt/towers.h, "Count-invariant
+ * reduction"), the same bits for any count. */
+#define DPT_REDUCTION_ORDER_LIST(X) \
+    X(DPT_REDUCTION_FAST, "fast")   \
+    X(DPT_REDUCTION_INVARIANT, "invariant")
+
+/* clang-format off */
+typedef enum dpt_reduction_order {
+#define DPT__RORDER_ENUM(sym, name) sym,
+    DPT_REDUCTION_ORDER_LIST(DPT__RORDER_ENUM)
+#undef DPT__RORDER_ENUM
+} dpt_reduction_order_t;
+/* clang-format on */
+#define DPT_CHOICES_REDUCTION_ORDER (DPT_REDUCTION_ORDER_LIST(DPT__CHOICE2) + 1)
+
 /* The datasets of the jobs that train on data (key dataset):
  * X(symbol, name, the jobs that train on it). */
 #define DPT_DATASET_LIST(X)                                      \
@@ -283,6 +301,13 @@ typedef enum dpt_dataset_id {
     X(reduce_op, ENUM, DPT_JOBS_TOWERS, 0, "avg", 0, 0, DPT_CHOICES_REDUCE_OP,                     \
       "how the devices' (and ranks') gradients combine before the update: avg (their mean) or "    \
       "sum; not for towers_mode = async")                                                          \
+    X(reduction_order, ENUM, DPT_JOBS_SUP, 0, "fast", 0, 0, DPT_CHOICES_REDUCTION_ORDER,           \
+      "how gradients are added: fast (each device its rows, then the devices and ranks) or "       \
+      "invariant (fixed chunks of reduction_chunk rows added by one tree over the chunks: the "    \
+      "same weights for any num_devices and number of ranks, and a resume may change them)")       \
+    X(reduction_chunk, INT, DPT_JOBS_SUP, 0, "16", 1, 1e6, "",                                     \
+      "reduction_order = invariant: rows per chunk (batch_size must be a multiple of it, with "    \
+      "at least one chunk per device of every rank)")                                              \
     X(async_scale, FLOAT, DPT_JOBS_TOWERS, 0, "0", 0, 1e6, "",                                     \
       "towers_mode = async: each device's gradient is multiplied by this before it applies it "    \
       "(0 = 1 / num_devices)")                                                                     \

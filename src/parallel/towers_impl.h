@@ -153,8 +153,8 @@ int dpt__norm_refused(dpt__tower_t *w, double sq, int *rc);
 /* The count-invariant reduction (towers_invariant.c; dpt/towers.h has the
  * semantics). check: the config's rules (chunk_rows > 0). create/destroy:
  * t->inv (destroy is safe on a half-built one). cap_rows: the rows a
- * device's stack must hold. device_rows: device d's rows of one
- * minibatch; share_rows: this participant's. plan: a load's plan (the
+ * device's stack must hold. share_rows: this participant's rows of one
+ * minibatch. plan: a load's plan (the
  * checks of dpt__towers_plan done by the caller). copy: device w's rows
  * of every minibatch of src into its stack. job_step: the step of device
  * w. stats: the step's figures, from its chunks in order. */
@@ -162,7 +162,6 @@ int dpt__inv_check(const dpt_towers_config_t *c, const dpt_batch_t *layout);
 int dpt__inv_create(dpt_towers_t *t);
 void dpt__inv_destroy(dpt_towers_t *t);
 size_t dpt__inv_cap_rows(const dpt_towers_t *t);
-size_t dpt__inv_device_rows(const dpt_towers_t *t, int d);
 size_t dpt__inv_share_rows(const dpt_towers_t *t);
 int dpt__inv_plan(const dpt_towers_t *t, const dpt_batch_t *b, size_t fixed_pdb,
                   dpt_towers_load_info_t *li);

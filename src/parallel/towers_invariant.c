@@ -247,13 +247,6 @@ size_t dpt__inv_cap_rows(const dpt_towers_t *t)
     return (steps ? steps : 1) * v->pdb;
 }
 
-size_t dpt__inv_device_rows(const dpt_towers_t *t, int d)
-{
-    const dpt__inv_t *v = t->inv;
-    size_t g = (size_t)v->p * (size_t)t->cfg.num_devices + (size_t)d;
-    return (v->first[g + 1] - v->first[g]) * t->cfg.chunk_rows;
-}
-
 size_t dpt__inv_share_rows(const dpt_towers_t *t)
 {
     const dpt__inv_t *v = t->inv;
@@ -342,29 +335,52 @@ typedef struct dpt__inv_known {
     size_t cap;
 } dpt__inv_known_t;
 
-/* out[lo, hi) = node (level, j) of the tree, from the known nodes: a known
- * node is read, any other is its left child plus its right child (when
- * that starts below K). The right child is evaluated into the scratch
- * buffer of `level`, which nothing below that level uses. */
-static void dpt__inv_eval(const dpt__inv_t *v, const dpt__inv_known_t *kn, int level, size_t j,
-                          float *out, size_t lo, size_t hi)
+/* out[i] = a[i] + b[i] for i in [lo, hi): the same bits as adding b to a. */
+static void dpt__inv_add(float *out, const float *a, const float *b, size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++)
+        out[i] = a[i] + b[i];
+}
+
+/* Node (level, j) of the tree over [lo, hi) of the arena, from the known
+ * nodes: a known node's own buffer, or `out` holding its left child plus its
+ * right child (its left child alone when the right one starts at K). The
+ * right child is evaluated into the scratch buffer of `level`, which
+ * nothing below that level uses. */
+static const float *dpt__inv_eval(const dpt__inv_t *v, const dpt__inv_known_t *kn, int level,
+                                  size_t j, float *out, size_t lo, size_t hi)
 {
     size_t s = j << level, e = (j + 1) << level;
     if (e > v->K)
         e = v->K;
     const float *known = dpt__inv_find(kn->spans, kn->counts, kn->groups, kn->cap, s, e);
-    if (known || level == 0) {
-        /* (level 0 is always known: every chunk belongs to some device) */
-        if (known)
-            memcpy(out + lo, known + lo, (hi - lo) * sizeof *out);
-        return;
-    }
-    dpt__inv_eval(v, kn, level - 1, 2 * j, out, lo, hi);
+    if (known || level == 0)
+        return known; /* (every chunk belongs to some device: a leaf is known) */
+    const float *l = dpt__inv_eval(v, kn, level - 1, 2 * j, out, lo, hi);
     if (((2 * j + 1) << (level - 1)) >= v->K)
-        return;
+        return l;
     float *tmp = v->scratch.data + (size_t)level * v->stride;
-    dpt__inv_eval(v, kn, level - 1, 2 * j + 1, tmp, lo, hi);
-    dpt_vec_axpy(out + lo, tmp + lo, hi - lo, 1.0f);
+    const float *r = dpt__inv_eval(v, kn, level - 1, 2 * j + 1, tmp, lo, hi);
+    dpt__inv_add(out, l, r, lo, hi);
+    return out;
+}
+
+/* The root over block b of the arena, times scale, into the sum, with the
+ * block's sum of squares: the root's last addition and the scale in one
+ * pass ((l + r) * scale, the same bits as the two). */
+static void dpt__inv_root_block(dpt__inv_t *v, const dpt__inv_known_t *kn, size_t b, size_t count,
+                                float scale, const dpt_optim_t *marks)
+{
+    size_t s = b * DPT__INV_BLOCK, e = s + DPT__INV_BLOCK < count ? s + DPT__INV_BLOCK : count;
+    float *g = v->sum.data;
+    const float *l = dpt__inv_find(kn->spans, kn->counts, kn->groups, kn->cap, 0, v->K), *r = NULL;
+    if (!l) {
+        l = dpt__inv_eval(v, kn, v->levels - 1, 0, g, s, e);
+        r = dpt__inv_eval(v, kn, v->levels - 1, 1, v->scratch.data + (size_t)v->levels * v->stride,
+                          s, e);
+    }
+    v->block_sq[b] = dpt_optim_sumsq_less_running(
+        marks, dpt__add_scale_sumsq(g + s, l + s, r ? r + s : NULL, e - s, scale), g, s, e);
 }
 
 /* Step 1 for device w: its chunks of minibatch `m`, added as a binary
@@ -440,9 +456,13 @@ static int dpt__inv_gather(dpt_towers_t *t, dpt__tower_t *w, int failed, size_t 
     int d = w->index, N = t->cfg.num_devices;
     dpt__inv_known_t dev = {v->nodes, v->nnodes, N, (size_t)v->depth};
     const dpt__inv_span_t *mine = v->pspans + (size_t)v->p * (size_t)v->M;
-    for (int i = 0; !failed && i < v->npspans[v->p]; i++)
-        dpt__inv_eval(v, &dev, mine[i].level, mine[i].lo >> mine[i].level,
-                      v->send + (size_t)i * v->stride, lo, hi);
+    for (int i = 0; !failed && i < v->npspans[v->p]; i++) {
+        float *slot = v->send + (size_t)i * v->stride;
+        const float *node =
+            dpt__inv_eval(v, &dev, mine[i].level, mine[i].lo >> mine[i].level, slot, lo, hi);
+        if (node != slot)
+            memcpy(slot + lo, node + lo, (hi - lo) * sizeof *slot);
+    }
     dpt__barrier_wait(&t->barrier);
     if (d == 0) {
         v->send[v->msg - 2] = failed ? NAN : 0.0f;
@@ -495,17 +515,15 @@ int dpt__inv_job_step(dpt_towers_t *t, dpt__tower_t *w)
     if (lo > hi)
         lo = hi;
     double rows;
+    dpt__inv_known_t kn = {v->nodes, v->nnodes, N, (size_t)v->depth};
     if (v->P == 1) {
         if (failed)
             return w->rc ? dpt_error(w->rc, "%s", msg) : DPT_OK;
-        dpt__inv_known_t dev = {v->nodes, v->nnodes, N, (size_t)v->depth};
-        dpt__inv_eval(v, &dev, v->levels, 0, v->sum.data, lo, hi);
         rows = dpt__inv_rows(t);
     } else {
         if (dpt__inv_gather(t, w, failed, lo, hi, msg, &rc))
             return rc;
-        dpt__inv_known_t all = {v->pspans, v->npspans, v->P, (size_t)v->M};
-        dpt__inv_eval(v, &all, v->levels, 0, v->sum.data, lo, hi);
+        kn = (dpt__inv_known_t){v->pspans, v->npspans, v->P, (size_t)v->M};
         rows = 0.0;
         for (int q = 0; q < v->P; q++)
             rows += (double)v->recv[(size_t)q * v->msg + v->msg - 1];
@@ -513,12 +531,8 @@ int dpt__inv_job_step(dpt_towers_t *t, dpt__tower_t *w)
     float scale = t->cfg.weight_rows ? (float)(1.0 / rows) : 1.0f / (float)v->K;
     dpt_optim_t *marks = dpt_towers_optimizer(t); /* every optimizer has the same marks */
     float *g = v->sum.data;
-    for (size_t b = b0; b < b1; b++) {
-        size_t s = b * DPT__INV_BLOCK,
-               e = s + DPT__INV_BLOCK < t->nparams ? s + DPT__INV_BLOCK : t->nparams;
-        v->block_sq[b] = dpt_optim_sumsq_less_running(
-            marks, dpt__add_scale_sumsq(g + s, g + s, NULL, e - s, scale), g, s, e);
-    }
+    for (size_t b = b0; b < b1; b++)
+        dpt__inv_root_block(v, &kn, b, t->nparams, scale, marks);
     dpt__barrier_wait(&t->barrier);
     double sq = 0.0;
     for (size_t b = 0; b < v->nblocks; b++)

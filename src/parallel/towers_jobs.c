@@ -480,8 +480,8 @@ static int dpt__job_gradset(dpt_towers_t *t, dpt__tower_t *w)
 {
     const dpt__stack_info_t *si = &t->stacks[t->job_stack];
     dpt_batch_t view;
-    dpt__towers_view(t, w, t->job_stack, 0,
-                     t->inv ? dpt__inv_device_rows(t, w->index) : si->per_device_batch, &view);
+    dpt__towers_view(t, w, t->job_stack, 0, t->inv ? t->cfg.chunk_rows : si->per_device_batch,
+                     &view);
     uint32_t bits = DPT__SENTINEL_BITS;
     float s;
     memcpy(&s, &bits, sizeof s);

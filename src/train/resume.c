@@ -37,6 +37,18 @@ static void dpt__resume_compare_env(const dpt_config_t *a, const dpt_config_t *b
     }
 }
 
+/* Whether key k may differ between a and b whatever its flags: the device
+ * count of a run in the invariant reduction order (its weights do not
+ * depend on it). */
+static int dpt__resume_key_free(const dpt_config_t *a, const dpt_config_t *b, dpt_config_key_t k)
+{
+    if (k != DPT_CFG_num_devices || !dpt_config_applies(a, DPT_CFG_reduction_order) ||
+        !dpt_config_applies(b, DPT_CFG_reduction_order))
+        return 0;
+    return DPT_CI(a, reduction_order) == DPT_REDUCTION_INVARIANT &&
+           DPT_CI(b, reduction_order) == DPT_REDUCTION_INVARIANT;
+}
+
 /* Keys of `a` and `b` whose values differ, limited to those without
  * `allowed` flags, and the env_config entries that differ; DPT_EINVAL listing
  * them. */
@@ -47,7 +59,8 @@ static int dpt__resume_compare(const dpt_config_t *a, const dpt_config_t *b, uns
     int n = 0;
     for (int k = 0; k < DPT_CFG_COUNT; k++) {
         const dpt_config_key_info_t *ki = dpt_config_key_info((dpt_config_key_t)k);
-        if ((ki->flags & allowed) || !dpt_config_applies(a, (dpt_config_key_t)k))
+        if ((ki->flags & allowed) || !dpt_config_applies(a, (dpt_config_key_t)k) ||
+            dpt__resume_key_free(a, b, (dpt_config_key_t)k))
             continue;
         const char *x = dpt_config_str(a, (dpt_config_key_t)k);
         const char *y = dpt_config_str(b, (dpt_config_key_t)k);

@@ -57,6 +57,7 @@ typedef struct sup {
     dpt_schedule_t sched;
     int shuffle;
     size_t batch;     /* batch_size: rows per step over all ranks and devices */
+    size_t chunk;     /* reduction_order = invariant: reduction_chunk; else 0 */
     dpt_comm_t *comm; /* the ranks' communicator when there are several; else NULL */
     int rank, nranks; /* 0 and 1 in one process */
     uint64_t epochs;
@@ -93,6 +94,20 @@ static int dpt__sup_check_layout(const sup_t *s, size_t batch, int devices)
 {
     size_t rows = s->task.rows, ranks = (size_t)s->nranks;
     const char *name = dpt__task_dataset_name(s->task.dataset);
+    if (s->chunk) {
+        /* (batch_size is a multiple of reduction_chunk: dpt__sup_check) */
+        if (batch / s->chunk < ranks * (size_t)devices)
+            return dpt_error(DPT_EINVAL,
+                             "batch_size %zu holds %zu chunks of reduction_chunk %zu rows, fewer "
+                             "than the %zu ranks x num_devices %d: every device needs a chunk",
+                             batch, batch / s->chunk, s->chunk, ranks, devices);
+        if (rows < batch)
+            return dpt_error(DPT_EINVAL,
+                             "the %s training set has %zu rows, fewer than batch_size %zu "
+                             "(reduction_order = invariant keeps every batch whole)",
+                             name, rows, batch);
+        return DPT_OK;
+    }
     if (ranks > 1) {
         if (batch % (ranks * (size_t)devices))
             return dpt_error(DPT_EINVAL,
@@ -137,6 +152,8 @@ static int dpt__sup_towers_config(sup_t *s, const dpt_config_t *c, size_t pdb,
     tc->async_scale = (float)DPT_CF(c, async_scale);
     tc->comm = s->comm;
     tc->bucket_bytes = (size_t)DPT_CI(c, bucket_bytes);
+    tc->chunk_rows = s->chunk;
+    tc->global_batch = s->chunk ? s->batch : 0;
     return DPT_OK;
 }
 
@@ -172,7 +189,8 @@ static int dpt__sup_build(sup_t *s, const dpt_config_t *c)
     if ((rc = dpt__sup_check_layout(s, batch, devices)) != 0)
         return rc;
     s->batch = batch;
-    size_t pdb = batch / (size_t)devices / (size_t)s->nranks;
+    /* Invariant: the model is called on one chunk at a time. */
+    size_t pdb = s->chunk ? s->chunk : batch / (size_t)devices / (size_t)s->nranks;
     dpt_towers_config_t tc;
     if ((rc = dpt__sup_towers_config(s, c, pdb, &tc)) != 0 ||
         (rc = dpt__net_init(&s->net, &s->task, pdb)) != 0 ||
@@ -224,6 +242,8 @@ static int dpt__sup_create(void **out, const dpt_config_t *c, const dpt_trainer_
         s->rank = dpt_comm_rank(comm);
         s->nranks = dpt_comm_size(comm);
     }
+    if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT)
+        s->chunk = (size_t)DPT_CI(c, reduction_chunk);
     int rc = dpt__task_init(&s->task, c, NULL);
     if (!rc)
         rc = dpt__sup_build(s, c);
@@ -260,10 +280,20 @@ static int dpt__sup_load_epoch(sup_t *s, sup_epoch_t *e)
     /* Each epoch's order depends only on the stream position, so a resumed
      * run shuffles exactly as an uninterrupted one. */
     dpt__task_order(s->perm, rows, &s->shuffle_rng, s->shuffle);
-    size_t share = 0, pdb = 0, take = rows;
+    size_t share = 0, pdb = 0, take = rows, row0 = 0;
     e->nbatches = rows;
     e->batch = rows;
-    if (s->nranks > 1) {
+    if (s->chunk) {
+        /* Invariant: batch k is positions [k B, (k + 1) B) of the order
+         * whatever the counts; this rank loads its rows of each, batch
+         * after batch, and the towers give each device its chunks. */
+        int rc = dpt_towers_share(s->towers, &row0, &share);
+        if (rc)
+            return rc;
+        e->batch = s->batch;
+        e->nbatches = rows / s->batch;
+        take = e->nbatches * share;
+    } else if (s->nranks > 1) {
         size_t P = (size_t)s->nranks, D = (size_t)dpt_towers_get_config(s->towers)->num_devices;
         e->batch = rows >= s->batch ? s->batch : rows - rows % (P * D);
         e->nbatches = rows >= s->batch ? rows / s->batch : 1;
@@ -273,7 +303,9 @@ static int dpt__sup_load_epoch(sup_t *s, sup_epoch_t *e)
     }
     for (size_t i = 0; i < take; i++) {
         size_t pos = i; /* the row's position in the epoch's order */
-        if (s->nranks > 1) {
+        if (s->chunk) {
+            pos = (i / share) * e->batch + row0 + i % share;
+        } else if (s->nranks > 1) {
             size_t dev = i / (e->nbatches * pdb), k = i % (e->nbatches * pdb);
             pos = (k / pdb) * e->batch + (size_t)s->rank * share + dev * pdb + k % pdb;
         }
@@ -287,10 +319,12 @@ static int dpt__sup_load_epoch(sup_t *s, sup_epoch_t *e)
             s->ys[i] = d->labels[src];
     }
     dpt_batch_t b = dpt__task_batch(take, dim, s->xs, s->ys, s->yt, ydim, s->keys);
+    if (s->chunk) /* (its minibatch is batch_size: no per-device size to give) */
+        pdb = 0;
     int rc = dpt_towers_load_ex(s->towers, 0, &b, pdb, &e->li);
     if (rc)
         return rc;
-    e->dropped = s->nranks > 1 ? rows - e->nbatches * e->batch : e->li.rows_dropped;
+    e->dropped = s->nranks > 1 || s->chunk ? rows - e->nbatches * e->batch : e->li.rows_dropped;
     return DPT_OK;
 }
 
@@ -384,6 +418,10 @@ static int dpt__sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
         rc = dpt__task_save_pos(w, &s->shuffle_rng, s->samples);
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(w, "steps_total", s->steps);
+    /* The chunk size of an invariant run (0: the fast order): a resume
+     * with other device or rank counts continues bitwise with it. */
+    if (!rc)
+        rc = dpt_safetensors_set_meta_u64(w, "reduction_chunk", s->chunk);
     return rc;
 }
 
@@ -396,6 +434,20 @@ static int dpt__sup_restore(void *self, const dpt_safetensors_t *st)
     if ((rc = dpt__task_read_pos(st, s->epochs, &pos, &samples, &epoch)) != 0 ||
         (rc = dpt_safetensors_meta_u64(st, "steps_total", &steps)) != 0)
         return rc;
+    uint64_t chunk = 0; /* (absent from checkpoints made before the key: fast) */
+    if (dpt_safetensors_meta(st, "reduction_chunk") &&
+        (rc = dpt_safetensors_meta_u64(st, "reduction_chunk", &chunk)) != 0)
+        return rc;
+    if (chunk != s->chunk) {
+        char was[64], now[64];
+        snprintf(was, sizeof was,
+                 chunk ? "invariant order, chunks of %" PRIu64 " rows" : "fast order", chunk);
+        snprintf(now, sizeof now, s->chunk ? "invariant order, chunks of %zu rows" : "fast order",
+                 s->chunk);
+        return dpt_error(DPT_EINVAL,
+                         "checkpoint %s was trained in the %s; this trainer is in the %s",
+                         dpt_safetensors_path(st), was, now);
+    }
     /* Read every tensor into scratch before changing anything, so a
      * checkpoint that does not fit leaves the trainer as it was. */
     dpt__optim_ckpt_t ck;
@@ -475,6 +527,28 @@ static const dpt_trainer_ops_t dpt__sup_ops = {
 static int dpt__sup_check(const dpt_config_t *c)
 {
     int64_t b = DPT_CI(c, batch_size), d = DPT_CI(c, num_devices);
+    if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT) {
+        int64_t k = DPT_CI(c, reduction_chunk);
+        if ((dpt_towers_mode_t)DPT_CI(c, towers_mode) == DPT_TOWERS_ASYNC)
+            return dpt_error(DPT_EINVAL, "reduction_order = invariant needs towers_mode = ps or "
+                                         "replicated (async devices apply their updates in no "
+                                         "fixed order)");
+        if ((dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM)
+            return dpt_error(
+                DPT_EINVAL, "reduction_order = invariant averages over the batch; reduce_op = "
+                            "sum (a sum over devices) depends on num_devices: use reduce_op = avg");
+        if (b % k)
+            return dpt_error(DPT_EINVAL,
+                             "batch_size %lld must be a multiple of reduction_chunk %lld "
+                             "(reduction_order = invariant adds whole chunks)",
+                             (long long)b, (long long)k);
+        if (b / k < d)
+            return dpt_error(DPT_EINVAL,
+                             "batch_size %lld holds %lld chunks of reduction_chunk %lld rows, "
+                             "fewer than num_devices %lld: every device needs a chunk",
+                             (long long)b, (long long)(b / k), (long long)k, (long long)d);
+        return DPT_OK;
+    }
     if (b % d)
         return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by num_devices %lld",
                          (long long)b, (long long)d);

@@ -1,0 +1,121 @@
+#!/bin/sh
+# reduction_order = invariant through `dpt train`: the final checkpoints
+# (weights and optimizer state) are bitwise equal whatever the device and
+# rank counts, and a run resumed with another device count continues as
+# the uninterrupted one; the fast order gives other bits (so the
+# comparisons can tell); the rules of the keys are refused with exit 2.
+#
+#   supervised, spirals, batch 40 in chunks of 8 (5 chunks: 3 devices hold
+#   2, 2, 1 and 4 devices 2, 1, 1, 1): 1, 2, 3 and 4 devices (ps), 3
+#   (replicated); under mpirun 2 ranks x 2 devices, 4 ranks x 1 and 3 x 1;
+#   checkpointed with 2 devices after 2 epochs, resumed with 3.
+#
+# usage: invariant_test.sh DPT CKPT_COMPARE MPIRUN WORKDIR
+# The mpirun cases are skipped (and say so) when the build has no MPI or
+# there is no mpirun.
+dpt="$1" cmp="$2" mpirun="$3" work="$4"
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+passes=0 fails=0
+ok() { echo "ok   $*"; passes=$((passes + 1)); }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+mpi=0
+if "$dpt" info | grep -q "^  mpi    yes" && [ -n "$mpirun" ] && command -v "$mpirun" >/dev/null 2>&1; then
+    mpi=1
+fi
+
+# run NAME CONFIG [--set ...]: a run into directory NAME; fails the test
+# when it does not finish.
+run() {
+    name="$1" conf="$2"
+    shift 2
+    out=$("$dpt" train "$conf" --quiet --set output_dir="$name" "$@" 2>&1) ||
+        { bad "$name: exit $?: $(printf '%s\n' "$out" | tail -2)"; return 1; }
+}
+mpi_run() {
+    np="$1" name="$2" conf="$3"
+    shift 3
+    out=$("$mpirun" --oversubscribe -np "$np" "$dpt" train "$conf" --quiet \
+        --set output_dir="$name" "$@" 2>&1) ||
+        { bad "$name: mpirun -np $np: exit $?: $(printf '%s\n' "$out" | tail -2)"; return 1; }
+}
+# same A B WHAT: A's and B's final checkpoints are bitwise identical.
+same() {
+    if "$cmp" "$1" "$2" >/dev/null 2>&1; then
+        ok "$3: bitwise equal"
+    else
+        bad "$3: the checkpoints differ: $("$cmp" "$1" "$2" 2>&1 | head -1)"
+    fi
+}
+
+printf 'job = supervised\ndataset = spirals\nspirals_points = 400\nhidden = 16,16\n' > sup.conf
+printf 'epochs = 3\nbatch_size = 40\ngrad_clip = 0.5\nseed = 4\n' >> sup.conf
+printf 'reduction_order = invariant\nreduction_chunk = 8\n' >> sup.conf
+last=checkpoints/checkpoint-00000003.safetensors
+
+run s1 sup.conf --set num_devices=1
+for d in 2 3 4; do
+    run s$d sup.conf --set num_devices=$d && same s1/$last s$d/$last "supervised, $d devices against 1"
+done
+run r3 sup.conf --set num_devices=3 --set towers_mode=replicated &&
+    same s1/$last r3/$last "supervised, 3 replicated devices against 1 ps"
+
+# Checkpointed with 2 devices after epoch 2 (the run's last checkpoint
+# removed, as if it had stopped there), resumed with 3.
+run res sup.conf --set num_devices=2 && rm res/$last &&
+    if out=$("$dpt" train --resume res --set num_devices=3 --quiet 2>&1); then
+        same s2/$last res/$last "supervised, 2 devices resumed with 3 against 2 throughout"
+        grep -q "num_devices = 3 (was 2)" res/overrides.log ||
+            bad "the resume's overrides.log does not record num_devices"
+    else
+        bad "the resume with 3 devices: $(printf '%s\n' "$out" | tail -2)"
+    fi
+
+if [ $mpi -eq 1 ]; then
+    mpi_run 2 m22 sup.conf --set num_devices=2 &&
+        same s1/$last m22/$last "supervised, mpirun 2 ranks x 2 devices against 1 device"
+    mpi_run 4 m41 sup.conf --set num_devices=1 &&
+        same s1/$last m41/$last "supervised, mpirun 4 ranks x 1 device against 1 device"
+    mpi_run 3 m31 sup.conf --set num_devices=1 &&
+        same s1/$last m31/$last "supervised, mpirun 3 ranks x 1 device against 1 device"
+else
+    echo "skip the mpirun cases: this build has no MPI or there is no mpirun"
+fi
+
+# The fast order: 1 and 2 devices end with other bits.
+sed 's/^reduction_order = invariant/reduction_order = fast/' sup.conf > fast.conf
+if run f1 fast.conf --set num_devices=1 && run f2 fast.conf --set num_devices=2; then
+    if "$cmp" f1/$last f2/$last >/dev/null 2>&1; then
+        bad "fast order: 1 and 2 devices gave the same bits (the comparisons cannot tell)"
+    else
+        ok "fast order: 1 and 2 devices differ"
+    fi
+fi
+# ... and a resume with another device count is refused there.
+if out=$("$dpt" train --resume f2 --set num_devices=3 2>&1); then
+    bad "fast order: a resume with another num_devices was accepted"
+else
+    rc=$?
+    printf '%s\n' "$out" | grep -q "num_devices" && [ $rc -eq 2 ] &&
+        ok "fast order: a resume with another num_devices is refused (exit 2)" ||
+        bad "fast order resume: exit $rc: $out"
+fi
+
+# refused WHAT PATTERN ARGS...: exit 2 naming the problem, nothing written.
+refused() {
+    what="$1" pattern="$2"
+    shift 2
+    out=$("$dpt" train sup.conf --set output_dir=bad "$@" 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q -- "$pattern" && [ ! -e bad ]; then
+        ok "$what: refused (exit 2)"
+    else
+        bad "$what: exit $rc, or no \"$pattern\": $out"
+    fi
+}
+refused "a batch that is not whole chunks" "multiple of reduction_chunk" --set batch_size=44
+refused "fewer chunks than devices" "every device needs a chunk" --set num_devices=6
+refused "async towers" "ps or replicated" --set towers_mode=async
+refused "reduce_op = sum" "reduce_op = avg" --set reduce_op=sum
+refused "a batch larger than the training set" "fewer than batch_size" --set batch_size=800
+
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
