@@ -81,6 +81,35 @@ else
     echo "skip the mpirun cases: this build has no MPI or there is no mpirun"
 fi
 
+# PPO on CartPole: 8 envs, minibatches of 64 in chunks of 16; 1, 2 and 4
+# devices (each stepping its share of the envs) collect the same rollouts
+# and end with the same bits; 2 devices resumed with 4 continue as 2.
+printf 'job = ppo\nenv = CartPole-v1\nnum_envs_per_worker = 8\nrollout_fragment_length = 32\n' > ppo.conf
+printf 'sgd_minibatch_size = 64\nnum_sgd_iter = 2\ntotal_timesteps = 1536\ngrad_clip = 0.5\n' >> ppo.conf
+printf 'reduction_order = invariant\nreduction_chunk = 16\nseed = 5\ncheckpoint_every = 1\n' >> ppo.conf
+plast=checkpoints/checkpoint-00000006.safetensors
+run p1 ppo.conf --set num_devices=1
+for d in 2 4; do
+    run p$d ppo.conf --set num_devices=$d && same p1/$plast p$d/$plast "ppo, $d devices against 1"
+done
+run pres ppo.conf --set num_devices=2 && rm pres/$plast pres/checkpoints/checkpoint-00000005.safetensors &&
+    if out=$("$dpt" train --resume pres --set num_devices=4 --quiet 2>&1); then
+        same p2/$plast pres/$plast "ppo, 2 devices resumed with 4 after iteration 4 against 2 throughout"
+    else
+        bad "the ppo resume with 4 devices: $(printf '%s\n' "$out" | tail -2)"
+    fi
+sed 's/^reduction_order = invariant/reduction_order = fast/' ppo.conf > pfast.conf
+if run pf1 pfast.conf --set num_devices=1 && run pf2 pfast.conf --set num_devices=2; then
+    if "$cmp" pf1/$plast pf2/$plast >/dev/null 2>&1; then
+        bad "ppo, fast order: 1 and 2 devices gave the same bits"
+    else
+        ok "ppo, fast order: 1 and 2 devices differ"
+    fi
+fi
+out=$("$dpt" train ppo.conf --set output_dir=bad --set use_lstm=true 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q "feed-forward" && [ ! -e bad ] &&
+    ok "ppo with an LSTM: refused (exit 2)" || bad "ppo with an LSTM: exit $rc: $out"
+
 # The fast order: 1 and 2 devices end with other bits.
 sed 's/^reduction_order = invariant/reduction_order = fast/' sup.conf > fast.conf
 if run f1 fast.conf --set num_devices=1 && run f2 fast.conf --set num_devices=2; then

@@ -31,7 +31,10 @@
  */
 #include "dpt/status.h"
 #include "optim/optim_impl.h"
+#include "reduction.h"
 #include "towers_impl.h"
+
+#include <inttypes.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -574,4 +577,33 @@ void dpt__inv_stats(const dpt_towers_t *t, dpt_towers_stats_t *stats)
     stats->correct = correct;
     stats->rows = rows;
     stats->grad_norm = t->towers[0].norm;
+}
+
+/* ---- the order in checkpoints ------------------------------------------------ */
+
+int dpt__reduction_save(dpt_safetensors_writer_t *w, size_t chunk)
+{
+    return dpt_safetensors_set_meta_u64(w, "reduction_chunk", chunk);
+}
+
+int dpt__reduction_check(const dpt_safetensors_t *st, size_t chunk)
+{
+    uint64_t was = 0; /* (absent from checkpoints made before the key: fast) */
+    int rc;
+    if (dpt_safetensors_meta(st, "reduction_chunk") &&
+        (rc = dpt_safetensors_meta_u64(st, "reduction_chunk", &was)) != 0)
+        return rc;
+    if (was == chunk)
+        return DPT_OK;
+    char a[64], b[64];
+    if (was)
+        snprintf(a, sizeof a, "invariant order, chunks of %" PRIu64 " rows", was);
+    else
+        snprintf(a, sizeof a, "fast order");
+    if (chunk)
+        snprintf(b, sizeof b, "invariant order, chunks of %zu rows", chunk);
+    else
+        snprintf(b, sizeof b, "fast order");
+    return dpt_error(DPT_EINVAL, "checkpoint %s was trained in the %s; this run is in the %s",
+                     dpt_safetensors_path(st), a, b);
 }

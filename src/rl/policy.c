@@ -387,6 +387,33 @@ int dpt_policy_act_state(dpt_policy_t *p, const float *params, const float *obs,
     return DPT_OK;
 }
 
+int dpt__policy_act_rows(dpt_policy_t *p, const float *params, const float *obs, size_t n,
+                         dpt_rng_t *rngs, void *actions, float *logp, float *values)
+{
+    const float *feat, *z;
+    int rc = dpt__policy_features(p, params, obs, NULL, n, 1, &feat);
+    if (!rc)
+        rc = dpt_seq_forward(p->actor, params, feat, n, &z);
+    if (rc)
+        return rc;
+    size_t k = p->out_dim;
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (p->discrete)
+            rc = dpt_categorical_sample(z + i * k, 1, k, &rngs[i], (int32_t *)actions + i,
+                                        logp ? logp + i : NULL);
+        else
+            dpt_gaussian_sample(z + i * k, params + p->log_std_off, 1, k, &rngs[i],
+                                (float *)actions + i * k, logp ? logp + i : NULL);
+    }
+    if (rc || !values)
+        return rc;
+    const float *v;
+    if ((rc = dpt_seq_forward(p->critic, params, feat, n, &v)) != 0)
+        return rc;
+    memcpy(values, v, n * sizeof(float));
+    return DPT_OK;
+}
+
 int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n, dpt_rng_t *rng,
                    void *actions, float *logp, float *values)
 {

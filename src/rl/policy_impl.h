@@ -47,6 +47,12 @@ struct dpt_policy {
  * observation shape, its variables appended to p->vars; p->enc_dim its
  * output size (the observation size without one). DPT_EINVAL naming the
  * layer and the shapes, DPT_ENOMEM. */
+/* dpt_policy_act() of a feed-forward policy with one stream per row: row
+ * i's action is drawn from rngs[i] (the invariant order's per-env
+ * streams), the same bits whichever rows share the call. */
+int dpt__policy_act_rows(dpt_policy_t *p, const float *params, const float *obs, size_t n,
+                         dpt_rng_t *rngs, void *actions, float *logp, float *values);
+
 int dpt__policy_encoder_create(dpt_policy_t *p, size_t max_batch);
 /* The encoder's output for n observation rows into *e (obs itself
  * without an encoder). */

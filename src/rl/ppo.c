@@ -10,6 +10,7 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "optim/optim_ckpt.h"
+#include "parallel/reduction.h"
 #include "env_internal.h"
 #include "core/prof.h"
 #include "rl_engine.h"
@@ -68,8 +69,12 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_ppo_co
     int rc = dpt__rl_check_config(&cfg->common, &cfg->learn, rows);
     if (rc)
         return rc;
+    size_t chunk = cfg->towers.chunk_rows;
+    if (chunk && cfg->common.policy.use_lstm)
+        return dpt_error(DPT_EINVAL, "ppo: the invariant order (chunk_rows) takes feed-forward "
+                                     "policies");
     if (cfg->towers.num_devices < 1 ||
-        cfg->learn.sgd_minibatch_size % (size_t)cfg->towers.num_devices)
+        (!chunk && cfg->learn.sgd_minibatch_size % (size_t)cfg->towers.num_devices))
         return dpt_error(DPT_EINVAL,
                          "ppo: sgd_minibatch_size %zu must be divisible by "
                          "num_devices %d",
@@ -81,7 +86,8 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_ppo_co
     p->cls = cls;
     p->rows = rows;
     p->L = cfg->common.policy.use_lstm ? cfg->common.policy.max_seq_len : 0;
-    size_t pdb = cfg->learn.sgd_minibatch_size / (size_t)cfg->towers.num_devices;
+    /* (invariant: the learner is called on one chunk at a time) */
+    size_t pdb = chunk ? chunk : cfg->learn.sgd_minibatch_size / (size_t)cfg->towers.num_devices;
     if ((rc = dpt__rollout_init(&p->ro, cls, cfg->common.num_envs,
                                 cfg->common.rollout_fragment_length, cfg->common.seed, 0,
                                 cfg->common.policy.use_lstm ? cfg->common.policy.lstm_cell_size
@@ -103,6 +109,12 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_ppo_co
     }
     dpt_model_t model = dpt_policy_ppo_model(p->learner, &cfg->learn.loss);
     dpt_towers_config_t tc = dpt__rl_towers_config(&cfg->common, &cfg->towers, pdb, load_rows);
+    tc.chunk_rows = chunk;
+    tc.global_batch = chunk ? cfg->learn.sgd_minibatch_size : 0;
+    /* Invariant: each env's actions from its own stream, whichever device
+     * steps it. */
+    if (chunk && (rc = dpt__rollout_env_streams(&p->ro, 0)) != 0)
+        goto fail;
     dpt_batch_t lay;
     unsigned char frozen[DPT__RL_MAX_VARS];
     if ((rc = dpt__rl_layout(p->learner, &lay)) != 0 ||
@@ -204,7 +216,10 @@ int dpt_ppo_train(dpt_ppo_t *p, dpt_rl_result_t *res)
     dpt_towers_load_info_t plan, li;
     if ((rc = dpt_towers_plan(p->towers, &b, 0, &plan)) != 0)
         return rc;
-    if (c->learn.normalize_advantages == DPT_ADV_NORM_MINIBATCH)
+    /* (invariant: minibatch k is rows [k B, (k + 1) B) of the batch) */
+    if (c->learn.normalize_advantages == DPT_ADV_NORM_MINIBATCH && c->towers.chunk_rows)
+        dpt__rl_normalize_minibatches(p->batch.adv, 1, plan.rows_loaded, plan.minibatch);
+    else if (c->learn.normalize_advantages == DPT_ADV_NORM_MINIBATCH)
         dpt__rl_normalize_minibatches_masked(p->batch.adv, p->L ? p->batch.mask : NULL,
                                              (size_t)c->towers.num_devices, plan.rows_per_device,
                                              plan.per_device_batch);
@@ -290,7 +305,8 @@ int dpt_ppo_checkpoint(dpt_ppo_t *p, dpt_safetensors_writer_t *w)
         (rc = dpt__optim_ckpt_save(w, vars, p->params.data, dpt_towers_optimizer(p->towers))) !=
             0 ||
         (rc = dpt_safetensors_add_blob(w, "ppo.state", p->blob, bytes)) != 0 ||
-        (rc = dpt__rl_counters_save(w, &p->counters)) != 0)
+        (rc = dpt__rl_counters_save(w, &p->counters)) != 0 ||
+        (rc = dpt__reduction_save(w, p->cfg.towers.chunk_rows)) != 0)
         return rc;
     return DPT_OK;
 }
@@ -301,7 +317,10 @@ int dpt_ppo_restore(dpt_ppo_t *p, const dpt_safetensors_t *st)
     dpt__optim_ckpt_t ck;
     const void *blob;
     size_t bytes;
-    int rc = dpt__optim_ckpt_load(st, dpt_policy_vars(p->actor), opt, &ck);
+    int rc = dpt__reduction_check(st, p->cfg.towers.chunk_rows);
+    if (rc)
+        return rc;
+    rc = dpt__optim_ckpt_load(st, dpt_policy_vars(p->actor), opt, &ck);
     if (!rc)
         rc = dpt_safetensors_get_blob(st, "ppo.state", &blob, &bytes);
     uint64_t head[4] = {0};

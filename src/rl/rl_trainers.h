@@ -132,6 +132,8 @@ typedef struct dpt_rl_towers_config {
     dpt_towers_mode_t towers_mode;
     int reduce_sum;    /* sum the devices' gradients instead of averaging */
     float async_scale; /* async: gradient scale; 0 = 1 / num_devices */
+    size_t chunk_rows; /* > 0: the count-invariant reduction (dpt/towers.h) in chunks of this
+                        * many rows, and per-env action streams; 0 = the fast order */
 } dpt_rl_towers_config_t;
 
 /* job = ppo. */

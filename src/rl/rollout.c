@@ -5,6 +5,7 @@
 #include "dpt/arena.h"
 #include "dpt/status.h"
 #include "env_internal.h"
+#include "policy_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ void dpt__rollout_deinit(dpt__rollout_t *r)
     free(r->boot_pa);
     free(r->boot_pr);
     free(r->dev_rng);
+    free(r->env_rng);
     free(r->dev_ep_ret);
     free(r->dev_ep_len);
     free(r->dev_act);
@@ -192,8 +194,13 @@ static int dpt__rollout_collect_steps(dpt__rollout_t *r, dpt_policy_t *policy, c
             memcpy(r->step_prev_rew + k, r->prev_rew, N * sizeof(float));
         }
         dpt__prof_lap(DPT_PROF_SAMPLE_OTHER);
-        if ((rc = dpt_policy_act_state(policy, params, obs_t, H ? &carry : NULL, N, &r->act_rng,
-                                       act_t, r->logp + k, r->values + k)) != 0)
+        if (r->env_rng)
+            rc = dpt__policy_act_rows(policy, params, obs_t, N, r->env_rng, act_t, r->logp + k,
+                                      r->values + k);
+        else
+            rc = dpt_policy_act_state(policy, params, obs_t, H ? &carry : NULL, N, &r->act_rng,
+                                      act_t, r->logp + k, r->values + k);
+        if (rc)
             return rc;
         dpt__prof_lap(DPT_PROF_ACT);
         if ((rc = dpt_vecenv_step(r->env, act_t, r->cur_obs, r->step_rew, r->term, r->trunc,
@@ -269,10 +276,32 @@ static void dpt__rollout_finish(dpt__rollout_t *r, double gamma, double lambda)
     dpt__prof_lap(DPT_PROF_SAMPLE_OTHER);
 }
 
+/* The per-env streams of this collect (dpt__rollout_env_streams). */
+static void dpt__rollout_key_envs(dpt__rollout_t *r)
+{
+    if (!r->env_rng)
+        return;
+    uint64_t base = dpt_rng_u64(&r->act_rng);
+    for (size_t i = 0; i < r->N; i++)
+        dpt_rng_init(&r->env_rng[i], base, 0, r->env_first + (uint32_t)i, DPT_RNG_ACTION);
+}
+
+int dpt__rollout_env_streams(dpt__rollout_t *r, uint32_t first)
+{
+    if (r->H)
+        return dpt_error(DPT_EINVAL, "rollout: per-env action streams need a feed-forward policy");
+    free(r->env_rng);
+    if (!(r->env_rng = calloc(r->N, sizeof *r->env_rng)))
+        return dpt_error(DPT_ENOMEM, "rollout: cannot allocate %zu action streams", r->N);
+    r->env_first = first;
+    return DPT_OK;
+}
+
 int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *params, double gamma,
                          double lambda, float reward_scale, size_t min_steps,
                          int (*should_stop)(void *ctx), void *ctx)
 {
+    dpt__rollout_key_envs(r);
     /* The weights stay the same through a rollout: the policy acts on
      * transposed copies of them (a failed copy only costs speed). */
     int packed = dpt__policy_act_begin(policy, params) == DPT_OK;
@@ -327,9 +356,14 @@ static int dpt__rollout_collect_range(void *arg, int d)
         memcpy(obs_t + lo * od, r->cur_obs + lo * od, n * od * sizeof(float));
         void *act_t = (char *)r->actions + k * aw * 4;
         dpt__prof_lap(DPT_PROF_SAMPLE_OTHER);
-        if ((rc = dpt_policy_act(policy, a->params, obs_t + lo * od, n, rng,
-                                 (char *)act_t + lo * aw * 4, r->logp + k + lo,
-                                 r->values + k + lo)) != 0)
+        if (r->env_rng)
+            rc = dpt__policy_act_rows(policy, a->params, obs_t + lo * od, n, r->env_rng + lo,
+                                      (char *)act_t + lo * aw * 4, r->logp + k + lo,
+                                      r->values + k + lo);
+        else
+            rc = dpt_policy_act(policy, a->params, obs_t + lo * od, n, rng,
+                                (char *)act_t + lo * aw * 4, r->logp + k + lo, r->values + k + lo);
+        if (rc)
             break;
         dpt__prof_lap(DPT_PROF_ACT);
         if ((rc = dpt__vecenv_step_range(r->env, lo, hi, act_t, r->cur_obs, r->step_rew, r->term,
@@ -369,10 +403,15 @@ int dpt__rollout_collect_devices(
 {
     if (r->devices < 1)
         return dpt_error(DPT_ESTATE, "rollout: collect on devices before init_devices");
-    /* Each device's action stream for this collect, drawn from act_rng. */
-    uint64_t base = dpt_rng_u64(&r->act_rng);
-    for (int d = 0; d < r->devices; d++)
-        dpt_rng_init(&r->dev_rng[d], base, 0, (uint32_t)d, DPT_RNG_ACTION);
+    /* Each device's action stream for this collect, drawn from act_rng (or
+     * each env's). */
+    if (r->env_rng) {
+        dpt__rollout_key_envs(r);
+    } else {
+        uint64_t base = dpt_rng_u64(&r->act_rng);
+        for (int d = 0; d < r->devices; d++)
+            dpt_rng_init(&r->dev_rng[d], base, 0, (uint32_t)d, DPT_RNG_ACTION);
+    }
     dpt__dev_collect_t a = {r, policies, params, gamma, reward_scale};
     r->steps = 0;
     int rc = run(runner, dpt__rollout_collect_range, &a);

@@ -49,6 +49,11 @@ typedef struct dpt__rollout {
     double *dev_ep_ret;
     uint32_t *dev_ep_len;
     float *dev_act;
+    /* Per-env action streams (dpt__rollout_env_streams; the invariant
+     * order): env i draws from env_rng[i], re-keyed at each collect from
+     * act_rng and its global index env_first + i; NULL otherwise. */
+    dpt_rng_t *env_rng;
+    uint32_t env_first;
     dpt__episode_window_t window; /* recent episodes */
     uint64_t episodes_total, episodes_this_iter;
 } dpt__rollout_t;
@@ -75,6 +80,14 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
  * (feed-forward policies). Errors: DPT_EINVAL (a recurrent rollout),
  * DPT_ENOMEM. */
 int dpt__rollout_init_devices(dpt__rollout_t *r, int devices);
+
+/* Gives every env its own action stream (feed-forward policies only): at
+ * each collect one number is drawn from act_rng and env i's stream is
+ * keyed by it and by its global index first + i, so an env's actions do not
+ * depend on which device or worker steps it, nor on how many there are.
+ * The checkpointed act_rng position is all they need. Errors: DPT_EINVAL
+ * (a recurrent rollout), DPT_ENOMEM. */
+int dpt__rollout_env_streams(dpt__rollout_t *r, uint32_t first);
 
 /* dpt__rollout_collect (T steps, no early stop) with the envs split into
  * r->devices ranges (range d: envs [N d / D, N (d + 1) / D)), device d

@@ -376,6 +376,9 @@ int dpt__rl_towers_from(const dpt_config_t *c, dpt_rl_towers_config_t *out)
         return rc;
     out->reduce_sum = (dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM;
     out->async_scale = (float)DPT_CF(c, async_scale);
+    if (dpt_config_applies(c, DPT_CFG_reduction_order) &&
+        (dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT)
+        out->chunk_rows = (size_t)DPT_CI(c, reduction_chunk);
     return DPT_OK;
 }
 

@@ -172,6 +172,12 @@ static int dpt__ppo_check(const dpt_config_t *c)
                          "train_batch_size %lld must equal num_envs_per_worker x "
                          "rollout_fragment_length = %lld (or be left out)",
                          (long long)tb, (long long)rows);
+    if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT) {
+        if (DPT_CI(c, use_lstm))
+            return dpt_error(DPT_EINVAL, "reduction_order = invariant takes feed-forward policies "
+                                         "(use_lstm = false)");
+        return dpt__config_reduction_check(c, mb, "sgd_minibatch_size");
+    }
     int64_t d = DPT_CI(c, num_devices);
     if (mb % d)
         return dpt_error(DPT_EINVAL,

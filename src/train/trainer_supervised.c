@@ -29,6 +29,7 @@
 #include "dpt/dpt.h"
 #include "dpt/towers.h"
 #include "optim/optim_ckpt.h"
+#include "parallel/reduction.h"
 #include "task.h"
 #include "train_internal.h"
 
@@ -421,7 +422,7 @@ static int dpt__sup_checkpoint(void *self, dpt_safetensors_writer_t *w)
     /* The chunk size of an invariant run (0: the fast order): a resume
      * with other device or rank counts continues bitwise with it. */
     if (!rc)
-        rc = dpt_safetensors_set_meta_u64(w, "reduction_chunk", s->chunk);
+        rc = dpt__reduction_save(w, s->chunk);
     return rc;
 }
 
@@ -434,20 +435,8 @@ static int dpt__sup_restore(void *self, const dpt_safetensors_t *st)
     if ((rc = dpt__task_read_pos(st, s->epochs, &pos, &samples, &epoch)) != 0 ||
         (rc = dpt_safetensors_meta_u64(st, "steps_total", &steps)) != 0)
         return rc;
-    uint64_t chunk = 0; /* (absent from checkpoints made before the key: fast) */
-    if (dpt_safetensors_meta(st, "reduction_chunk") &&
-        (rc = dpt_safetensors_meta_u64(st, "reduction_chunk", &chunk)) != 0)
+    if ((rc = dpt__reduction_check(st, s->chunk)) != 0)
         return rc;
-    if (chunk != s->chunk) {
-        char was[64], now[64];
-        snprintf(was, sizeof was,
-                 chunk ? "invariant order, chunks of %" PRIu64 " rows" : "fast order", chunk);
-        snprintf(now, sizeof now, s->chunk ? "invariant order, chunks of %zu rows" : "fast order",
-                 s->chunk);
-        return dpt_error(DPT_EINVAL,
-                         "checkpoint %s was trained in the %s; this trainer is in the %s",
-                         dpt_safetensors_path(st), was, now);
-    }
     /* Read every tensor into scratch before changing anything, so a
      * checkpoint that does not fit leaves the trainer as it was. */
     dpt__optim_ckpt_t ck;
@@ -527,28 +516,8 @@ static const dpt_trainer_ops_t dpt__sup_ops = {
 static int dpt__sup_check(const dpt_config_t *c)
 {
     int64_t b = DPT_CI(c, batch_size), d = DPT_CI(c, num_devices);
-    if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT) {
-        int64_t k = DPT_CI(c, reduction_chunk);
-        if ((dpt_towers_mode_t)DPT_CI(c, towers_mode) == DPT_TOWERS_ASYNC)
-            return dpt_error(DPT_EINVAL, "reduction_order = invariant needs towers_mode = ps or "
-                                         "replicated (async devices apply their updates in no "
-                                         "fixed order)");
-        if ((dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM)
-            return dpt_error(
-                DPT_EINVAL, "reduction_order = invariant averages over the batch; reduce_op = "
-                            "sum (a sum over devices) depends on num_devices: use reduce_op = avg");
-        if (b % k)
-            return dpt_error(DPT_EINVAL,
-                             "batch_size %lld must be a multiple of reduction_chunk %lld "
-                             "(reduction_order = invariant adds whole chunks)",
-                             (long long)b, (long long)k);
-        if (b / k < d)
-            return dpt_error(DPT_EINVAL,
-                             "batch_size %lld holds %lld chunks of reduction_chunk %lld rows, "
-                             "fewer than num_devices %lld: every device needs a chunk",
-                             (long long)b, (long long)(b / k), (long long)k, (long long)d);
-        return DPT_OK;
-    }
+    if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT)
+        return dpt__config_reduction_check(c, b, "batch_size");
     if (b % d)
         return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by num_devices %lld",
                          (long long)b, (long long)d);
