@@ -334,6 +334,7 @@ int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, 
     v->n = n;
     v->seed = seed;
     v->rank = rank;
+    v->first = 0;
     v->stride = stride;
     v->states = base + o_states;
     v->rngs = (dpt_rng_t *)(base + o_rngs);
@@ -345,7 +346,7 @@ int dpt_vecenv_create(dpt_vecenv_t **out, const dpt_env_class_t *cls, size_t n, 
     v->obs_scratch = (float *)(base + o_obs);
     v->state_bytes = DPT__STATE_HEADER + sbytes + DPT__STATE_TAIL;
     for (size_t i = 0; i < n; i++)
-        dpt_rng_init(&v->rngs[i], seed, rank, (uint32_t)i, DPT_RNG_ENV);
+        dpt_rng_init(&v->rngs[i], seed, rank, v->first + (uint32_t)i, DPT_RNG_ENV);
     /* The states are zeroed (dpt_alloc_aligned); init sees them so. */
     if (cls->init)
         for (size_t i = 0; i < n; i++)
@@ -379,6 +380,18 @@ size_t dpt_vecenv_size(const dpt_vecenv_t *v)
 const dpt_env_class_t *dpt_vecenv_class(const dpt_vecenv_t *v)
 {
     return v->cls;
+}
+
+void dpt__vecenv_set_first(dpt_vecenv_t *v, uint32_t first)
+{
+    v->rank = 0;
+    v->first = first;
+    for (size_t i = 0; i < v->n; i++) {
+        dpt_rng_init(&v->rngs[i], v->seed, 0, first + (uint32_t)i, DPT_RNG_ENV);
+        memset(v->states + i * v->stride, 0, v->stride);
+        if (v->cls->init)
+            v->cls->init(v->states + i * v->stride, v->values);
+    }
 }
 
 void dpt_vecenv_reset(dpt_vecenv_t *v, float *obs)

@@ -205,7 +205,7 @@ int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
     for (size_t i = 0; i < v->n; i++) {
         uint64_t pos;
         dpt__env_get_bytes(b, DPT__STATE_HEADER + i * 8, &pos, 8);
-        dpt_rng_init(&v->rngs[i], seed, rank, (uint32_t)i, DPT_RNG_ENV);
+        dpt_rng_init(&v->rngs[i], seed, rank, v->first + (uint32_t)i, DPT_RNG_ENV);
         dpt_rng_seek(&v->rngs[i], pos);
         dpt__env_get_bytes(b, o_states + i * cls->state_size, v->states + i * v->stride,
                            cls->state_size);

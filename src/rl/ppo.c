@@ -113,7 +113,7 @@ int dpt_ppo_create(dpt_ppo_t **out, const dpt_env_class_t *cls, const dpt_ppo_co
     tc.global_batch = chunk ? cfg->learn.sgd_minibatch_size : 0;
     /* Invariant: each env's actions from its own stream, whichever device
      * steps it. */
-    if (chunk && (rc = dpt__rollout_env_streams(&p->ro, 0)) != 0)
+    if (chunk && (rc = dpt__rollout_env_streams(&p->ro, cfg->common.seed, 0)) != 0)
         goto fail;
     dpt_batch_t lay;
     unsigned char frozen[DPT__RL_MAX_VARS];

@@ -6,6 +6,7 @@
 #include "dpt/status.h"
 #include "env_internal.h"
 #include "policy_impl.h"
+#include "vecenv_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -286,7 +287,7 @@ static void dpt__rollout_key_envs(dpt__rollout_t *r)
         dpt_rng_init(&r->env_rng[i], base, 0, r->env_first + (uint32_t)i, DPT_RNG_ACTION);
 }
 
-int dpt__rollout_env_streams(dpt__rollout_t *r, uint32_t first)
+int dpt__rollout_env_streams(dpt__rollout_t *r, uint64_t seed, uint32_t first)
 {
     if (r->H)
         return dpt_error(DPT_EINVAL, "rollout: per-env action streams need a feed-forward policy");
@@ -294,6 +295,9 @@ int dpt__rollout_env_streams(dpt__rollout_t *r, uint32_t first)
     if (!(r->env_rng = calloc(r->N, sizeof *r->env_rng)))
         return dpt_error(DPT_ENOMEM, "rollout: cannot allocate %zu action streams", r->N);
     r->env_first = first;
+    dpt_rng_init(&r->act_rng, seed, 0, 0, DPT_RNG_ACTION);
+    dpt__vecenv_set_first(r->env, first);
+    dpt_vecenv_reset(r->env, r->cur_obs);
     return DPT_OK;
 }
 

@@ -81,13 +81,15 @@ int dpt__rollout_collect(dpt__rollout_t *r, dpt_policy_t *policy, const float *p
  * DPT_ENOMEM. */
 int dpt__rollout_init_devices(dpt__rollout_t *r, int devices);
 
-/* Gives every env its own action stream (feed-forward policies only): at
- * each collect one number is drawn from act_rng and env i's stream is
- * keyed by it and by its global index first + i, so an env's actions do not
- * depend on which device or worker steps it, nor on how many there are.
- * The checkpointed act_rng position is all they need. Errors: DPT_EINVAL
- * (a recurrent rollout), DPT_ENOMEM. */
-int dpt__rollout_env_streams(dpt__rollout_t *r, uint32_t first);
+/* Keys every env by its global index first + i (feed-forward policies
+ * only), right after init: its env stream (dpt__vecenv_set_first; the envs
+ * are reset anew) and its own action stream: act_rng is keyed by the seed
+ * alone (rank 0), one number is drawn from it at each collect, and env i's
+ * actions come from the stream keyed by that number and its global index,
+ * so an env's steps do not depend on which device or worker steps it, nor on
+ * how many there are. The checkpointed act_rng position is all they need.
+ * Errors: DPT_EINVAL (a recurrent rollout), DPT_ENOMEM. */
+int dpt__rollout_env_streams(dpt__rollout_t *r, uint64_t seed, uint32_t first);
 
 /* dpt__rollout_collect (T steps, no early stop) with the envs split into
  * r->devices ranges (range d: envs [N d / D, N (d + 1) / D)), device d

@@ -24,6 +24,8 @@ struct dpt_vecenv {
     size_t n;
     uint64_t seed;
     uint32_t rank;
+    uint32_t first;        /* env i's stream is (seed, rank, first + i, DPT_RNG_ENV): 0, or
+                            * the global index of env 0 (dpt__vecenv_set_first) */
     int started;           /* 1 after the first dpt_vecenv_reset */
     size_t stride;         /* bytes between state blocks (multiple of 16) */
     unsigned char *states; /* [n * stride] */
@@ -42,6 +44,14 @@ struct dpt_vecenv {
     struct dpt_ext *ext; /* an external env's (dpt/extenv.h), or NULL */
     int ext_fresh;       /* its episodes start anew: the caller's reset is due */
 };
+
+/* Keys env i's stream by its global index first + i (rank 0) from the
+ * start: the streams at position 0, the states made anew by the class's
+ * init; call dpt_vecenv_reset() after it. A saved state keeps rank 0 and
+ * the loading runner keys by its own first. The invariant reduction order's
+ * DD-PPO workers use it, so an env's randomness does not depend on which
+ * worker steps it. */
+void dpt__vecenv_set_first(dpt_vecenv_t *v, uint32_t first);
 
 #define DPT__STATE_HEADER 128u
 #define DPT__STATE_MAGIC "dptvenv\0"
