@@ -9,6 +9,11 @@
 #   2, 2, 1 and 4 devices 2, 1, 1, 1): 1, 2, 3 and 4 devices (ps), 3
 #   (replicated); under mpirun 2 ranks x 2 devices, 4 ranks x 1 and 3 x 1;
 #   checkpointed with 2 devices after 2 epochs, resumed with 3.
+#   ppo, CartPole, 8 envs, minibatches of 64 in chunks of 16: 1, 2 and 4
+#   devices; 2 devices resumed with 4.
+#   ddppo, CartPole, 8 envs: 1 x 8, 2 x 4 and 4 x 2 worker threads; under
+#   mpirun 2 ranks x 4 envs and 2 ranks x 2 workers x 2 envs (weights and
+#   optimizer state compared: the worker states differ by layout).
 #
 # usage: invariant_test.sh DPT CKPT_COMPARE MPIRUN WORKDIR
 # The mpirun cases are skipped (and say so) when the build has no MPI or
@@ -38,12 +43,14 @@ mpi_run() {
         --set output_dir="$name" "$@" 2>&1) ||
         { bad "$name: mpirun -np $np: exit $?: $(printf '%s\n' "$out" | tail -2)"; return 1; }
 }
-# same A B WHAT: A's and B's final checkpoints are bitwise identical.
+# same A B WHAT [--weights]: A's and B's final checkpoints are bitwise
+# identical (--weights: their weights and optimizer state; DD-PPO runs that
+# split the envs differently save different worker states).
 same() {
-    if "$cmp" "$1" "$2" >/dev/null 2>&1; then
+    if "$cmp" $4 "$1" "$2" >/dev/null 2>&1; then
         ok "$3: bitwise equal"
     else
-        bad "$3: the checkpoints differ: $("$cmp" "$1" "$2" 2>&1 | head -1)"
+        bad "$3: the checkpoints differ: $("$cmp" $4 "$1" "$2" 2>&1 | head -1)"
     fi
 }
 
@@ -109,6 +116,37 @@ fi
 out=$("$dpt" train ppo.conf --set output_dir=bad --set use_lstm=true 2>&1); rc=$?
 [ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q "feed-forward" && [ ! -e bad ] &&
     ok "ppo with an LSTM: refused (exit 2)" || bad "ppo with an LSTM: exit $rc: $out"
+
+# DD-PPO on CartPole: 8 envs as 1 x 8, 2 x 4 and 4 x 2 worker threads,
+# and (mpirun) as 2 ranks x 4 envs and 2 ranks x 2 workers x 2 envs, global
+# minibatches of 64 in chunks of 16.
+printf 'job = ddppo\nenv = CartPole-v1\nrollout_fragment_length = 32\nsgd_minibatch_size = 64\n' > dd.conf
+printf 'num_sgd_iter = 2\ntotal_timesteps = 1536\ngrad_clip = 0.5\nsync_frac = 1\n' >> dd.conf
+printf 'reduction_order = invariant\nreduction_chunk = 16\nseed = 5\ncheckpoint_every = 1\n' >> dd.conf
+run d1x8 dd.conf --set num_workers=1 --set num_envs_per_worker=8
+for wk in 2x4 4x2; do
+    run d$wk dd.conf --set num_workers=${wk%x*} --set num_envs_per_worker=${wk#*x} &&
+        same d1x8/$plast d$wk/$plast "ddppo, $wk workers x envs against 1 x 8" --weights
+done
+if [ $mpi -eq 1 ]; then
+    mpi_run 2 dm2x4 dd.conf --set num_workers=1 --set num_envs_per_worker=4 &&
+        same d1x8/$plast dm2x4/$plast "ddppo, mpirun 2 ranks x 4 envs against 1 x 8" --weights
+    mpi_run 2 dm2x2x2 dd.conf --set num_workers=2 --set num_envs_per_worker=2 &&
+        same d1x8/$plast dm2x2x2/$plast "ddppo, mpirun 2 ranks x 2 workers x 2 envs against 1 x 8" \
+            --weights
+fi
+sed 's/^reduction_order = invariant/reduction_order = fast/' dd.conf > ddfast.conf
+if run df1 ddfast.conf --set num_workers=1 --set num_envs_per_worker=8 --set sgd_minibatch_size=32 &&
+    run df2 ddfast.conf --set num_workers=2 --set num_envs_per_worker=4 --set sgd_minibatch_size=32; then
+    if "$cmp" --weights df1/$plast df2/$plast >/dev/null 2>&1; then
+        bad "ddppo, fast order: 1 x 8 and 2 x 4 gave the same bits"
+    else
+        ok "ddppo, fast order: 1 x 8 and 2 x 4 differ"
+    fi
+fi
+out=$("$dpt" train dd.conf --set output_dir=bad --set sync_frac=0.6 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q "sync_frac = 1" && [ ! -e bad ] &&
+    ok "ddppo with preemption: refused (exit 2)" || bad "ddppo with preemption: exit $rc: $out"
 
 # The fast order: 1 and 2 devices end with other bits.
 sed 's/^reduction_order = invariant/reduction_order = fast/' sup.conf > fast.conf

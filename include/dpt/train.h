@@ -301,13 +301,13 @@ typedef enum dpt_dataset_id {
     X(reduce_op, ENUM, DPT_JOBS_TOWERS, 0, "avg", 0, 0, DPT_CHOICES_REDUCE_OP,                     \
       "how the devices' (and ranks') gradients combine before the update: avg (their mean) or "    \
       "sum; not for towers_mode = async")                                                          \
-    X(reduction_order, ENUM, DPT_JOBS_SUP | DPT_JOBS_PPO, 0, "fast", 0, 0,                         \
+    X(reduction_order, ENUM, DPT_JOBS_SUP | DPT_JOBS_ONPOLICY, 0, "fast", 0, 0,                    \
       DPT_CHOICES_REDUCTION_ORDER,                                                                 \
       "how gradients are added: fast (each device its rows, then the devices and ranks) or "       \
       "invariant (fixed chunks of reduction_chunk rows added by one tree over the chunks, and "    \
       "ppo: each env's own action stream: the same weights for any num_devices and number of "     \
       "ranks, and a resume may change them; docs/TRAINING.md)")                                    \
-    X(reduction_chunk, INT, DPT_JOBS_SUP | DPT_JOBS_PPO, 0, "16", 1, 1e6, "",                      \
+    X(reduction_chunk, INT, DPT_JOBS_SUP | DPT_JOBS_ONPOLICY, 0, "16", 1, 1e6, "",                 \
       "reduction_order = invariant: rows per chunk (batch_size, or sgd_minibatch_size, must be a " \
       "multiple of it, with at least one chunk per device of every rank)")                         \
     X(async_scale, FLOAT, DPT_JOBS_TOWERS, 0, "0", 0, 1e6, "",                                     \

@@ -32,6 +32,8 @@
 #include "dpt/stats.h"
 #include "dpt/status.h"
 #include "optim/optim_ckpt.h"
+#include "ddppo_invariant.h"
+#include "parallel/reduction.h"
 #include "rl_engine.h"
 
 #include <float.h>
@@ -117,6 +119,7 @@ struct dpt_ddppo {
                                  * trained */
     float minmax[4];            /* this worker's [-min, max] and a spare pair */
     float *gathered;            /* [size * 4] */
+    dpt__ddppo_inv_t inv;       /* the invariant order's global batch (cfg.chunk_rows > 0) */
     /* A restore validated by dpt__ddppo_restore_prepare, not yet applied. */
     dpt__optim_ckpt_t restore_ck; /* params and optimizer state; data NULL when none */
     uint64_t restore_head[4];
@@ -139,6 +142,7 @@ void dpt_ddppo_worker_destroy(dpt_ddppo_t *w)
     free(w->chunks);
     dpt__rl_batch_deinit(&w->batch);
     free(w->gathered);
+    dpt__ddppo_inv_deinit(&w->inv);
     dpt__optim_ckpt_free(&w->restore_ck);
     free(w);
 }
@@ -167,6 +171,11 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     int rc = dpt__rl_check_config(&cfg->common, &cfg->learn, rows);
     if (rc)
         return rc;
+    size_t chunk = cfg->chunk_rows;
+    if (chunk && (cfg->sync_frac < 1.0 || cfg->common.policy.use_lstm))
+        return dpt_error(DPT_EINVAL, "ddppo: the invariant order (chunk_rows) needs sync_frac = 1 "
+                                     "(preemption cuts rollouts by timing) and a feed-forward "
+                                     "policy");
     if (cfg->sync_frac < 1.0 && cfg->learn.sgd_minibatch_size < 4)
         return dpt_error(DPT_EINVAL, "ddppo: sgd_minibatch_size must be >= 4 with preemption "
                                      "(a worker may hold a quarter of its rows)");
@@ -185,7 +194,10 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
              &w->ro, cls, cfg->common.num_envs, cfg->common.rollout_fragment_length,
              cfg->common.seed, (uint32_t)w->rank,
              cfg->common.policy.use_lstm ? cfg->common.policy.lstm_cell_size : 0)) != 0 ||
-        (rc = dpt__rl_policies(cls, &cfg->common, mb, &w->actor, &w->learner)) != 0)
+        (chunk && (rc = dpt__rollout_env_streams(
+                       &w->ro, cfg->common.seed,
+                       (uint32_t)((size_t)w->rank * cfg->common.num_envs))) != 0) ||
+        (rc = dpt__rl_policies(cls, &cfg->common, chunk ? chunk : mb, &w->actor, &w->learner)) != 0)
         goto fail;
     /* A recurrent batch is padded to whole sequences: at most one per step,
      * L rows each; a minibatch holds at least one. */
@@ -196,6 +208,12 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     }
     if (w->L && mb < w->L)
         mb = w->L;
+    if (chunk) {
+        /* Invariant: this worker's share of every global minibatch, at most
+         * ceil(K / workers) chunks of each. */
+        size_t K = mb / chunk, most = (K + (size_t)w->size - 1) / (size_t)w->size * chunk;
+        load_rows = rows * (size_t)w->size / mb * most;
+    }
     w->nparams = dpt_policy_vars(w->actor)->total;
     if ((rc = dpt_arena_init(&w->params, w->nparams)) != 0)
         goto fail;
@@ -203,14 +221,16 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     dpt_towers_config_t tc = dpt_towers_defaults();
     tc.num_devices = 1;
     tc.mode = DPT_TOWERS_REPLICATED;
-    tc.max_per_device_batch_size = mb;
+    tc.max_per_device_batch_size = chunk ? chunk : mb;
     tc.max_load_rows = load_rows;
+    tc.chunk_rows = chunk;
+    tc.global_batch = chunk ? mb : 0;
     tc.grad_clip = cfg->common.grad_clip;
     tc.optim = dpt_optim_defaults(DPT_OPTIM_ADAM);
     tc.optim.eps = cfg->common.adam_eps;
     tc.comm = comm;
-    tc.weight_rows = 1;
-    tc.check_every = 0; /* check_weights_every is the workers' check */
+    tc.weight_rows = chunk ? 0 : 1; /* (invariant: every chunk has its rows) */
+    tc.check_every = 0;             /* check_weights_every is the workers' check */
     dpt_batch_t lay;
     unsigned char frozen[DPT__RL_MAX_VARS];
     if ((rc = dpt__rl_layout(w->learner, &lay)) != 0 ||
@@ -220,7 +240,8 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
         goto fail;
     size_t nperm = w->L ? seqs : rows;
     w->perm = malloc(nperm * sizeof *w->perm);
-    w->order = malloc(nperm * sizeof *w->order);
+    /* (invariant: a load may hold more minibatches than this worker has rows) */
+    w->order = malloc((nperm > load_rows ? nperm : load_rows) * sizeof *w->order);
     w->chunks = w->L ? malloc(seqs * sizeof *w->chunks) : NULL;
     w->gathered = malloc((size_t)w->size * 4 * sizeof(float));
     if (!w->perm || !w->order || (w->L && !w->chunks) || !w->gathered) {
@@ -234,7 +255,11 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
     if ((rc = dpt_comm_broadcast(comm, w->params.data, w->nparams, 0)) != 0 ||
         (rc = dpt_towers_set_weights(w->towers, w->params.data, w->nparams)) != 0)
         goto fail;
-    dpt_rng_init(&w->shuffle_rng, cfg->common.seed, (uint32_t)w->rank, 0, DPT_RNG_SHUFFLE);
+    /* Invariant: every worker shuffles the global batch the same way. */
+    dpt_rng_init(&w->shuffle_rng, cfg->common.seed, chunk ? 0 : (uint32_t)w->rank, 0,
+                 DPT_RNG_SHUFFLE);
+    if (chunk && (rc = dpt__ddppo_inv_init(&w->inv, &w->ro, w->size, mb, w->towers)) != 0)
+        goto fail;
     *out = w;
     return DPT_OK;
 fail:
@@ -389,10 +414,21 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
         return rc;
     double t1 = dpt_now();
     double ev = dpt_explained_variance(w->ro.values, w->ro.returns, rows);
+    dpt_batch_t b;
+    size_t nseq = 0, nmb, pdb;
+    dpt_towers_load_info_t plan, li;
+    if (c->chunk_rows) {
+        if ((rc = dpt__ddppo_inv_batch(&w->inv, &w->ro, w->comm, w->learner,
+                                       c->learn.normalize_advantages, &w->shuffle_rng, &w->batch,
+                                       &b)) != 0 ||
+            (rc = dpt_towers_load(w->towers, 0, &b, &li)) != 0)
+            return rc;
+        nmb = li.steps;
+        pdb = li.per_device_batch;
+        goto learn;
+    }
     if (c->learn.normalize_advantages == DPT_ADV_NORM_BATCH)
         dpt_normalize(w->ro.adv, rows);
-    dpt_batch_t b;
-    size_t nseq;
     if ((rc = dpt__rl_make_batch(&w->ro, w->learner, w->L, &w->shuffle_rng, w->perm, w->chunks,
                                  &w->batch, &b, &nseq)) != 0)
         return rc;
@@ -406,7 +442,6 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
      * Minibatch membership is fixed by the load (one device: minibatch k is
      * rows [k pdb, (k+1) pdb)), so each is normalized over its own rows
      * (real steps) before it. */
-    size_t nmb, pdb;
     if (!w->L) {
         nmb = expected / c->learn.sgd_minibatch_size;
         pdb = rows / nmb < c->learn.sgd_minibatch_size ? rows / nmb : c->learn.sgd_minibatch_size;
@@ -416,7 +451,6 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
         nmb = least / q ? least / q : 1;
         pdb = (nseq / nmb < q ? nseq / nmb : q) * w->L;
     }
-    dpt_towers_load_info_t plan, li;
     if ((rc = dpt_towers_plan(w->towers, &b, pdb, &plan)) != 0)
         return rc;
     if (c->learn.normalize_advantages == DPT_ADV_NORM_MINIBATCH)
@@ -432,6 +466,7 @@ int dpt_ddppo_worker_train(dpt_ddppo_t *w, dpt_rl_result_t *res)
                          "%zu",
                          w->rank, li.rows_loaded, li.steps, li.per_device_batch, plan.rows_loaded,
                          nmb, pdb);
+learn:;
     float lr = dpt__rl_lr(&c->common, w->timesteps);
     /* Every epoch shuffles all li.steps minibatches and visits the first
      * nmb: this worker's loss terms; the norm of the all-reduced gradient. */
@@ -477,6 +512,8 @@ int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr)
     if (!rc)
         rc = dpt_safetensors_set_meta_u64(wr, "workers", (uint64_t)w->size);
     if (!rc)
+        rc = dpt__reduction_save(wr, w->cfg.chunk_rows);
+    if (!rc)
         rc = dpt__rl_counters_save(wr, &w->counters);
     return rc;
 }
@@ -509,7 +546,9 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
 {
     dpt__ddppo_restore_abort(w);
     uint64_t workers = 0, head[4] = {0};
-    int rc = dpt_safetensors_meta_u64(st, "workers", &workers);
+    int rc = dpt__reduction_check(st, w->cfg.chunk_rows);
+    if (!rc)
+        rc = dpt_safetensors_meta_u64(st, "workers", &workers);
     if (!rc && workers != (uint64_t)w->size)
         rc = dpt_error(DPT_EINVAL,
                        "checkpoint %s was written by %llu DD-PPO workers, this run "

@@ -150,6 +150,10 @@ typedef struct dpt_ddppo_config {
     dpt_ppo_learn_config_t learn;
     double sync_frac;        /* preemption threshold; >= 1 disables it */
     int check_weights_every; /* identical-weights check period; 0 = off */
+    size_t chunk_rows;       /* > 0: the invariant order (ddppo_invariant.c): envs keyed by
+                              * global index, global minibatches of sgd_minibatch_size rows in
+                              * chunks of this many; needs sync_frac >= 1 and a feed-forward
+                              * policy; 0 = the fast order */
 } dpt_ddppo_config_t;
 
 /* job = appo and job = impala (loss.impala). */

@@ -138,16 +138,18 @@ static int dpt__config_towers_checks(const dpt_config_t *c)
     return DPT_OK;
 }
 
-int dpt__config_reduction_check(const dpt_config_t *c, int64_t b, const char *batch_key)
+int dpt__config_reduction_check(const dpt_config_t *c, int64_t b, const char *batch_key, int64_t d,
+                                const char *devices_key)
 {
     if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) != DPT_REDUCTION_INVARIANT)
         return DPT_OK;
-    int64_t k = DPT_CI(c, reduction_chunk), d = DPT_CI(c, num_devices);
-    if ((dpt_towers_mode_t)DPT_CI(c, towers_mode) == DPT_TOWERS_ASYNC)
+    int64_t k = DPT_CI(c, reduction_chunk);
+    int towers = dpt_config_applies(c, DPT_CFG_towers_mode);
+    if (towers && (dpt_towers_mode_t)DPT_CI(c, towers_mode) == DPT_TOWERS_ASYNC)
         return dpt_error(DPT_EINVAL, "reduction_order = invariant needs towers_mode = ps or "
                                      "replicated (async devices apply their updates in no fixed "
                                      "order)");
-    if ((dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM)
+    if (towers && (dpt_reduce_op_t)DPT_CI(c, reduce_op) == DPT_REDUCE_SUM)
         return dpt_error(DPT_EINVAL, "reduction_order = invariant averages over the minibatch; "
                                      "reduce_op = sum (a sum over devices) depends on num_devices: "
                                      "use reduce_op = avg");
@@ -159,8 +161,9 @@ int dpt__config_reduction_check(const dpt_config_t *c, int64_t b, const char *ba
     if (b / k < d)
         return dpt_error(DPT_EINVAL,
                          "%s %lld holds %lld chunks of reduction_chunk %lld rows, fewer than "
-                         "num_devices %lld: every device needs a chunk",
-                         batch_key, (long long)b, (long long)(b / k), (long long)k, (long long)d);
+                         "%s %lld: every device needs a chunk",
+                         batch_key, (long long)b, (long long)(b / k), (long long)k, devices_key,
+                         (long long)d);
     return DPT_OK;
 }
 

@@ -109,10 +109,11 @@ int dpt__config_resolve_env(dpt_config_t *c);
 int dpt__config_rules(const dpt_config_t *c);
 
 /* reduction_order = invariant's rules for a job whose gradient step takes
- * `batch` rows (the key `batch_key`) over num_devices devices: towers ps or
- * replicated, reduce_op avg, whole chunks, a chunk per device. 0 when the
- * order is fast. */
-int dpt__config_reduction_check(const dpt_config_t *c, int64_t batch, const char *batch_key);
+ * `batch` rows (the key `batch_key`) over `devices` devices (the key
+ * `devices_key`): towers ps or replicated and reduce_op avg where those
+ * keys apply, whole chunks, a chunk per device. 0 when the order is fast. */
+int dpt__config_reduction_check(const dpt_config_t *c, int64_t batch, const char *batch_key,
+                                int64_t devices, const char *devices_key);
 /* The jobs of a mask of DPT_JOBS_* bits, as text ("supervised, ppo"). */
 void dpt__jobs_text(unsigned mask, char *buf, size_t n);
 

@@ -272,6 +272,8 @@ int dpt__ddppo_config_from(const dpt_config_t *c, dpt_ddppo_config_t *out)
     dpt__rl_ppo_learn_from(c, &out->learn);
     out->sync_frac = DPT_CF(c, sync_frac);
     out->check_weights_every = (int)DPT_CI(c, check_weights_every);
+    if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT)
+        out->chunk_rows = (size_t)DPT_CI(c, reduction_chunk);
     return dpt__rl_common_from(c, &out->common);
 }
 
@@ -446,6 +448,18 @@ static const dpt_trainer_ops_t dpt__ddppo_ops = {
 
 static int dpt__ddppo_check(const dpt_config_t *c)
 {
+    if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT) {
+        /* sgd_minibatch_size is global then: it is checked against every
+         * worker's rows when the workers are made. */
+        if (DPT_CF(c, sync_frac) < 1.0 || DPT_CI(c, use_lstm))
+            return dpt_error(DPT_EINVAL,
+                             "reduction_order = invariant needs sync_frac = 1 (preemption cuts "
+                             "rollouts by timing) and use_lstm = false (sync_frac = %g, use_lstm = "
+                             "%s)",
+                             DPT_CF(c, sync_frac), DPT_CI(c, use_lstm) ? "true" : "false");
+        return dpt__config_reduction_check(c, DPT_CI(c, sgd_minibatch_size), "sgd_minibatch_size",
+                                           DPT_CI(c, num_workers), "num_workers");
+    }
     int rc = dpt__rl_check_minibatch(c, " worker's");
     if (!rc && DPT_CF(c, sync_frac) < 1.0 && DPT_CI(c, sgd_minibatch_size) < 4)
         rc = dpt_error(DPT_EINVAL, "sgd_minibatch_size must be >= 4 when sync_frac < 1 (a "

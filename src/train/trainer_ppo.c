@@ -176,7 +176,8 @@ static int dpt__ppo_check(const dpt_config_t *c)
         if (DPT_CI(c, use_lstm))
             return dpt_error(DPT_EINVAL, "reduction_order = invariant takes feed-forward policies "
                                          "(use_lstm = false)");
-        return dpt__config_reduction_check(c, mb, "sgd_minibatch_size");
+        return dpt__config_reduction_check(c, mb, "sgd_minibatch_size", DPT_CI(c, num_devices),
+                                           "num_devices");
     }
     int64_t d = DPT_CI(c, num_devices);
     if (mb % d)

@@ -517,7 +517,7 @@ static int dpt__sup_check(const dpt_config_t *c)
 {
     int64_t b = DPT_CI(c, batch_size), d = DPT_CI(c, num_devices);
     if ((dpt_reduction_order_t)DPT_CI(c, reduction_order) == DPT_REDUCTION_INVARIANT)
-        return dpt__config_reduction_check(c, b, "batch_size");
+        return dpt__config_reduction_check(c, b, "batch_size", d, "num_devices");
     if (b % d)
         return dpt_error(DPT_EINVAL, "batch_size %lld must be divisible by num_devices %lld",
                          (long long)b, (long long)d);
