@@ -53,6 +53,27 @@ same() {
         bad "$3: the checkpoints differ: $("$cmp" $4 "$1" "$2" 2>&1 | head -1)"
     fi
 }
+# differs A B WHAT [--weights]: the fast order's runs end with other bits
+# (so that the comparisons can tell).
+differs() {
+    if "$cmp" $4 "$1" "$2" >/dev/null 2>&1; then
+        bad "$3: the same bits (the comparisons cannot tell)"
+    else
+        ok "$3: differ"
+    fi
+}
+# refused CONFIG WHAT PATTERN ARGS...: exit 2 naming the problem, nothing
+# written.
+refused() {
+    conf="$1" what="$2" pattern="$3"
+    shift 3
+    out=$("$dpt" train "$conf" --set output_dir=bad "$@" 2>&1); rc=$?
+    if [ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q -- "$pattern" && [ ! -e bad ]; then
+        ok "$what: refused (exit 2)"
+    else
+        bad "$what: exit $rc, or no \"$pattern\": $out"
+    fi
+}
 
 printf 'job = supervised\ndataset = spirals\nspirals_points = 400\nhidden = 16,16\n' > sup.conf
 printf 'epochs = 3\nbatch_size = 40\ngrad_clip = 0.5\nseed = 4\n' >> sup.conf
@@ -106,16 +127,9 @@ run pres ppo.conf --set num_devices=2 && rm pres/$plast pres/checkpoints/checkpo
         bad "the ppo resume with 4 devices: $(printf '%s\n' "$out" | tail -2)"
     fi
 sed 's/^reduction_order = invariant/reduction_order = fast/' ppo.conf > pfast.conf
-if run pf1 pfast.conf --set num_devices=1 && run pf2 pfast.conf --set num_devices=2; then
-    if "$cmp" pf1/$plast pf2/$plast >/dev/null 2>&1; then
-        bad "ppo, fast order: 1 and 2 devices gave the same bits"
-    else
-        ok "ppo, fast order: 1 and 2 devices differ"
-    fi
-fi
-out=$("$dpt" train ppo.conf --set output_dir=bad --set use_lstm=true 2>&1); rc=$?
-[ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q "feed-forward" && [ ! -e bad ] &&
-    ok "ppo with an LSTM: refused (exit 2)" || bad "ppo with an LSTM: exit $rc: $out"
+run pf1 pfast.conf --set num_devices=1 && run pf2 pfast.conf --set num_devices=2 &&
+    differs pf1/$plast pf2/$plast "ppo, fast order: 1 and 2 devices"
+refused ppo.conf "ppo with an LSTM" "feed-forward" --set use_lstm=true
 
 # DD-PPO on CartPole: 8 envs as 1 x 8, 2 x 4 and 4 x 2 worker threads,
 # and (mpirun) as 2 ranks x 4 envs and 2 ranks x 2 workers x 2 envs, global
@@ -136,27 +150,15 @@ if [ $mpi -eq 1 ]; then
             --weights
 fi
 sed 's/^reduction_order = invariant/reduction_order = fast/' dd.conf > ddfast.conf
-if run df1 ddfast.conf --set num_workers=1 --set num_envs_per_worker=8 --set sgd_minibatch_size=32 &&
-    run df2 ddfast.conf --set num_workers=2 --set num_envs_per_worker=4 --set sgd_minibatch_size=32; then
-    if "$cmp" --weights df1/$plast df2/$plast >/dev/null 2>&1; then
-        bad "ddppo, fast order: 1 x 8 and 2 x 4 gave the same bits"
-    else
-        ok "ddppo, fast order: 1 x 8 and 2 x 4 differ"
-    fi
-fi
-out=$("$dpt" train dd.conf --set output_dir=bad --set sync_frac=0.6 2>&1); rc=$?
-[ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q "sync_frac = 1" && [ ! -e bad ] &&
-    ok "ddppo with preemption: refused (exit 2)" || bad "ddppo with preemption: exit $rc: $out"
+run df1 ddfast.conf --set num_workers=1 --set num_envs_per_worker=8 --set sgd_minibatch_size=32 &&
+    run df2 ddfast.conf --set num_workers=2 --set num_envs_per_worker=4 --set sgd_minibatch_size=32 &&
+    differs df1/$plast df2/$plast "ddppo, fast order: 1 x 8 and 2 x 4" --weights
+refused dd.conf "ddppo with preemption" "sync_frac = 1" --set sync_frac=0.6
 
 # The fast order: 1 and 2 devices end with other bits.
 sed 's/^reduction_order = invariant/reduction_order = fast/' sup.conf > fast.conf
-if run f1 fast.conf --set num_devices=1 && run f2 fast.conf --set num_devices=2; then
-    if "$cmp" f1/$last f2/$last >/dev/null 2>&1; then
-        bad "fast order: 1 and 2 devices gave the same bits (the comparisons cannot tell)"
-    else
-        ok "fast order: 1 and 2 devices differ"
-    fi
-fi
+run f1 fast.conf --set num_devices=1 && run f2 fast.conf --set num_devices=2 &&
+    differs f1/$last f2/$last "supervised, fast order: 1 and 2 devices"
 # ... and a resume with another device count is refused there.
 if out=$("$dpt" train --resume f2 --set num_devices=3 2>&1); then
     bad "fast order: a resume with another num_devices was accepted"
@@ -167,22 +169,11 @@ else
         bad "fast order resume: exit $rc: $out"
 fi
 
-# refused WHAT PATTERN ARGS...: exit 2 naming the problem, nothing written.
-refused() {
-    what="$1" pattern="$2"
-    shift 2
-    out=$("$dpt" train sup.conf --set output_dir=bad "$@" 2>&1); rc=$?
-    if [ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q -- "$pattern" && [ ! -e bad ]; then
-        ok "$what: refused (exit 2)"
-    else
-        bad "$what: exit $rc, or no \"$pattern\": $out"
-    fi
-}
-refused "a batch that is not whole chunks" "multiple of reduction_chunk" --set batch_size=44
-refused "fewer chunks than devices" "every device needs a chunk" --set num_devices=6
-refused "async towers" "ps or replicated" --set towers_mode=async
-refused "reduce_op = sum" "reduce_op = avg" --set reduce_op=sum
-refused "a batch larger than the training set" "fewer than batch_size" --set batch_size=800
+refused sup.conf "a batch that is not whole chunks" "multiple of reduction_chunk" --set batch_size=44
+refused sup.conf "fewer chunks than devices" "every device needs a chunk" --set num_devices=6
+refused sup.conf "async towers" "ps or replicated" --set towers_mode=async
+refused sup.conf "reduce_op = sum" "reduce_op = avg" --set reduce_op=sum
+refused sup.conf "a batch larger than the training set" "fewer than batch_size" --set batch_size=800
 
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

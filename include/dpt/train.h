@@ -335,7 +335,8 @@ typedef enum dpt_dataset_id {
       "ppo: rows per iteration (0 = rollout_fragment_length x num_envs_per_worker, the only "      \
       "value allowed); appo, impala: env steps per learner update (whole fragments)")              \
     X(sgd_minibatch_size, INT, DPT_JOBS_ONPOLICY, 0, "128", 1, 1e9, "",                            \
-      "rows per SGD minibatch (all devices; per worker for ddppo)")                                \
+      "rows per SGD minibatch (all devices; per worker for ddppo, over all workers with "          \
+      "reduction_order = invariant)")                                                              \
     X(num_sgd_iter, INT, DPT_JOBS_RL, 0, "4", 1, 1000, "",                                         \
       "epochs over each batch; appo, impala: updates on each train batch")                         \
     X(total_timesteps, INT, DPT_JOBS_RL, DPT_CFG_RESUMABLE, "500000", 1, 1e12, "",                 \
