@@ -13,7 +13,8 @@
 #   devices; 2 devices resumed with 4.
 #   ddppo, CartPole, 8 envs: 1 x 8, 2 x 4 and 4 x 2 worker threads; under
 #   mpirun 2 ranks x 4 envs and 2 ranks x 2 workers x 2 envs (weights and
-#   optimizer state compared: the worker states differ by layout).
+#   optimizer state compared: the worker states differ by layout); 2 x 4
+#   resumed as 4 x 2, and 1 x 8 resumed by mpirun 2 ranks x 4.
 #
 # usage: invariant_test.sh DPT CKPT_COMPARE MPIRUN WORKDIR
 # The mpirun cases are skipped (and say so) when the build has no MPI or
@@ -87,6 +88,12 @@ done
 run r3 sup.conf --set num_devices=3 --set towers_mode=replicated &&
     same s1/$last r3/$last "supervised, 3 replicated devices against 1 ps"
 
+# A network with batch norm (statistics of each chunk) and dropout (keyed by
+# each row's place in the epoch's order).
+sed 's/^hidden = .*/network = dense(16) batchnorm relu dropout(0.2) dense(2)/' sup.conf > bn.conf
+run bn1 bn.conf --set num_devices=1 && run bn3 bn.conf --set num_devices=3 &&
+    same bn1/$last bn3/$last "supervised with batch norm and dropout, 3 devices against 1"
+
 # Checkpointed with 2 devices after epoch 2 (the run's last checkpoint
 # removed, as if it had stopped there), resumed with 3.
 run res sup.conf --set num_devices=2 && rm res/$last &&
@@ -149,6 +156,36 @@ if [ $mpi -eq 1 ]; then
         same d1x8/$plast dm2x2x2/$plast "ddppo, mpirun 2 ranks x 2 workers x 2 envs against 1 x 8" \
             --weights
 fi
+# Resumed with another split of the same 8 envs: 2 x 4 after iteration 4
+# as 4 x 2 (and, under mpirun, 1 x 8 as 2 ranks x 4) continue as 1 x 8;
+# another number of envs in all is refused.
+# resume_as FROM DIR WHAT [mpirun NP] ARGS...: FROM's run cut after iteration 4, resumed
+resume_as() {
+    from="$1" dir="$2" what="$3"
+    shift 3
+    launch=""
+    if [ "$1" = mpirun ]; then
+        launch="$mpirun --oversubscribe -np $2"
+        shift 2
+    fi
+    rm -rf "$dir" && cp -r "$from" "$dir" &&
+        rm "$dir/checkpoints/checkpoint-00000005.safetensors" "$dir/$plast" &&
+        if out=$($launch "$dpt" train --resume "$dir" --quiet "$@" 2>&1); then
+            same d1x8/$plast "$dir/$plast" "$what" --weights
+        else
+            bad "$what: $(printf '%s\n' "$out" | tail -2)"
+        fi
+}
+resume_as d2x4 dres4x2 "ddppo, 2 x 4 resumed as 4 x 2 against 1 x 8" \
+    --set num_workers=4 --set num_envs_per_worker=2
+[ $mpi -eq 1 ] && resume_as d1x8 dresm "ddppo, 1 x 8 resumed by mpirun 2 ranks x 4 against 1 x 8" \
+    mpirun 2 --set num_envs_per_worker=4
+rm -rf dbad && cp -r d2x4 dbad && rm dbad/$plast
+out=$("$dpt" train --resume dbad --set num_workers=3 --set num_envs_per_worker=2 2>&1); rc=$?
+[ $rc -eq 2 ] && printf '%s\n' "$out" | grep -q "not the envs in all" &&
+    "$cmp" d2x4/checkpoints/checkpoint-00000005.safetensors dbad/checkpoints/checkpoint-00000005.safetensors >/dev/null &&
+    ok "ddppo resumed with 6 envs instead of 8: refused (exit 2), the run's checkpoints kept" ||
+    bad "ddppo resumed with 6 envs: exit $rc: $out"
 sed 's/^reduction_order = invariant/reduction_order = fast/' dd.conf > ddfast.conf
 run df1 ddfast.conf --set num_workers=1 --set num_envs_per_worker=8 --set sgd_minibatch_size=32 &&
     run df2 ddfast.conf --set num_workers=2 --set num_envs_per_worker=4 --set sgd_minibatch_size=32 &&

@@ -514,6 +514,9 @@ int dpt_ddppo_checkpoint_common(dpt_ddppo_t *w, dpt_safetensors_writer_t *wr)
     if (!rc)
         rc = dpt__reduction_save(wr, w->cfg.chunk_rows);
     if (!rc)
+        rc = dpt_safetensors_set_meta_u64(wr, "envs_total",
+                                          (uint64_t)w->cfg.common.num_envs * (uint64_t)w->size);
+    if (!rc)
         rc = dpt__rl_counters_save(wr, &w->counters);
     return rc;
 }
@@ -549,7 +552,8 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
     int rc = dpt__reduction_check(st, w->cfg.chunk_rows);
     if (!rc)
         rc = dpt_safetensors_meta_u64(st, "workers", &workers);
-    if (!rc && workers != (uint64_t)w->size)
+    /* (the invariant order takes another count: dpt_ddppo_compose_state) */
+    if (!rc && workers != (uint64_t)w->size && !w->cfg.chunk_rows)
         rc = dpt_error(DPT_EINVAL,
                        "checkpoint %s was written by %llu DD-PPO workers, this run "
                        "has %d",
@@ -589,6 +593,69 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
     w->restore_counters = counters;
     w->restore_buf = buf;
     w->restore_bytes = bytes;
+    return DPT_OK;
+}
+
+int dpt_ddppo_compose_state(dpt_ddppo_t *w, const dpt_safetensors_t *st, void **out)
+{
+    *out = NULL;
+    uint64_t old = 0;
+    int rc = dpt__reduction_check(st, w->cfg.chunk_rows);
+    if (!rc)
+        rc = dpt_safetensors_meta_u64(st, "workers", &old);
+    if (rc || old == (uint64_t)w->size)
+        return rc;
+    size_t n = w->cfg.common.num_envs, E = n * (size_t)w->size;
+    uint64_t saved = E; /* (checkpoints before the key: the sizes check it below) */
+    if (dpt_safetensors_meta(st, "envs_total") &&
+        (rc = dpt_safetensors_meta_u64(st, "envs_total", &saved)) != 0)
+        return rc;
+    if (w->cfg.chunk_rows && saved != E)
+        return dpt_error(DPT_EINVAL,
+                         "checkpoint %s was written by %llu DD-PPO workers with %llu envs in all; "
+                         "this run has %d workers of %zu envs = %zu (a resume in the invariant "
+                         "order may change the workers, not the envs in all)",
+                         dpt_safetensors_path(st), (unsigned long long)old,
+                         (unsigned long long)saved, w->size, n, E);
+    if (!w->cfg.chunk_rows || old == 0 || old > 256 || E % old)
+        return dpt_error(DPT_EINVAL,
+                         "checkpoint %s was written by %llu DD-PPO workers; this run has %d "
+                         "workers of %zu envs%s",
+                         dpt_safetensors_path(st), (unsigned long long)old, w->size, n,
+                         w->cfg.chunk_rows ? ", which those cannot be split into"
+                                           : " (only reduction_order = invariant takes another "
+                                             "count, with the same envs in all)");
+    const void *src[256];
+    size_t bytes[256];
+    for (uint64_t q = 0; q < old; q++) {
+        char name[32];
+        snprintf(name, sizeof name, "worker.%llu", (unsigned long long)q);
+        if ((rc = dpt_safetensors_get_blob(st, name, &src[q], &bytes[q])) != 0)
+            return rc;
+        uint64_t magic;
+        if (bytes[q] < 4 * sizeof(uint64_t) ||
+            (memcpy(&magic, src[q], sizeof magic), magic != DPT__DDPPO_MAGIC))
+            return dpt_error(DPT_EFORMAT, "checkpoint %s: %s is not a DD-PPO worker state",
+                             dpt_safetensors_path(st), name);
+        src[q] = (const char *)src[q] + 4 * sizeof(uint64_t);
+        bytes[q] -= 4 * sizeof(uint64_t);
+    }
+    size_t total = dpt_ddppo_state_bytes(w), hb = 4 * sizeof(uint64_t);
+    char *buf = malloc(total);
+    if (!buf)
+        return dpt_error(DPT_ENOMEM, "ddppo: cannot allocate a worker state of %zu bytes", total);
+    /* The head (iteration, timesteps, the shuffle's position) is the same
+     * on every worker of the invariant order: worker 0's. */
+    memcpy(buf, (const char *)src[0] - hb, hb);
+    rc = dpt__rollout_state_pick(&w->ro, src, bytes, (size_t)old, E / old, (size_t)w->rank * n,
+                                 buf + hb, total - hb);
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dpt_last_error());
+        free(buf);
+        return dpt_error(rc, "checkpoint %s: %s", dpt_safetensors_path(st), msg);
+    }
+    *out = buf;
     return DPT_OK;
 }
 

@@ -224,3 +224,52 @@ int dpt_vecenv_load_state(dpt_vecenv_t *v, const void *buf, size_t bytes)
     }
     return DPT_OK;
 }
+
+/* The bytes of a saved state of n envs of state_size bytes each. */
+static size_t dpt__vecenv_bytes_for(size_t n, size_t state_size)
+{
+    return DPT__STATE_HEADER + n * (DPT__STATE_PER_ENV + state_size) + DPT__STATE_TAIL;
+}
+
+int dpt__vecenv_state_pick(const dpt_vecenv_t *v, const void *const *src, size_t nsrc, size_t per,
+                           size_t first, void *out, size_t out_bytes)
+{
+    const dpt_env_class_t *cls = v->cls;
+    size_t n = v->n, ssz = cls->state_size, sb = dpt__vecenv_bytes_for(per, ssz);
+    if (out_bytes != dpt_vecenv_state_bytes(v) || per == 0 || first + n > nsrc * per)
+        return dpt_error(DPT_EINVAL, "env \"%s\": envs [%zu, %zu) of %zu saved runners of %zu",
+                         cls->name, first, first + n, nsrc, per);
+    for (size_t q = 0; q < nsrc; q++) {
+        const unsigned char *b = src[q];
+        uint64_t sn, sum;
+        dpt__env_get_bytes(b, DPT__OFF_N, &sn, 8);
+        dpt__env_get_bytes(b, DPT__OFF_SUM, &sum, 8);
+        if (memcmp(b + DPT__OFF_MAGIC, DPT__STATE_MAGIC, 8) != 0 || sn != per ||
+            sum != dpt_fnv1a64(DPT_FNV1A64_INIT, b + DPT__STATE_HEADER, sb - DPT__STATE_HEADER))
+            return dpt_error(DPT_EFORMAT,
+                             "env \"%s\": saved runner %zu is not a valid state of %zu envs",
+                             cls->name, q, per);
+    }
+    /* The header and the totals of the runner that held env `first`; each
+     * env's rng position, episode length, return and state from its own. */
+    const unsigned char *h = src[first / per];
+    unsigned char *o = out;
+    memcpy(o, h, DPT__STATE_HEADER);
+    uint64_t n64 = n;
+    dpt__env_put_bytes(o, DPT__OFF_N, &n64, 8);
+    size_t o_t = DPT__STATE_HEADER + n * 8, o_ret = o_t + n * 4, o_st = o_ret + n * 8;
+    size_t s_t = DPT__STATE_HEADER + per * 8, s_ret = s_t + per * 4, s_st = s_ret + per * 8;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *b = src[(first + i) / per];
+        size_t k = (first + i) % per;
+        memcpy(o + DPT__STATE_HEADER + i * 8, b + DPT__STATE_HEADER + k * 8, 8);
+        memcpy(o + o_t + i * 4, b + s_t + k * 4, 4);
+        memcpy(o + o_ret + i * 8, b + s_ret + k * 8, 8);
+        memcpy(o + o_st + i * ssz, b + s_st + k * ssz, ssz);
+    }
+    memcpy(o + o_st + n * ssz, h + s_st + per * ssz, DPT__STATE_TAIL);
+    uint64_t sum =
+        dpt_fnv1a64(DPT_FNV1A64_INIT, o + DPT__STATE_HEADER, out_bytes - DPT__STATE_HEADER);
+    dpt__env_put_bytes(o, DPT__OFF_SUM, &sum, 8);
+    return DPT_OK;
+}

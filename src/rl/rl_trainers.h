@@ -435,6 +435,18 @@ int dpt__ddppo_restore_prepare(dpt_ddppo_t *w, const dpt_safetensors_t *st, cons
                                size_t bytes);
 void dpt__ddppo_restore_commit(dpt_ddppo_t *w);
 void dpt__ddppo_restore_abort(dpt_ddppo_t *w);
+/* In the invariant order (cfg.chunk_rows > 0), a checkpoint written by
+ * another number of workers with the same envs in all (workers x
+ * num_envs_per_worker): this worker's private state made from the saved
+ * workers' states, its envs [rank n, (rank + 1) n) taken from whichever
+ * worker held them (dpt__rollout_state_pick), into *out (malloc'ed,
+ * dpt_ddppo_state_bytes(w) bytes) for dpt__ddppo_restore_prepare. The
+ * run's counters and streams are the same on every worker of that order;
+ * each worker's recent-episode window is that of the saved worker of its
+ * first env. *out is NULL when the checkpoint has this run's workers (use
+ * "worker.<rank>" as it is). Errors: DPT_EINVAL (the fast order, other
+ * envs in all), DPT_EFORMAT, DPT_ENOMEM. */
+int dpt_ddppo_compose_state(dpt_ddppo_t *w, const dpt_safetensors_t *st, void **out);
 uint64_t dpt_ddppo_iteration(const dpt_ddppo_t *w);
 
 /* The per-worker batch-size rule: a worker that was not preempted must hold

@@ -611,6 +611,47 @@ int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes)
     return dpt_vecenv_save_state(r->env, p, dpt_vecenv_state_bytes(r->env));
 }
 
+int dpt__rollout_state_pick(const dpt__rollout_t *r, const void *const *src, const size_t *bytes,
+                            size_t nsrc, size_t per, size_t first, void *out, size_t out_bytes)
+{
+    size_t od = r->obs_dim, N = r->N;
+    size_t head = dpt__rollout_fixed_bytes(r) - N * od * sizeof(float);
+    size_t venv = dpt_vecenv_state_bytes(r->env), sfixed = head + per * od * sizeof(float);
+    if (r->H || out_bytes != dpt__rollout_state_bytes(r) || per == 0 || first + N > nsrc * per)
+        return dpt_error(DPT_EINVAL, "rollout state: envs [%zu, %zu) of %zu saved rollouts of %zu",
+                         first, first + N, nsrc, per);
+    const void *venvs[256];
+    if (nsrc > 256)
+        return dpt_error(DPT_EINVAL, "rollout state: %zu saved rollouts, at most 256", nsrc);
+    /* A saved rollout of per envs: its fixed part, then its runner's state of
+     * HEADER + per (PER_ENV + state_size) + TAIL bytes. */
+    size_t ssz = r->cls->state_size;
+    size_t sv = venv - N * (DPT__STATE_PER_ENV + ssz) + per * (DPT__STATE_PER_ENV + ssz);
+    for (size_t q = 0; q < nsrc; q++) {
+        uint64_t magic;
+        memcpy(&magic, src[q], sizeof magic);
+        if (bytes[q] != sfixed + sv || magic != DPT__ROLLOUT_MAGIC)
+            return dpt_error(DPT_EFORMAT,
+                             "rollout state %zu: %zu bytes, not a saved rollout of %zu envs "
+                             "(%zu bytes)",
+                             q, bytes[q], per, sfixed + sv);
+        venvs[q] = (const char *)src[q] + sfixed;
+    }
+    /* The head (the action stream's position, the same on every worker of
+     * the invariant order; the recent episodes of the worker that held env
+     * `first`), then each env's observation from its own. */
+    const char *h = src[first / per];
+    char *o = out;
+    memcpy(o, h, head);
+    for (size_t i = 0; i < N; i++)
+        memcpy(o + head + i * od * sizeof(float),
+               (const char *)src[(first + i) / per] + head +
+                   ((first + i) % per) * od * sizeof(float),
+               od * sizeof(float));
+    return dpt__vecenv_state_pick(r->env, venvs, nsrc, per, first,
+                                  o + head + N * od * sizeof(float), venv);
+}
+
 int dpt__rollout_check_state(const dpt__rollout_t *r, const void *buf, size_t bytes)
 {
     if (bytes != dpt__rollout_state_bytes(r))

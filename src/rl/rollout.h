@@ -156,6 +156,17 @@ void dpt__rollout_gather_seq(const dpt__rollout_t *r, const dpt__chunk_t *chunks
 size_t dpt__rollout_state_bytes(const dpt__rollout_t *r);
 int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes);
 int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes);
+/* The saved state of r's N envs when they are envs [first, first + N) of
+ * the nsrc rollouts saved in src (bytes[q] each, per envs each, in order;
+ * feed-forward only): the head (action stream, recent episodes) of the one
+ * that held env `first`, each env's observation and runner state from its
+ * own, into out (dpt__rollout_state_bytes(r) bytes). A DD-PPO run in the
+ * invariant order resumed with another number of workers gives each its
+ * envs this way; the result is checked and loaded as any saved state.
+ * Errors: DPT_EINVAL, DPT_EFORMAT. */
+int dpt__rollout_state_pick(const dpt__rollout_t *r, const void *const *src, const size_t *bytes,
+                            size_t nsrc, size_t per, size_t first, void *out, size_t out_bytes);
+
 /* Every check of dpt__rollout_load_state, changing nothing. */
 int dpt__rollout_check_state(const dpt__rollout_t *r, const void *buf, size_t bytes);
 /* Every check of dpt_vecenv_load_state, changing nothing (src/rl/env.c). */

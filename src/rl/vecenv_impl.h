@@ -53,6 +53,17 @@ struct dpt_vecenv {
  * worker steps it. */
 void dpt__vecenv_set_first(dpt_vecenv_t *v, uint32_t first);
 
+/* The saved state of v's n envs when they are envs [first, first + n) of
+ * the nsrc runners saved in src (per envs each, in order; each a valid
+ * state of per envs of v's class), into out (dpt_vecenv_state_bytes(v)
+ * bytes): as v would save them, the header and the runner's totals from the
+ * source of env `first`. A DD-PPO run in the invariant order resumed with
+ * another number of workers gives each worker its envs this way. Errors:
+ * DPT_EINVAL (sizes), DPT_EFORMAT (a source that is not a valid state). The
+ * result is then checked and loaded as any saved state. */
+int dpt__vecenv_state_pick(const dpt_vecenv_t *v, const void *const *src, size_t nsrc, size_t per,
+                           size_t first, void *out, size_t out_bytes);
+
 #define DPT__STATE_HEADER 128u
 #define DPT__STATE_MAGIC "dptvenv\0"
 #define DPT__STATE_VERSION 1u

@@ -38,11 +38,15 @@ static void dpt__resume_compare_env(const dpt_config_t *a, const dpt_config_t *b
 }
 
 /* Whether key k may differ between a and b whatever its flags: the device
- * count of a run in the invariant reduction order (its weights do not
- * depend on it). */
+ * and worker counts of a run in the invariant reduction order (its weights
+ * do not depend on them; ddppo's trainer checks that the envs in all stay
+ * the same). */
 static int dpt__resume_key_free(const dpt_config_t *a, const dpt_config_t *b, dpt_config_key_t k)
 {
-    if (k != DPT_CFG_num_devices || !dpt_config_applies(a, DPT_CFG_reduction_order) ||
+    int ddppo = dpt_config_job(a) == DPT_JOB_DDPPO;
+    if ((k != DPT_CFG_num_devices &&
+         !(ddppo && (k == DPT_CFG_num_workers || k == DPT_CFG_num_envs_per_worker))) ||
+        !dpt_config_applies(a, DPT_CFG_reduction_order) ||
         !dpt_config_applies(b, DPT_CFG_reduction_order))
         return 0;
     return DPT_CI(a, reduction_order) == DPT_REDUCTION_INVARIANT &&

@@ -119,7 +119,16 @@ static int dpt__ddppo_restore_part(dpt__ddppo_worker_t *wk)
     const void *blob = NULL;
     size_t bytes = 0;
     snprintf(name, sizeof name, "worker.%d", dpt_comm_rank(wk->comm));
-    int rc = dpt_safetensors_get_blob(d->st, name, &blob, &bytes);
+    /* The invariant order resumed with another number of workers: this
+     * worker's state made from the saved ones. */
+    void *composed = NULL;
+    int rc = dpt_ddppo_compose_state(wk->w, d->st, &composed);
+    if (!rc && composed) {
+        blob = composed;
+        bytes = dpt_ddppo_state_bytes(wk->w);
+    } else if (!rc) {
+        rc = dpt_safetensors_get_blob(d->st, name, &blob, &bytes);
+    }
     if (!rc)
         rc = dpt__ddppo_restore_prepare(wk->w, d->st, blob, bytes);
     float failed = rc ? 1.0f : 0.0f;
@@ -137,6 +146,7 @@ static int dpt__ddppo_restore_part(dpt__ddppo_worker_t *wk)
         dpt__ddppo_restore_abort(wk->w);
     else
         dpt__ddppo_restore_commit(wk->w);
+    free(composed);
     return rc;
 }
 
@@ -376,7 +386,9 @@ static int dpt__ddppo_restore(void *self, const dpt_safetensors_t *st)
     int rc = dpt_safetensors_meta_u64(st, "workers", &workers);
     if (rc)
         return rc;
-    if (workers != (uint64_t)d->size)
+    /* (the invariant order takes another count with the same envs in all:
+     * each worker then checks and composes its part) */
+    if (workers != (uint64_t)d->size && !d->rc.chunk_rows)
         return dpt_error(DPT_EINVAL,
                          "checkpoint %s was written by %llu DD-PPO workers, this "
                          "run has %d (num_workers x processes)",
