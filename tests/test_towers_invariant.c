@@ -393,6 +393,136 @@ static void test_config_errors(void)
     dpt_mlp_destroy(mlp);
 }
 
+/* ---- a failing chunk -------------------------------------------------------- */
+
+/* A model of one weight w whose loss is the mean of w x over the rows (no
+ * input checks: an infinite x gives an infinite loss). */
+static int mean_loss_grad(void *ctx, const float *params, float *grads, const dpt_batch_t *b,
+                          dpt_loss_out_t *out)
+{
+    (void)ctx;
+    const float *x = dpt_batch_get(b, "mean", "x", DPT_F32, 1, NULL);
+    if (!x)
+        return DPT_EINVAL;
+    double sum = 0.0;
+    for (size_t i = 0; i < b->rows; i++)
+        sum += (double)x[i];
+    grads[0] = (float)(sum / (double)b->rows);
+    out->loss = (double)params[0] * sum / (double)b->rows;
+    out->rows = b->rows;
+    return DPT_OK;
+}
+
+enum { FROWS = 2 * B };
+static float fx[MAXP][FROWS];
+
+typedef struct fail_part {
+    dpt_comm_threads_group_t *group;
+    int rank, parts;
+    int rc, rc_next;
+    char msg[400];
+    float before, after;
+} fail_part_t;
+
+/* One participant of `parts` (a threads communicator when parts > 1) with
+ * 2 devices: a step on minibatch 0, where participant parts - 1 holds an
+ * infinite row in chunk 6, then a step on minibatch 1. */
+static void *fail_main(void *arg)
+{
+    fail_part_t *p = arg;
+    dpt_vartable_t vars;
+    dpt_vartable_init(&vars);
+    size_t one[1] = {1};
+    dpt_comm_t *comm = NULL;
+    dpt_towers_t *t = NULL;
+    int rc = dpt_vartable_add(&vars, "w", 1, one, NULL);
+    if (!rc && p->group)
+        rc = dpt_comm_threads_join(p->group, p->rank, &comm);
+    dpt_model_t model = {.vars = &vars, .loss_grad = mean_loss_grad};
+    dpt_batch_t lay;
+    dpt_batch_init(&lay, 0);
+    dpt_batch_add(&lay, "x", DPT_F32, 1, 0, NULL);
+    dpt_towers_config_t c = dpt_towers_defaults();
+    c.num_devices = 2;
+    c.max_per_device_batch_size = C;
+    c.max_load_rows = FROWS;
+    c.chunk_rows = C;
+    c.global_batch = B;
+    c.comm = comm;
+    c.optim = dpt_optim_defaults(DPT_OPTIM_SGD);
+    if (!rc)
+        rc = dpt_towers_create(&t, &model, &lay, &c);
+    size_t row0 = 0, share = 0;
+    if (!rc)
+        rc = dpt_towers_share(t, &row0, &share);
+    float *x = fx[p->rank], w0[DPT_VAR_ALIGN_FLOATS] = {0.5f}, w1[DPT_VAR_ALIGN_FLOATS];
+    for (size_t m = 0, j = 0; !rc && m < 2; m++)
+        for (size_t i = 0; i < share; i++, j++) {
+            size_t g = m * B + row0 + i; /* the row's place in the global batch */
+            x[j] = g == 6 * C ? INFINITY : (float)(g % 7) * 0.25f;
+        }
+    dpt_batch_t b;
+    dpt_batch_init(&b, 2 * share);
+    dpt_batch_add(&b, "x", DPT_F32, 1, 0, x);
+    dpt_towers_load_info_t li;
+    dpt_towers_stats_t st;
+    if (!rc && !(rc = dpt_towers_set_weights(t, w0, vars.total)) &&
+        !(rc = dpt_towers_load(t, 0, &b, &li))) {
+        p->rc = dpt_towers_optimize(t, 0, 0, 0.1f, &st);
+        snprintf(p->msg, sizeof p->msg, "%s", dpt_last_error());
+        dpt_towers_get_weights(t, w1, vars.total);
+        p->before = w0[0];
+        p->after = w1[0];
+        p->rc_next = dpt_towers_optimize(t, 0, li.per_device_batch, 0.1f, &st);
+    } else {
+        p->rc = p->rc_next = rc ? rc : -1;
+        snprintf(p->msg, sizeof p->msg, "%s", dpt_last_error());
+    }
+    dpt_towers_destroy(t);
+    dpt_comm_destroy(comm);
+    dpt_vartable_deinit(&vars);
+    return NULL;
+}
+
+/* A chunk whose loss is not finite refuses the step on every device and,
+ * over a communicator, on every participant (the one that failed names the
+ * chunk, the others name it); nothing moves, and the next step runs. */
+static void test_failed_chunk(void)
+{
+    for (int parts = 1; parts <= 2; parts++) {
+        fail_part_t p[MAXP];
+        memset(p, 0, sizeof p);
+        dpt_comm_threads_group_t *g = NULL;
+        if (parts > 1) {
+            dpt_comm_threads_options_t o;
+            dpt_comm_threads_options_init(&o);
+            o.timeout_s = 60.0;
+            REQUIRE_OK(dpt_comm_threads_group_create(&g, parts, &o));
+        }
+        pthread_t th[MAXP];
+        for (int i = 0; i < parts; i++) {
+            p[i] = (fail_part_t){.group = g, .rank = i, .parts = parts};
+            if (parts > 1)
+                REQUIRE(pthread_create(&th[i], NULL, fail_main, &p[i]) == 0);
+        }
+        if (parts == 1)
+            fail_main(&p[0]);
+        for (int i = 0; parts > 1 && i < parts; i++)
+            pthread_join(th[i], NULL);
+        dpt_comm_threads_group_destroy(g);
+        for (int i = 0; i < parts; i++) {
+            /* chunk 6 is the last participant's (with 2: chunks 5..9) */
+            int holder = i == parts - 1;
+            printf("  %d participant(s), participant %d: %s: %s\n", parts, i,
+                   dpt_status_name(p[i].rc), p[i].msg);
+            CHECK(p[i].rc == (holder ? DPT_ENUMERIC : DPT_ECOMM));
+            CHECK(strstr(p[i].msg, holder ? "chunk 6" : "participant 1") != NULL);
+            CHECK(p[i].after == p[i].before);
+            CHECK(p[i].rc_next == DPT_OK);
+        }
+    }
+}
+
 int main(void)
 {
     dpt_rng_t r;
@@ -405,6 +535,7 @@ int main(void)
         DPT_TEST(test_fast_order_differs),
         DPT_TEST(test_float64_reference),
         DPT_TEST(test_config_errors),
+        DPT_TEST(test_failed_chunk),
     };
     return DPT_TEST_RUN(cases);
 }
