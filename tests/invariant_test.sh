@@ -11,7 +11,7 @@
 #   checkpointed with 2 devices after 2 epochs, resumed with 3.
 #   ppo, CartPole, 8 envs, minibatches of 64 in chunks of 16: 1, 2 and 4
 #   devices; 2 devices resumed with 4.
-#   ddppo, CartPole, 8 envs: 1 x 8, 2 x 4 and 4 x 2 worker threads; under
+#   ddppo, CartPole, 8 envs: 1 x 8, 2 x 4, 4 x 2 and 8 x 1 worker threads; under
 #   mpirun 2 ranks x 4 envs and 2 ranks x 2 workers x 2 envs (weights and
 #   optimizer state compared: the worker states differ by layout); 2 x 4
 #   resumed as 4 x 2, and 1 x 8 resumed by mpirun 2 ranks x 4.
@@ -138,14 +138,15 @@ run pf1 pfast.conf --set num_devices=1 && run pf2 pfast.conf --set num_devices=2
     differs pf1/$plast pf2/$plast "ppo, fast order: 1 and 2 devices"
 refused ppo.conf "ppo with an LSTM" "feed-forward" --set use_lstm=true
 
-# DD-PPO on CartPole: 8 envs as 1 x 8, 2 x 4 and 4 x 2 worker threads,
-# and (mpirun) as 2 ranks x 4 envs and 2 ranks x 2 workers x 2 envs, global
-# minibatches of 64 in chunks of 16.
+# DD-PPO on CartPole: 8 envs as 1 x 8, 2 x 4, 4 x 2 and 8 x 1 worker
+# threads (8 x 1: 32 rows per worker, fewer than a minibatch), and (mpirun)
+# as 2 ranks x 4 envs and 2 ranks x 2 workers x 2 envs, global minibatches
+# of 64 in chunks of 8.
 printf 'job = ddppo\nenv = CartPole-v1\nrollout_fragment_length = 32\nsgd_minibatch_size = 64\n' > dd.conf
 printf 'num_sgd_iter = 2\ntotal_timesteps = 1536\ngrad_clip = 0.5\nsync_frac = 1\n' >> dd.conf
-printf 'reduction_order = invariant\nreduction_chunk = 16\nseed = 5\ncheckpoint_every = 1\n' >> dd.conf
+printf 'reduction_order = invariant\nreduction_chunk = 8\nseed = 5\ncheckpoint_every = 1\n' >> dd.conf
 run d1x8 dd.conf --set num_workers=1 --set num_envs_per_worker=8
-for wk in 2x4 4x2; do
+for wk in 2x4 4x2 8x1; do
     run d$wk dd.conf --set num_workers=${wk%x*} --set num_envs_per_worker=${wk#*x} &&
         same d1x8/$plast d$wk/$plast "ddppo, $wk workers x envs against 1 x 8" --weights
 done

@@ -140,12 +140,12 @@ static void test_orders_in_checkpoints(void)
     const char *sup[] = {"dataset=spirals", "spirals_points=256", "hidden=8", "batch_size=32",
                          "epochs=2"};
     check_orders("job=supervised", sup, 5);
-    const char *ppo[] = {"env=CartPole-v1", "num_envs_per_worker=4",
-                         "rollout_fragment_length=16", "sgd_minibatch_size=32",
-                         "total_timesteps=256"};
+    const char *ppo[] = {"env=CartPole-v1", "num_envs_per_worker=4", "rollout_fragment_length=16",
+                         "sgd_minibatch_size=32", "total_timesteps=256"};
     check_orders("job=ppo", ppo, 5);
-    const char *ddppo[] = {"env=CartPole-v1",       "num_workers=2",         "num_envs_per_worker=2",
-                           "rollout_fragment_length=16", "sgd_minibatch_size=32", "sync_frac=1",
+    const char *ddppo[] = {"env=CartPole-v1",       "num_workers=2",
+                           "num_envs_per_worker=2", "rollout_fragment_length=16",
+                           "sgd_minibatch_size=32", "sync_frac=1",
                            "total_timesteps=256"};
     check_orders("job=ddppo", ddppo, 7);
 }
@@ -155,14 +155,14 @@ static void test_orders_in_checkpoints(void)
  * worker state is cut short is refused and the trainer keeps its weights. */
 static void test_ddppo_other_workers(void)
 {
-    dpt_config_t *c24 = cfg_make("job=ddppo", "env=CartPole-v1", "num_workers=2",
-                                 "num_envs_per_worker=4", "rollout_fragment_length=16",
-                                 "sgd_minibatch_size=32", "sync_frac=1", "total_timesteps=512", "reduction_chunk=8",
-                                 "reduction_order=invariant", NULL);
-    dpt_config_t *c42 = cfg_make("job=ddppo", "env=CartPole-v1", "num_workers=4",
-                                 "num_envs_per_worker=2", "rollout_fragment_length=16",
-                                 "sgd_minibatch_size=32", "sync_frac=1", "total_timesteps=512", "reduction_chunk=8",
-                                 "reduction_order=invariant", NULL);
+    dpt_config_t *c24 =
+        cfg_make("job=ddppo", "env=CartPole-v1", "num_workers=2", "num_envs_per_worker=4",
+                 "rollout_fragment_length=16", "sgd_minibatch_size=32", "sync_frac=1",
+                 "total_timesteps=512", "reduction_chunk=8", "reduction_order=invariant", NULL);
+    dpt_config_t *c42 =
+        cfg_make("job=ddppo", "env=CartPole-v1", "num_workers=4", "num_envs_per_worker=2",
+                 "rollout_fragment_length=16", "sgd_minibatch_size=32", "sync_frac=1",
+                 "total_timesteps=512", "reduction_chunk=8", "reduction_order=invariant", NULL);
     REQUIRE(c24 && c42);
     dpt_trainer_t *a, *b, *c;
     REQUIRE_OK(dpt_trainer_create(&a, c24, NULL));

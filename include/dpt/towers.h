@@ -210,9 +210,15 @@
  * 0; info.per_device_batch is ceil(K/G) C (the most rows a device holds of
  * one minibatch) and optimize()'s offset k * info.per_device_batch means
  * minibatch k. The stats are this participant's chunks', added in chunk
- * order. Gradient buckets are not used. Cost: one model call per chunk
- * instead of one per device, and each device keeps up to about
- * 2 log2(K) + 1 gradient buffers (the binary counter's nodes).
+ * order. Gradient buckets are not used. With weight_rows and several
+ * participants, each participant's rows travel as a float: the bits stay
+ * invariant up to 2^24 rows per participant and step. Cost: one model call
+ * per chunk instead of one per device, and one pass over the gradient per
+ * addition of the tree; memory: each device keeps up to about log2(K) + 2
+ * gradient buffers (the binary counter's nodes, the most its run of chunks
+ * needs), and the engine one more for the sum and log2(K) + 1 for the
+ * evaluation of the tree (with several participants also the nodes sent
+ * and received).
  */
 #ifndef DPT_TOWERS_H
 #define DPT_TOWERS_H

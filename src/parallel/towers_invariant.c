@@ -35,6 +35,7 @@
 #include "towers_impl.h"
 
 #include <inttypes.h>
+#include <stdint.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -206,11 +207,16 @@ int dpt__inv_create(dpt_towers_t *t)
     v->nodes = calloc((size_t)N * (size_t)v->depth, sizeof *v->nodes);
     if (!v->nodes)
         return dpt_error(DPT_ENOMEM, "towers: cannot allocate the invariant reduction");
+    size_t nodes, scratch;
+    if (dpt_mul_size((size_t)v->depth, v->stride, &nodes) ||
+        dpt_mul_size((size_t)v->levels + 1, v->stride, &scratch))
+        return dpt_error(DPT_EOVERFLOW, "towers: %d node buffers of %zu floats overflow", v->depth,
+                         v->stride);
     for (int d = 0; d < N; d++)
-        if ((rc = dpt_arena_init(&v->stack[d], (size_t)v->depth * v->stride)) != 0)
+        if ((rc = dpt_arena_init(&v->stack[d], nodes)) != 0)
             return rc;
     if ((rc = dpt_arena_init(&v->sum, v->stride)) != 0 ||
-        (rc = dpt_arena_init(&v->scratch, ((size_t)v->levels + 1) * v->stride)) != 0)
+        (rc = dpt_arena_init(&v->scratch, scratch)) != 0)
         return rc;
     if (v->P == 1)
         return DPT_OK;
@@ -225,12 +231,19 @@ int dpt__inv_create(dpt_towers_t *t)
         if (v->npspans[q] > v->M)
             v->M = v->npspans[q];
     }
-    v->msg = (size_t)v->M * v->stride + 2;
-    size_t bytes;
-    if (dpt_mul_size(v->msg * (size_t)v->P, sizeof(float), &bytes) ||
-        !(v->send = dpt_alloc_aligned(v->msg * sizeof(float))) ||
+    size_t msg, all, bytes;
+    if (dpt_mul_size((size_t)v->M, v->stride, &msg) || msg > SIZE_MAX - 2 ||
+        dpt_mul_size(msg + 2, (size_t)v->P, &all) || dpt_mul_size(all, sizeof(float), &bytes))
+        return dpt_error(DPT_EOVERFLOW,
+                         "towers: %d nodes of %zu floats from %d participants "
+                         "overflow",
+                         v->M, v->stride, v->P);
+    v->msg = msg + 2;
+    if (!(v->send = dpt_alloc_aligned(v->msg * sizeof(float))) ||
         !(v->recv = dpt_alloc_aligned(bytes)))
         return dpt_error(DPT_ENOMEM, "towers: cannot allocate the invariant reduction's messages");
+    /* (slots a participant's cover leaves unused travel as zeros) */
+    memset(v->send, 0, v->msg * sizeof(float));
     /* Participant q's nodes, packed by position (the same layout as the
      * spans array): recv holds them after the gather. */
     dpt__inv_span_t *packed = v->pspans;

@@ -168,7 +168,10 @@ int dpt_ddppo_worker_create(dpt_ddppo_t **out, const dpt_env_class_t *cls,
 {
     *out = NULL;
     size_t rows = cfg->common.num_envs * cfg->common.rollout_fragment_length;
-    int rc = dpt__rl_check_config(&cfg->common, &cfg->learn, rows);
+    /* (invariant: sgd_minibatch_size is global, checked against every
+     * worker's rows) */
+    int rc = dpt__rl_check_config(&cfg->common, &cfg->learn,
+                                  cfg->chunk_rows ? rows * (size_t)dpt_comm_size(comm) : rows);
     if (rc)
         return rc;
     size_t chunk = cfg->chunk_rows;
@@ -603,28 +606,35 @@ int dpt_ddppo_compose_state(dpt_ddppo_t *w, const dpt_safetensors_t *st, void **
     int rc = dpt__reduction_check(st, w->cfg.chunk_rows);
     if (!rc)
         rc = dpt_safetensors_meta_u64(st, "workers", &old);
-    if (rc || old == (uint64_t)w->size)
+    if (rc)
         return rc;
     size_t n = w->cfg.common.num_envs, E = n * (size_t)w->size;
     uint64_t saved = E; /* (checkpoints before the key: the sizes check it below) */
     if (dpt_safetensors_meta(st, "envs_total") &&
         (rc = dpt_safetensors_meta_u64(st, "envs_total", &saved)) != 0)
         return rc;
-    if (w->cfg.chunk_rows && saved != E)
+    if (saved != E)
         return dpt_error(DPT_EINVAL,
                          "checkpoint %s was written by %llu DD-PPO workers with %llu envs in all; "
-                         "this run has %d workers of %zu envs = %zu (a resume in the invariant "
-                         "order may change the workers, not the envs in all)",
+                         "this run has %d workers of %zu envs = %zu (%s)",
                          dpt_safetensors_path(st), (unsigned long long)old,
-                         (unsigned long long)saved, w->size, n, E);
-    if (!w->cfg.chunk_rows || old == 0 || old > 256 || E % old)
+                         (unsigned long long)saved, w->size, n, E,
+                         w->cfg.chunk_rows ? "a resume in the invariant order may change the "
+                                             "workers, not the envs in all"
+                                           : "the envs cannot change on resume");
+    if (old == (uint64_t)w->size)
+        return DPT_OK;
+    if (!w->cfg.chunk_rows)
         return dpt_error(DPT_EINVAL,
-                         "checkpoint %s was written by %llu DD-PPO workers; this run has %d "
-                         "workers of %zu envs%s",
-                         dpt_safetensors_path(st), (unsigned long long)old, w->size, n,
-                         w->cfg.chunk_rows ? ", which those cannot be split into"
-                                           : " (only reduction_order = invariant takes another "
-                                             "count, with the same envs in all)");
+                         "checkpoint %s was written by %llu DD-PPO workers, this run has %d "
+                         "(only reduction_order = invariant takes another count, with the same "
+                         "envs in all)",
+                         dpt_safetensors_path(st), (unsigned long long)old, w->size);
+    if (old == 0 || old > 256 || E % old)
+        return dpt_error(DPT_EINVAL,
+                         "checkpoint %s: %llu DD-PPO workers for %zu envs (at most 256 workers, "
+                         "each with the same number of envs)",
+                         dpt_safetensors_path(st), (unsigned long long)old, E);
     const void *src[256];
     size_t bytes[256];
     for (uint64_t q = 0; q < old; q++) {

@@ -250,8 +250,8 @@ int dpt__vecenv_state_pick(const dpt_vecenv_t *v, const void *const *src, size_t
                              "env \"%s\": saved runner %zu is not a valid state of %zu envs",
                              cls->name, q, per);
     }
-    /* The header and the totals of the runner that held env `first`; each
-     * env's rng position, episode length, return and state from its own. */
+    /* The header of the runner that held env `first`; each env's rng
+     * position, episode length, return and state from its own. */
     const unsigned char *h = src[first / per];
     unsigned char *o = out;
     memcpy(o, h, DPT__STATE_HEADER);
@@ -267,7 +267,16 @@ int dpt__vecenv_state_pick(const dpt_vecenv_t *v, const void *const *src, size_t
         memcpy(o + o_ret + i * 8, b + s_ret + k * 8, 8);
         memcpy(o + o_st + i * ssz, b + s_st + k * ssz, ssz);
     }
-    memcpy(o + o_st + n * ssz, h + s_st + per * ssz, DPT__STATE_TAIL);
+    /* The runners' totals (steps, episodes) add up over the workers: the
+     * first (first = 0) takes the sources' sum, the others none. */
+    uint64_t tot[2] = {0, 0};
+    for (size_t q = 0; first == 0 && q < nsrc; q++) {
+        uint64_t t2[2];
+        memcpy(t2, (const unsigned char *)src[q] + s_st + per * ssz, sizeof t2);
+        tot[0] += t2[0];
+        tot[1] += t2[1];
+    }
+    memcpy(o + o_st + n * ssz, tot, sizeof tot);
     uint64_t sum =
         dpt_fnv1a64(DPT_FNV1A64_INIT, o + DPT__STATE_HEADER, out_bytes - DPT__STATE_HEADER);
     dpt__env_put_bytes(o, DPT__OFF_SUM, &sum, 8);

@@ -442,8 +442,8 @@ void dpt__ddppo_restore_abort(dpt_ddppo_t *w);
  * worker held them (dpt__rollout_state_pick), into *out (malloc'ed,
  * dpt_ddppo_state_bytes(w) bytes) for dpt__ddppo_restore_prepare. The
  * run's counters and streams are the same on every worker of that order;
- * each worker's recent-episode window is that of the saved worker of its
- * first env. *out is NULL when the checkpoint has this run's workers (use
+ * the episode counts and saved worker 0's window of recent episodes go to
+ * worker 0 (dpt__rollout_state_pick). *out is NULL when the checkpoint has this run's workers (use
  * "worker.<rank>" as it is). Errors: DPT_EINVAL (the fast order, other
  * envs in all), DPT_EFORMAT, DPT_ENOMEM. */
 int dpt_ddppo_compose_state(dpt_ddppo_t *w, const dpt_safetensors_t *st, void **out);

@@ -628,21 +628,37 @@ int dpt__rollout_state_pick(const dpt__rollout_t *r, const void *const *src, con
     size_t ssz = r->cls->state_size;
     size_t sv = venv - N * (DPT__STATE_PER_ENV + ssz) + per * (DPT__STATE_PER_ENV + ssz);
     for (size_t q = 0; q < nsrc; q++) {
-        uint64_t magic;
-        memcpy(&magic, src[q], sizeof magic);
-        if (bytes[q] != sfixed + sv || magic != DPT__ROLLOUT_MAGIC)
+        uint64_t magic = 0;
+        if (bytes[q] == sfixed + sv)
+            memcpy(&magic, src[q], sizeof magic);
+        if (magic != DPT__ROLLOUT_MAGIC)
             return dpt_error(DPT_EFORMAT,
                              "rollout state %zu: %zu bytes, not a saved rollout of %zu envs "
                              "(%zu bytes)",
                              q, bytes[q], per, sfixed + sv);
         venvs[q] = (const char *)src[q] + sfixed;
     }
-    /* The head (the action stream's position, the same on every worker of
-     * the invariant order; the recent episodes of the worker that held env
-     * `first`), then each env's observation from its own. */
-    const char *h = src[first / per];
+    /* The head: the action stream's position (the same on every worker of
+     * the invariant order); the episode counts, which the workers' figures
+     * add up: the first worker (first = 0) takes the saved workers' total
+     * and saved worker 0's window of recent episodes, the others start
+     * with none. Then each env's observation from its own. */
     char *o = out;
-    memcpy(o, h, head);
+    memcpy(o, src[0], head);
+    uint64_t h5[5];
+    memcpy(h5, o, sizeof h5);
+    uint64_t total = 0;
+    for (size_t q = 0; q < nsrc; q++) {
+        uint64_t hq[5];
+        memcpy(hq, src[q], sizeof hq);
+        total += hq[4];
+    }
+    h5[4] = first == 0 ? total : 0;
+    if (first != 0) {
+        h5[2] = h5[3] = 0; /* an empty window */
+        memset(o + sizeof h5, 0, head - sizeof h5);
+    }
+    memcpy(o, h5, sizeof h5);
     for (size_t i = 0; i < N; i++)
         memcpy(o + head + i * od * sizeof(float),
                (const char *)src[(first + i) / per] + head +

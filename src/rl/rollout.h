@@ -158,9 +158,11 @@ int dpt__rollout_save_state(const dpt__rollout_t *r, void *buf, size_t bytes);
 int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes);
 /* The saved state of r's N envs when they are envs [first, first + N) of
  * the nsrc rollouts saved in src (bytes[q] each, per envs each, in order;
- * feed-forward only): the head (action stream, recent episodes) of the one
- * that held env `first`, each env's observation and runner state from its
- * own, into out (dpt__rollout_state_bytes(r) bytes). A DD-PPO run in the
+ * feed-forward only): the action stream's position of the first; the
+ * episode count summed over the saved rollouts and saved rollout 0's window
+ * of recent episodes for the rollout of first = 0, none for the others (the
+ * workers' figures add them up); each env's observation and runner state
+ * from its own; into out (dpt__rollout_state_bytes(r) bytes). A DD-PPO run in the
  * invariant order resumed with another number of workers gives each its
  * envs this way; the result is checked and loaded as any saved state.
  * Errors: DPT_EINVAL, DPT_EFORMAT. */

@@ -56,8 +56,9 @@ void dpt__vecenv_set_first(dpt_vecenv_t *v, uint32_t first);
 /* The saved state of v's n envs when they are envs [first, first + n) of
  * the nsrc runners saved in src (per envs each, in order; each a valid
  * state of per envs of v's class), into out (dpt_vecenv_state_bytes(v)
- * bytes): as v would save them, the header and the runner's totals from the
- * source of env `first`. A DD-PPO run in the invariant order resumed with
+ * bytes): as v would save them, the header from the source of env `first`,
+ * the runners' totals (steps, episodes) summed into the runner of first = 0
+ * and 0 in the others (the workers' figures add them up). A DD-PPO run in the invariant order resumed with
  * another number of workers gives each worker its envs this way. Errors:
  * DPT_EINVAL (sizes), DPT_EFORMAT (a source that is not a valid state). The
  * result is then checked and loaded as any saved state. */
