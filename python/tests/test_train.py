@@ -183,8 +183,12 @@ def test_ctrl_c_leaves_a_checkpoint(tmp_path):
     """SIGINT to a Python process inside dpt.train: the run stops after a
     checkpoint and KeyboardInterrupt reaches the caller."""
     out = tmp_path / "run"
+    # (Python leaves SIGINT ignored when it starts with it ignored, as a job
+    # started in the background by a non-interactive shell does: the child
+    # sets the default handler itself.)
     script = textwrap.dedent("""
-        import sys, dpt
+        import signal, sys, dpt
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         cfg = dict(%r, total_timesteps=10000000)
         try:
             for r in dpt.train(cfg, output_dir=%r):
