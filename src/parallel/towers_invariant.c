@@ -86,6 +86,14 @@ static size_t dpt__inv_first(size_t K, size_t G, size_t g)
     return g * base + (g < extra ? g : extra);
 }
 
+/* Whether the binary counter's top two nodes (of st[0 .. n)) are siblings:
+ * the same level, the lower a left child. They then become their parent. */
+static int dpt__inv_mergeable(const dpt__inv_span_t *st, int n)
+{
+    return n >= 2 && st[n - 2].level == st[n - 1].level &&
+           ((st[n - 2].lo >> st[n - 2].level) & 1u) == 0;
+}
+
 /* The binary counter of step 1 over chunks [a, b): the nodes it leaves in
  * spans (may be NULL), their count, and in *most the deepest it went. */
 static int dpt__inv_cover(size_t a, size_t b, dpt__inv_span_t *spans, int cap, int *most)
@@ -96,8 +104,7 @@ static int dpt__inv_cover(size_t a, size_t b, dpt__inv_span_t *spans, int cap, i
         st[n++] = (dpt__inv_span_t){i, i + 1, 0, NULL};
         if (n > deepest)
             deepest = n;
-        while (n >= 2 && st[n - 2].level == st[n - 1].level &&
-               ((st[n - 2].lo >> st[n - 2].level) & 1u) == 0) {
+        while (dpt__inv_mergeable(st, n)) {
             st[n - 2].hi = st[n - 1].hi;
             st[n - 2].level++;
             n--;
@@ -431,8 +438,7 @@ static int dpt__inv_chunks(dpt_towers_t *t, dpt__tower_t *w, const float *params
         if (t->cfg.weight_rows)
             dpt_vec_scale(leaf, t->nparams, (float)out->rows);
         st[n++] = (dpt__inv_span_t){i, i + 1, 0, leaf};
-        while (n >= 2 && st[n - 2].level == st[n - 1].level &&
-               ((st[n - 2].lo >> st[n - 2].level) & 1u) == 0) {
+        while (dpt__inv_mergeable(st, n)) {
             dpt_vec_axpy(st[n - 2].data, st[n - 1].data, t->nparams, 1.0f);
             st[n - 2].hi = st[n - 1].hi;
             st[n - 2].level++;

@@ -630,13 +630,14 @@ int dpt_ddppo_compose_state(dpt_ddppo_t *w, const dpt_safetensors_t *st, void **
                          "(only reduction_order = invariant takes another count, with the same "
                          "envs in all)",
                          dpt_safetensors_path(st), (unsigned long long)old, w->size);
-    if (old == 0 || old > 256 || E % old)
+    if (old == 0 || old > DPT__ROLLOUT_PICK_MAX || E % old)
         return dpt_error(DPT_EINVAL,
-                         "checkpoint %s: %llu DD-PPO workers for %zu envs (at most 256 workers, "
+                         "checkpoint %s: %llu DD-PPO workers for %zu envs (at most %d workers, "
                          "each with the same number of envs)",
-                         dpt_safetensors_path(st), (unsigned long long)old, E);
-    const void *src[256];
-    size_t bytes[256];
+                         dpt_safetensors_path(st), (unsigned long long)old, E,
+                         DPT__ROLLOUT_PICK_MAX);
+    const void *src[DPT__ROLLOUT_PICK_MAX];
+    size_t bytes[DPT__ROLLOUT_PICK_MAX];
     for (uint64_t q = 0; q < old; q++) {
         char name[32];
         snprintf(name, sizeof name, "worker.%llu", (unsigned long long)q);

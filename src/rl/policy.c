@@ -350,9 +350,29 @@ int dpt_policy_value(dpt_policy_t *p, const float *params, const float *obs, siz
     return dpt_policy_value_state(p, params, obs, NULL, n, values);
 }
 
-int dpt_policy_act_state(dpt_policy_t *p, const float *params, const float *obs,
-                         const dpt_policy_state_t *state, size_t n, dpt_rng_t *rng, void *actions,
-                         float *logp, float *values)
+/* Actions of rows [0, n) of the actor's outputs z, row i's drawn from
+ * rngs[i], and their logp (may be NULL). */
+static int dpt__policy_sample_rows(const dpt_policy_t *p, const float *params, const float *z,
+                                   size_t n, dpt_rng_t *rngs, void *actions, float *logp)
+{
+    size_t k = p->out_dim;
+    int rc = DPT_OK;
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (p->discrete)
+            rc = dpt_categorical_sample(z + i * k, 1, k, &rngs[i], (int32_t *)actions + i,
+                                        logp ? logp + i : NULL);
+        else
+            dpt_gaussian_sample(z + i * k, params + p->log_std_off, 1, k, &rngs[i],
+                                (float *)actions + i * k, logp ? logp + i : NULL);
+    }
+    return rc;
+}
+
+/* dpt_policy_act_state(), or with rngs (not NULL) row i's action drawn
+ * from rngs[i] (dpt__policy_act_rows). */
+static int dpt__policy_act(dpt_policy_t *p, const float *params, const float *obs,
+                           const dpt_policy_state_t *state, size_t n, dpt_rng_t *rng,
+                           dpt_rng_t *rngs, void *actions, float *logp, float *values)
 {
     const float *feat, *z;
     int rc = dpt__policy_features(p, params, obs, state, n, 1, &feat);
@@ -360,7 +380,9 @@ int dpt_policy_act_state(dpt_policy_t *p, const float *params, const float *obs,
         rc = dpt_seq_forward(p->actor, params, feat, n, &z);
     if (rc)
         return rc;
-    if (p->discrete) {
+    if (rngs) {
+        rc = dpt__policy_sample_rows(p, params, z, n, rngs, actions, logp);
+    } else if (p->discrete) {
         if (rng)
             rc = dpt_categorical_sample(z, n, p->out_dim, rng, actions, logp);
         else {
@@ -387,31 +409,17 @@ int dpt_policy_act_state(dpt_policy_t *p, const float *params, const float *obs,
     return DPT_OK;
 }
 
+int dpt_policy_act_state(dpt_policy_t *p, const float *params, const float *obs,
+                         const dpt_policy_state_t *state, size_t n, dpt_rng_t *rng, void *actions,
+                         float *logp, float *values)
+{
+    return dpt__policy_act(p, params, obs, state, n, rng, NULL, actions, logp, values);
+}
+
 int dpt__policy_act_rows(dpt_policy_t *p, const float *params, const float *obs, size_t n,
                          dpt_rng_t *rngs, void *actions, float *logp, float *values)
 {
-    const float *feat, *z;
-    int rc = dpt__policy_features(p, params, obs, NULL, n, 1, &feat);
-    if (!rc)
-        rc = dpt_seq_forward(p->actor, params, feat, n, &z);
-    if (rc)
-        return rc;
-    size_t k = p->out_dim;
-    for (size_t i = 0; !rc && i < n; i++) {
-        if (p->discrete)
-            rc = dpt_categorical_sample(z + i * k, 1, k, &rngs[i], (int32_t *)actions + i,
-                                        logp ? logp + i : NULL);
-        else
-            dpt_gaussian_sample(z + i * k, params + p->log_std_off, 1, k, &rngs[i],
-                                (float *)actions + i * k, logp ? logp + i : NULL);
-    }
-    if (rc || !values)
-        return rc;
-    const float *v;
-    if ((rc = dpt_seq_forward(p->critic, params, feat, n, &v)) != 0)
-        return rc;
-    memcpy(values, v, n * sizeof(float));
-    return DPT_OK;
+    return dpt__policy_act(p, params, obs, NULL, n, NULL, rngs, actions, logp, values);
 }
 
 int dpt_policy_act(dpt_policy_t *p, const float *params, const float *obs, size_t n, dpt_rng_t *rng,

@@ -620,9 +620,10 @@ int dpt__rollout_state_pick(const dpt__rollout_t *r, const void *const *src, con
     if (r->H || out_bytes != dpt__rollout_state_bytes(r) || per == 0 || first + N > nsrc * per)
         return dpt_error(DPT_EINVAL, "rollout state: envs [%zu, %zu) of %zu saved rollouts of %zu",
                          first, first + N, nsrc, per);
-    const void *venvs[256];
-    if (nsrc > 256)
-        return dpt_error(DPT_EINVAL, "rollout state: %zu saved rollouts, at most 256", nsrc);
+    const void *venvs[DPT__ROLLOUT_PICK_MAX];
+    if (nsrc > DPT__ROLLOUT_PICK_MAX)
+        return dpt_error(DPT_EINVAL, "rollout state: %zu saved rollouts, at most %d", nsrc,
+                         DPT__ROLLOUT_PICK_MAX);
     /* A saved rollout of per envs: its fixed part, then its runner's state of
      * HEADER + per (PER_ENV + state_size) + TAIL bytes. */
     size_t ssz = r->cls->state_size;

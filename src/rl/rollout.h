@@ -165,7 +165,9 @@ int dpt__rollout_load_state(dpt__rollout_t *r, const void *buf, size_t bytes);
  * from its own; into out (dpt__rollout_state_bytes(r) bytes). A DD-PPO run in the
  * invariant order resumed with another number of workers gives each its
  * envs this way; the result is checked and loaded as any saved state.
- * Errors: DPT_EINVAL, DPT_EFORMAT. */
+ * Errors: DPT_EINVAL (also: more than DPT__ROLLOUT_PICK_MAX sources),
+ * DPT_EFORMAT. */
+#define DPT__ROLLOUT_PICK_MAX 256 /* the most saved rollouts dpt__rollout_state_pick reads */
 int dpt__rollout_state_pick(const dpt__rollout_t *r, const void *const *src, const size_t *bytes,
                             size_t nsrc, size_t per, size_t first, void *out, size_t out_bytes);
 
